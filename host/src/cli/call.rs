@@ -1,0 +1,135 @@
+//! `airlock call TOOL.wasm NAME ARGS`: one call, its result, ops and deps.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use airlock::{CallOutcome, ContextOp, RunContext, ToolCall};
+
+use super::{Failure, load_host, print_error, print_out, read_deps, show_json};
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The tool component (.wasm, or .wat text).
+    component: PathBuf,
+    /// The tool to call (see `airlock inspect`).
+    name: String,
+    /// The arguments, a JSON object.
+    args: String,
+    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
+    #[arg(long, value_name = "FILE_OR_JSON")]
+    deps: Option<String>,
+    /// Write the deps after the call to FILE (atomically). Unchanged on failure.
+    #[arg(long, value_name = "FILE")]
+    save_deps: Option<PathBuf>,
+    /// Continue this session instead of starting a new one.
+    #[arg(long)]
+    session_id: Option<String>,
+    /// The end user the call is made for.
+    #[arg(long)]
+    user_id: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: CallArgs) -> ExitCode {
+    let mut ctx = match read_deps(args.deps.as_deref().unwrap_or("{}")) {
+        Ok(ctx) => ctx,
+        Err(failure) => return fail(&args, &failure, None),
+    };
+    if let Some(id) = &args.session_id {
+        ctx = ctx.with_session_id(id.as_str());
+    }
+    if let Some(id) = &args.user_id {
+        ctx = ctx.with_user_id(id.as_str());
+    }
+    match call(&args, &mut ctx).await {
+        Ok(outcome) => {
+            if let Some(path) = &args.save_deps
+                && let Err(e) = save(path, &ctx)
+            {
+                let failure =
+                    Failure::input("save_deps", format!("--save-deps {}: {e}", path.display()));
+                return fail(&args, &failure, Some(&ctx));
+            }
+            print_success(&args, &outcome, &ctx);
+            ExitCode::SUCCESS
+        }
+        Err(failure) => fail(&args, &failure, Some(&ctx)),
+    }
+}
+
+async fn call(args: &CallArgs, ctx: &mut RunContext) -> Result<CallOutcome, Failure> {
+    let host = load_host(&args.component).await?;
+    let call = ToolCall::new(args.name.as_str(), args.args.as_str());
+    Ok(host.call(ctx, &call).await?)
+}
+
+fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
+    if args.json {
+        let doc = json!({
+            "ok": true,
+            "result": outcome.result,
+            "updates": outcome.updates,
+            "deps": ctx.deps(),
+            "logs": outcome.logs,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
+        });
+        print_out(&doc.to_string());
+        return;
+    }
+    let mut text = format!("result: {}\n", show_json(&outcome.result));
+    if outcome.updates.is_empty() {
+        text.push_str("ops:    none\n");
+    }
+    for (i, op) in outcome.updates.iter().enumerate() {
+        let label = if i == 0 { "ops:   " } else { "       " };
+        text.push_str(&format!("{label} {}\n", describe_op(op)));
+    }
+    for record in &outcome.logs {
+        text.push_str(&format!(
+            "log:    [{:?}] {}\n",
+            record.level, record.message
+        ));
+    }
+    for (name, stream) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+        for line in stream.lines() {
+            text.push_str(&format!("{name}: {line}\n"));
+        }
+    }
+    text.push_str(&format!(
+        "deps:   {}",
+        show_json(&Value::Object(ctx.deps().clone()))
+    ));
+    print_out(&text);
+}
+
+fn describe_op(op: &ContextOp) -> String {
+    match op {
+        ContextOp::Set { key, value } => format!("set {key} = {value}"),
+        ContextOp::Merge { key, value } => format!("merge {key} <- {value}"),
+        ContextOp::Append { key, value } => format!("append {key} += {value}"),
+        ContextOp::Delete { key } => format!("delete {key}"),
+    }
+}
+
+fn fail(args: &CallArgs, failure: &Failure, ctx: Option<&RunContext>) -> ExitCode {
+    if args.json {
+        let deps = ctx.map_or(Value::Null, |ctx| Value::Object(ctx.deps().clone()));
+        print_out(&json!({"ok": false, "error": failure.to_json(), "deps": deps}).to_string());
+    } else {
+        print_error(&failure.message);
+    }
+    ExitCode::from(failure.exit)
+}
+
+fn save(path: &std::path::Path, ctx: &RunContext) -> std::io::Result<()> {
+    let mut text = serde_json::to_vec_pretty(ctx.deps())?;
+    text.push(b'\n');
+    airlock::fs::write_atomic(path, &text)
+}

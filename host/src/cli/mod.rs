@@ -1,0 +1,155 @@
+//! The `airlock` commands.
+//!
+//! Exit codes: 0 success; 1 the tool ran and its call failed (a tool
+//! error, a trap, a limit, rejected ops); 2 bad input (usage, a file that
+//! cannot be loaded, JSON that does not parse, an unknown tool, arguments the
+//! tool refused); 3 an internal error.
+
+mod call;
+mod inspect;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use airlock::context::DepsError;
+use airlock::{CallError, Host, LoadError, RunContext};
+
+pub const EXIT_TOOL_FAILED: u8 = 1;
+pub const EXIT_INPUT: u8 = 2;
+pub const EXIT_INTERNAL: u8 = 3;
+
+/// Run untrusted LLM-agent tools as sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "airlock", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the tools a component exports and what it imports.
+    Inspect(inspect::InspectArgs),
+    /// Call one tool once and show its result, ops and the new deps.
+    Call(call::CallArgs),
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Inspect(args) => inspect::run(args).await,
+        Command::Call(args) => call::run(args).await,
+    }
+}
+
+/// A failure as the CLI reports it: a kind for `--json`, a message, and an
+/// exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub kind: &'static str,
+    pub message: String,
+    pub exit: u8,
+}
+
+impl Failure {
+    fn input(kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            exit: EXIT_INPUT,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"kind": self.kind, "message": self.message})
+    }
+}
+
+impl From<LoadError> for Failure {
+    fn from(e: LoadError) -> Self {
+        let kind = match e {
+            LoadError::Read { .. } => "file_not_readable",
+            LoadError::NotWasm { .. } | LoadError::CoreModule { .. } => "not_a_component",
+            LoadError::Invalid { .. } => "invalid_component",
+            LoadError::Incompatible { .. } => "incompatible_component",
+            LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
+            LoadError::DuplicateTool { .. } => "duplicate_tool",
+            LoadError::Sandbox(_) => {
+                return Self {
+                    kind: "internal",
+                    message: e.to_string(),
+                    exit: EXIT_INTERNAL,
+                };
+            }
+        };
+        Self::input(kind, e.to_string())
+    }
+}
+
+impl From<CallError> for Failure {
+    fn from(e: CallError) -> Self {
+        let exit = match e {
+            CallError::UnknownTool { .. } | CallError::InvalidArgs(_) => EXIT_INPUT,
+            _ => EXIT_TOOL_FAILED,
+        };
+        Self {
+            kind: e.kind(),
+            message: e.to_string(),
+            exit,
+        }
+    }
+}
+
+/// Prints an error the way every command does: one `error:` line (plus any
+/// lines the message carries) on stderr.
+pub fn print_error(e: &dyn std::fmt::Display) {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("error: {e}");
+    }
+}
+
+/// Writes to stdout. The one place the CLI prints results.
+pub fn print_out(text: &str) {
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{text}");
+    }
+}
+
+/// Builds a host with the default sandbox and loads `path`.
+async fn load_host(path: &Path) -> Result<Host, Failure> {
+    let mut host = Host::builder().build()?;
+    host.load(path).await?;
+    Ok(host)
+}
+
+/// `--deps` takes inline JSON (starting with `{`) or a file path.
+fn read_deps(arg: &str) -> Result<RunContext, Failure> {
+    let (text, origin) = if arg.trim_start().starts_with('{') {
+        (arg.to_owned(), "--deps".to_owned())
+    } else {
+        let path = PathBuf::from(arg);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Failure::input(
+                "invalid_deps",
+                format!("--deps {}: cannot read: {e}", path.display()),
+            )
+        })?;
+        (text, format!("--deps {}", path.display()))
+    };
+    RunContext::from_json(&text)
+        .map_err(|e: DepsError| Failure::input("invalid_deps", format!("{origin}: {e}")))
+}
+
+/// JSON for humans: one line if short, indented otherwise.
+fn show_json(value: &Value) -> String {
+    let line = value.to_string();
+    if line.len() <= 100 {
+        line
+    } else {
+        serde_json::to_string_pretty(value).unwrap_or(line)
+    }
+}

@@ -1,0 +1,189 @@
+//! The run context: the state a run owns and tools read.
+//!
+//! Invariants:
+//!
+//! - `deps` is always a JSON object, and changes only through
+//!   [`RunContext::apply`] (all of a call's ops or none) or through the
+//!   embedder's own `deps_mut`.
+//! - `run_id` is fresh for every `RunContext`; it is never taken from a
+//!   caller.
+//! - `session_id` is always set: generated when the caller gives none.
+
+mod ops;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use ops::{ContextOp, JsonType, OpKind, OpLimits, OpRejected, RejectReason, check_bounds};
+
+/// Deps as a shared, copy-on-write JSON object.
+///
+/// A call's read-only view holds a clone of the `Arc`, so starting a call
+/// never copies deps; applying ops after the call has ended mutates in place.
+pub type Deps = Arc<Map<String, Value>>;
+
+/// Token and request totals for a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub requests: u32,
+    pub tool_calls: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// The state of one run, owned by the host.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    deps: Deps,
+    run_id: String,
+    session_id: String,
+    user_id: Option<String>,
+    metadata: BTreeMap<String, String>,
+    /// Totals so far; the agent loop adds to it.
+    pub usage: Usage,
+    /// The number of the current model request (0 outside an agent run).
+    pub iteration: u32,
+}
+
+/// Deps given by a user that are not a JSON object.
+#[derive(Debug, thiserror::Error)]
+pub enum DepsError {
+    #[error("deps are not valid JSON: {0}")]
+    InvalidJson(#[from] serde_json::Error),
+    #[error("deps must be a JSON object, not {0}")]
+    NotAnObject(JsonType),
+}
+
+impl Default for RunContext {
+    fn default() -> Self {
+        Self::new(Map::new())
+    }
+}
+
+impl RunContext {
+    /// A new run with the given deps, a fresh run id and a fresh session id.
+    pub fn new(deps: Map<String, Value>) -> Self {
+        Self {
+            deps: Arc::new(deps),
+            run_id: new_id("run"),
+            session_id: new_id("sess"),
+            user_id: None,
+            metadata: BTreeMap::new(),
+            usage: Usage::default(),
+            iteration: 0,
+        }
+    }
+
+    /// A new run whose deps are `value`, which must be a JSON object.
+    pub fn from_value(value: Value) -> Result<Self, DepsError> {
+        match value {
+            Value::Object(map) => Ok(Self::new(map)),
+            other => Err(DepsError::NotAnObject(JsonType::of(&other))),
+        }
+    }
+
+    /// A new run whose deps are parsed from JSON text (a JSON object).
+    pub fn from_json(text: &str) -> Result<Self, DepsError> {
+        Self::from_value(serde_json::from_str(text)?)
+    }
+
+    /// Continues the session `id` instead of starting a new one. An empty id
+    /// is ignored.
+    pub fn with_session_id(mut self, id: impl Into<String>) -> Self {
+        let id = id.into();
+        if !id.is_empty() {
+            self.session_id = id;
+        }
+        self
+    }
+
+    /// Attributes the run to a user. Sessions of one user are never visible
+    /// to another.
+    pub fn with_user_id(mut self, id: impl Into<String>) -> Self {
+        self.user_id = Some(id.into());
+        self
+    }
+
+    /// Attaches an opaque string pair that tools may read.
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn deps(&self) -> &Map<String, Value> {
+        &self.deps
+    }
+
+    /// A cheap shared handle to the current deps (no copy).
+    pub fn deps_snapshot(&self) -> Deps {
+        Arc::clone(&self.deps)
+    }
+
+    /// Direct access for the embedder. Tools never get this; they return ops.
+    pub fn deps_mut(&mut self) -> &mut Map<String, Value> {
+        Arc::make_mut(&mut self.deps)
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    pub fn user_id(&self) -> Option<&str> {
+        self.user_id.as_deref()
+    }
+
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// Applies a call's ops in order: all of them, or none and an error
+    /// naming the first op that failed (its index, key and reason).
+    ///
+    /// Costs the size of the values the ops touch, not the size of deps.
+    pub fn apply(&mut self, ops: &[ContextOp], limits: &OpLimits) -> Result<(), OpRejected> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        ops::apply(Arc::make_mut(&mut self.deps), ops, limits)
+    }
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_fresh_and_session_can_be_continued() {
+        let a = RunContext::default();
+        let b = RunContext::default().with_session_id(a.session_id());
+        assert_ne!(a.run_id(), b.run_id());
+        assert_eq!(a.session_id(), b.session_id());
+        assert_eq!(
+            RunContext::default().with_session_id("").session_id().len(),
+            37
+        );
+    }
+
+    #[test]
+    fn deps_must_be_an_object() {
+        assert!(matches!(
+            RunContext::from_json("[1]"),
+            Err(DepsError::NotAnObject(JsonType::Array))
+        ));
+        assert!(matches!(
+            RunContext::from_json("{"),
+            Err(DepsError::InvalidJson(_))
+        ));
+    }
+}

@@ -1,0 +1,421 @@
+//! Context ops: the only way a tool changes deps.
+//!
+//! Semantics (DESIGN §3), for one op against the value a key holds:
+//!
+//! | op       | missing or `null` | object     | array    | other    |
+//! |----------|-------------------|------------|----------|----------|
+//! | `set`    | creates           | replaces   | replaces | replaces |
+//! | `merge`  | creates `obj`     | deep merge | rejected | rejected |
+//! | `append` | creates `[item]`  | rejected   | pushes   | rejected |
+//! | `delete` | no-op             | removes    | removes  | removes  |
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Bounds on one call's ops. The defaults are what a tool gets unless the
+/// operator's policy says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpLimits {
+    /// Most ops one call may return. Default 1,000.
+    pub max_ops: usize,
+    /// Longest key, in UTF-8 bytes. Default 256.
+    pub max_key_bytes: usize,
+    /// Most bytes of keys plus JSON value text over all of a call's ops.
+    /// Default 1 MiB.
+    pub max_op_bytes: usize,
+}
+
+impl Default for OpLimits {
+    fn default() -> Self {
+        Self {
+            max_ops: 1_000,
+            max_key_bytes: 256,
+            max_op_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One change to a top-level key of deps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ContextOp {
+    /// Insert or replace.
+    Set { key: String, value: Value },
+    /// Deep-merge a JSON object into the key.
+    Merge { key: String, value: Value },
+    /// Push onto a JSON array.
+    Append { key: String, value: Value },
+    /// Remove the key; a missing key is not an error.
+    Delete { key: String },
+}
+
+/// The four kinds of op, for error messages and events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Set,
+    Merge,
+    Append,
+    Delete,
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::Set => "set",
+            OpKind::Merge => "merge",
+            OpKind::Append => "append",
+            OpKind::Delete => "delete",
+        })
+    }
+}
+
+impl ContextOp {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            ContextOp::Set { .. } => OpKind::Set,
+            ContextOp::Merge { .. } => OpKind::Merge,
+            ContextOp::Append { .. } => OpKind::Append,
+            ContextOp::Delete { .. } => OpKind::Delete,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        match self {
+            ContextOp::Set { key, .. }
+            | ContextOp::Merge { key, .. }
+            | ContextOp::Append { key, .. }
+            | ContextOp::Delete { key } => key,
+        }
+    }
+
+    /// Parses an op as a tool sends it: the value is JSON text.
+    ///
+    /// Checks only what can be known from the op alone: the value parses and
+    /// a `merge` value is an object. Limits and type conflicts are checked
+    /// when the ops are applied.
+    pub fn from_json_text(
+        index: usize,
+        kind: OpKind,
+        key: String,
+        value: Option<&str>,
+    ) -> Result<Self, OpRejected> {
+        let reject = |key: String, reason| OpRejected {
+            index,
+            kind,
+            key,
+            reason,
+        };
+        let value = match value {
+            None => None,
+            Some(text) => match serde_json::from_str::<Value>(text) {
+                Ok(v) => Some(v),
+                Err(e) => return Err(reject(key, RejectReason::InvalidJson(e.to_string()))),
+            },
+        };
+        Ok(match (kind, value) {
+            (OpKind::Set, Some(value)) => ContextOp::Set { key, value },
+            (OpKind::Merge, Some(value)) => ContextOp::Merge { key, value },
+            (OpKind::Append, Some(value)) => ContextOp::Append { key, value },
+            (OpKind::Delete, None) => ContextOp::Delete { key },
+            (OpKind::Delete, Some(_)) => {
+                return Err(reject(key, RejectReason::UnexpectedValue));
+            }
+            (_, None) => return Err(reject(key, RejectReason::MissingValue)),
+        })
+    }
+}
+
+/// A rejected op, and so a rejected call: no op of the call was applied.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
+#[error("op #{index} ({kind} {key:?}) rejected: {reason}")]
+pub struct OpRejected {
+    /// Position of the op in the call's list, from 0.
+    pub index: usize,
+    pub kind: OpKind,
+    pub key: String,
+    pub reason: RejectReason,
+}
+
+/// Why an op was rejected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
+#[serde(tag = "reason", content = "detail", rename_all = "snake_case")]
+pub enum RejectReason {
+    #[error("the key is empty")]
+    EmptyKey,
+    #[error("the key is {len} bytes; the limit is {max}")]
+    KeyTooLong { len: usize, max: usize },
+    #[error("the value is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("this op needs a value")]
+    MissingValue,
+    #[error("a delete op takes no value")]
+    UnexpectedValue,
+    #[error("a merge value must be a JSON object, not {found}")]
+    MergeNotObject { found: JsonType },
+    #[error("the key holds {found}; {kind} needs {needs}")]
+    TypeConflict {
+        kind: OpKind,
+        found: JsonType,
+        needs: &'static str,
+    },
+    #[error("the call returned {count} ops; the limit is {max}")]
+    TooManyOps { count: usize, max: usize },
+    #[error("the call's ops hold {bytes} bytes of keys and values; the limit is {max}")]
+    TooManyBytes { bytes: usize, max: usize },
+}
+
+/// The JSON type of a value, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonType {
+    Null,
+    Bool,
+    Number,
+    String,
+    Array,
+    Object,
+}
+
+impl JsonType {
+    pub fn of(value: &Value) -> Self {
+        match value {
+            Value::Null => JsonType::Null,
+            Value::Bool(_) => JsonType::Bool,
+            Value::Number(_) => JsonType::Number,
+            Value::String(_) => JsonType::String,
+            Value::Array(_) => JsonType::Array,
+            Value::Object(_) => JsonType::Object,
+        }
+    }
+}
+
+impl fmt::Display for JsonType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JsonType::Null => "null",
+            JsonType::Bool => "a boolean",
+            JsonType::Number => "a number",
+            JsonType::String => "a string",
+            JsonType::Array => "an array",
+            JsonType::Object => "an object",
+        })
+    }
+}
+
+/// Checks the call-wide bounds that do not depend on deps: op count, key
+/// shape, and total bytes (`value_bytes(i)` is the length of op `i`'s value
+/// as JSON text, or 0 for `delete`).
+///
+/// Run this before parsing values, so a flood of ops is refused before the
+/// host spends time on it.
+pub fn check_bounds<'a>(
+    ops: impl ExactSizeIterator<Item = (OpKind, &'a str, usize)>,
+    limits: &OpLimits,
+) -> Result<(), OpRejected> {
+    let count = ops.len();
+    let mut bytes = 0usize;
+    for (index, (kind, key, value_bytes)) in ops.enumerate() {
+        let reject = |reason| OpRejected {
+            index,
+            kind,
+            key: truncate_key(key),
+            reason,
+        };
+        if index >= limits.max_ops {
+            return Err(reject(RejectReason::TooManyOps {
+                count,
+                max: limits.max_ops,
+            }));
+        }
+        check_key(key, limits).map_err(reject)?;
+        bytes = bytes.saturating_add(key.len()).saturating_add(value_bytes);
+        if bytes > limits.max_op_bytes {
+            return Err(reject(RejectReason::TooManyBytes {
+                bytes,
+                max: limits.max_op_bytes,
+            }));
+        }
+    }
+    Ok(())
+}
+
+fn check_key(key: &str, limits: &OpLimits) -> Result<(), RejectReason> {
+    if key.is_empty() {
+        return Err(RejectReason::EmptyKey);
+    }
+    if key.len() > limits.max_key_bytes {
+        return Err(RejectReason::KeyTooLong {
+            len: key.len(),
+            max: limits.max_key_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Keys in errors are shown whole unless a hostile tool made them huge.
+fn truncate_key(key: &str) -> String {
+    const SHOWN: usize = 64;
+    if key.len() <= SHOWN {
+        return key.to_owned();
+    }
+    let mut end = SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &key[..end])
+}
+
+/// Applies `ops` in order to `deps`, all or nothing.
+///
+/// Each touched key is staged as a copy of its current value; untouched keys
+/// are never copied, so the cost is that of the values the ops touch, not of
+/// deps. `deps` is modified only after every op has succeeded.
+pub(crate) fn apply(
+    deps: &mut Map<String, Value>,
+    ops: &[ContextOp],
+    limits: &OpLimits,
+) -> Result<(), OpRejected> {
+    if ops.len() > limits.max_ops {
+        let index = limits.max_ops;
+        return Err(OpRejected {
+            index,
+            kind: ops[index].kind(),
+            key: truncate_key(ops[index].key()),
+            reason: RejectReason::TooManyOps {
+                count: ops.len(),
+                max: limits.max_ops,
+            },
+        });
+    }
+    let mut staged: BTreeMap<&str, Option<Value>> = BTreeMap::new();
+    for (index, op) in ops.iter().enumerate() {
+        let key = op.key();
+        let reject = |reason| OpRejected {
+            index,
+            kind: op.kind(),
+            key: truncate_key(key),
+            reason,
+        };
+        check_key(key, limits).map_err(reject)?;
+        let slot = staged.entry(key).or_insert_with(|| deps.get(key).cloned());
+        apply_one(slot, op).map_err(reject)?;
+    }
+    for (key, value) in staged {
+        match value {
+            Some(value) => {
+                deps.insert(key.to_owned(), value);
+            }
+            None => {
+                deps.remove(key);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies one op to the value a key holds (`None`: the key is missing).
+fn apply_one(slot: &mut Option<Value>, op: &ContextOp) -> Result<(), RejectReason> {
+    let conflict = |found: &Value, needs| RejectReason::TypeConflict {
+        kind: op.kind(),
+        found: JsonType::of(found),
+        needs,
+    };
+    match op {
+        ContextOp::Set { value, .. } => *slot = Some(value.clone()),
+        ContextOp::Merge { value, .. } => {
+            let Value::Object(patch) = value else {
+                return Err(RejectReason::MergeNotObject {
+                    found: JsonType::of(value),
+                });
+            };
+            match slot {
+                None | Some(Value::Null) => *slot = Some(value.clone()),
+                Some(Value::Object(target)) => deep_merge(target, patch),
+                Some(other) => return Err(conflict(other, "an object, null or a missing key")),
+            }
+        }
+        ContextOp::Append { value, .. } => match slot {
+            None | Some(Value::Null) => *slot = Some(Value::Array(vec![value.clone()])),
+            Some(Value::Array(items)) => items.push(value.clone()),
+            Some(other) => return Err(conflict(other, "an array, null or a missing key")),
+        },
+        ContextOp::Delete { .. } => match slot {
+            // DESIGN §3: deleting a missing or null key is a no-op; a null
+            // value stays where it is.
+            None | Some(Value::Null) => {}
+            Some(_) => *slot = None,
+        },
+    }
+    Ok(())
+}
+
+/// Object into object recurses; anywhere else the patch's value wins
+/// (arrays are replaced, a `null` leaf sets `null`).
+fn deep_merge(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
+    for (key, value) in patch {
+        match (target.get_mut(key), value) {
+            (Some(Value::Object(inner)), Value::Object(patch_inner)) => {
+                deep_merge(inner, patch_inner)
+            }
+            _ => {
+                target.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deps(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn failed_op_leaves_deps_untouched() {
+        let mut d = deps(json!({"a": [1], "s": "x"}));
+        let before = d.clone();
+        let ops = vec![
+            ContextOp::Append {
+                key: "a".into(),
+                value: json!(2),
+            },
+            ContextOp::Append {
+                key: "s".into(),
+                value: json!(3),
+            },
+        ];
+        let err = apply(&mut d, &ops, &OpLimits::default()).unwrap_err();
+        assert_eq!(err.index, 1);
+        assert_eq!(err.key, "s");
+        assert_eq!(d, before);
+    }
+
+    #[test]
+    fn huge_keys_are_truncated_in_errors() {
+        let key = "k".repeat(10_000);
+        let err = apply(
+            &mut Map::new(),
+            &[ContextOp::Delete { key }],
+            &OpLimits::default(),
+        )
+        .unwrap_err();
+        assert!(err.key.len() < 100, "{}", err.key);
+        assert!(matches!(
+            err.reason,
+            RejectReason::KeyTooLong {
+                len: 10_000,
+                max: 256
+            }
+        ));
+    }
+}

@@ -1,0 +1,164 @@
+//! The on-disk cache of compiled components.
+//!
+//! An entry is keyed by the SHA-256 of the component's bytes and a hash of
+//! everything in the engine that affects code generation (wasmtime's version,
+//! target and settings), so a change on either side misses the cache instead
+//! of loading code compiled for something else.
+//!
+//! Invariant: the cache directory must be writable by the user only. Loading
+//! an entry maps native code into the process; anyone who can write the
+//! directory can run code as the host. The directory is created mode 0700.
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Where compiled components are kept between runs.
+#[derive(Debug, Clone)]
+pub struct CompileCache {
+    dir: Option<PathBuf>,
+}
+
+/// Where the compiled code for a component came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from the cache: no compilation.
+    Hit,
+    /// Compiled now, and stored for next time.
+    Compiled,
+    /// Compiled now; the cache is off or could not be written.
+    CompiledUncached,
+}
+
+impl CompileCache {
+    /// The environment variable that overrides the cache directory.
+    pub const DIR_ENV: &'static str = "AIRLOCK_CACHE_DIR";
+
+    /// A cache in `dir`.
+    pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: Some(dir.into()),
+        }
+    }
+
+    /// No cache: every load compiles.
+    pub fn disabled() -> Self {
+        Self { dir: None }
+    }
+
+    /// `$AIRLOCK_CACHE_DIR` if set, else `airlock/` under the user's cache
+    /// directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux); disabled if
+    /// neither is known.
+    pub fn from_env() -> Self {
+        match std::env::var_os(Self::DIR_ENV) {
+            Some(dir) if !dir.is_empty() => Self::in_dir(PathBuf::from(dir)),
+            _ => match dirs::cache_dir() {
+                Some(base) => Self::in_dir(base.join("airlock")),
+                None => Self::disabled(),
+            },
+        }
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Compiles `bytes` (a component binary, or WAT text), or loads the
+    /// compiled code from the cache.
+    ///
+    /// May block for seconds on a miss: compiling an interpreter-based
+    /// component (Python, JavaScript) is CPU-heavy. A cache entry that fails
+    /// to load (corrupt, or written by another engine) is replaced.
+    pub fn load(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
+        let Some(dir) = &self.dir else {
+            return Ok((
+                Component::new(engine, bytes)?,
+                CacheOutcome::CompiledUncached,
+            ));
+        };
+        let path = dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
+        if path.is_file() {
+            match deserialize(engine, &path) {
+                Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry")
+                }
+            }
+        }
+        let compiled = engine.precompile_component(bytes)?;
+        match store(dir, &path, &compiled) {
+            Ok(()) => match deserialize(engine, &path) {
+                Ok(component) => Ok((component, CacheOutcome::Compiled)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cache entry unreadable after write");
+                    Ok((
+                        deserialize_bytes(engine, &compiled)?,
+                        CacheOutcome::CompiledUncached,
+                    ))
+                }
+            },
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot write the compile cache");
+                Ok((
+                    deserialize_bytes(engine, &compiled)?,
+                    CacheOutcome::CompiledUncached,
+                ))
+            }
+        }
+    }
+}
+
+fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
+    // `DefaultHasher::new()` has fixed keys, so the engine part is stable
+    // across processes of one build; a different wasmtime build misses (and
+    // `deserialize` would refuse its entries anyway).
+    let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
+    engine
+        .precompile_compatibility_hash()
+        .hash(&mut engine_hash);
+    let mut hasher = Sha256::new();
+    hasher.update(bytes);
+    format!(
+        "{}-{:016x}",
+        hex::encode(&hasher.finalize()[..16]),
+        engine_hash.finish()
+    )
+}
+
+/// Writes an entry atomically: a reader sees the whole file or none.
+fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
+    create_private_dir(dir)?;
+    crate::fs::write_atomic(path, compiled)
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+#[allow(unsafe_code)]
+fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: the file was written by `precompile_component` of an engine
+    // with the same compatibility hash (its name says so) into a directory
+    // only this user can write (module invariant). wasmtime still checks the
+    // header and engine settings and refuses a mismatch.
+    unsafe { Component::deserialize_file(engine, path) }
+}
+
+#[allow(unsafe_code)]
+fn deserialize_bytes(engine: &Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `compiled` was produced by `precompile_component` on this very
+    // engine a moment ago and never left this process.
+    unsafe { Component::deserialize(engine, compiled) }
+}

@@ -1,0 +1,129 @@
+//! Per-call limits and the `ResourceLimiter` that enforces the memory and
+//! table bounds.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::OpLimits;
+
+/// What one tool call may consume. Every bound applies per call: a fresh
+/// instance starts from zero each time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Wall-clock time for the whole call, instantiation included.
+    /// Enforced by epoch interruption while wasm runs and by a timer while
+    /// the host awaits I/O for the guest. Default 5 s.
+    pub timeout: Duration,
+    /// Linear memory, summed over the component's memories. Default 128 MiB.
+    pub max_memory_bytes: usize,
+    /// Elements of any one table. Default 1,000,000.
+    pub max_table_elements: usize,
+    /// Core instances, tables and memories a component may create.
+    /// Default 100 each.
+    pub max_instances: usize,
+    /// Optional instruction budget (wasmtime fuel); `None` means unmetered.
+    pub fuel: Option<u64>,
+    /// Bytes of the result JSON text. Default 1 MiB.
+    pub max_result_bytes: usize,
+    /// Bytes captured from each of stdout, stderr and the log interface.
+    /// A tool that writes more fails. Default 1 MiB.
+    pub max_output_bytes: usize,
+    /// Bounds on the context ops of one call.
+    pub ops: OpLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(5),
+            max_memory_bytes: 128 << 20,
+            max_table_elements: 1_000_000,
+            max_instances: 100,
+            fuel: None,
+            max_result_bytes: 1 << 20,
+            max_output_bytes: 1 << 20,
+            ops: OpLimits::default(),
+        }
+    }
+}
+
+/// Which resource bound a guest ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResourceHit {
+    Memory { desired: usize },
+    Table { desired: usize },
+}
+
+/// Enforces [`Limits`] on memory and tables for one store.
+///
+/// A refused growth is reported to the guest the way wasm specifies
+/// (`memory.grow` returns -1), so a guest that handles allocation failure
+/// keeps running. The refusal is remembered: if the call then traps, the
+/// error is reported as the limit, not as a generic trap.
+#[derive(Debug)]
+pub(crate) struct CallLimiter {
+    max_memory_bytes: usize,
+    max_table_elements: usize,
+    max_instances: usize,
+    memory_in_use: usize,
+    pub(crate) hit: Option<ResourceHit>,
+}
+
+impl CallLimiter {
+    pub(crate) fn new(limits: &Limits) -> Self {
+        Self {
+            max_memory_bytes: limits.max_memory_bytes,
+            max_table_elements: limits.max_table_elements,
+            max_instances: limits.max_instances,
+            memory_in_use: 0,
+            hit: None,
+        }
+    }
+}
+
+impl wasmtime::ResourceLimiter for CallLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // `current` is part of `memory_in_use`: the sum over all memories.
+        let total = self
+            .memory_in_use
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.max_memory_bytes {
+            self.hit = Some(ResourceHit::Memory { desired: total });
+            return Ok(false);
+        }
+        self.memory_in_use = total;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_table_elements {
+            self.hit = Some(ResourceHit::Table { desired });
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.max_instances
+    }
+
+    fn tables(&self) -> usize {
+        self.max_instances
+    }
+
+    fn memories(&self) -> usize {
+        self.max_instances
+    }
+}

@@ -1,0 +1,277 @@
+//! The sandbox: one wasmtime [`Engine`] per host, the compile cache, and the
+//! per-call [`Store`] with its limits and (empty unless granted) WASI
+//! capabilities.
+//!
+//! Invariants:
+//!
+//! - Every call gets a fresh `Store` and instance; nothing survives a call.
+//! - A store never outlives its call's deadline: epoch interruption stops
+//!   running wasm, and [`CallState::deadline`] bounds host-side awaits.
+//! - The guest's stdout and stderr never reach the host's streams.
+
+mod cache;
+mod limits;
+mod output;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+pub use cache::{CacheOutcome, CompileCache};
+pub use limits::Limits;
+pub(crate) use limits::{CallLimiter, ResourceHit};
+pub use output::Stream;
+pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
+
+/// How often the epoch advances. A call's deadline is checked on each tick,
+/// so this is the precision of timeouts and cancellation.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Settings fixed for the life of a host.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Where compiled components are cached.
+    pub cache: CompileCache,
+    /// Instances that may exist at once (calls in flight). Memory for them is
+    /// reserved up front by the pooling allocator. Default 1,000.
+    pub max_concurrent_instances: u32,
+    /// The ceiling of any tool's linear memory limit. Default 4 GiB.
+    pub max_memory_ceiling: usize,
+    /// Count instructions so that [`Limits::fuel`] can be enforced. Costs
+    /// some speed on every call, so it is off by default.
+    pub fuel_metering: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            cache: CompileCache::from_env(),
+            max_concurrent_instances: 1_000,
+            max_memory_ceiling: 4 << 30,
+            fuel_metering: false,
+        }
+    }
+}
+
+/// The wasmtime engine and what goes with it.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    engine: Engine,
+    cache: CompileCache,
+    fuel_metering: bool,
+}
+
+impl Sandbox {
+    pub fn new(config: SandboxConfig) -> wasmtime::Result<Self> {
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(config.max_concurrent_instances)
+            .total_core_instances(config.max_concurrent_instances.saturating_mul(4))
+            .total_memories(config.max_concurrent_instances.saturating_mul(2))
+            .total_tables(config.max_concurrent_instances.saturating_mul(4))
+            .total_stacks(config.max_concurrent_instances)
+            .max_memory_size(config.max_memory_ceiling)
+            .table_elements(1_000_000)
+            .max_tables_per_module(4)
+            .max_memories_per_module(2);
+
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(config.fuel_metering)
+            // Component-model async is unused; leaving it on slows every
+            // `call_async`.
+            .concurrency_support(false)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm)?;
+        start_epoch_ticker(&engine);
+        Ok(Self {
+            engine,
+            cache: config.cache,
+            fuel_metering: config.fuel_metering,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn cache(&self) -> &CompileCache {
+        &self.cache
+    }
+
+    pub fn fuel_metering(&self) -> bool {
+        self.fuel_metering
+    }
+
+    /// A store for one call, with `state`'s limits armed: the memory and
+    /// table limiter, the wall-clock deadline, and fuel if metered.
+    pub(crate) fn store(&self, state: CallState) -> wasmtime::Result<Store<CallState>> {
+        let fuel = state.fuel;
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|ctx| {
+            let state = ctx.data();
+            if state.cancel.load(Ordering::Relaxed) {
+                return Err(wasmtime::Error::new(Interrupted::Cancelled));
+            }
+            if Instant::now() >= state.deadline {
+                return Err(wasmtime::Error::new(Interrupted::Timeout));
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+        if self.fuel_metering {
+            store.set_fuel(fuel.unwrap_or(u64::MAX))?;
+        }
+        Ok(store)
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] for as long as the
+/// engine lives. The thread holds only a weak reference, so it ends once
+/// the last clone of the engine (and of its components) is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new()
+        .name("airlock-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // Without the ticker no deadline fires; refuse to run silently
+        // unbounded by logging loudly. Calls still end at the host-side timer.
+        tracing::error!(error = %e, "cannot start the epoch ticker; wasm timeouts will not fire");
+    }
+}
+
+/// Why the host stopped a running guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Interrupted {
+    #[error("the call ran past its deadline")]
+    Timeout,
+    #[error("the call was cancelled")]
+    Cancelled,
+}
+
+/// Everything a store holds for one call.
+pub(crate) struct CallState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: CallLimiter,
+    pub(crate) stdout: CapturedOutput,
+    pub(crate) stderr: CapturedOutput,
+    /// Records from the `log` interface, bounded like stdout.
+    pub(crate) log: CapturedLog,
+    pub(crate) deadline: Instant,
+    pub(crate) cancel: Arc<AtomicBool>,
+    fuel: Option<u64>,
+}
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallState")
+            .field("deadline", &self.deadline)
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallState {
+    /// State for a call under `limits`, starting now, with nothing granted:
+    /// no preopened directories, no environment, no network, no stdin.
+    pub(crate) fn new(limits: &Limits, cancel: Arc<AtomicBool>) -> Self {
+        let stdout = CapturedOutput::new(Stream::Stdout, limits.max_output_bytes);
+        let stderr = CapturedOutput::new(Stream::Stderr, limits.max_output_bytes);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: CallLimiter::new(limits),
+            stdout,
+            stderr,
+            log: CapturedLog::new(limits.max_output_bytes),
+            deadline: Instant::now() + limits.timeout,
+            cancel,
+            fuel: limits.fuel,
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Log level of a record a tool wrote through the `log` interface.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// One record a tool logged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LogRecord {
+    pub level: LogLevel,
+    pub message: String,
+}
+
+/// The log records of one call, bounded by total message bytes.
+#[derive(Debug)]
+pub(crate) struct CapturedLog {
+    records: Vec<LogRecord>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl CapturedLog {
+    fn new(limit: usize) -> Self {
+        Self {
+            records: Vec::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    pub(crate) fn push(&mut self, record: LogRecord) -> Result<(), OutputLimitExceeded> {
+        let bytes = self.bytes.saturating_add(record.message.len());
+        if bytes > self.limit {
+            return Err(OutputLimitExceeded {
+                stream: Stream::Log,
+                limit: self.limit,
+            });
+        }
+        self.bytes = bytes;
+        self.records.push(record);
+        Ok(())
+    }
+
+    pub(crate) fn take(&mut self) -> Vec<LogRecord> {
+        std::mem::take(&mut self.records)
+    }
+}

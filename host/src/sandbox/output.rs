@@ -1,0 +1,143 @@
+//! Bounded capture of a guest's stdout and stderr.
+//!
+//! A guest's output never reaches the host's own streams. It is kept in
+//! memory up to a bound; a write past the bound traps the guest with
+//! [`OutputLimitExceeded`], which the call reports as a typed error.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
+
+/// Which captured stream overflowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+    Log,
+}
+
+impl std::fmt::Display for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+            Stream::Log => "log",
+        })
+    }
+}
+
+/// The trap raised when a guest writes past its output bound.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the tool wrote more than {limit} bytes to {stream}")]
+pub(crate) struct OutputLimitExceeded {
+    pub(crate) stream: Stream,
+    pub(crate) limit: usize,
+}
+
+/// An in-memory stream with a byte bound, shared between the WASI context
+/// that writes it and the host that reads it after the call.
+#[derive(Debug, Clone)]
+pub(crate) struct CapturedOutput {
+    stream: Stream,
+    limit: usize,
+    buffer: Arc<Mutex<Vec<u8>>>,
+}
+
+impl CapturedOutput {
+    pub(crate) fn new(stream: Stream, limit: usize) -> Self {
+        Self {
+            stream,
+            limit,
+            buffer: Arc::default(),
+        }
+    }
+
+    /// Appends `bytes`, or refuses all of them if they would pass the bound.
+    pub(crate) fn push(&self, bytes: &[u8]) -> Result<(), OutputLimitExceeded> {
+        let mut buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        if buffer.len().saturating_add(bytes.len()) > self.limit {
+            return Err(OutputLimitExceeded {
+                stream: self.stream,
+                limit: self.limit,
+            });
+        }
+        buffer.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// What was written, decoded lossily (a guest may write any bytes).
+    pub(crate) fn text(&self) -> String {
+        let buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&buffer).into_owned()
+    }
+
+    fn remaining(&self) -> usize {
+        let buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        self.limit.saturating_sub(buffer.len())
+    }
+}
+
+impl IsTerminal for CapturedOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CapturedOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for CapturedOutput {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for CapturedOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.push(&bytes)
+            .map_err(|e| StreamError::Trap(wasmtime::Error::new(e)))
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        // Offer at least one byte even when full, so the guest's next write
+        // reaches `write` and traps with a clear error instead of blocking.
+        Ok(self.remaining().max(1))
+    }
+}
+
+impl tokio::io::AsyncWrite for CapturedOutput {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(
+            self.push(buf)
+                .map(|()| buf.len())
+                .map_err(std::io::Error::other),
+        )
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

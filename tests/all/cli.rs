@@ -1,0 +1,215 @@
+//! The `airlock` binary: output formats, exit codes, one-line errors.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+use crate::support::{cache_dir, guest};
+
+fn airlock(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .env("AIRLOCK_CACHE_DIR", cache_dir())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the airlock binary runs")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {text}"))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+#[test]
+fn call_json_success() {
+    let stateful = guest("stateful");
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "increment",
+        r#"{"name":"vowels"}"#,
+        "--deps",
+        r#"{"counters":{"vowels":2},"other":true}"#,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["result"], json!({"counter": "vowels", "value": 3}));
+    assert_eq!(
+        doc["updates"],
+        json!([{"op": "set", "key": "counters", "value": {"vowels": 3}}])
+    );
+    assert_eq!(
+        doc["deps"],
+        json!({"counters": {"vowels": 3}, "other": true})
+    );
+}
+
+#[test]
+fn call_json_failure_keeps_deps_and_exits_non_zero() {
+    let stateful = guest("stateful");
+    let deps = r#"{"notes":"a string"}"#;
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "add_note",
+        r#"{"text":"x"}"#,
+        "--deps",
+        deps,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["error"]["kind"], "failed");
+    assert!(doc["error"]["message"].as_str().unwrap().contains("notes"));
+    assert_eq!(doc["deps"], json!({"notes": "a string"}));
+
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "nope",
+        "{}",
+        "--deps",
+        deps,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["error"]["kind"], "unknown_tool");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("increment")
+    );
+    assert_eq!(doc["deps"], json!({"notes": "a string"}));
+}
+
+#[test]
+fn call_text_output_and_save_deps() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    std::fs::write(&state, "{}").unwrap();
+    for _ in 0..3 {
+        let out = airlock(&[
+            "call",
+            path(&stateful),
+            "increment",
+            r#"{"name":"vowels"}"#,
+            "--deps",
+            path(&state),
+            "--save-deps",
+            path(&state),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "show_state",
+        "{}",
+        "--deps",
+        path(&state),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(r#"result: {"counters":{"vowels":3},"notes":[]}"#),
+        "{text}"
+    );
+    assert!(text.contains("ops:    none"), "{text}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved, json!({"counters": {"vowels": 3}}));
+}
+
+/// One clear `error:` line naming what is wrong, and exit code 2.
+fn assert_input_error(out: &Output, needle: &str) {
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));
+    let err = stderr(out);
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn input_errors_are_one_clear_line() {
+    let stateful = guest("stateful");
+    let s = path(&stateful);
+    let dir = tempfile::tempdir().unwrap();
+    let text_file = dir.path().join("readme.wasm");
+    std::fs::write(&text_file, "not wasm").unwrap();
+
+    assert_input_error(
+        &airlock(&["call", "/no/such/tool.wasm", "x", "{}"]),
+        "/no/such/tool.wasm: cannot read",
+    );
+    assert_input_error(
+        &airlock(&["call", path(&text_file), "x", "{}"]),
+        "readme.wasm: not a WebAssembly file",
+    );
+    assert_input_error(
+        &airlock(&["call", s, "incremnt", "{}"]),
+        "unknown tool \"incremnt\"; available: add_note, increment, show_state",
+    );
+    assert_input_error(
+        &airlock(&["call", s, "increment", "{name: vowels}"]),
+        "arguments are not valid JSON",
+    );
+    assert_input_error(
+        &airlock(&["call", s, "increment", "{}", "--deps", "[1,2]"]),
+        "must be a JSON object",
+    );
+    assert_input_error(
+        &airlock(&["call", s, "increment", "{}", "--deps", "{oops"]),
+        "--deps: deps are not valid JSON",
+    );
+    assert_input_error(
+        &airlock(&["call", s, "increment", "{}", "--deps", "/no/deps.json"]),
+        "--deps /no/deps.json: cannot read",
+    );
+}
+
+#[test]
+fn inspect_lists_tools_and_imports() {
+    let stateful = guest("stateful");
+    let out = airlock(&["inspect", path(&stateful), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    let names: Vec<&str> = doc["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["increment", "add_note", "show_state"]);
+    assert_eq!(doc["tools"][0]["parameters"]["required"], json!(["name"]));
+    let imports: Vec<&str> = doc["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        imports
+            .iter()
+            .any(|i| i.starts_with("airlock:tool/context")),
+        "{imports:?}"
+    );
+
+    let out = airlock(&["inspect", path(&stateful)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("increment  Add 1 to the counter"), "{text}");
+    assert!(text.contains("airlock:tool/context@0.1.0"), "{text}");
+}

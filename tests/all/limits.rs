@@ -1,0 +1,117 @@
+//! Hostile guests against the default limits. Each test checks both sides:
+//! the attack ends in its typed error, deps are byte-identical (the attack's
+//! `set pwned` op is discarded), and the host serves the next call.
+
+use std::time::{Duration, Instant};
+
+use airlock::sandbox::Stream;
+use airlock::{CallError, RunContext};
+use serde_json::json;
+
+use crate::support::{assert_host_still_serves, call, hostile_host, hostile_limits, snapshot};
+
+async fn attack(name: &str) -> CallError {
+    let host = hostile_host().await;
+    let mut ctx = RunContext::from_value(json!({"secret_plan": [1, 2, 3]})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(host, &mut ctx, name, json!({})).await.unwrap_err();
+    assert!(
+        !ctx.deps().contains_key("pwned"),
+        "{name}: its ops were applied"
+    );
+    assert_host_still_serves(host, &mut ctx, &before).await;
+    err
+}
+
+#[tokio::test]
+async fn panic_is_a_trap_with_the_panic_message() {
+    let err = attack("panic").await;
+    let CallError::Trap { message, stderr } = &err else {
+        panic!("expected a trap, got {err}");
+    };
+    assert!(message.contains("unreachable"), "{message}");
+    assert!(
+        stderr.contains("hostile tool panicked on purpose"),
+        "{stderr}"
+    );
+    assert_eq!(err.kind(), "trap");
+}
+
+#[tokio::test]
+async fn unreachable_is_a_trap() {
+    let err = attack("unreachable").await;
+    assert!(
+        matches!(&err, CallError::Trap { message, .. } if message.contains("unreachable")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn infinite_loop_times_out() {
+    let started = Instant::now();
+    let err = attack("spin").await;
+    assert!(
+        matches!(err, CallError::Timeout { limit } if limit == hostile_limits().timeout),
+        "{err}"
+    );
+    // Not a timing assertion on speed: only that the deadline, not some
+    // other bound, ended the call.
+    assert!(started.elapsed() >= Duration::from_millis(500));
+}
+
+#[tokio::test]
+async fn memory_bomb_hits_the_memory_limit() {
+    let err = attack("memory_bomb").await;
+    assert!(
+        matches!(err, CallError::MemoryLimit { limit } if limit == 128 << 20),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unbounded_recursion_is_a_stack_overflow_trap() {
+    let err = attack("recurse").await;
+    assert!(
+        matches!(&err, CallError::Trap { message, .. } if message.contains("stack")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn huge_result_is_refused() {
+    let err = attack("huge_result").await;
+    assert!(
+        matches!(err, CallError::ResultTooLarge { limit: 1048576, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn stdout_flood_hits_the_output_limit() {
+    let err = attack("flood_stdout").await;
+    assert!(
+        matches!(
+            err,
+            CallError::OutputLimit {
+                stream: Stream::Stdout,
+                limit: 1048576
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn log_flood_hits_the_output_limit() {
+    let err = attack("flood_log").await;
+    assert!(
+        matches!(
+            err,
+            CallError::OutputLimit {
+                stream: Stream::Log,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

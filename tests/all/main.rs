@@ -1,0 +1,14 @@
+//! Airlock's integration tests: one binary, a module per feature (wasmtime's
+//! layout). Every test runs real components built from `guest-examples/`
+//! through the real host.
+
+// Tests state their expectations with unwrap/expect.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli;
+mod errors;
+mod limits;
+mod ops;
+mod stateful;
+mod support;
+mod view;

@@ -1,0 +1,299 @@
+//! Context ops through the real component boundary: the context-probe's
+//! `apply` tool returns exactly the ops a test gives it.
+
+use airlock::context::RejectReason;
+use airlock::{CallError, CallOutcome, RunContext};
+use serde_json::{Value, json};
+
+use crate::support::{call, ctx, host, snapshot};
+
+async fn apply(ctx: &mut RunContext, ops: Value) -> Result<CallOutcome, CallError> {
+    call(host().await, ctx, "apply", json!({ "ops": ops })).await
+}
+
+/// Runs `ops` against `deps` and returns the deps after, or the rejection.
+/// On rejection, also checks deps are byte-identical to before.
+async fn run(deps: Value, ops: Value) -> Result<Value, RejectReason> {
+    let mut c = ctx(deps);
+    let before = snapshot(&c);
+    match apply(&mut c, ops).await {
+        Ok(_) => Ok(Value::Object(c.deps().clone())),
+        Err(CallError::OpRejected(rejected)) => {
+            assert_eq!(snapshot(&c), before, "a rejected call changed deps");
+            Err(rejected.reason)
+        }
+        Err(other) => panic!("expected ops applied or rejected, got {other}"),
+    }
+}
+
+/// Every cell of the DESIGN §3 table: each op against a key that is
+/// missing, null, an object, an array, and each other JSON type.
+#[tokio::test]
+async fn every_cell_of_the_op_table() {
+    let states: &[(&str, Option<Value>)] = &[
+        ("missing", None),
+        ("null", Some(Value::Null)),
+        ("object", Some(json!({"a": 1, "n": {"x": 1}}))),
+        ("array", Some(json!([1, 2]))),
+        ("string", Some(json!("s"))),
+        ("number", Some(json!(7))),
+        ("bool", Some(json!(true))),
+    ];
+    // What each op leaves under "k", per state; `Err` = rejected.
+    let set = json!({"new": true});
+    let merge = json!({"n": {"y": 2}, "b": 3});
+    for (state, initial) in states {
+        let mut deps = json!({"other": "untouched"});
+        if let Some(v) = initial {
+            deps["k"] = v.clone();
+        }
+        let cases: Vec<(&str, Value, Result<Option<Value>, &str>)> = vec![
+            (
+                "set",
+                json!([{"op": "set", "key": "k", "value": set}]),
+                Ok(Some(set.clone())),
+            ),
+            (
+                "merge",
+                json!([{"op": "merge", "key": "k", "value": merge}]),
+                match *state {
+                    "missing" | "null" => Ok(Some(merge.clone())),
+                    "object" => Ok(Some(json!({"a": 1, "n": {"x": 1, "y": 2}, "b": 3}))),
+                    _ => Err("type_conflict"),
+                },
+            ),
+            (
+                "append",
+                json!([{"op": "append", "key": "k", "value": 9}]),
+                match *state {
+                    "missing" | "null" => Ok(Some(json!([9]))),
+                    "array" => Ok(Some(json!([1, 2, 9]))),
+                    _ => Err("type_conflict"),
+                },
+            ),
+            (
+                "delete",
+                json!([{"op": "delete", "key": "k"}]),
+                match *state {
+                    "missing" => Ok(None),
+                    // DESIGN §3: delete of a null key is a no-op.
+                    "null" => Ok(Some(Value::Null)),
+                    _ => Ok(None),
+                },
+            ),
+        ];
+        for (op, ops, expected) in cases {
+            let got = run(deps.clone(), ops).await;
+            let cell = format!("{op} on a {state} key");
+            match (expected, got) {
+                (Ok(value), Ok(after)) => {
+                    assert_eq!(after.get("k"), value.as_ref(), "{cell}");
+                    assert_eq!(after["other"], "untouched", "{cell}");
+                }
+                (Err(kind), Err(reason)) => {
+                    assert!(
+                        matches!(reason, RejectReason::TypeConflict { .. }),
+                        "{cell}: expected {kind}, got {reason}"
+                    );
+                }
+                (expected, got) => panic!("{cell}: expected {expected:?}, got {got:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn one_invalid_op_leaves_deps_byte_identical() {
+    let deps = json!({"list": [1], "text": "hello", "obj": {"a": {"b": [1, 2]}}});
+    let ops = json!([
+        {"op": "append", "key": "list", "value": 2},
+        {"op": "merge", "key": "obj", "value": {"a": {"c": 1}}},
+        {"op": "delete", "key": "text"},
+        {"op": "set", "key": "fresh", "value": 1},
+        {"op": "append", "key": "obj", "value": 3},
+    ]);
+    let mut c = ctx(deps);
+    let before = snapshot(&c);
+    let err = apply(&mut c, ops).await.unwrap_err();
+    let CallError::OpRejected(rejected) = err else {
+        panic!("expected an op rejection, got {err}");
+    };
+    assert_eq!(rejected.index, 4);
+    assert_eq!(rejected.key, "obj");
+    assert_eq!(snapshot(&c), before);
+    let message = rejected.to_string();
+    assert!(
+        message.contains("op #4") && message.contains("append") && message.contains("\"obj\""),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn order_matters_set_then_append() {
+    let set_then_append = json!([
+        {"op": "set", "key": "k", "value": [9, 8]},
+        {"op": "append", "key": "k", "value": 1},
+    ]);
+    assert_eq!(
+        run(json!({}), set_then_append).await.unwrap()["k"],
+        json!([9, 8, 1])
+    );
+    let append_then_set = json!([
+        {"op": "append", "key": "k", "value": 1},
+        {"op": "set", "key": "k", "value": [9, 8]},
+    ]);
+    assert_eq!(
+        run(json!({}), append_then_set).await.unwrap()["k"],
+        json!([9, 8])
+    );
+}
+
+#[tokio::test]
+async fn append_delete_append() {
+    let ops = json!([
+        {"op": "append", "key": "k", "value": 1},
+        {"op": "append", "key": "k", "value": 2},
+        {"op": "delete", "key": "k"},
+        {"op": "append", "key": "k", "value": 3},
+    ]);
+    assert_eq!(run(json!({}), ops).await.unwrap()["k"], json!([3]));
+}
+
+#[tokio::test]
+async fn deep_merge_recurses_into_objects() {
+    let ops = json!([{"op": "merge", "key": "k", "value": {"a": {"c": 2}, "d": 3}}]);
+    let after = run(json!({"k": {"a": {"b": 1}}}), ops).await.unwrap();
+    assert_eq!(after["k"], json!({"a": {"b": 1, "c": 2}, "d": 3}));
+}
+
+#[tokio::test]
+async fn merge_replaces_arrays_and_null_sets_null() {
+    let ops = json!([{"op": "merge", "key": "k", "value": {"a": {"list": [3], "gone": null}}}]);
+    let after = run(
+        json!({"k": {"a": {"list": [1, 2], "gone": 5, "kept": 1}}}),
+        ops,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        after["k"],
+        json!({"a": {"list": [3], "gone": null, "kept": 1}})
+    );
+    assert!(after["k"]["a"].as_object().unwrap().contains_key("gone"));
+}
+
+#[tokio::test]
+async fn merge_value_must_be_an_object() {
+    for value in [json!([1]), json!("s"), json!(1), Value::Null] {
+        let ops = json!([{"op": "merge", "key": "k", "value": value}]);
+        let reason = run(json!({}), ops).await.unwrap_err();
+        assert!(
+            matches!(reason, RejectReason::MergeNotObject { .. }),
+            "{value}: {reason}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn keys_must_be_non_empty_and_at_most_256_bytes() {
+    let empty = json!([{"op": "set", "key": "", "value": 1}]);
+    assert_eq!(
+        run(json!({}), empty).await.unwrap_err(),
+        RejectReason::EmptyKey
+    );
+
+    let longest = "k".repeat(256);
+    let ok = json!([{"op": "set", "key": longest, "value": 1}]);
+    assert_eq!(run(json!({}), ok).await.unwrap()[&longest], 1);
+
+    let too_long = json!([{"op": "set", "key": "é".repeat(129), "value": 1}]);
+    assert_eq!(
+        run(json!({}), too_long).await.unwrap_err(),
+        RejectReason::KeyTooLong { len: 258, max: 256 }
+    );
+}
+
+#[tokio::test]
+async fn values_must_be_json() {
+    let ops = json!([
+        {"op": "set", "key": "ok", "value": 1},
+        {"op": "set", "key": "bad", "raw": "{not json"},
+    ]);
+    let reason = run(json!({}), ops).await.unwrap_err();
+    assert!(matches!(reason, RejectReason::InvalidJson(_)), "{reason}");
+}
+
+#[tokio::test]
+async fn op_count_and_bytes_are_bounded() {
+    let many: Vec<Value> = (0..1001)
+        .map(|i| json!({"op": "set", "key": format!("k{i}"), "value": i}))
+        .collect();
+    let reason = run(json!({}), Value::Array(many)).await.unwrap_err();
+    assert_eq!(
+        reason,
+        RejectReason::TooManyOps {
+            count: 1001,
+            max: 1000
+        }
+    );
+
+    let exactly: Vec<Value> = (0..1000)
+        .map(|i| json!({"op": "set", "key": format!("k{i}"), "value": i}))
+        .collect();
+    assert_eq!(
+        run(json!({}), Value::Array(exactly))
+            .await
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .len(),
+        1000
+    );
+
+    let big = "x".repeat(600 * 1024);
+    let ops = json!([
+        {"op": "set", "key": "a", "value": big},
+        {"op": "set", "key": "b", "value": big},
+    ]);
+    let reason = run(json!({}), ops).await.unwrap_err();
+    assert!(
+        matches!(reason, RejectReason::TooManyBytes { max: 1048576, .. }),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
+async fn legacy_update_context_becomes_set_ops() {
+    let mut c = ctx(json!({"keep": 1}));
+    let args = json!({
+        "ops": [{"op": "append", "key": "log", "value": "x"}],
+        "result": {"answer": 42, "__update_context__": {"user": {"name": "Ada"}, "keep": 2}},
+    });
+    let outcome = call(host().await, &mut c, "apply", args).await.unwrap();
+    assert_eq!(
+        outcome.result,
+        json!({"answer": 42}),
+        "the legacy key is hidden from the model"
+    );
+    assert_eq!(
+        Value::Object(c.deps().clone()),
+        json!({"keep": 2, "log": ["x"], "user": {"name": "Ada"}})
+    );
+
+    let mut c = ctx(json!({"keep": 1}));
+    let before = snapshot(&c);
+    let bad = json!({"ops": [], "result": {"__update_context__": [1]}});
+    let err = call(host().await, &mut c, "apply", bad).await.unwrap_err();
+    assert!(matches!(err, CallError::InvalidResult(_)), "{err}");
+    assert_eq!(snapshot(&c), before);
+}
+
+#[tokio::test]
+async fn result_must_be_json() {
+    let mut c = ctx(json!({"keep": 1}));
+    let before = snapshot(&c);
+    let args = json!({"ops": [{"op": "set", "key": "k", "value": 1}], "raw_result": "not json"});
+    let err = call(host().await, &mut c, "apply", args).await.unwrap_err();
+    assert!(matches!(err, CallError::InvalidResult(_)), "{err}");
+    assert_eq!(snapshot(&c), before);
+}

@@ -1,0 +1,110 @@
+//! The stateful walkthrough tools, end to end.
+
+use airlock::{CallError, ContextOp, RunContext};
+use serde_json::json;
+
+use crate::support::{call, host, snapshot};
+
+#[tokio::test]
+async fn three_increments_leave_three() {
+    let host = host().await;
+    let mut ctx = RunContext::default();
+    for expected in 1..=3 {
+        let outcome = call(host, &mut ctx, "increment", json!({"name": "vowels"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.result,
+            json!({"counter": "vowels", "value": expected})
+        );
+        assert_eq!(
+            outcome.updates,
+            vec![ContextOp::Set {
+                key: "counters".into(),
+                value: json!({"vowels": expected}),
+            }]
+        );
+    }
+    assert_eq!(ctx.deps()["counters"], json!({"vowels": 3}));
+}
+
+#[tokio::test]
+async fn walkthrough_final_state() {
+    let host = host().await;
+    let mut ctx = RunContext::default();
+    for _ in 0..3 {
+        call(host, &mut ctx, "increment", json!({"name": "vowels"}))
+            .await
+            .unwrap();
+    }
+    let note = call(
+        host,
+        &mut ctx,
+        "add_note",
+        json!({"text": "vowels: e, e, a"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(note.result, json!({"added": "vowels: e, e, a", "total": 1}));
+    assert_eq!(
+        note.updates,
+        vec![ContextOp::Append {
+            key: "notes".into(),
+            value: json!("vowels: e, e, a"),
+        }]
+    );
+    let state = call(host, &mut ctx, "show_state", json!({})).await.unwrap();
+    let expected = json!({"counters": {"vowels": 3}, "notes": ["vowels: e, e, a"]});
+    assert_eq!(state.result, expected);
+    assert_eq!(serde_json::Value::Object(ctx.deps().clone()), expected);
+}
+
+#[tokio::test]
+async fn tool_refuses_bad_arguments_and_changes_nothing() {
+    let host = host().await;
+    let mut ctx = RunContext::from_value(json!({"counters": {"a": 1}})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(host, &mut ctx, "increment", json!({"name": 5}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CallError::InvalidArgs(m) if m.contains("name")),
+        "{err}"
+    );
+    assert_eq!(snapshot(&ctx), before);
+}
+
+#[tokio::test]
+async fn tool_reports_state_it_cannot_use() {
+    // `add_note` appends to `notes`; the tool itself refuses a string there.
+    let host = host().await;
+    let mut ctx = RunContext::from_value(json!({"notes": "not a list"})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(host, &mut ctx, "add_note", json!({"text": "x"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CallError::Failed(m) if m.contains("notes")),
+        "{err}"
+    );
+    assert_eq!(snapshot(&ctx), before);
+}
+
+#[tokio::test]
+async fn every_call_is_a_fresh_instance() {
+    // Counters live in deps, not in guest memory: two contexts never see
+    // each other's counts, however calls interleave.
+    let host = host().await;
+    let mut a = RunContext::default();
+    let mut b = RunContext::default();
+    for _ in 0..2 {
+        call(host, &mut a, "increment", json!({"name": "n"}))
+            .await
+            .unwrap();
+    }
+    let first_b = call(host, &mut b, "increment", json!({"name": "n"}))
+        .await
+        .unwrap();
+    assert_eq!(first_b.result["value"], 1);
+    assert_eq!(a.deps()["counters"]["n"], 2);
+}

@@ -1,0 +1,150 @@
+//! Shared set-up: the guest components are built once per test run (a no-op
+//! when `make guests` already built them), and hosts are shared between
+//! tests so each component compiles once per process.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use airlock::{CallError, CallOutcome, CompileCache, Host, Limits, RunContext, ToolCall};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the host crate lives one level below the repository root")
+        .to_path_buf()
+}
+
+/// The guest target dir. Separate from the host's so that building guests
+/// from inside `cargo test` never waits on the outer cargo's lock.
+pub fn guest_dir() -> PathBuf {
+    root().join("target/guests/wasm32-wasip2/release")
+}
+
+/// The compile cache shared by all tests (and kept between runs).
+pub fn cache_dir() -> PathBuf {
+    root().join("target/test-cache")
+}
+
+/// Path of a guest component from `guest-examples/`, building all of them
+/// the first time it is asked for. Fails loudly if the build fails.
+pub fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let root = root();
+        let output = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(root.join("guest-examples/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(root.join("target/guests"))
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    });
+    if let Err(e) = built {
+        panic!(
+            "building guest-examples failed (is the wasm32-wasip2 target installed? `make setup`):\n{e}"
+        );
+    }
+    let path = guest_dir().join(format!("{name}.wasm"));
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+fn builder() -> airlock::HostBuilder {
+    Host::builder()
+        .cache(CompileCache::in_dir(cache_dir()))
+        .max_concurrent_calls(64)
+}
+
+/// A host with the well-behaved guests loaded (stateful, context-probe),
+/// default limits.
+pub async fn host() -> &'static Host {
+    static HOST: OnceCell<Host> = OnceCell::const_new();
+    HOST.get_or_init(|| async {
+        let mut host = builder().build().expect("host builds");
+        for name in ["stateful", "context_probe"] {
+            host.load(guest(name)).await.expect("guest loads");
+        }
+        host
+    })
+    .await
+}
+
+/// Limits for hostile guests: default, but a short timeout so that the
+/// looping attacks end quickly.
+pub fn hostile_limits() -> Limits {
+    Limits {
+        timeout: Duration::from_millis(500),
+        ..Limits::default()
+    }
+}
+
+/// A host with the hostile guest and the stateful guest loaded, under
+/// [`hostile_limits`].
+pub async fn hostile_host() -> &'static Host {
+    static HOST: OnceCell<Host> = OnceCell::const_new();
+    HOST.get_or_init(|| async {
+        let mut host = builder()
+            .limits(hostile_limits())
+            .build()
+            .expect("host builds");
+        for name in ["hostile", "stateful"] {
+            host.load(guest(name)).await.expect("guest loads");
+        }
+        host
+    })
+    .await
+}
+
+/// Calls `name` with `args` on `host`.
+pub async fn call(
+    host: &Host,
+    ctx: &mut RunContext,
+    name: &str,
+    args: Value,
+) -> Result<CallOutcome, CallError> {
+    host.call(ctx, &ToolCall::new(name, args.to_string())).await
+}
+
+/// A context whose deps are `deps` (a JSON object).
+pub fn ctx(deps: Value) -> RunContext {
+    RunContext::from_value(deps).expect("test deps are an object")
+}
+
+/// Deps as bytes, to check they are byte-identical.
+pub fn snapshot(ctx: &RunContext) -> String {
+    serde_json::to_string(ctx.deps()).expect("deps serialize")
+}
+
+/// Asserts that a hostile call left deps byte-identical and that the host
+/// still serves a well-behaved call (and applies its ops).
+pub async fn assert_host_still_serves(host: &Host, ctx: &mut RunContext, before: &str) {
+    assert_eq!(snapshot(ctx), before, "a failed call changed deps");
+    let mut probe = ctx.clone();
+    let outcome = call(
+        host,
+        &mut probe,
+        "increment",
+        serde_json::json!({"name": "after"}),
+    )
+    .await
+    .expect("the host serves the next call");
+    assert_eq!(outcome.result["value"], 1);
+    assert_eq!(probe.deps()["counters"]["after"], 1);
+}
