@@ -69,10 +69,14 @@ async fn memory_bomb_hits_the_memory_limit() {
 }
 
 #[tokio::test]
-async fn unbounded_recursion_is_a_stack_overflow_trap() {
+async fn unbounded_recursion_is_a_trap() {
+    // Rust keeps its stack in linear memory (a shadow stack), so deep
+    // recursion runs off the bottom of memory before wasmtime's native
+    // stack guard fires: an out-of-bounds trap rather than a stack overflow.
     let err = attack("recurse").await;
     assert!(
-        matches!(&err, CallError::Trap { message, .. } if message.contains("stack")),
+        matches!(&err, CallError::Trap { message, .. }
+            if message.contains("out of bounds memory access") || message.contains("stack overflow")),
         "{err}"
     );
 }

@@ -26,6 +26,10 @@ async fn run(deps: Value, ops: Value) -> Result<Value, RejectReason> {
     }
 }
 
+/// What an op leaves under the key (`None`: absent), or the kind of
+/// rejection.
+type Expected = Result<Option<Value>, &'static str>;
+
 /// Every cell of the DESIGN §3 table: each op against a key that is
 /// missing, null, an object, an array, and each other JSON type.
 #[tokio::test]
@@ -47,7 +51,7 @@ async fn every_cell_of_the_op_table() {
         if let Some(v) = initial {
             deps["k"] = v.clone();
         }
-        let cases: Vec<(&str, Value, Result<Option<Value>, &str>)> = vec![
+        let cases: Vec<(&str, Value, Expected)> = vec![
             (
                 "set",
                 json!([{"op": "set", "key": "k", "value": set}]),

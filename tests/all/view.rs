@@ -41,7 +41,7 @@ async fn view_returns_exactly_what_the_host_holds() {
     assert_eq!(seen["missing"], json!(["absent"]));
     assert_eq!(
         seen["keys"],
-        json!(["big", "float", "nested", "null", "text"])
+        json!(["text", "big", "float", "nested", "null"])
     );
     assert_eq!(seen["metadata"], json!({"tenant": "acme", "nope": null}));
     assert_eq!(seen["run_id"], ctx.run_id());

@@ -126,9 +126,9 @@ async fn load_host(path: &Path) -> Result<Host, Failure> {
     Ok(host)
 }
 
-/// `--deps` takes inline JSON (starting with `{`) or a file path.
+/// `--deps` takes inline JSON (starting with `{` or `[`) or a file path.
 fn read_deps(arg: &str) -> Result<RunContext, Failure> {
-    let (text, origin) = if arg.trim_start().starts_with('{') {
+    let (text, origin) = if arg.trim_start().starts_with(['{', '[']) {
         (arg.to_owned(), "--deps".to_owned())
     } else {
         let path = PathBuf::from(arg);

@@ -291,7 +291,10 @@ pub(crate) fn apply(
             },
         });
     }
-    let mut staged: BTreeMap<&str, Option<Value>> = BTreeMap::new();
+    // Touched keys in first-touch order, so new keys land in deps in the
+    // order the ops created them.
+    let mut staged: Vec<(&str, Option<Value>)> = Vec::new();
+    let mut slot_of: BTreeMap<&str, usize> = BTreeMap::new();
     for (index, op) in ops.iter().enumerate() {
         let key = op.key();
         let reject = |reason| OpRejected {
@@ -301,16 +304,21 @@ pub(crate) fn apply(
             reason,
         };
         check_key(key, limits).map_err(reject)?;
-        let slot = staged.entry(key).or_insert_with(|| deps.get(key).cloned());
-        apply_one(slot, op).map_err(reject)?;
+        let slot = *slot_of.entry(key).or_insert_with(|| {
+            staged.push((key, deps.get(key).cloned()));
+            staged.len() - 1
+        });
+        apply_one(&mut staged[slot].1, op).map_err(reject)?;
     }
     for (key, value) in staged {
         match value {
+            // An existing key keeps its position; a new one is appended.
             Some(value) => {
                 deps.insert(key.to_owned(), value);
             }
+            // `shift_remove` keeps the order of the remaining keys.
             None => {
-                deps.remove(key);
+                deps.shift_remove(key);
             }
         }
     }
@@ -398,6 +406,30 @@ mod tests {
         assert_eq!(err.index, 1);
         assert_eq!(err.key, "s");
         assert_eq!(d, before);
+    }
+
+    #[test]
+    fn key_order_is_stable() {
+        let mut d = deps(json!({"a": 1, "b": 2, "c": 3}));
+        let ops = vec![
+            ContextOp::Set {
+                key: "z".into(),
+                value: json!(0),
+            },
+            ContextOp::Delete { key: "b".into() },
+            ContextOp::Set {
+                key: "a".into(),
+                value: json!(9),
+            },
+            ContextOp::Append {
+                key: "m".into(),
+                value: json!(1),
+            },
+        ];
+        apply(&mut d, &ops, &OpLimits::default()).unwrap();
+        let keys: Vec<&str> = d.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["a", "c", "z", "m"]);
+        assert_eq!(d["a"], 9);
     }
 
     #[test]

@@ -18,7 +18,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-use airlock::tool::{context, log, types};
+use self::airlock::tool::{context, log, types};
 
 /// What a tool can see of the run context during one call.
 ///
