@@ -50,4 +50,6 @@ pub mod tools;
 
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};
 pub use sandbox::{CompileCache, Limits};
-pub use tools::{CallError, CallOutcome, Host, HostBuilder, LoadError, ToolCall, ToolSpec};
+pub use tools::{
+    CallError, CallOutcome, Host, HostBuilder, LoadError, ToolCall, ToolConfig, ToolSpec,
+};

@@ -9,6 +9,7 @@
 //!   caller.
 //! - `session_id` is always set: generated when the caller gives none.
 
+mod access;
 mod ops;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use access::{ContextRules, KeyAccess, KeyPatterns, KeyRules, RuleError};
 pub use ops::{ContextOp, JsonType, OpKind, OpLimits, OpRejected, RejectReason, check_bounds};
 
 /// Deps as a shared, copy-on-write JSON object.
@@ -148,10 +150,22 @@ impl RunContext {
     ///
     /// Costs the size of the values the ops touch, not the size of deps.
     pub fn apply(&mut self, ops: &[ContextOp], limits: &OpLimits) -> Result<(), OpRejected> {
+        self.apply_with_rules(ops, limits, &KeyRules::default())
+    }
+
+    /// [`RunContext::apply`] for a tool bound by `rules`: a hidden key or a
+    /// key outside the tool's `write` patterns rejects the call, and every
+    /// key with a schema must satisfy it once all the ops are applied.
+    pub fn apply_with_rules(
+        &mut self,
+        ops: &[ContextOp],
+        limits: &OpLimits,
+        rules: &KeyRules,
+    ) -> Result<(), OpRejected> {
         if ops.is_empty() {
             return Ok(());
         }
-        ops::apply(Arc::make_mut(&mut self.deps), ops, limits)
+        ops::apply(Arc::make_mut(&mut self.deps), ops, limits, rules)
     }
 }
 

@@ -15,6 +15,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::access::KeyRules;
+
 /// Bounds on one call's ops. The defaults are what a tool gets unless the
 /// operator's policy says otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +168,12 @@ pub enum RejectReason {
     TooManyOps { count: usize, max: usize },
     #[error("the call's ops hold {bytes} bytes of keys and values; the limit is {max}")]
     TooManyBytes { bytes: usize, max: usize },
+    #[error("the key is hidden from tools")]
+    Hidden,
+    #[error("this tool may not write the key (context.write allows {})", .allowed.join(", "))]
+    NotWritable { allowed: Vec<String> },
+    #[error("the value after this call breaks the key's schema: {0}")]
+    SchemaViolation(String),
 }
 
 /// The JSON type of a value, for messages.
@@ -278,6 +286,7 @@ pub(crate) fn apply(
     deps: &mut Map<String, Value>,
     ops: &[ContextOp],
     limits: &OpLimits,
+    rules: &KeyRules,
 ) -> Result<(), OpRejected> {
     if ops.len() > limits.max_ops {
         let index = limits.max_ops;
@@ -293,7 +302,8 @@ pub(crate) fn apply(
     }
     // Touched keys in first-touch order, so new keys land in deps in the
     // order the ops created them.
-    let mut staged: Vec<(&str, Option<Value>)> = Vec::new();
+    // Each entry: key, staged value, index of the last op that touched it.
+    let mut staged: Vec<(&str, Option<Value>, usize)> = Vec::new();
     let mut slot_of: BTreeMap<&str, usize> = BTreeMap::new();
     for (index, op) in ops.iter().enumerate() {
         let key = op.key();
@@ -304,13 +314,34 @@ pub(crate) fn apply(
             reason,
         };
         check_key(key, limits).map_err(reject)?;
+        if rules.context.is_hidden(key) {
+            return Err(reject(RejectReason::Hidden));
+        }
+        if !rules.access.write.matches(key) {
+            return Err(reject(RejectReason::NotWritable {
+                allowed: rules.access.write.patterns().to_vec(),
+            }));
+        }
         let slot = *slot_of.entry(key).or_insert_with(|| {
-            staged.push((key, deps.get(key).cloned()));
+            staged.push((key, deps.get(key).cloned(), index));
             staged.len() - 1
         });
         apply_one(&mut staged[slot].1, op).map_err(reject)?;
+        staged[slot].2 = index;
     }
-    for (key, value) in staged {
+    for (key, value, index) in &staged {
+        if let Some(value) = value
+            && let Err(violation) = rules.context.check(key, value)
+        {
+            return Err(OpRejected {
+                index: *index,
+                kind: ops[*index].kind(),
+                key: truncate_key(key),
+                reason: RejectReason::SchemaViolation(violation),
+            });
+        }
+    }
+    for (key, value, _) in staged {
         match value {
             // An existing key keeps its position; a new one is appended.
             Some(value) => {
@@ -402,7 +433,7 @@ mod tests {
                 value: json!(3),
             },
         ];
-        let err = apply(&mut d, &ops, &OpLimits::default()).unwrap_err();
+        let err = apply(&mut d, &ops, &OpLimits::default(), &KeyRules::default()).unwrap_err();
         assert_eq!(err.index, 1);
         assert_eq!(err.key, "s");
         assert_eq!(d, before);
@@ -426,7 +457,7 @@ mod tests {
                 value: json!(1),
             },
         ];
-        apply(&mut d, &ops, &OpLimits::default()).unwrap();
+        apply(&mut d, &ops, &OpLimits::default(), &KeyRules::default()).unwrap();
         let keys: Vec<&str> = d.keys().map(String::as_str).collect();
         assert_eq!(keys, ["a", "c", "z", "m"]);
         assert_eq!(d["a"], 9);
@@ -439,6 +470,7 @@ mod tests {
             &mut Map::new(),
             &[ContextOp::Delete { key }],
             &OpLimits::default(),
+            &KeyRules::default(),
         )
         .unwrap_err();
         assert!(err.key.len() < 100, "{}", err.key);

@@ -10,6 +10,7 @@
 //! - The guest's stdout and stderr never reach the host's streams.
 
 mod cache;
+pub mod grants;
 mod limits;
 mod output;
 
@@ -22,8 +23,11 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub use cache::{CacheOutcome, CompileCache};
+use grants::HttpHooks;
+pub use grants::{GrantError, Grants};
 pub use limits::Limits;
 pub(crate) use limits::{CallLimiter, ResourceHit};
 pub use output::Stream;
@@ -169,6 +173,8 @@ pub(crate) enum Interrupted {
 pub(crate) struct CallState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
+    http: WasiHttpCtx,
+    http_hooks: HttpHooks,
     pub(crate) limiter: CallLimiter,
     pub(crate) stdout: CapturedOutput,
     pub(crate) stderr: CapturedOutput,
@@ -189,25 +195,42 @@ impl std::fmt::Debug for CallState {
 }
 
 impl CallState {
-    /// State for a call under `limits`, starting now, with nothing granted:
-    /// no preopened directories, no environment, no network, no stdin.
-    pub(crate) fn new(limits: &Limits, cancel: Arc<AtomicBool>) -> Self {
+    /// State for a call under `limits`, starting now, with exactly `grants`:
+    /// with none, no preopened directories, no environment, no network (no
+    /// HTTP, no sockets), and an empty stdin.
+    pub(crate) fn new(
+        limits: &Limits,
+        grants: &Arc<Grants>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Self, GrantError> {
         let stdout = CapturedOutput::new(Stream::Stdout, limits.max_output_bytes);
         let stderr = CapturedOutput::new(Stream::Stderr, limits.max_output_bytes);
-        let wasi = WasiCtx::builder()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .build();
-        Self {
-            wasi,
+        let deadline = Instant::now() + limits.timeout;
+        let mut wasi = WasiCtx::builder();
+        wasi.stdout(stdout.clone()).stderr(stderr.clone());
+        grants.prepare(&mut wasi)?;
+        Ok(Self {
+            wasi: wasi.build(),
             table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            http_hooks: HttpHooks::new(Arc::clone(grants), deadline),
             limiter: CallLimiter::new(limits),
             stdout,
             stderr,
             log: CapturedLog::new(limits.max_output_bytes),
-            deadline: Instant::now() + limits.timeout,
+            deadline,
             cancel,
             fuel: limits.fuel,
+        })
+    }
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
         }
     }
 }

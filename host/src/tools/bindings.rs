@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use wasmtime::component::{HasSelf, Linker, Resource};
 
-use crate::context::{Deps, RunContext, Usage};
+use crate::context::{Deps, KeyRules, RunContext, Usage};
 use crate::sandbox::{CallState, LogLevel, LogRecord};
 
 wasmtime::component::bindgen!({
@@ -23,7 +23,9 @@ use self::airlock::tool::{context, log, types};
 /// What a tool can see of the run context during one call.
 ///
 /// It holds a shared handle to deps as they were when the call started
-/// (no copy is made) and serializes only the keys the tool reads.
+/// (no copy is made) and serializes only the keys the tool reads. Keys the
+/// tool may not read (hidden, or outside its `read` patterns) are absent
+/// from `get` and `keys`, exactly as if they did not exist.
 #[derive(Debug)]
 pub struct ContextView {
     deps: Deps,
@@ -35,10 +37,11 @@ pub struct ContextView {
     iteration: u32,
     tool_call_id: String,
     retry: u32,
+    rules: KeyRules,
 }
 
 impl ContextView {
-    pub(crate) fn new(ctx: &RunContext, tool_call_id: &str, retry: u32) -> Self {
+    pub(crate) fn new(ctx: &RunContext, tool_call_id: &str, retry: u32, rules: KeyRules) -> Self {
         Self {
             deps: ctx.deps_snapshot(),
             run_id: ctx.run_id().to_owned(),
@@ -49,6 +52,7 @@ impl ContextView {
             iteration: ctx.iteration,
             tool_call_id: tool_call_id.to_owned(),
             retry,
+            rules,
         }
     }
 }
@@ -111,11 +115,20 @@ impl context::HostRunContext for CallState {
         key: String,
     ) -> wasmtime::Result<Option<String>> {
         let view = self.view(&this)?;
+        if !view.rules.can_read(&key) {
+            return Ok(None);
+        }
         Ok(view.deps.get(&key).map(|value| value.to_string()))
     }
 
     fn keys(&mut self, this: Resource<ContextView>) -> wasmtime::Result<Vec<String>> {
-        Ok(self.view(&this)?.deps.keys().cloned().collect())
+        let view = self.view(&this)?;
+        Ok(view
+            .deps
+            .keys()
+            .filter(|key| view.rules.can_read(key))
+            .cloned()
+            .collect())
     }
 
     fn metadata(

@@ -88,6 +88,10 @@ pub enum CallError {
     InvalidResult(String),
     #[error(transparent)]
     OpRejected(#[from] OpRejected),
+    /// A grant could not be prepared for this call (a granted directory
+    /// disappeared, say).
+    #[error("a grant could not be prepared: {0}")]
+    Grant(String),
     /// Too many calls are in flight for the instance pool.
     #[error("the host is at capacity: {0}")]
     Busy(String),
@@ -112,6 +116,7 @@ impl CallError {
             CallError::ResultTooLarge { .. } => "result_too_large",
             CallError::InvalidResult(_) => "invalid_result",
             CallError::OpRejected(_) => "op_rejected",
+            CallError::Grant(_) => "grant_unavailable",
             CallError::Busy(_) => "busy",
         }
     }

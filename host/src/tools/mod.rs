@@ -20,10 +20,12 @@ use wasmtime::{Store, Trap};
 pub use bindings::ContextView;
 pub use error::{CallError, LoadError};
 
-use crate::context::{ContextOp, OpKind, RunContext, check_bounds};
+use crate::context::{
+    ContextOp, ContextRules, KeyAccess, KeyRules, OpKind, RunContext, check_bounds,
+};
 use crate::sandbox::{
-    CacheOutcome, CallState, CompileCache, Interrupted, Limits, LogRecord, OutputLimitExceeded,
-    ResourceHit, Sandbox, SandboxConfig,
+    CacheOutcome, CallState, CompileCache, Grants, Interrupted, Limits, LogRecord,
+    OutputLimitExceeded, ResourceHit, Sandbox, SandboxConfig,
 };
 use bindings::ToolHostPre;
 use bindings::airlock::tool::types::ContextOp as GuestOp;
@@ -88,6 +90,16 @@ pub struct CallOutcome {
     pub duration: Duration,
 }
 
+/// What an operator allows one component: its limits, its grants, and
+/// which deps keys it may read and write. The default allows nothing beyond
+/// the default limits and full (non-hidden) deps access.
+#[derive(Debug, Clone, Default)]
+pub struct ToolConfig {
+    pub limits: Limits,
+    pub grants: Grants,
+    pub access: KeyAccess,
+}
+
 /// A loaded component: its compiled code, ready to instantiate, and the
 /// tools it offers.
 pub struct LoadedComponent {
@@ -95,6 +107,8 @@ pub struct LoadedComponent {
     component: Component,
     pre: ToolHostPre<CallState>,
     limits: Limits,
+    grants: Arc<Grants>,
+    rules: KeyRules,
     specs: Vec<ToolSpec>,
     cache: CacheOutcome,
 }
@@ -123,6 +137,14 @@ impl LoadedComponent {
         &self.limits
     }
 
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    pub fn access(&self) -> &KeyAccess {
+        &self.rules.access
+    }
+
     /// Whether loading compiled the component or took it from the cache.
     pub fn cache_outcome(&self) -> CacheOutcome {
         self.cache
@@ -145,6 +167,7 @@ impl LoadedComponent {
 pub struct HostBuilder {
     config: SandboxConfig,
     limits: Limits,
+    context_rules: ContextRules,
 }
 
 impl HostBuilder {
@@ -167,6 +190,12 @@ impl HostBuilder {
         self
     }
 
+    /// Hidden keys and per-key schemas, for every tool.
+    pub fn context_rules(mut self, rules: ContextRules) -> Self {
+        self.context_rules = rules;
+        self
+    }
+
     /// Meter instructions so that [`Limits::fuel`] is enforced.
     pub fn fuel_metering(mut self, on: bool) -> Self {
         self.config.fuel_metering = on;
@@ -180,12 +209,14 @@ impl HostBuilder {
             Sandbox::new(self.config).map_err(|e| LoadError::Sandbox(format!("{e:#}")))?;
         let mut linker = Linker::new(sandbox.engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
             .and_then(|()| bindings::add_to_linker(&mut linker))
             .map_err(|e| LoadError::Sandbox(format!("{e:#}")))?;
         Ok(Host {
             sandbox,
             linker,
             limits: self.limits,
+            context_rules: Arc::new(self.context_rules),
             components: Vec::new(),
             tools: BTreeMap::new(),
         })
@@ -216,6 +247,7 @@ pub struct Host {
     sandbox: Sandbox,
     linker: Linker<CallState>,
     limits: Limits,
+    context_rules: Arc<ContextRules>,
     components: Vec<Arc<LoadedComponent>>,
     /// Tool name → index into `components`.
     tools: BTreeMap<String, usize>,
@@ -258,13 +290,17 @@ impl Host {
         &self.components
     }
 
-    /// Loads the component at `path` with the host's default limits.
+    /// Loads the component at `path` with the host's default limits and
+    /// nothing granted.
     pub async fn load(
         &mut self,
         path: impl AsRef<Path>,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
-        let limits = self.limits.clone();
-        self.load_with_limits(path, limits).await
+        let config = ToolConfig {
+            limits: self.limits.clone(),
+            ..ToolConfig::default()
+        };
+        self.load_with(path, config).await
     }
 
     /// Loads the component at `path` (a binary component or WAT text):
@@ -273,11 +309,16 @@ impl Host {
     ///
     /// May block a worker thread for seconds on a cache miss. Fails, loading
     /// nothing, if any of its tool names is already loaded.
-    pub async fn load_with_limits(
+    pub async fn load_with(
         &mut self,
         path: impl AsRef<Path>,
-        limits: Limits,
+        config: ToolConfig,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
+        let ToolConfig {
+            limits,
+            grants,
+            access,
+        } = config;
         let path = path.as_ref().to_path_buf();
         if limits.fuel.is_some() && !self.sandbox.fuel_metering() {
             return Err(LoadError::Sandbox(format!(
@@ -346,6 +387,11 @@ impl Host {
             component,
             pre,
             limits,
+            grants: Arc::new(grants),
+            rules: KeyRules {
+                access: Arc::new(access),
+                context: Arc::clone(&self.context_rules),
+            },
             specs,
             cache: cache_outcome,
         });
@@ -362,7 +408,8 @@ impl Host {
         pre: &ToolHostPre<CallState>,
         limits: &Limits,
     ) -> Result<Vec<guest::ToolSpec>, CallError> {
-        let mut store = self.new_store(limits)?;
+        // `describe` runs with nothing granted, whatever the tool's grants.
+        let mut store = self.new_store(limits, &Arc::new(Grants::none()))?;
         let run = async {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.airlock_tool_tool().call_describe(&mut store).await
@@ -399,7 +446,7 @@ impl Host {
 
         let (output, captured) = self.invoke(component, ctx, call).await?;
         let (result, updates) = parse_output(output, &component.limits)?;
-        ctx.apply(&updates, &component.limits.ops)?;
+        ctx.apply_with_rules(&updates, &component.limits.ops, &component.rules)?;
 
         let duration = started.elapsed();
         tracing::debug!(ops = updates.len(), ?duration, "tool call applied");
@@ -423,11 +470,16 @@ impl Host {
         call: &ToolCall,
     ) -> Result<(guest::ToolOutput, Captured), CallError> {
         let limits = &component.limits;
-        let mut store = self.new_store(limits)?;
+        let mut store = self.new_store(limits, &component.grants)?;
         let view = store
             .data_mut()
             .table
-            .push(ContextView::new(ctx, &call.id, call.retry))
+            .push(ContextView::new(
+                ctx,
+                &call.id,
+                call.retry,
+                component.rules.clone(),
+            ))
             .map_err(|e| CallError::Busy(e.to_string()))?;
         let run = async {
             let instance = component.pre.instantiate_async(&mut store).await?;
@@ -461,8 +513,13 @@ impl Host {
         }
     }
 
-    fn new_store(&self, limits: &Limits) -> Result<Store<CallState>, CallError> {
-        let state = CallState::new(limits, Arc::new(AtomicBool::new(false)));
+    fn new_store(
+        &self,
+        limits: &Limits,
+        grants: &Arc<Grants>,
+    ) -> Result<Store<CallState>, CallError> {
+        let state = CallState::new(limits, grants, Arc::new(AtomicBool::new(false)))
+            .map_err(|e| CallError::Grant(e.to_string()))?;
         self.sandbox
             .store(state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))
