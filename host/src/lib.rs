@@ -45,6 +45,7 @@
 
 pub mod context;
 pub mod fs;
+pub mod policy;
 pub mod sandbox;
 pub mod tools;
 

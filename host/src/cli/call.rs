@@ -27,6 +27,10 @@ pub struct CallArgs {
     /// Continue this session instead of starting a new one.
     #[arg(long)]
     session_id: Option<String>,
+    /// The operator's policy (grants, limits, context rules). Without it,
+    /// the tool gets nothing.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The end user the call is made for.
     #[arg(long)]
     user_id: Option<String>,
@@ -63,7 +67,7 @@ pub async fn run(args: CallArgs) -> ExitCode {
 }
 
 async fn call(args: &CallArgs, ctx: &mut RunContext) -> Result<CallOutcome, Failure> {
-    let host = load_host(&args.component).await?;
+    let host = load_host(&args.component, args.config.as_deref()).await?;
     let call = ToolCall::new(args.name.as_str(), args.args.as_str());
     Ok(host.call(ctx, &call).await?)
 }

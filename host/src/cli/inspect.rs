@@ -1,11 +1,14 @@
-//! `airlock inspect TOOL.wasm`: the tools a component exports and the
-//! capabilities its imports ask for.
+//! `airlock inspect TOOL.wasm`: the tools a component exports, the
+//! capabilities its imports ask for, and what the policy grants.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
+use serde_json::{Value, json};
+
+use airlock::sandbox::Grants;
+use airlock::tools::LoadedComponent;
 
 use super::{Failure, load_host, print_error, print_out, show_json};
 
@@ -13,34 +16,91 @@ use super::{Failure, load_host, print_error, print_out, show_json};
 pub struct InspectArgs {
     /// The tool component (.wasm, or .wat text).
     component: PathBuf,
+    /// The operator's policy, to show what it grants this component.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
 }
 
-/// What an import lets a tool do, if granted.
-fn capability(import: &str) -> &'static str {
+/// The capability an import asks for, and what `grants` gives it.
+fn capability(import: &str, grants: &Grants) -> (&'static str, String) {
     let interface = import.split('@').next().unwrap_or(import);
-    match interface {
-        "airlock:tool/context" => "read the run context (always available, read-only)",
-        "airlock:tool/log" => "write log records (always available, bounded)",
-        i if i.starts_with("wasi:filesystem/") => "files (none unless a directory is granted)",
-        i if i.starts_with("wasi:sockets/") => "raw sockets (never granted)",
-        i if i.starts_with("wasi:http/") => "outgoing HTTP (none unless hosts are granted)",
-        "wasi:cli/environment" => "environment variables (none unless granted)",
-        i if i.starts_with("wasi:cli/std") || i.starts_with("wasi:cli/terminal") => {
-            "stdio (stdin empty; stdout/stderr captured, bounded)"
+    let listed = |items: Vec<String>| {
+        if items.is_empty() {
+            "nothing granted".to_owned()
+        } else {
+            format!("granted: {}", items.join(", "))
         }
-        i if i.starts_with("wasi:clocks/") => "clocks",
-        i if i.starts_with("wasi:random/") => "random numbers",
-        i if i.starts_with("wasi:io/") => "streams (used by the interfaces above)",
-        "wasi:cli/exit" => "exit (ends the call as a failure)",
-        _ => "other",
+    };
+    match interface {
+        "airlock:tool/context" => ("run context", "read-only view, always".into()),
+        "airlock:tool/log" => ("log", "captured, bounded".into()),
+        i if i.starts_with("wasi:filesystem/") => (
+            "files",
+            listed(
+                grants
+                    .dirs
+                    .iter()
+                    .map(|d| format!("{} <- {} ({})", d.guest(), d.host().display(), d.mode()))
+                    .collect(),
+            ),
+        ),
+        i if i.starts_with("wasi:http/") => (
+            "outgoing HTTP",
+            listed(
+                grants
+                    .http
+                    .allowed()
+                    .iter()
+                    .map(|p| p.as_str().to_owned())
+                    .collect(),
+            ),
+        ),
+        "wasi:cli/environment" => (
+            "environment variables",
+            listed(grants.env.iter().map(|e| e.name().to_owned()).collect()),
+        ),
+        i if i.starts_with("wasi:sockets/") => ("raw sockets", "never granted".into()),
+        i if i.starts_with("wasi:cli/std") || i.starts_with("wasi:cli/terminal") => (
+            "stdio",
+            "stdin empty; stdout/stderr captured, bounded".into(),
+        ),
+        i if i.starts_with("wasi:clocks/") => ("clocks", "always".into()),
+        i if i.starts_with("wasi:random/") => ("random numbers", "always".into()),
+        i if i.starts_with("wasi:io/") => ("streams", "used by the interfaces above".into()),
+        "wasi:cli/exit" => ("exit", "ends the call as a failure".into()),
+        _ => ("other", "linked by the host".into()),
     }
 }
 
+fn grants_json(component: &LoadedComponent) -> Value {
+    let grants = component.grants();
+    let limits = component.limits();
+    json!({
+        "dirs": grants.dirs.iter().map(|d| json!({"host": d.host(), "guest": d.guest(), "mode": d.mode()})).collect::<Vec<_>>(),
+        "env": grants.env.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        "http": grants.http.allowed().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        "secrets": grants.secrets.iter().map(|s| json!({"env": s.name(), "header": s.header_name().as_str(), "hosts": s.hosts()})).collect::<Vec<_>>(),
+        "limits": {
+            "timeout_ms": u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+            "memory_bytes": limits.max_memory_bytes,
+            "fuel": limits.fuel,
+            "max_result_bytes": limits.max_result_bytes,
+            "max_output_bytes": limits.max_output_bytes,
+            "max_ops": limits.ops.max_ops,
+            "max_op_bytes": limits.ops.max_op_bytes,
+        },
+        "context": {
+            "read": component.access().read.patterns(),
+            "write": component.access().write.patterns(),
+        },
+    })
+}
+
 pub async fn run(args: InspectArgs) -> ExitCode {
-    let host = match load_host(&args.component).await {
+    let host = match load_host(&args.component, args.config.as_deref()).await {
         Ok(host) => host,
         Err(failure) => return fail(&args, &failure),
     };
@@ -50,12 +110,17 @@ pub async fn run(args: InspectArgs) -> ExitCode {
             &Failure::input("internal", "no component was loaded"),
         );
     };
+    let grants = component.grants();
     let imports = component.imports();
     if args.json {
         let doc = json!({
             "path": component.path(),
             "tools": component.tools(),
-            "imports": imports.iter().map(|i| json!({"name": i, "capability": capability(i)})).collect::<Vec<_>>(),
+            "imports": imports.iter().map(|i| {
+                let (capability, granted) = capability(i, grants);
+                json!({"name": i, "capability": capability, "granted": granted})
+            }).collect::<Vec<_>>(),
+            "grants": grants_json(component),
         });
         print_out(&doc.to_string());
         return ExitCode::SUCCESS;
@@ -68,14 +133,38 @@ pub async fn run(args: InspectArgs) -> ExitCode {
             show_json(&spec.parameters)
         ));
     }
-    text.push_str(
-        "\nimports (what the tool asks for; this host grants nothing beyond the defaults):\n",
-    );
+    text.push_str("\nimports (what the tool asks for, and what it gets):\n");
     let width = imports.iter().map(String::len).max().unwrap_or(0);
     for import in &imports {
-        text.push_str(&format!("  {import:width$}  {}\n", capability(import)));
+        let (capability, granted) = capability(import, grants);
+        text.push_str(&format!("  {import:width$}  {capability}: {granted}\n"));
     }
-    print_out(text.trim_end());
+    for secret in &grants.secrets {
+        text.push_str(&format!(
+            "\nsecret {} -> header {} on {} (never visible to the tool)",
+            secret.name(),
+            secret.header_name(),
+            secret.hosts().join(", ")
+        ));
+    }
+    let limits = component.limits();
+    text.push_str(&format!(
+        "\nlimits: {} ms, {} MiB memory, {} result bytes, {} ops{}\n",
+        limits.timeout.as_millis(),
+        limits.max_memory_bytes >> 20,
+        limits.max_result_bytes,
+        limits.ops.max_ops,
+        limits
+            .fuel
+            .map(|f| format!(", {f} fuel"))
+            .unwrap_or_default(),
+    ));
+    text.push_str(&format!(
+        "context: read {}; write {}",
+        component.access().read.patterns().join(", "),
+        component.access().write.patterns().join(", "),
+    ));
+    print_out(&text);
     ExitCode::SUCCESS
 }
 

@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use airlock::context::DepsError;
+use airlock::policy::Policy;
 use airlock::{CallError, Host, LoadError, RunContext};
 
 pub const EXIT_TOOL_FAILED: u8 = 1;
@@ -119,10 +120,32 @@ pub fn print_out(text: &str) {
     }
 }
 
-/// Builds a host with the default sandbox and loads `path`.
-async fn load_host(path: &Path) -> Result<Host, Failure> {
-    let mut host = Host::builder().build()?;
-    host.load(path).await?;
+/// Builds a host and loads the component at `path` under the policy at
+/// `config`. A component the policy does not list, or any component without
+/// a policy, gets nothing beyond the default limits.
+async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> {
+    let policy = config
+        .map(Policy::load)
+        .transpose()
+        .map_err(|e| Failure::input("invalid_config", e.to_string()))?;
+    let mut builder = Host::builder();
+    if let Some(policy) = &policy {
+        builder = builder.context_rules(policy.context.clone());
+    }
+    let mut host = builder.build()?;
+    match policy.as_ref().and_then(|p| p.for_component(path)) {
+        Some(tool) => host.load_with(path, tool.config.clone()).await?,
+        None => {
+            if let Some(policy) = &policy {
+                tracing::warn!(
+                    "{} does not list {}; it gets nothing",
+                    policy.source.display(),
+                    path.display()
+                );
+            }
+            host.load(path).await?
+        }
+    };
     Ok(host)
 }
 

@@ -17,6 +17,15 @@ pub enum DirMode {
     Rw,
 }
 
+impl std::fmt::Display for DirMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DirMode::Ro => "read-only",
+            DirMode::Rw => "read-write",
+        })
+    }
+}
+
 /// A host directory the tool sees at `guest`. Paths cannot escape it:
 /// `..`, absolute paths and symlinks that lead outside are refused by the
 /// capability-based filesystem under WASI.

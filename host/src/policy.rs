@@ -1,0 +1,432 @@
+//! The operator's policy file, `airlock.toml`: which tools to load and what
+//! each may do.
+//!
+//! ```toml
+//! [limits]                       # defaults for every tool (optional)
+//! timeout_ms = 5000
+//! memory_mb = 128
+//!
+//! [context]
+//! hidden = ["api_token", "internal_*"]   # never visible to any tool
+//! schema.counters = { type = "object", additionalProperties = { type = "integer" } }
+//!
+//! [[tool]]
+//! path = "tools/weather.wasm"     # relative to this file
+//! approval = "ask"                # "never" (default) or "ask"
+//! env = ["TZ"]
+//! dirs = [{ host = "data", guest = "/data", mode = "ro" }]
+//! http = ["https://api.weather.example"]
+//! secrets = [{ env = "WEATHER_KEY", hosts = ["api.weather.example"] }]
+//! limits = { timeout_ms = 2000 }
+//! context = { read = ["city", "units"], write = ["forecast"] }
+//! ```
+//!
+//! Anything not granted is denied. A file that names an unknown key, a
+//! missing component, a malformed host pattern or a directory that does not
+//! exist fails to load, with an error naming the file, the line and the
+//! problem.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::context::{ContextRules, KeyAccess, KeyPatterns};
+use crate::sandbox::Limits;
+use crate::sandbox::grants::{
+    DirGrant, DirMode, EnvGrant, Grants, HostPattern, HttpGrant, SecretGrant,
+};
+use crate::tools::ToolConfig;
+
+/// Whether the agent loop asks a person before running a tool's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// Run calls without asking (the default).
+    #[default]
+    Never,
+    /// Ask to approve, reject or edit each call first.
+    Ask,
+}
+
+/// A loaded, validated policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The file it came from.
+    pub source: PathBuf,
+    pub tools: Vec<ToolPolicy>,
+    /// Hidden keys and per-key schemas, for every tool.
+    pub context: ContextRules,
+}
+
+/// What the policy says about one component.
+#[derive(Debug, Clone)]
+pub struct ToolPolicy {
+    /// The component, resolved against the policy file's directory.
+    pub path: PathBuf,
+    /// A label for messages; defaults to the file name.
+    pub name: String,
+    pub approval: Approval,
+    pub config: ToolConfig,
+}
+
+/// A policy that cannot be used. The message names the file, the line
+/// (when known) and the problem.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{}: {message}", .file.display(), .line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct PolicyError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl Policy {
+    /// Reads and validates the policy at `path`. Relative paths in it are
+    /// resolved against its directory.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, PolicyError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
+            file: path.to_path_buf(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        let base = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Self::parse(&text, path, &base)
+    }
+
+    /// Validates policy `text`; `source` names it in errors and `base` is
+    /// where relative paths start.
+    pub fn parse(text: &str, source: &Path, base: &Path) -> Result<Self, PolicyError> {
+        let at = |span: Option<std::ops::Range<usize>>, message: String| PolicyError {
+            file: source.to_path_buf(),
+            line: span.map(|s| line_of(text, s.start)),
+            message,
+        };
+        let file: PolicyFile =
+            toml::from_str(text).map_err(|e| at(e.span(), e.message().to_owned()))?;
+
+        let hidden: Vec<&str> = file
+            .context
+            .hidden
+            .iter()
+            .map(|h| h.get_ref().as_str())
+            .collect();
+        let hidden = KeyPatterns::new(&hidden).map_err(|e| {
+            at(
+                file.context.hidden.first().map(Spanned::span),
+                e.to_string(),
+            )
+        })?;
+        let schemas: BTreeMap<String, serde_json::Value> =
+            file.context.schema.into_iter().collect();
+        let context =
+            ContextRules::new(hidden, schemas).map_err(|e| at(None, format!("[context] {e}")))?;
+
+        let defaults = file
+            .limits
+            .apply(Limits::default())
+            .map_err(|m| at(None, format!("[limits] {m}")))?;
+        let mut tools = Vec::with_capacity(file.tools.len());
+        for tool in file.tools {
+            tools.push(tool.resolve(base, &defaults, &at)?);
+        }
+        Ok(Self {
+            source: source.to_path_buf(),
+            tools,
+            context,
+        })
+    }
+
+    /// The policy entry for the component at `path`, if the policy lists
+    /// it (compared as canonical paths).
+    pub fn for_component(&self, path: &Path) -> Option<&ToolPolicy> {
+        let wanted = path.canonicalize().ok()?;
+        self.tools
+            .iter()
+            .find(|t| t.path.canonicalize().is_ok_and(|p| p == wanted))
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .map_or(0, |before| before.matches('\n').count())
+        + 1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    limits: LimitsFile,
+    #[serde(default)]
+    context: ContextFile,
+    #[serde(default, rename = "tool")]
+    tools: Vec<ToolFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContextFile {
+    #[serde(default)]
+    hidden: Vec<Spanned<String>>,
+    #[serde(default)]
+    schema: BTreeMap<String, serde_json::Value>,
+}
+
+/// Limits as written; each unset field keeps the value it is layered on.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    timeout_ms: Option<u64>,
+    memory_mb: Option<u64>,
+    fuel: Option<u64>,
+    max_result_bytes: Option<usize>,
+    max_output_bytes: Option<usize>,
+    max_ops: Option<usize>,
+    max_op_bytes: Option<usize>,
+    max_table_elements: Option<usize>,
+    max_instances: Option<usize>,
+}
+
+impl LimitsFile {
+    fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
+        if let Some(ms) = self.timeout_ms {
+            if ms == 0 {
+                return Err("timeout_ms must be at least 1".into());
+            }
+            limits.timeout = Duration::from_millis(ms);
+        }
+        if let Some(mb) = self.memory_mb {
+            let bytes = usize::try_from(mb)
+                .ok()
+                .and_then(|mb| mb.checked_mul(1 << 20));
+            limits.max_memory_bytes = bytes.ok_or("memory_mb is too large")?;
+        }
+        if let Some(fuel) = self.fuel {
+            limits.fuel = Some(fuel);
+        }
+        let set = |field: &mut usize, value: Option<usize>| {
+            if let Some(v) = value {
+                *field = v;
+            }
+        };
+        set(&mut limits.max_result_bytes, self.max_result_bytes);
+        set(&mut limits.max_output_bytes, self.max_output_bytes);
+        set(&mut limits.ops.max_ops, self.max_ops);
+        set(&mut limits.ops.max_op_bytes, self.max_op_bytes);
+        set(&mut limits.max_table_elements, self.max_table_elements);
+        set(&mut limits.max_instances, self.max_instances);
+        Ok(limits)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolFile {
+    path: Spanned<String>,
+    name: Option<String>,
+    #[serde(default)]
+    approval: Approval,
+    #[serde(default)]
+    env: Vec<Spanned<String>>,
+    #[serde(default)]
+    dirs: Vec<Spanned<DirFile>>,
+    #[serde(default)]
+    http: Vec<Spanned<String>>,
+    #[serde(default)]
+    max_response_bytes: Option<usize>,
+    #[serde(default)]
+    secrets: Vec<Spanned<SecretFile>>,
+    limits: Option<Spanned<LimitsFile>>,
+    context: Option<Spanned<ToolContextFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirFile {
+    host: String,
+    guest: String,
+    #[serde(default)]
+    mode: DirMode,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretFile {
+    /// The operator's environment variable holding the value.
+    env: String,
+    hosts: Vec<String>,
+    #[serde(default = "default_secret_header")]
+    header: String,
+    #[serde(default = "default_secret_format")]
+    format: String,
+}
+
+fn default_secret_header() -> String {
+    "authorization".into()
+}
+
+fn default_secret_format() -> String {
+    "Bearer {}".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolContextFile {
+    read: Option<Vec<String>>,
+    write: Option<Vec<String>>,
+}
+
+type At<'a> = dyn Fn(Option<std::ops::Range<usize>>, String) -> PolicyError + 'a;
+
+impl ToolFile {
+    fn resolve(
+        self,
+        base: &Path,
+        defaults: &Limits,
+        at: &At<'_>,
+    ) -> Result<ToolPolicy, PolicyError> {
+        let path = base.join(self.path.get_ref());
+        if !path.is_file() {
+            return Err(at(
+                Some(self.path.span()),
+                format!(
+                    "tool path {:?}: no such file ({})",
+                    self.path.get_ref(),
+                    path.display()
+                ),
+            ));
+        }
+        let name = self.name.unwrap_or_else(|| {
+            path.file_name().map_or_else(
+                || self.path.get_ref().clone(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        });
+        let prefix = |m: String| format!("tool {name:?}: {m}");
+
+        let env = self
+            .env
+            .iter()
+            .map(|e| {
+                EnvGrant::new(e.get_ref().as_str())
+                    .map_err(|g| at(Some(e.span()), prefix(g.to_string())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let dirs = self
+            .dirs
+            .iter()
+            .map(|d| {
+                let dir = d.get_ref();
+                DirGrant::new(base.join(&dir.host), dir.guest.as_str(), dir.mode)
+                    .map_err(|g| at(Some(d.span()), prefix(g.to_string())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let allow = self
+            .http
+            .iter()
+            .map(|h| {
+                HostPattern::parse(h.get_ref())
+                    .map_err(|g| at(Some(h.span()), prefix(g.to_string())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut http = HttpGrant::new(allow);
+        if let Some(max) = self.max_response_bytes {
+            http.max_response_bytes = max;
+        }
+        let secrets = self
+            .secrets
+            .iter()
+            .map(|s| {
+                let secret = s.get_ref();
+                if env.iter().any(|e| e.name() == secret.env) {
+                    return Err(at(
+                        Some(s.span()),
+                        prefix(format!(
+                            "{:?} is both a secret and a granted environment variable; secrets never enter the guest",
+                            secret.env
+                        )),
+                    ));
+                }
+                SecretGrant::from_env(&secret.env, &secret.header, &secret.format, secret.hosts.clone())
+                    .map_err(|g| at(Some(s.span()), prefix(g.to_string())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let limits = match &self.limits {
+            None => defaults.clone(),
+            Some(limits) => limits
+                .get_ref()
+                .apply(defaults.clone())
+                .map_err(|m| at(Some(limits.span()), prefix(format!("limits: {m}"))))?,
+        };
+
+        let (context_span, context) = match self.context {
+            None => (None, ToolContextFile::default()),
+            Some(c) => (Some(c.span()), c.into_inner()),
+        };
+        let patterns = |list: Option<Vec<String>>| match list {
+            None => Ok(KeyPatterns::all()),
+            Some(list) => KeyPatterns::new(&list),
+        };
+        let access = KeyAccess {
+            read: patterns(context.read)
+                .map_err(|e| at(context_span.clone(), prefix(format!("context.read: {e}"))))?,
+            write: patterns(context.write)
+                .map_err(|e| at(context_span.clone(), prefix(format!("context.write: {e}"))))?,
+        };
+
+        Ok(ToolPolicy {
+            path,
+            name,
+            approval: self.approval,
+            config: ToolConfig {
+                limits,
+                grants: Grants {
+                    dirs,
+                    env,
+                    http,
+                    secrets,
+                },
+                access,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Policy, PolicyError> {
+        let dir = std::env::temp_dir();
+        Policy::parse(text, Path::new("airlock.toml"), &dir)
+    }
+
+    #[test]
+    fn unknown_keys_name_the_line() {
+        let err = parse("[limits]\ntimeout_ms = 5\nbogus = 1\n").unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(err.to_string().starts_with("airlock.toml:3: "), "{err}");
+        assert!(err.message.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn missing_component_names_the_line() {
+        let err = parse("\n[[tool]]\npath = \"nope.wasm\"\n").unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(err.message.contains("nope.wasm"), "{err}");
+    }
+
+    #[test]
+    fn empty_policy_grants_nothing() {
+        let policy = parse("").unwrap();
+        assert!(policy.tools.is_empty());
+        assert!(!policy.context.is_hidden("anything"));
+    }
+}
