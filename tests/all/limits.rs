@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use airlock::context::RejectReason;
 use airlock::sandbox::Stream;
 use airlock::{CallError, RunContext};
 use serde_json::json;
@@ -118,4 +119,53 @@ async fn log_flood_hits_the_output_limit() {
         ),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_million_ops_are_refused() {
+    let err = attack("million_ops").await;
+    let CallError::OpRejected(rejected) = &err else {
+        panic!("expected op_rejected, got {err}");
+    };
+    assert_eq!(
+        rejected.reason,
+        RejectReason::TooManyOps {
+            count: 1_000_000,
+            max: 1000
+        }
+    );
+}
+
+#[tokio::test]
+async fn op_bytes_flood_is_refused() {
+    let err = attack("op_bytes_flood").await;
+    assert!(
+        matches!(&err, CallError::OpRejected(r) if matches!(r.reason, RejectReason::TooManyBytes { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn result_that_is_not_json_is_refused() {
+    let err = attack("non_json_result").await;
+    assert!(matches!(err, CallError::InvalidResult(_)), "{err}");
+}
+
+#[tokio::test]
+async fn op_value_that_is_not_json_is_refused() {
+    let err = attack("non_json_op").await;
+    let CallError::OpRejected(rejected) = &err else {
+        panic!("expected op_rejected, got {err}");
+    };
+    assert_eq!((rejected.index, rejected.key.as_str()), (1, "pwned"));
+    assert!(
+        matches!(rejected.reason, RejectReason::InvalidJson(_)),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn spinning_after_partial_output_times_out() {
+    let err = attack("spin_after_output").await;
+    assert!(matches!(err, CallError::Timeout { .. }), "{err}");
 }

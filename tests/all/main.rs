@@ -6,7 +6,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
+mod context_rules;
 mod errors;
+mod filesystem;
+mod http;
 mod limits;
 mod ops;
 mod stateful;

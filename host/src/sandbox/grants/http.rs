@@ -327,14 +327,15 @@ async fn send(
         limit.map_or(left, |l| l.min(left))
     };
     let addrs = resolve(&host, port, budget(None)).await?;
-    let Some(addr) = addrs
+    let permitted: Vec<SocketAddr> = addrs
         .iter()
         .copied()
-        .find(|a| !is_non_public(a.ip()) || pattern.names_address(a.ip()))
-    else {
+        .filter(|a| !is_non_public(a.ip()) || pattern.names_address(a.ip()))
+        .collect();
+    if permitted.is_empty() {
         tracing::info!(%uri, ?addrs, "HTTP request refused: resolves to a non-public address");
         return Err(HttpError::DestinationIpProhibited);
-    };
+    }
 
     for secret in secrets.iter().filter(|s| s.binds(&host)) {
         let (name, value) = secret.header();
@@ -342,14 +343,9 @@ async fn send(
     }
 
     let connect_timeout = budget(options.and_then(|o| o.connect_timeout));
-    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
-        Err(_) => return Err(HttpError::ConnectionTimeout),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            return Err(HttpError::ConnectionRefused);
-        }
-        Ok(Err(e)) => return Err(HttpError::Connect(e)),
-        Ok(Ok(tcp)) => tcp,
-    };
+    let tcp = tokio::time::timeout(connect_timeout, connect_any(&permitted))
+        .await
+        .map_err(|_| HttpError::ConnectionTimeout)??;
     let stream: Box<dyn Stream> = match scheme {
         Scheme::Http => Box::new(tcp),
         Scheme::Https => {
@@ -409,6 +405,23 @@ async fn send(
         Ok(())
     });
     Ok((response, io))
+}
+
+/// Connects to the first of `addrs` that accepts, in resolver order (so a
+/// name with both IPv6 and IPv4 addresses works when the server listens on
+/// only one). Only addresses that passed the checks are ever tried.
+async fn connect_any(addrs: &[SocketAddr]) -> Result<TcpStream, HttpError> {
+    let mut last = HttpError::DestinationUnavailable;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                last = HttpError::ConnectionRefused;
+            }
+            Err(e) => last = HttpError::Connect(e),
+        }
+    }
+    Err(last)
 }
 
 async fn resolve(host: &str, port: u16, budget: Duration) -> Result<Vec<SocketAddr>, HttpError> {

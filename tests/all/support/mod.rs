@@ -7,7 +7,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use airlock::{CallError, CallOutcome, CompileCache, Host, Limits, RunContext, ToolCall};
+pub mod loopback;
+
+use airlock::context::ContextRules;
+use airlock::{
+    CallError, CallOutcome, CompileCache, Host, Limits, RunContext, ToolCall, ToolConfig,
+};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
@@ -69,7 +74,7 @@ pub fn guest(name: &str) -> PathBuf {
 fn builder() -> airlock::HostBuilder {
     Host::builder()
         .cache(CompileCache::in_dir(cache_dir()))
-        .max_concurrent_calls(64)
+        .max_concurrent_calls(16)
 }
 
 /// A host with the well-behaved guests loaded (stateful, context-probe),
@@ -110,6 +115,19 @@ pub async fn hostile_host() -> &'static Host {
         host
     })
     .await
+}
+
+/// A fresh host with `guests` loaded, each under its own config, plus the
+/// stateful guest (default config) so [`assert_host_still_serves`] works.
+pub async fn host_with(guests: &[(&str, ToolConfig)], rules: ContextRules) -> Host {
+    let mut host = builder().context_rules(rules).build().expect("host builds");
+    for (name, config) in guests {
+        host.load_with(guest(name), config.clone())
+            .await
+            .expect("guest loads");
+    }
+    host.load(guest("stateful")).await.expect("stateful loads");
+    host
 }
 
 /// Calls `name` with `args` on `host`.

@@ -1,0 +1,181 @@
+//! The directory and environment grants: nothing without a grant, exactly
+//! the granted directory (read-only or read-write) with one, and no escape.
+
+use airlock::context::ContextRules;
+use airlock::sandbox::grants::{DirGrant, DirMode, EnvGrant};
+use airlock::{CallError, Host, RunContext, ToolConfig};
+use serde_json::json;
+
+use crate::support::{assert_host_still_serves, call, host_with, snapshot};
+
+struct Fixture {
+    /// Holds `outside.txt` and the granted `data/` and `rw/` directories.
+    root: tempfile::TempDir,
+    host: Host,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("data");
+        let rw = root.path().join("rw");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&rw).unwrap();
+        std::fs::write(data.join("ok.txt"), "granted content").unwrap();
+        std::fs::write(root.path().join("outside.txt"), "OUTSIDE-SECRET").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("/etc/passwd", data.join("passwd-link")).unwrap();
+
+        let mut config = ToolConfig::default();
+        config.grants.dirs = vec![
+            DirGrant::new(&data, "/data", DirMode::Ro).unwrap(),
+            DirGrant::new(&rw, "/rw", DirMode::Rw).unwrap(),
+        ];
+        let host = host_with(&[("hostile", config)], ContextRules::default()).await;
+        Self { root, host }
+    }
+
+    /// Runs an attack that must fail as a tool error; checks deps and the
+    /// next call; returns the error message.
+    async fn refused(&self, tool: &str, args: serde_json::Value) -> String {
+        let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+        let before = snapshot(&ctx);
+        let err = call(&self.host, &mut ctx, tool, args.clone())
+            .await
+            .unwrap_err();
+        let CallError::Failed(message) = err else {
+            panic!("{tool} {args}: expected a tool failure, got {err}");
+        };
+        assert_host_still_serves(&self.host, &mut ctx, &before).await;
+        message
+    }
+}
+
+#[tokio::test]
+async fn granted_directory_is_readable() {
+    let f = Fixture::new().await;
+    let mut ctx = RunContext::default();
+    let out = call(
+        &f.host,
+        &mut ctx,
+        "read_file",
+        json!({"path": "/data/ok.txt"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.result["text"], "granted content");
+}
+
+#[tokio::test]
+async fn etc_passwd_is_not_reachable() {
+    let f = Fixture::new().await;
+    for path in ["/etc/passwd", "/data/../../etc/passwd", "/data/passwd-link"] {
+        let message = f.refused("read_file", json!({"path": path})).await;
+        assert!(!message.contains("root:"), "{path}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn dot_dot_cannot_leave_the_granted_directory() {
+    let f = Fixture::new().await;
+    for path in [
+        "/data/../outside.txt",
+        "../outside.txt",
+        "/data/../../outside.txt",
+        "/outside.txt",
+    ] {
+        let message = f.refused("read_file", json!({"path": path})).await;
+        assert!(!message.contains("OUTSIDE-SECRET"), "{path}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn read_only_directory_cannot_be_written() {
+    let f = Fixture::new().await;
+    f.refused("write_file", json!({"path": "/data/new.txt", "text": "x"}))
+        .await;
+    f.refused(
+        "write_file",
+        json!({"path": "/data/ok.txt", "text": "overwritten"}),
+    )
+    .await;
+    assert!(!f.root.path().join("data/new.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.root.path().join("data/ok.txt")).unwrap(),
+        "granted content"
+    );
+}
+
+#[tokio::test]
+async fn read_write_directory_can_be_written() {
+    let f = Fixture::new().await;
+    let mut ctx = RunContext::default();
+    call(
+        &f.host,
+        &mut ctx,
+        "write_file",
+        json!({"path": "/rw/new.txt", "text": "written"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.root.path().join("rw/new.txt")).unwrap(),
+        "written"
+    );
+}
+
+#[tokio::test]
+async fn no_grant_no_files() {
+    let host = host_with(
+        &[("hostile", ToolConfig::default())],
+        ContextRules::default(),
+    )
+    .await;
+    let mut ctx = RunContext::default();
+    let err = call(
+        &host,
+        &mut ctx,
+        "read_file",
+        json!({"path": "/etc/hostname"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, CallError::Failed(_)), "{err}");
+}
+
+#[tokio::test]
+async fn environment_is_empty_unless_granted() {
+    // The test process has PATH and HOME; the guest sees neither unless
+    // granted, and then only the granted one.
+    let home = std::env::var("HOME").expect("HOME is set for tests");
+    let host = host_with(
+        &[("hostile", ToolConfig::default())],
+        ContextRules::default(),
+    )
+    .await;
+    let mut ctx = RunContext::default();
+    let all = call(&host, &mut ctx, "dump_env", json!({})).await.unwrap();
+    assert_eq!(all.result, json!({}));
+    let path = call(&host, &mut ctx, "read_env", json!({"name": "PATH"}))
+        .await
+        .unwrap();
+    assert_eq!(path.result["value"], serde_json::Value::Null);
+
+    let mut config = ToolConfig::default();
+    config.grants.env = vec![EnvGrant::new("HOME").unwrap()];
+    let host = host_with(&[("hostile", config)], ContextRules::default()).await;
+    let all = call(&host, &mut ctx, "dump_env", json!({})).await.unwrap();
+    assert_eq!(all.result, json!({ "HOME": home }));
+}
+
+#[test]
+fn bad_directory_grants_are_refused() {
+    let err = DirGrant::new("/definitely/not/here", "/data", DirMode::Ro).unwrap_err();
+    assert!(err.to_string().contains("/definitely/not/here"), "{err}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let err = DirGrant::new(file.path(), "/data", DirMode::Ro).unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let err = DirGrant::new(dir.path(), "relative", DirMode::Ro).unwrap_err();
+    assert!(err.to_string().contains("absolute"), "{err}");
+}

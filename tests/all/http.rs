@@ -1,0 +1,236 @@
+//! The HTTP grant and secrets, through the real `http-fetch` tool and a real
+//! HTTP server on 127.0.0.1.
+
+use std::time::Duration;
+
+use airlock::context::ContextRules;
+use airlock::sandbox::grants::{HostPattern, HttpGrant, SecretGrant};
+use airlock::{CallError, Host, Limits, RunContext, ToolConfig};
+use serde_json::json;
+
+use crate::support::loopback::Loopback;
+use crate::support::{assert_host_still_serves, call, host_with, snapshot};
+
+const SECRET: &str = "s3cr3t-token-never-in-the-guest";
+
+fn config(allow: &[&str], secrets: Vec<SecretGrant>) -> ToolConfig {
+    let mut config = ToolConfig::default();
+    config.grants.http = HttpGrant::new(
+        allow
+            .iter()
+            .map(|p| HostPattern::parse(p).unwrap())
+            .collect(),
+    );
+    config.grants.secrets = secrets;
+    config
+}
+
+fn secret_for(host: &str) -> SecretGrant {
+    SecretGrant::new(
+        "TEST_TOKEN",
+        SECRET,
+        "authorization",
+        "Bearer {}",
+        vec![host.into()],
+    )
+    .unwrap()
+}
+
+async fn fetch_host(config: ToolConfig) -> Host {
+    host_with(&[("http_fetch", config)], ContextRules::default()).await
+}
+
+/// A fetch that must be refused: a tool failure naming `code`, deps
+/// unchanged, and the host serving the next call.
+async fn refused(host: &Host, url: &str, code: &str) {
+    let mut ctx = RunContext::from_value(json!({"keep": true})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(host, &mut ctx, "fetch", json!({ "url": url }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CallError::Failed(m) if m.contains(code)),
+        "{url}: expected {code}, got {err}"
+    );
+    assert_host_still_serves(host, &mut ctx, &before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granted_host_is_fetched_with_the_secret_the_tool_never_sees() {
+    let server = Loopback::start().await;
+    let host = fetch_host(config(&[&server.url("")], vec![secret_for("127.0.0.1")])).await;
+    let mut ctx = RunContext::default();
+    let out = call(
+        &host,
+        &mut ctx,
+        "fetch",
+        json!({ "url": server.url("/hello") }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.result,
+        json!({"status": 200, "bytes": 19, "body": "hello from loopback"})
+    );
+
+    let seen = server.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/hello");
+    assert!(
+        seen[0]
+            .headers
+            .contains(&("authorization".into(), format!("Bearer {SECRET}"))),
+        "the server gets the secret: {:?}",
+        seen[0].headers
+    );
+    let everything = serde_json::to_string(&out).unwrap();
+    assert!(
+        !everything.contains(SECRET),
+        "the tool's output holds the secret"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_grant_no_network() {
+    let server = Loopback::start().await;
+    let host = fetch_host(ToolConfig::default()).await;
+    refused(&host, &server.url("/hello"), "HttpRequestDenied").await;
+    assert!(server.requests().is_empty(), "nothing reached the server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_off_the_allowlist_are_refused() {
+    let server = Loopback::start().await;
+    let other_port = format!("http://127.0.0.1:{}", server.port().wrapping_add(1).max(1));
+    let host = fetch_host(config(&[&other_port, "https://api.example.com"], vec![])).await;
+    refused(&host, &server.url("/hello"), "HttpRequestDenied").await;
+    refused(&host, "http://api.example.com/", "HttpRequestDenied").await;
+    refused(&host, "https://evil.example.com/", "HttpRequestDenied").await;
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlisted_name_that_resolves_to_loopback_is_refused() {
+    // `127.1` is a host *name* to the allowlist (not the literal address
+    // 127.0.0.1), and the resolver maps it to 127.0.0.1. The operator
+    // allowed the name, not the loopback address, so it is refused after
+    // resolution.
+    let server = Loopback::start().await;
+    let name = format!("http://127.1:{}", server.port());
+    let host = fetch_host(config(&[&name], vec![])).await;
+    refused(&host, &format!("{name}/hello"), "DestinationIpProhibited").await;
+    assert!(server.requests().is_empty(), "nothing reached the server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn localhost_named_explicitly_is_allowed() {
+    let server = Loopback::start().await;
+    let url = format!("http://localhost:{}", server.port());
+    let host = fetch_host(config(&[&url], vec![])).await;
+    let mut ctx = RunContext::default();
+    let out = call(
+        &host,
+        &mut ctx,
+        "fetch",
+        json!({ "url": format!("{url}/hello") }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.result["status"], 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_go_only_to_their_hosts() {
+    // The echo server is allowed under two names; the secret is bound to
+    // one. Through the other, the echo shows every header the server got:
+    // no secret.
+    let server = Loopback::start().await;
+    let by_ip = format!("http://127.0.0.1:{}", server.port());
+    let by_name = format!("http://localhost:{}", server.port());
+    let host = fetch_host(config(&[&by_ip, &by_name], vec![secret_for("127.0.0.1")])).await;
+    let mut ctx = RunContext::default();
+    let out = call(
+        &host,
+        &mut ctx,
+        "fetch",
+        json!({ "url": format!("{by_name}/echo") }),
+    )
+    .await
+    .unwrap();
+    let echoed = out.result["body"].as_str().unwrap();
+    assert!(echoed.contains("host: localhost:"), "{echoed}");
+    assert!(!echoed.contains(SECRET), "{echoed}");
+    assert!(
+        !echoed.to_ascii_lowercase().contains("authorization"),
+        "{echoed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_reach_env_deps_or_logs() {
+    let server = Loopback::start().await;
+    let mut cfg = config(&[&server.url("")], vec![secret_for("127.0.0.1")]);
+    cfg.grants.env = vec![airlock::sandbox::grants::EnvGrant::new("HOME").unwrap()];
+    let host = host_with(&[("hostile", cfg)], ContextRules::default()).await;
+    let mut ctx = RunContext::from_value(json!({"note": "deps hold no secret"})).unwrap();
+    for tool in ["dump_env", "dump_deps"] {
+        let out = call(&host, &mut ctx, tool, json!({})).await.unwrap();
+        let text = serde_json::to_string(&out).unwrap();
+        assert!(!text.contains(SECRET), "{tool}: {text}");
+    }
+    let debug = format!("{:?}", host.components());
+    assert!(!debug.contains(SECRET), "Debug output redacts secrets");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_bodies_are_capped() {
+    let server = Loopback::start().await;
+    let mut cfg = config(&[&server.url("")], vec![]);
+    cfg.grants.http.max_response_bytes = 64 * 1024;
+    let host = fetch_host(cfg).await;
+    refused(
+        &host,
+        &server.url("/big"),
+        "response body size exceeds limit",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_server_cannot_outlast_the_call_deadline() {
+    let server = Loopback::start().await;
+    let mut cfg = config(&[&server.url("")], vec![]);
+    cfg.limits = Limits {
+        timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let host = fetch_host(cfg).await;
+    let mut ctx = RunContext::from_value(json!({"keep": true})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(
+        &host,
+        &mut ctx,
+        "fetch",
+        json!({ "url": server.url("/slow") }),
+    )
+    .await
+    .unwrap_err();
+    // Either the host's timer ends the call, or the guest sees its request
+    // time out first (the request timeout is capped by the call deadline).
+    match &err {
+        CallError::Timeout { .. } => {}
+        CallError::Failed(m) if m.contains("Timeout") => {}
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+}
+
+#[test]
+fn secret_debug_is_redacted() {
+    let secret = secret_for("api.example.com");
+    assert!(!format!("{secret:?}").contains(SECRET));
+    assert!(secret.appears_in(&format!("Bearer {SECRET}")));
+    let err =
+        SecretGrant::new("X", "bad\nvalue", "authorization", "{}", vec!["h".into()]).unwrap_err();
+    assert!(!err.to_string().contains("bad"), "{err}");
+}

@@ -1,0 +1,119 @@
+//! A real HTTP/1.1 server on 127.0.0.1 for the HTTP grant tests. It records
+//! every request it receives (path and headers), so a test can check what
+//! reached the server, and serves:
+//!
+//! - `/hello`: `hello from loopback`
+//! - `/echo`: the request's headers, one `name: value` per line
+//! - `/big`: 2 MiB of `b`
+//! - `/slow`: answers after 30 s
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+use tokio::net::TcpListener;
+use wasmtime_wasi_http::io::TokioIo;
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+pub struct Loopback {
+    pub addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Loopback {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&requests);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let recorded = Arc::clone(&recorded);
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req| serve(req, Arc::clone(&recorded)));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            requests,
+            task,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().expect("not poisoned").clone()
+    }
+}
+
+async fn serve(
+    req: Request<hyper::body::Incoming>,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let path = req.uri().path().to_owned();
+    recorded.lock().expect("not poisoned").push(Recorded {
+        path: path.clone(),
+        headers: headers.clone(),
+    });
+    let body = match path.as_str() {
+        "/hello" => Bytes::from_static(b"hello from loopback"),
+        "/echo" => headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect::<String>()
+            .into(),
+        "/big" => Bytes::from(vec![b'b'; 2 << 20]),
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Bytes::from_static(b"too late")
+        }
+        _ => {
+            return Ok(Response::builder()
+                .status(404)
+                .body(Full::new(Bytes::from_static(b"not found")))
+                .unwrap_or_default());
+        }
+    };
+    Ok(Response::new(Full::new(body)))
+}
