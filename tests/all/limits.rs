@@ -169,3 +169,32 @@ async fn spinning_after_partial_output_times_out() {
     let err = attack("spin_after_output").await;
     assert!(matches!(err, CallError::Timeout { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn fuel_limit_stops_a_loop_deterministically() {
+    let mut host = airlock::Host::builder()
+        .cache(airlock::CompileCache::in_dir(crate::support::cache_dir()))
+        .max_concurrent_calls(4)
+        .fuel_metering(true)
+        .build()
+        .unwrap();
+    let config = airlock::ToolConfig {
+        limits: airlock::Limits {
+            fuel: Some(50_000_000),
+            ..airlock::Limits::default()
+        },
+        ..airlock::ToolConfig::default()
+    };
+    host.load_with(crate::support::guest("hostile"), config)
+        .await
+        .unwrap();
+    host.load(crate::support::guest("stateful")).await.unwrap();
+    let mut ctx = RunContext::from_value(json!({"k": 1})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(&host, &mut ctx, "spin", json!({})).await.unwrap_err();
+    assert!(
+        matches!(err, CallError::FuelExhausted { limit: 50_000_000 }),
+        "{err}"
+    );
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+}

@@ -12,6 +12,7 @@ mod filesystem;
 mod http;
 mod limits;
 mod ops;
+mod policy;
 mod stateful;
 mod support;
 mod view;

@@ -130,7 +130,10 @@ async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> 
         .map_err(|e| Failure::input("invalid_config", e.to_string()))?;
     let mut builder = Host::builder();
     if let Some(policy) = &policy {
-        builder = builder.context_rules(policy.context.clone());
+        let fuel = policy.tools.iter().any(|t| t.config.limits.fuel.is_some());
+        builder = builder
+            .context_rules(policy.context.clone())
+            .fuel_metering(fuel);
     }
     let mut host = builder.build()?;
     match policy.as_ref().and_then(|p| p.for_component(path)) {

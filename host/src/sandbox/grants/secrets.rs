@@ -46,8 +46,10 @@ impl SecretGrant {
             name: name.to_owned(),
             problem,
         };
-        let secret =
-            std::env::var(name).map_err(|_| err("the environment variable is not set".into()))?;
+        let secret = std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| err("the environment variable is not set (or empty)".into()))?;
         Self::new(name, &secret, header, format, hosts)
     }
 

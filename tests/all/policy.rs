@@ -1,0 +1,209 @@
+//! The policy file through the `airlock` binary: the shipped example loads,
+//! bad policies fail naming file, line and problem, and grants take effect.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+use crate::support::{cache_dir, guest, root};
+
+fn airlock(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    cmd.args(args)
+        .env("AIRLOCK_CACHE_DIR", cache_dir())
+        .env_remove("RUST_LOG")
+        .env_remove("GITHUB_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the airlock binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 test paths")
+}
+
+fn example_policy() -> PathBuf {
+    root().join("guest-examples/airlock.toml")
+}
+
+#[test]
+fn example_policy_loads_and_inspect_shows_the_grants() {
+    let fetch = guest("http_fetch");
+    let policy = example_policy();
+    let out = airlock(
+        &["inspect", s(&fetch), "--config", s(&policy), "--json"],
+        &[("GITHUB_TOKEN", "ghp-example-secret")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let grants = &doc["grants"];
+    assert_eq!(
+        grants["http"],
+        json!(["https://api.github.com", "http://localhost:8080"])
+    );
+    assert_eq!(grants["env"], json!(["TZ"]));
+    assert_eq!(grants["dirs"][0]["guest"], "/examples");
+    assert_eq!(grants["dirs"][0]["mode"], "ro");
+    assert_eq!(
+        grants["secrets"],
+        json!([{"env": "GITHUB_TOKEN", "header": "authorization", "hosts": ["api.github.com"]}])
+    );
+    assert_eq!(grants["limits"]["timeout_ms"], 10000);
+    assert_eq!(grants["limits"]["memory_bytes"], 64 << 20);
+    assert_eq!(grants["context"], json!({"read": [], "write": []}));
+    assert!(
+        !text(&out.stdout).contains("ghp-example-secret"),
+        "inspect never prints a secret"
+    );
+
+    let out = airlock(
+        &["inspect", s(&fetch), "--config", s(&policy)],
+        &[("GITHUB_TOKEN", "ghp-example-secret")],
+    );
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("outgoing HTTP: granted: https://api.github.com, http://localhost:8080"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("secret GITHUB_TOKEN -> header authorization on api.github.com"),
+        "{shown}"
+    );
+    assert!(!shown.contains("ghp-example-secret"));
+}
+
+/// Writes `policy` next to a copy-free reference to the stateful guest and
+/// returns the error `airlock call` prints for it.
+fn policy_error(policy: &str, env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("airlock.toml");
+    std::fs::write(&file, policy).unwrap();
+    let stateful = guest("stateful");
+    let out = airlock(
+        &[
+            "call",
+            s(&stateful),
+            "show_state",
+            "{}",
+            "--config",
+            s(&file),
+        ],
+        env,
+    );
+    assert_eq!(out.status.code(), Some(2), "stdout: {}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("airlock.toml:"),
+        "{err}"
+    );
+    err
+}
+
+#[test]
+fn bad_policies_name_the_line_and_the_problem() {
+    let stateful = guest("stateful");
+    let tool = format!("[[tool]]\npath = {:?}\n", s(&stateful));
+
+    let err = policy_error("[limits]\ntimeout_ms = 10\nmemroy_mb = 5\n", &[]);
+    assert!(
+        err.contains("airlock.toml:3:") && err.contains("memroy_mb"),
+        "{err}"
+    );
+
+    let err = policy_error("\n\n[[tool]]\npath = \"missing.wasm\"\n", &[]);
+    assert!(
+        err.contains("airlock.toml:4:") && err.contains("missing.wasm"),
+        "{err}"
+    );
+
+    let err = policy_error(
+        &format!("{tool}http = [\"https://ok.example\", \"*\"]\n"),
+        &[],
+    );
+    assert!(
+        err.contains("airlock.toml:3:") && err.contains("bare `*`"),
+        "{err}"
+    );
+
+    let err = policy_error(&format!("{tool}http = [\"https://a.*.example\"]\n"), &[]);
+    assert!(
+        err.contains("airlock.toml:3:") && err.contains("first label"),
+        "{err}"
+    );
+
+    let err = policy_error(
+        &format!("{tool}dirs = [{{ host = \"no/such/dir\", guest = \"/d\" }}]\n"),
+        &[],
+    );
+    assert!(
+        err.contains("airlock.toml:3:") && err.contains("no/such/dir"),
+        "{err}"
+    );
+
+    let err = policy_error(
+        &format!("{tool}secrets = [{{ env = \"AIRLOCK_TEST_UNSET\", hosts = [\"x.example\"] }}]\n"),
+        &[],
+    );
+    assert!(
+        err.contains("airlock.toml:3:")
+            && err.contains("AIRLOCK_TEST_UNSET")
+            && err.contains("not set"),
+        "{err}"
+    );
+
+    let err = policy_error(
+        &format!(
+            "{tool}env = [\"TOKEN\"]\nsecrets = [{{ env = \"TOKEN\", hosts = [\"x.example\"] }}]\n"
+        ),
+        &[("TOKEN", "value")],
+    );
+    assert!(err.contains("secrets never enter the guest"), "{err}");
+
+    let err = policy_error("[context]\nschema.k = { type = 12 }\n", &[]);
+    assert!(err.contains("\"k\""), "{err}");
+}
+
+#[test]
+fn a_granted_directory_reaches_the_tool_only_with_the_policy() {
+    let hostile = guest("hostile");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/hello.txt"), "from the operator").unwrap();
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\ndirs = [{{ host = \"data\", guest = \"/data\" }}]\n",
+            s(&hostile)
+        ),
+    )
+    .unwrap();
+    let args = r#"{"path": "/data/hello.txt"}"#;
+
+    let out = airlock(
+        &[
+            "call",
+            s(&hostile),
+            "read_file",
+            args,
+            "--config",
+            s(&policy),
+            "--json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["result"]["text"], "from the operator");
+
+    let out = airlock(&["call", s(&hostile), "read_file", args, "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "failed");
+}
