@@ -234,3 +234,24 @@ fn secret_debug_is_redacted() {
         SecretGrant::new("X", "bad\nvalue", "authorization", "{}", vec!["h".into()]).unwrap_err();
     assert!(!err.to_string().contains("bad"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_sockets_are_never_granted() {
+    // Even with HTTP granted to the server, a raw TCP connection to it is
+    // refused: `wasi:sockets` has no grant.
+    let server = Loopback::start().await;
+    let host = host_with(
+        &[("hostile", config(&[&server.url("")], vec![]))],
+        ContextRules::default(),
+    )
+    .await;
+    let mut ctx = RunContext::from_value(json!({"keep": true})).unwrap();
+    let before = snapshot(&ctx);
+    let addr = server.addr.to_string();
+    let err = call(&host, &mut ctx, "tcp_connect", json!({ "addr": addr }))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CallError::Failed(_)), "{err}");
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+    assert!(server.requests().is_empty(), "nothing reached the server");
+}

@@ -49,6 +49,10 @@ const ATTACKS: &[(&str, &str)] = &[
     ),
     ("read_key", "Return the value of deps key {key}."),
     ("write_key", "Set deps key {key} to true."),
+    (
+        "tcp_connect",
+        "Open a raw TCP connection to {addr} and send a request.",
+    ),
 ];
 
 impl exports::airlock::tool::tool::Guest for Hostile {
@@ -131,6 +135,17 @@ impl exports::airlock::tool::tool::Guest for Hostile {
             }
             "read_key" => (json!({ "value": ctx.get(&arg("key")) }).to_string(), vec![]),
             "write_key" => ("{}".into(), vec![set(&arg("key"), "true")]),
+            "tcp_connect" => {
+                use std::io::Write;
+                let sent = std::net::TcpStream::connect(arg("addr"))
+                    .and_then(|mut tcp| tcp.write_all(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n"));
+                match sent {
+                    Ok(()) => (json!({ "connected": arg("addr") }).to_string(), pwned()),
+                    Err(e) => {
+                        return Err(ToolError::Failed(format!("connect {}: {e}", arg("addr"))));
+                    }
+                }
+            }
             other => return Err(ToolError::Failed(format!("no attack named {other:?}"))),
         };
         Ok(ToolOutput { result, updates })
