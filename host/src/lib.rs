@@ -45,8 +45,10 @@
 
 pub mod context;
 pub mod fs;
+pub mod llm;
 pub mod policy;
 pub mod sandbox;
+mod tls;
 pub mod tools;
 
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};

@@ -40,16 +40,7 @@ use crate::sandbox::grants::{
 };
 use crate::tools::ToolConfig;
 
-/// Whether the agent loop asks a person before running a tool's calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Approval {
-    /// Run calls without asking (the default).
-    #[default]
-    Never,
-    /// Ask to approve, reject or edit each call first.
-    Ask,
-}
+pub use crate::tools::Approval;
 
 /// A loaded, validated policy.
 #[derive(Debug, Clone)]
@@ -386,6 +377,7 @@ impl ToolFile {
             name,
             approval: self.approval,
             config: ToolConfig {
+                approval: self.approval,
                 limits,
                 grants: Grants {
                     dirs,

@@ -16,7 +16,9 @@ mod output;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{
@@ -122,7 +124,7 @@ impl Sandbox {
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|ctx| {
             let state = ctx.data();
-            if state.cancel.load(Ordering::Relaxed) {
+            if state.cancel.is_cancelled() {
                 return Err(wasmtime::Error::new(Interrupted::Cancelled));
             }
             if Instant::now() >= state.deadline {
@@ -160,6 +162,49 @@ fn start_epoch_ticker(engine: &Engine) {
     }
 }
 
+/// Cancels runs and the tool calls in them. Clones share one state:
+/// cancelling any clone cancels them all, for good.
+///
+/// A cancelled call stops within one epoch tick if it is running wasm
+/// (the epoch callback checks the token), and at once if it is waiting on
+/// the host (the call races the token).
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken {
+    inner: Arc<CancelState>,
+}
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: AtomicBool,
+    notify: Notify,
+}
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        self.inner.notify.notify_waiters();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Completes once the token is cancelled.
+    pub async fn cancelled(&self) {
+        let notified = self.inner.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_cancelled() {
+            return;
+        }
+        notified.await;
+    }
+}
+
 /// Why the host stopped a running guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Interrupted {
@@ -181,7 +226,7 @@ pub(crate) struct CallState {
     /// Records from the `log` interface, bounded like stdout.
     pub(crate) log: CapturedLog,
     pub(crate) deadline: Instant,
-    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) cancel: CancelToken,
     fuel: Option<u64>,
 }
 
@@ -201,7 +246,7 @@ impl CallState {
     pub(crate) fn new(
         limits: &Limits,
         grants: &Arc<Grants>,
-        cancel: Arc<AtomicBool>,
+        cancel: CancelToken,
     ) -> Result<Self, GrantError> {
         let stdout = CapturedOutput::new(Stream::Stdout, limits.max_output_bytes);
         let stderr = CapturedOutput::new(Stream::Stderr, limits.max_output_bytes);

@@ -9,7 +9,6 @@ mod error;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -24,7 +23,7 @@ use crate::context::{
     ContextOp, ContextRules, KeyAccess, KeyRules, OpKind, RunContext, check_bounds,
 };
 use crate::sandbox::{
-    CacheOutcome, CallState, CompileCache, Grants, Interrupted, Limits, LogRecord,
+    CacheOutcome, CallState, CancelToken, CompileCache, Grants, Interrupted, Limits, LogRecord,
     OutputLimitExceeded, ResourceHit, Sandbox, SandboxConfig,
 };
 use bindings::ToolHostPre;
@@ -90,14 +89,27 @@ pub struct CallOutcome {
     pub duration: Duration,
 }
 
-/// What an operator allows one component: its limits, its grants, and
-/// which deps keys it may read and write. The default allows nothing beyond
-/// the default limits and full (non-hidden) deps access.
+/// Whether the agent loop asks a person before running a tool's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// Run calls without asking (the default).
+    #[default]
+    Never,
+    /// Ask to approve, reject or edit each call first.
+    Ask,
+}
+
+/// What an operator allows one component: its limits, its grants, which
+/// deps keys it may read and write, and whether its calls need approval.
+/// The default allows nothing beyond the default limits and full
+/// (non-hidden) deps access.
 #[derive(Debug, Clone, Default)]
 pub struct ToolConfig {
     pub limits: Limits,
     pub grants: Grants,
     pub access: KeyAccess,
+    pub approval: Approval,
 }
 
 /// A loaded component: its compiled code, ready to instantiate, and the
@@ -109,7 +121,10 @@ pub struct LoadedComponent {
     limits: Limits,
     grants: Arc<Grants>,
     rules: KeyRules,
+    approval: Approval,
     specs: Vec<ToolSpec>,
+    /// One compiled argument schema per tool, by name.
+    validators: BTreeMap<String, Arc<jsonschema::Validator>>,
     cache: CacheOutcome,
 }
 
@@ -143,6 +158,10 @@ impl LoadedComponent {
 
     pub fn access(&self) -> &KeyAccess {
         &self.rules.access
+    }
+
+    pub fn approval(&self) -> Approval {
+        self.approval
     }
 
     /// Whether loading compiled the component or took it from the cache.
@@ -318,6 +337,7 @@ impl Host {
             limits,
             grants,
             access,
+            approval,
         } = config;
         let path = path.as_ref().to_path_buf();
         if limits.fuel.is_some() && !self.sandbox.fuel_metering() {
@@ -371,7 +391,7 @@ impl Host {
                 path: path.clone(),
                 source: Box::new(e),
             })?;
-        let specs = validate_specs(&path, specs)?;
+        let (specs, validators) = validate_specs(&path, specs)?;
         for spec in &specs {
             if let Some(&other) = self.tools.get(&spec.name) {
                 return Err(LoadError::DuplicateTool {
@@ -392,7 +412,9 @@ impl Host {
                 access: Arc::new(access),
                 context: Arc::clone(&self.context_rules),
             },
+            approval,
             specs,
+            validators,
             cache: cache_outcome,
         });
         let index = self.components.len();
@@ -409,7 +431,7 @@ impl Host {
         limits: &Limits,
     ) -> Result<Vec<guest::ToolSpec>, CallError> {
         // `describe` runs with nothing granted, whatever the tool's grants.
-        let mut store = self.new_store(limits, &Arc::new(Grants::none()))?;
+        let mut store = self.new_store(limits, &Arc::new(Grants::none()), CancelToken::new())?;
         let run = async {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.airlock_tool_tool().call_describe(&mut store).await
@@ -423,6 +445,13 @@ impl Host {
         }
     }
 
+    /// Whether calls of tool `name` need approval (`Never` for unknown tools).
+    pub fn approval(&self, name: &str) -> Approval {
+        self.tools
+            .get(name)
+            .map_or(Approval::Never, |&i| self.components[i].approval)
+    }
+
     /// Runs one tool call and applies its ops to `ctx`, all or none.
     ///
     /// On `Ok`, `ctx.deps()` holds the result of applying every op in
@@ -432,19 +461,36 @@ impl Host {
         ctx: &mut RunContext,
         call: &ToolCall,
     ) -> Result<CallOutcome, CallError> {
+        self.call_cancellable(ctx, call, &CancelToken::new()).await
+    }
+
+    /// [`Host::call`], stopped with [`CallError::Cancelled`] (and `ctx`
+    /// unchanged) as soon as `cancel` fires.
+    pub async fn call_cancellable(
+        &self,
+        ctx: &mut RunContext,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Result<CallOutcome, CallError> {
         let Some(&index) = self.tools.get(&call.name) else {
             return Err(CallError::UnknownTool {
                 name: call.name.clone(),
                 available: self.tool_names(),
             });
         };
-        check_arguments(&call.arguments)?;
         let component = &self.components[index];
+        check_arguments(
+            &call.arguments,
+            component.validators.get(&call.name).map(Arc::as_ref),
+        )?;
         let started = Instant::now();
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
         let _enter = span.enter();
 
-        let (output, captured) = self.invoke(component, ctx, call).await?;
+        let (output, captured) = tokio::select! {
+            done = self.invoke(component, ctx, call, cancel) => done?,
+            () = cancel.cancelled() => return Err(CallError::Cancelled),
+        };
         let (result, updates) = parse_output(output, &component.limits)?;
         ctx.apply_with_rules(&updates, &component.limits.ops, &component.rules)?;
 
@@ -468,9 +514,10 @@ impl Host {
         component: &LoadedComponent,
         ctx: &RunContext,
         call: &ToolCall,
+        cancel: &CancelToken,
     ) -> Result<(guest::ToolOutput, Captured), CallError> {
         let limits = &component.limits;
-        let mut store = self.new_store(limits, &component.grants)?;
+        let mut store = self.new_store(limits, &component.grants, cancel.clone())?;
         let view = store
             .data_mut()
             .table
@@ -517,9 +564,10 @@ impl Host {
         &self,
         limits: &Limits,
         grants: &Arc<Grants>,
+        cancel: CancelToken,
     ) -> Result<Store<CallState>, CallError> {
-        let state = CallState::new(limits, grants, Arc::new(AtomicBool::new(false)))
-            .map_err(|e| CallError::Grant(e.to_string()))?;
+        let state =
+            CallState::new(limits, grants, cancel).map_err(|e| CallError::Grant(e.to_string()))?;
         self.sandbox
             .store(state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))
@@ -556,9 +604,15 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     }
 }
 
-fn validate_specs(path: &Path, specs: Vec<guest::ToolSpec>) -> Result<Vec<ToolSpec>, LoadError> {
+type Validators = BTreeMap<String, Arc<jsonschema::Validator>>;
+
+fn validate_specs(
+    path: &Path,
+    specs: Vec<guest::ToolSpec>,
+) -> Result<(Vec<ToolSpec>, Validators), LoadError> {
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::with_capacity(specs.len());
+    let mut validators = BTreeMap::new();
     for spec in specs {
         let bad = |problem: String| LoadError::BadSpec {
             path: path.to_path_buf(),
@@ -582,18 +636,41 @@ fn validate_specs(path: &Path, specs: Vec<guest::ToolSpec>) -> Result<Vec<ToolSp
         if !parameters.is_object() {
             return Err(bad("parameters must be a JSON Schema object".into()));
         }
+        let validator = jsonschema::validator_for(&parameters)
+            .map_err(|e| bad(format!("parameters are not a valid JSON Schema: {e}")))?;
+        validators.insert(spec.name.clone(), Arc::new(validator));
         out.push(ToolSpec {
             name: spec.name,
             description: spec.description,
             parameters,
         });
     }
-    Ok(out)
+    Ok((out, validators))
 }
 
-fn check_arguments(arguments: &str) -> Result<(), CallError> {
+/// Checks that `arguments` is a JSON object that satisfies the tool's
+/// parameter schema.
+fn check_arguments(
+    arguments: &str,
+    validator: Option<&jsonschema::Validator>,
+) -> Result<(), CallError> {
     match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(_)) => Ok(()),
+        Ok(value @ Value::Object(_)) => {
+            match validator.and_then(|v| v.iter_errors(&value).next()) {
+                None => Ok(()),
+                Some(e) => {
+                    let at = e.instance_path().to_string();
+                    let at = if at.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at {at}")
+                    };
+                    Err(CallError::InvalidArgs(format!(
+                        "the arguments do not match the tool's schema{at}: {e}"
+                    )))
+                }
+            }
+        }
         Ok(other) => Err(CallError::InvalidArgs(format!(
             "arguments must be a JSON object, not {}",
             crate::context::JsonType::of(&other)

@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -351,7 +351,9 @@ async fn send(
         Scheme::Https => {
             let name = rustls::pki_types::ServerName::try_from(host.clone())
                 .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-            let tls = tokio_rustls::TlsConnector::from(tls_config()?);
+            let tls = tokio_rustls::TlsConnector::from(
+                crate::tls::client_config().map_err(|e| HttpError::InternalError(Some(e)))?,
+            );
             let connected = tokio::time::timeout(connect_timeout, tls.connect(name, tcp))
                 .await
                 .map_err(|_| HttpError::ConnectionTimeout)?
@@ -444,25 +446,6 @@ async fn resolve(host: &str, port: u16, budget: Duration) -> Result<Vec<SocketAd
 
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
-
-/// One TLS client configuration for the process: the Mozilla roots, ring.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, HttpError> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let roots = rustls::RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            };
-            rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
-            .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| HttpError::InternalError(Some(format!("TLS configuration: {e}"))))
-}
 
 /// A response body that fails once it exceeds its byte cap.
 struct CappedBody {

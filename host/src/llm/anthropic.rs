@@ -1,0 +1,175 @@
+//! The Anthropic Messages API with tools (`tool_use` / `tool_result`
+//! blocks). `base_url` is the API root (`https://api.anthropic.com`).
+
+use serde_json::{Value, json};
+
+use super::{
+    BoxFuture, JsonClient, Message, Model, ModelError, ModelReply, ModelToolCall, ProviderOptions,
+    TokenUsage, join_url,
+};
+use crate::tools::ToolSpec;
+
+const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+const API_VERSION: &str = "2023-06-01";
+const MAX_TOKENS: u32 = 4096;
+
+#[derive(Debug)]
+pub struct AnthropicModel {
+    model: String,
+    url: String,
+    api_key: String,
+    http: JsonClient,
+}
+
+impl AnthropicModel {
+    pub fn new(model: &str, options: ProviderOptions) -> Result<Self, ModelError> {
+        let api_key = options
+            .api_key
+            .clone()
+            .ok_or_else(|| ModelError::Config("anthropic: set ANTHROPIC_API_KEY".into()))?;
+        let base = options
+            .base_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        Ok(Self {
+            model: model.to_owned(),
+            url: join_url(&base, "/v1/messages"),
+            api_key,
+            http: JsonClient::new("anthropic", &options)?,
+        })
+    }
+
+    fn request_body(&self, messages: &[Message], tools: &[ToolSpec]) -> Value {
+        let mut system = Vec::new();
+        let mut out: Vec<Value> = Vec::new();
+        for message in messages {
+            match message {
+                Message::System { content } => system.push(content.as_str()),
+                Message::User { content } => out.push(json!({"role": "user", "content": content})),
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let mut blocks = Vec::new();
+                    if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
+                        blocks.push(json!({"type": "text", "text": text}));
+                    }
+                    for call in tool_calls {
+                        // `input` must be an object; arguments the model sent
+                        // that were not JSON are passed back as a string field.
+                        let input = serde_json::from_str::<Value>(&call.arguments)
+                            .ok()
+                            .filter(Value::is_object)
+                            .unwrap_or_else(|| json!({"_raw_arguments": call.arguments}));
+                        blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                    }
+                    out.push(json!({"role": "assistant", "content": blocks}));
+                }
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                    ..
+                } => {
+                    let block = json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
+                    // Results of one turn's calls go together in one user message.
+                    match out.last_mut() {
+                        Some(last) if last["role"] == "user" && last["content"].is_array() => {
+                            if let Some(blocks) = last["content"].as_array_mut() {
+                                blocks.push(block);
+                            }
+                        }
+                        _ => out.push(json!({"role": "user", "content": [block]})),
+                    }
+                }
+            }
+        }
+        let mut body = json!({"model": self.model, "max_tokens": MAX_TOKENS, "messages": out});
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if !tools.is_empty() {
+            body["tools"] = tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+        }
+        body
+    }
+
+    fn parse_reply(&self, body: &Value) -> Result<ModelReply, ModelError> {
+        let blocks = body
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.http.malformed("no content array"))?;
+        let mut text = Vec::new();
+        let mut tool_calls = Vec::new();
+        for (i, block) in blocks.iter().enumerate() {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    text.push(block.get("text").and_then(Value::as_str).ok_or_else(|| {
+                        self.http
+                            .malformed(format!("content[{i}] text block has no text"))
+                    })?)
+                }
+                Some("tool_use") => {
+                    let get = |f: &str| {
+                        block.get(f).ok_or_else(|| {
+                            self.http
+                                .malformed(format!("content[{i}] tool_use has no {f}"))
+                        })
+                    };
+                    tool_calls.push(ModelToolCall {
+                        id: get("id")?.as_str().unwrap_or_default().to_owned(),
+                        name: get("name")?
+                            .as_str()
+                            .ok_or_else(|| {
+                                self.http
+                                    .malformed(format!("content[{i}].name is not a string"))
+                            })?
+                            .to_owned(),
+                        arguments: get("input")?.to_string(),
+                    });
+                }
+                // Thinking and other blocks carry nothing the loop uses.
+                Some(_) => {}
+                None => return Err(self.http.malformed(format!("content[{i}] has no type"))),
+            }
+        }
+        let tokens = |name: &str| body.pointer(name).and_then(Value::as_u64).unwrap_or(0);
+        Ok(ModelReply {
+            content: if text.is_empty() {
+                None
+            } else {
+                Some(text.join(""))
+            },
+            tool_calls,
+            usage: TokenUsage {
+                input_tokens: tokens("/usage/input_tokens"),
+                output_tokens: tokens("/usage/output_tokens"),
+            },
+        })
+    }
+}
+
+impl Model for AnthropicModel {
+    fn name(&self) -> String {
+        format!("anthropic:{}", self.model)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let body = self.request_body(messages, tools);
+            let headers = [
+                ("x-api-key", self.api_key.as_str()),
+                ("anthropic-version", API_VERSION),
+            ];
+            let answer = self.http.post(&self.url, &headers, &body).await?;
+            self.parse_reply(&answer)
+        })
+    }
+}

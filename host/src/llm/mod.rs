@@ -1,0 +1,328 @@
+//! Model providers behind one [`Model`] trait.
+//!
+//! - [`OpenAiModel`]: OpenAI-compatible chat completions (OpenAI, vLLM,
+//!   Ollama, llama.cpp's server, LM Studio).
+//! - [`AnthropicModel`]: the Anthropic Messages API.
+//! - [`ScriptModel`]: a file of model turns, for offline demos, tests and
+//!   replay.
+//!
+//! Invariant: API keys never appear in logs, events or errors. Error bodies
+//! from a provider are shortened and have the key replaced by `[redacted]`.
+
+mod anthropic;
+mod openai;
+mod script;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use anthropic::AnthropicModel;
+pub use openai::OpenAiModel;
+pub use script::ScriptModel;
+
+use crate::tools::ToolSpec;
+
+/// A boxed future, so that [`Model`] can be used as a trait object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One message of a conversation, in provider-neutral form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ModelToolCall>,
+    },
+    /// The answer to one tool call.
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+/// A tool call the model asked for. `arguments` is the model's JSON text,
+/// kept verbatim (it may not be valid JSON; the agent loop checks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Tokens one model request consumed, as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+}
+
+/// What the model answered to one request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelReply {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ModelToolCall>,
+    pub usage: TokenUsage,
+}
+
+/// A language model that can call tools.
+pub trait Model: Send + Sync + std::fmt::Debug {
+    /// `provider:model`, for progress output and events.
+    fn name(&self) -> String;
+
+    /// Sends the conversation and the tool specs; returns the reply.
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+
+    /// Checks, before a run starts, that the model can work with these
+    /// tools. Only the script provider, which names tools up front, uses it.
+    fn check_tools(&self, available: &[String]) -> Result<(), ModelError> {
+        let _ = available;
+        Ok(())
+    }
+}
+
+/// A model request that failed. Messages never contain an API key.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    #[error("{provider}: HTTP {status}: {body}")]
+    Status {
+        provider: &'static str,
+        status: u16,
+        body: String,
+    },
+    #[error("{provider}: request failed: {message}")]
+    Transport {
+        provider: &'static str,
+        message: String,
+    },
+    #[error("{provider}: malformed response: {detail}")]
+    Malformed {
+        provider: &'static str,
+        detail: String,
+    },
+    #[error("script {path}: {message}")]
+    Script { path: String, message: String },
+    #[error("model configuration: {0}")]
+    Config(String),
+}
+
+/// How often and how patiently to retry HTTP 429 and 5xx answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt. Default 3.
+    pub max_retries: u32,
+    /// First delay; doubled each retry, and replaced by the server's
+    /// `Retry-After` when it gives one (capped at `max_delay`).
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Where a provider is and how to reach it.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOptions {
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    pub retry: RetryPolicy,
+    /// Per-request timeout. Default 120 s.
+    pub timeout: Option<Duration>,
+}
+
+/// Builds the model named `provider:model` (`openai:gpt-4o-mini`,
+/// `anthropic:claude-sonnet-4-5`). Missing options come from the
+/// environment: `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`,
+/// `ANTHROPIC_API_KEY`.
+pub fn from_spec(spec: &str, options: ProviderOptions) -> Result<Box<dyn Model>, ModelError> {
+    let (provider, model) = spec
+        .split_once(':')
+        .filter(|(p, m)| !p.is_empty() && !m.is_empty())
+        .ok_or_else(|| {
+            ModelError::Config(format!(
+                "{spec:?}: expected PROVIDER:MODEL, such as openai:gpt-4o-mini"
+            ))
+        })?;
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match provider {
+        "openai" => {
+            let options = ProviderOptions {
+                base_url: options.base_url.or_else(|| env("OPENAI_BASE_URL")),
+                api_key: options.api_key.or_else(|| env("OPENAI_API_KEY")),
+                ..options
+            };
+            Ok(Box::new(OpenAiModel::new(model, options)?))
+        }
+        "anthropic" => {
+            let options = ProviderOptions {
+                base_url: options.base_url.or_else(|| env("ANTHROPIC_BASE_URL")),
+                api_key: options.api_key.or_else(|| env("ANTHROPIC_API_KEY")),
+                ..options
+            };
+            Ok(Box::new(AnthropicModel::new(model, options)?))
+        }
+        other => Err(ModelError::Config(format!(
+            "unknown provider {other:?}; use openai, anthropic, or --script FILE"
+        ))),
+    }
+}
+
+/// A JSON-over-HTTP client for one provider, with retries and redaction.
+#[derive(Debug)]
+struct JsonClient {
+    provider: &'static str,
+    client: reqwest::Client,
+    /// Replaced by `[redacted]` in anything we report.
+    api_key: Option<String>,
+    retry: RetryPolicy,
+}
+
+impl JsonClient {
+    fn new(provider: &'static str, options: &ProviderOptions) -> Result<Self, ModelError> {
+        let tls = crate::tls::client_config().map_err(ModelError::Config)?;
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls((*tls).clone())
+            .timeout(options.timeout.unwrap_or(Duration::from_secs(120)))
+            .build()
+            .map_err(|e| {
+                ModelError::Config(format!("{provider}: cannot build an HTTP client: {e}"))
+            })?;
+        Ok(Self {
+            provider,
+            client,
+            api_key: options.api_key.clone(),
+            retry: options.retry,
+        })
+    }
+
+    fn redact(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) if !key.is_empty() => text.replace(key.as_str(), "[redacted]"),
+            _ => text.to_owned(),
+        }
+    }
+
+    /// POSTs `body` and returns the JSON answer. Retries 429 and 5xx with
+    /// backoff; any other non-2xx is an error carrying (the start of) the
+    /// provider's message.
+    async fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> Result<Value, ModelError> {
+        let mut attempt = 0;
+        loop {
+            let mut request = self.client.post(url).json(body);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => {
+                    return Err(ModelError::Transport {
+                        provider: self.provider,
+                        message: self.redact(&error_chain(&e)),
+                    });
+                }
+            };
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = response.text().await.map_err(|e| ModelError::Transport {
+                provider: self.provider,
+                message: self.redact(&error_chain(&e)),
+            })?;
+            let retryable = status.as_u16() == 429 || status.is_server_error();
+            if retryable && attempt < self.retry.max_retries {
+                let backoff = self.retry.base_delay.saturating_mul(1 << attempt.min(16));
+                let delay = retry_after.unwrap_or(backoff).min(self.retry.max_delay);
+                tracing::warn!(
+                    provider = self.provider,
+                    status = status.as_u16(),
+                    ?delay,
+                    "retrying model request"
+                );
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(ModelError::Status {
+                    provider: self.provider,
+                    status: status.as_u16(),
+                    body: self.redact(&shorten(&text, 500)),
+                });
+            }
+            return serde_json::from_str(&text).map_err(|e| ModelError::Malformed {
+                provider: self.provider,
+                detail: format!("not JSON ({e}): {}", self.redact(&shorten(&text, 200))),
+            });
+        }
+    }
+
+    fn malformed(&self, detail: impl Into<String>) -> ModelError {
+        ModelError::Malformed {
+            provider: self.provider,
+            detail: self.redact(&detail.into()),
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// `base` without a trailing slash, joined with `path`.
+fn join_url(base: &str, path: &str) -> String {
+    format!("{}{path}", base.trim_end_matches('/'))
+}

@@ -1,0 +1,148 @@
+//! OpenAI-compatible chat completions with tools: OpenAI, vLLM, Ollama,
+//! llama.cpp's server, LM Studio. `base_url` includes the version path
+//! (`https://api.openai.com/v1`, `http://localhost:11434/v1`).
+
+use serde_json::{Value, json};
+
+use super::{
+    BoxFuture, JsonClient, Message, Model, ModelError, ModelReply, ModelToolCall, ProviderOptions,
+    TokenUsage, join_url,
+};
+use crate::tools::ToolSpec;
+
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+#[derive(Debug)]
+pub struct OpenAiModel {
+    model: String,
+    url: String,
+    /// `Bearer <key>`, or none for local servers that need no key.
+    authorization: Option<String>,
+    http: JsonClient,
+}
+
+impl OpenAiModel {
+    pub fn new(model: &str, options: ProviderOptions) -> Result<Self, ModelError> {
+        let base = options
+            .base_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        Ok(Self {
+            model: model.to_owned(),
+            url: join_url(&base, "/chat/completions"),
+            authorization: options.api_key.as_ref().map(|key| format!("Bearer {key}")),
+            http: JsonClient::new("openai", &options)?,
+        })
+    }
+
+    fn request_body(&self, messages: &[Message], tools: &[ToolSpec]) -> Value {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|message| match message {
+                Message::System { content } => json!({"role": "system", "content": content}),
+                Message::User { content } => json!({"role": "user", "content": content}),
+                Message::Assistant { content, tool_calls } => {
+                    let mut m = json!({"role": "assistant", "content": content});
+                    if !tool_calls.is_empty() {
+                        m["tool_calls"] = tool_calls
+                            .iter()
+                            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                            .collect();
+                    }
+                    m
+                }
+                Message::Tool { call_id, content, .. } => {
+                    json!({"role": "tool", "tool_call_id": call_id, "content": content})
+                }
+            })
+            .collect();
+        let mut body = json!({"model": self.model, "messages": messages});
+        if !tools.is_empty() {
+            body["tools"] = tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .collect();
+        }
+        body
+    }
+
+    fn parse_reply(&self, body: &Value) -> Result<ModelReply, ModelError> {
+        let message = body
+            .pointer("/choices/0/message")
+            .ok_or_else(|| self.http.malformed("no choices[0].message"))?;
+        let content = match message.get("content") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(other) => {
+                return Err(self
+                    .http
+                    .malformed(format!("message.content is {other}, not a string")));
+            }
+        };
+        let mut tool_calls = Vec::new();
+        if let Some(calls) = message.get("tool_calls").filter(|c| !c.is_null()) {
+            let calls = calls
+                .as_array()
+                .ok_or_else(|| self.http.malformed("message.tool_calls is not an array"))?;
+            for (i, call) in calls.iter().enumerate() {
+                let field = |name: &str| {
+                    call.pointer(name).ok_or_else(|| {
+                        self.http
+                            .malformed(format!("tool_calls[{i}] has no {name}"))
+                    })
+                };
+                let name = field("/function/name")?.as_str().ok_or_else(|| {
+                    self.http
+                        .malformed(format!("tool_calls[{i}].function.name is not a string"))
+                })?;
+                // OpenAI sends arguments as JSON text; some servers send an object.
+                let arguments = match field("/function/arguments")? {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                let id = call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("call_{i}"), str::to_owned);
+                tool_calls.push(ModelToolCall {
+                    id,
+                    name: name.to_owned(),
+                    arguments,
+                });
+            }
+        }
+        let tokens = |name: &str| body.pointer(name).and_then(Value::as_u64).unwrap_or(0);
+        Ok(ModelReply {
+            content,
+            tool_calls,
+            usage: TokenUsage {
+                input_tokens: tokens("/usage/prompt_tokens"),
+                output_tokens: tokens("/usage/completion_tokens"),
+            },
+        })
+    }
+}
+
+impl Model for OpenAiModel {
+    fn name(&self) -> String {
+        format!("openai:{}", self.model)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let body = self.request_body(messages, tools);
+            let headers: Vec<(&str, &str)> = self
+                .authorization
+                .as_deref()
+                .map(|auth| ("authorization", auth))
+                .into_iter()
+                .collect();
+            let answer = self.http.post(&self.url, &headers, &body).await?;
+            self.parse_reply(&answer)
+        })
+    }
+}

@@ -1,0 +1,169 @@
+//! The `script` provider: the model's turns, read from a JSON file, played
+//! back in order. It drives the real loop offline (the demo, tests) and can
+//! replay a recorded run.
+//!
+//! ```json
+//! {
+//!   "turns": [
+//!     {"text": "Let me count.", "tool_calls": [
+//!       {"name": "increment", "arguments": {"name": "vowels"}},
+//!       {"id": "call_2", "name": "increment", "arguments": "{\"name\": \"vowels\"}"}
+//!     ]},
+//!     {"text": "There are 2 vowels.", "usage": {"input_tokens": 120, "output_tokens": 9}}
+//!   ]
+//! }
+//! ```
+//!
+//! `arguments` is an object, or a string sent verbatim (which may be
+//! invalid JSON, to test how tools and the loop cope). Ids default to
+//! `call_<turn>_<n>`. A run that asks for more turns than the file has
+//! fails with an error naming the file.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{BoxFuture, Message, Model, ModelError, ModelReply, ModelToolCall, TokenUsage};
+use crate::tools::ToolSpec;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptFile {
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    turns: Vec<Turn>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Turn {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<Call>,
+    #[serde(default)]
+    usage: TokenUsage,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Call {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default = "empty_object")]
+    arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// Plays a script's turns back, one per model request.
+#[derive(Debug)]
+pub struct ScriptModel {
+    path: PathBuf,
+    turns: Vec<Turn>,
+    next: AtomicUsize,
+}
+
+impl ScriptModel {
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let err = |message: String| ModelError::Script {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let file: ScriptFile =
+            serde_json::from_str(&text).map_err(|e| err(format!("not a valid script: {e}")))?;
+        for (t, turn) in file.turns.iter().enumerate() {
+            for call in &turn.tool_calls {
+                if !(call.arguments.is_object() || call.arguments.is_string()) {
+                    return Err(err(format!(
+                        "turn {}: tool call {:?}: arguments must be an object or a string",
+                        t + 1,
+                        call.name
+                    )));
+                }
+            }
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            turns: file.turns,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    fn error(&self, message: String) -> ModelError {
+        ModelError::Script {
+            path: self.path.display().to_string(),
+            message,
+        }
+    }
+}
+
+impl Model for ScriptModel {
+    fn name(&self) -> String {
+        format!("script:{}", self.path.display())
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _messages: &'a [Message],
+        _tools: &'a [ToolSpec],
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let index = self.next.fetch_add(1, Ordering::SeqCst);
+        let reply = match self.turns.get(index) {
+            None => Err(self.error(format!(
+                "ran out of turns: the run asked for turn {} but the script has {}",
+                index + 1,
+                self.turns.len()
+            ))),
+            Some(turn) => Ok(ModelReply {
+                content: turn.text.clone(),
+                tool_calls: turn
+                    .tool_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(n, call)| ModelToolCall {
+                        id: call
+                            .id
+                            .clone()
+                            .unwrap_or_else(|| format!("call_{}_{}", index + 1, n + 1)),
+                        name: call.name.clone(),
+                        arguments: match &call.arguments {
+                            Value::String(raw) => raw.clone(),
+                            other => other.to_string(),
+                        },
+                    })
+                    .collect(),
+                usage: turn.usage,
+            }),
+        };
+        Box::pin(async move { reply })
+    }
+
+    fn check_tools(&self, available: &[String]) -> Result<(), ModelError> {
+        for (t, turn) in self.turns.iter().enumerate() {
+            for call in &turn.tool_calls {
+                if !available.contains(&call.name) {
+                    return Err(self.error(format!(
+                        "turn {}: tool {:?} is not loaded; loaded: {}",
+                        t + 1,
+                        call.name,
+                        if available.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            available.join(", ")
+                        }
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
