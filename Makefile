@@ -37,5 +37,12 @@ lint: setup
 test: build lint
 	$(CARGO) test
 
+DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.
+
+# The walkthrough as an agent run: the real Wasm tools, and the model from
+# guest-examples/scripts/vowels.json (offline), or a real OpenAI model when
+# OPENAI_API_KEY is set (OPENAI_MODEL, default gpt-4o-mini).
 demo: build
-	@AIRLOCK=$(AIRLOCK) TOOL=$(GUEST_DIR)/stateful.wasm scripts/demo.sh
+	@if [ -n "$$OPENAI_API_KEY" ]; then model="--model openai:$${OPENAI_MODEL:-gpt-4o-mini}"; \
+	 else model="--script guest-examples/scripts/vowels.json"; fi; \
+	 $(AIRLOCK) run --tool $(GUEST_DIR)/stateful.wasm $$model "$(DEMO_PROMPT)"

@@ -43,6 +43,7 @@
 //! - [`sandbox`]: the engine, compile cache, limits, captured output.
 //! - [`tools`]: loading components and calling tools.
 
+pub mod agent;
 pub mod context;
 pub mod fs;
 pub mod llm;

@@ -5,6 +5,7 @@
 // Tests state their expectations with unwrap/expect.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agent;
 mod cli;
 mod context_rules;
 mod errors;
@@ -13,6 +14,7 @@ mod http;
 mod limits;
 mod ops;
 mod policy;
+mod script;
 mod stateful;
 mod support;
 mod view;

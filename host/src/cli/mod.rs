@@ -7,6 +7,7 @@
 
 mod call;
 mod inspect;
+mod run;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,12 +37,15 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Call one tool once and show its result, ops and the new deps.
     Call(call::CallArgs),
+    /// Run an agent: a model that calls the tools until it answers.
+    Run(run::RunArgs),
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Inspect(args) => inspect::run(args).await,
         Command::Call(args) => call::run(args).await,
+        Command::Run(args) => run::run(args).await,
     }
 }
 

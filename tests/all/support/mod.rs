@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 pub mod loopback;
+pub mod model_server;
 
 use airlock::context::ContextRules;
 use airlock::{

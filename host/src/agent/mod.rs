@@ -1,0 +1,427 @@
+//! The agent loop (DESIGN §5): model turns, tool dispatch, approval,
+//! events, cancellation.
+//!
+//! Each iteration sends the conversation and the tool specs to the model.
+//! Its tool calls run one at a time, in the order the model gave them, each
+//! seeing the deps the calls before it left (three `increment` calls in one
+//! turn leave 3). Every call ends with a tool message to the model: the
+//! result, or what went wrong (unknown tool, bad arguments, a rejected
+//! approval, a failed call), and the loop goes on. The run ends when the
+//! model answers without tool calls, or with an error: `max_iterations`
+//! model requests without an answer, a model failure, or cancellation. The
+//! transcript (messages and item log) holds everything up to that point in
+//! either case.
+
+pub mod events;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+pub use events::{CallStatus, Event, Item, Role};
+
+use crate::context::{RunContext, Usage};
+use crate::llm::{BoxFuture, Message, Model, ModelError, ModelToolCall};
+use crate::sandbox::CancelToken;
+use crate::tools::{Approval, CallError, Host, ToolCall, ToolSpec};
+
+/// What the model is told when the approval handler rejects a call.
+pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
+
+/// Settings for a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentOptions {
+    /// Model requests allowed in one run. Default 10.
+    pub max_iterations: u32,
+    /// Sent first when the transcript is empty.
+    pub system_prompt: Option<String>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            max_iterations: 10,
+            system_prompt: None,
+        }
+    }
+}
+
+/// A tool call waiting for approval.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingCall<'a> {
+    pub call_id: &'a str,
+    pub name: &'a str,
+    /// The model's arguments, as JSON text.
+    pub arguments: &'a str,
+}
+
+/// What an approval handler decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject,
+    /// Run the call with these arguments (JSON text) instead.
+    Edit(String),
+}
+
+/// Decides about calls of tools whose policy says `approval = "ask"`.
+pub trait Approver: Send + Sync {
+    fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision>;
+}
+
+impl<F> Approver for F
+where
+    F: Fn(PendingCall<'_>) -> Decision + Send + Sync,
+{
+    fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision> {
+        let decision = self(call);
+        Box::pin(async move { decision })
+    }
+}
+
+/// The conversation so far: the messages sent to the model and the item
+/// log. Pass the same transcript to continue a conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    pub messages: Vec<Message>,
+    pub items: Vec<Event>,
+}
+
+/// How a run ended, when it ended with an answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutcome {
+    pub answer: String,
+    pub usage: Usage,
+    /// Model requests made in this run.
+    pub iterations: u32,
+    pub run_id: String,
+    pub session_id: String,
+}
+
+/// A run that ended without an answer. The context and transcript hold
+/// everything done up to that point.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunError {
+    #[error("no final answer after {limit} model requests (max_iterations)")]
+    MaxIterations { limit: u32 },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("the run was cancelled")]
+    Cancelled,
+}
+
+impl RunError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunError::MaxIterations { .. } => "max_iterations",
+            RunError::Model(_) => "model_error",
+            RunError::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Runs prompts against a model with the host's tools.
+pub struct Agent<'a> {
+    host: &'a Host,
+    model: &'a dyn Model,
+    options: AgentOptions,
+    approver: Option<&'a dyn Approver>,
+    events: Option<mpsc::UnboundedSender<Event>>,
+    cancel: CancelToken,
+}
+
+impl std::fmt::Debug for Agent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("model", &self.model.name())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Agent<'a> {
+    pub fn new(host: &'a Host, model: &'a dyn Model) -> Self {
+        Self {
+            host,
+            model,
+            options: AgentOptions::default(),
+            approver: None,
+            events: None,
+            cancel: CancelToken::new(),
+        }
+    }
+
+    pub fn options(mut self, options: AgentOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The handler for `approval = "ask"` tools. Without one, their calls
+    /// are rejected.
+    pub fn approver(mut self, approver: &'a dyn Approver) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Streams every event to `sender` as it is recorded.
+    pub fn events(mut self, sender: mpsc::UnboundedSender<Event>) -> Self {
+        self.events = Some(sender);
+        self
+    }
+
+    /// Cancelling `token` stops the model request or tool call in flight
+    /// and ends the run with [`RunError::Cancelled`].
+    pub fn cancel_token(mut self, token: CancelToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Runs `prompt` to an answer. Appends to `transcript` and updates
+    /// `ctx` (deps through tool ops, usage, iteration) as it goes.
+    pub async fn run(
+        &self,
+        ctx: &mut RunContext,
+        transcript: &mut Transcript,
+        prompt: &str,
+    ) -> Result<RunOutcome, RunError> {
+        let mut run = Run {
+            agent: self,
+            ctx,
+            transcript,
+            failures: HashMap::new(),
+        };
+        let result = run.drive(prompt).await;
+        if let Err(e) = &result {
+            run.record(Item::Error {
+                kind: e.kind().to_owned(),
+                message: e.to_string(),
+            });
+        }
+        result
+    }
+}
+
+struct Run<'r, 'a> {
+    agent: &'r Agent<'a>,
+    ctx: &'r mut RunContext,
+    transcript: &'r mut Transcript,
+    /// Failed calls per tool in this run: the `retry` a tool sees.
+    failures: HashMap<String, u32>,
+}
+
+impl Run<'_, '_> {
+    fn record(&mut self, item: Item) {
+        let event = Event {
+            id: format!("item_{}", self.transcript.items.len() + 1),
+            run_id: self.ctx.run_id().to_owned(),
+            at_ms: events::now_ms(),
+            item,
+        };
+        if let Some(sender) = &self.agent.events {
+            // A dropped receiver only means nobody is watching.
+            let _ = sender.send(event.clone());
+        }
+        self.transcript.items.push(event);
+    }
+
+    async fn drive(&mut self, prompt: &str) -> Result<RunOutcome, RunError> {
+        let agent = self.agent;
+        agent.model.check_tools(&agent.host.tool_names())?;
+        let specs: Vec<ToolSpec> = agent.host.tools().cloned().collect();
+        if self.transcript.messages.is_empty()
+            && let Some(system) = &agent.options.system_prompt
+        {
+            self.transcript.messages.push(Message::System {
+                content: system.clone(),
+            });
+        }
+        self.transcript.messages.push(Message::User {
+            content: prompt.to_owned(),
+        });
+        self.record(Item::Message {
+            role: Role::User,
+            content: Some(prompt.to_owned()),
+            iteration: 0,
+        });
+
+        let mut iteration = 0;
+        loop {
+            if agent.cancel.is_cancelled() {
+                return Err(RunError::Cancelled);
+            }
+            if iteration >= agent.options.max_iterations {
+                return Err(RunError::MaxIterations {
+                    limit: agent.options.max_iterations,
+                });
+            }
+            iteration += 1;
+            self.ctx.iteration = iteration;
+            self.ctx.usage.requests += 1;
+            let reply = tokio::select! {
+                reply = agent.model.complete(&self.transcript.messages, &specs) => reply?,
+                () = agent.cancel.cancelled() => return Err(RunError::Cancelled),
+            };
+            self.ctx.usage.input_tokens += reply.usage.input_tokens;
+            self.ctx.usage.output_tokens += reply.usage.output_tokens;
+            self.transcript.messages.push(Message::Assistant {
+                content: reply.content.clone(),
+                tool_calls: reply.tool_calls.clone(),
+            });
+            if reply.content.is_some() || reply.tool_calls.is_empty() {
+                self.record(Item::Message {
+                    role: Role::Assistant,
+                    content: reply.content.clone(),
+                    iteration,
+                });
+            }
+            if reply.tool_calls.is_empty() {
+                return Ok(RunOutcome {
+                    answer: reply.content.unwrap_or_default(),
+                    usage: self.ctx.usage,
+                    iterations: iteration,
+                    run_id: self.ctx.run_id().to_owned(),
+                    session_id: self.ctx.session_id().to_owned(),
+                });
+            }
+            for call in &reply.tool_calls {
+                self.dispatch(call, iteration).await?;
+            }
+        }
+    }
+
+    /// Runs one tool call and tells the model how it went. Only
+    /// cancellation ends the run from here.
+    async fn dispatch(&mut self, call: &ModelToolCall, iteration: u32) -> Result<(), RunError> {
+        let agent = self.agent;
+        self.record(Item::FunctionCall {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            iteration,
+        });
+        self.ctx.usage.tool_calls += 1;
+        let started = Instant::now();
+
+        let mut arguments = call.arguments.clone();
+        if agent.host.approval(&call.name) == Approval::Ask {
+            let pending = PendingCall {
+                call_id: &call.id,
+                name: &call.name,
+                arguments: &call.arguments,
+            };
+            let decision = match agent.approver {
+                Some(approver) => approver.decide(pending).await,
+                None => Decision::Reject,
+            };
+            match decision {
+                Decision::Approve => {}
+                Decision::Edit(edited) => arguments = edited,
+                Decision::Reject => {
+                    self.answer(
+                        call,
+                        CallStatus::Rejected,
+                        REJECTED_MESSAGE.to_owned(),
+                        None,
+                        started,
+                    );
+                    return Ok(());
+                }
+            }
+        }
+
+        let request = ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments,
+            retry: self.failures.get(&call.name).copied().unwrap_or(0),
+        };
+        match agent
+            .host
+            .call_cancellable(self.ctx, &request, &agent.cancel)
+            .await
+        {
+            Ok(outcome) => {
+                let output = outcome.result.to_string();
+                let duration_us = micros(started);
+                self.record(Item::FunctionCallOutput {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    status: CallStatus::Completed,
+                    output: output.clone(),
+                    error_kind: None,
+                    duration_us,
+                    logs: outcome.logs,
+                    stdout: outcome.stdout,
+                    stderr: outcome.stderr,
+                });
+                if !outcome.updates.is_empty() {
+                    self.record(Item::ContextUpdate {
+                        call_id: call.id.clone(),
+                        ops: outcome.updates,
+                    });
+                }
+                self.tell_model(call, output, false);
+                Ok(())
+            }
+            Err(CallError::Cancelled) => {
+                self.answer(
+                    call,
+                    CallStatus::Cancelled,
+                    "Tool call was cancelled.".into(),
+                    Some("cancelled"),
+                    started,
+                );
+                Err(RunError::Cancelled)
+            }
+            Err(error) => {
+                *self.failures.entry(call.name.clone()).or_default() += 1;
+                let text = match &error {
+                    CallError::Retry(message) => {
+                        format!("Error (retry): {message}. Please try again.")
+                    }
+                    other => format!("Error ({}): {other}", other.kind()),
+                };
+                self.answer(call, CallStatus::Failed, text, Some(error.kind()), started);
+                Ok(())
+            }
+        }
+    }
+
+    /// Records a call's output event and sends the model the tool message.
+    fn answer(
+        &mut self,
+        call: &ModelToolCall,
+        status: CallStatus,
+        output: String,
+        kind: Option<&str>,
+        started: Instant,
+    ) {
+        self.record(Item::FunctionCallOutput {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            status,
+            output: output.clone(),
+            error_kind: kind.map(str::to_owned),
+            duration_us: micros(started),
+            logs: Vec::new(),
+            stdout: String::new(),
+            stderr: String::new(),
+        });
+        self.tell_model(call, output, status != CallStatus::Completed);
+    }
+
+    fn tell_model(&mut self, call: &ModelToolCall, content: String, is_error: bool) {
+        self.transcript.messages.push(Message::Tool {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content,
+            is_error,
+        });
+    }
+}
+
+fn micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,370 @@
+//! `airlock run "prompt"`: an agent run with a model and sandboxed tools.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use airlock::agent::{
+    Agent, AgentOptions, CallStatus, Decision, Event, Item, PendingCall, Role, RunError,
+    RunOutcome, Transcript,
+};
+use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
+use airlock::policy::Policy;
+use airlock::sandbox::CancelToken;
+use airlock::{Host, RunContext};
+
+use super::{EXIT_INPUT, EXIT_TOOL_FAILED, Failure, print_error, print_out, read_deps, show_json};
+
+/// Exit code of a run stopped by Ctrl-C (128 + SIGINT).
+const EXIT_CANCELLED: u8 = 130;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// What to ask the model.
+    prompt: String,
+    /// The operator's policy: the tools to load and what each may do.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Also load this component, with nothing granted (repeatable).
+    #[arg(long = "tool", value_name = "TOOL.wasm")]
+    tools: Vec<PathBuf>,
+    /// The model: openai:MODEL (also vLLM, Ollama, llama.cpp, LM Studio via
+    /// OPENAI_BASE_URL) or anthropic:MODEL.
+    #[arg(long, value_name = "PROVIDER:MODEL", conflicts_with = "script")]
+    model: Option<String>,
+    /// Play the model's turns from a script file instead (offline).
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    /// The provider's base URL (default: OPENAI_BASE_URL / ANTHROPIC_BASE_URL).
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
+    #[arg(long, value_name = "FILE_OR_JSON")]
+    deps: Option<String>,
+    /// Write the deps at the end of the run to FILE (atomically).
+    #[arg(long, value_name = "FILE")]
+    save_deps: Option<PathBuf>,
+    /// Model requests allowed before the run fails.
+    #[arg(long, default_value_t = 10)]
+    max_iterations: u32,
+    /// A system prompt for the model.
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long)]
+    session_id: Option<String>,
+    #[arg(long)]
+    user_id: Option<String>,
+    /// Write the item log as JSON lines to FILE, or `-` for stdout (then
+    /// progress is not printed).
+    #[arg(long, value_name = "FILE")]
+    events: Option<String>,
+    /// Print one JSON object at the end instead of text (no progress).
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: RunArgs) -> ExitCode {
+    let (host, model, mut ctx) = match prepare(&args).await {
+        Ok(ready) => ready,
+        Err(failure) => {
+            if args.json {
+                print_out(&json!({"ok": false, "error": failure.to_json()}).to_string());
+            } else {
+                print_error(&failure.message);
+            }
+            return ExitCode::from(failure.exit);
+        }
+    };
+    let mut events_file = match open_events(args.events.as_deref()) {
+        Ok(file) => file,
+        Err(failure) => {
+            print_error(&failure.message);
+            return ExitCode::from(failure.exit);
+        }
+    };
+
+    let cancel = CancelToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+
+    let progress = !args.json && args.events.as_deref() != Some("-");
+    if progress {
+        print_out(&format!(
+            "model: {}; tools: {}",
+            model.name(),
+            host.tool_names().join(", ")
+        ));
+    }
+    let approver = TerminalApprover;
+    let options = AgentOptions {
+        max_iterations: args.max_iterations,
+        system_prompt: args.system.clone(),
+    };
+    let (sender, mut receiver) = mpsc::unbounded_channel();
+    let mut transcript = Transcript::default();
+    let run = async {
+        let agent = Agent::new(&host, model.as_ref())
+            .options(options)
+            .approver(&approver)
+            .events(sender)
+            .cancel_token(cancel.clone());
+        agent.run(&mut ctx, &mut transcript, &args.prompt).await
+    };
+    let watch = async {
+        while let Some(event) = receiver.recv().await {
+            if let Some(sink) = events_file.as_mut() {
+                let line = serde_json::to_string(&event).unwrap_or_default();
+                if let Err(e) = writeln!(sink, "{line}").and_then(|()| sink.flush()) {
+                    tracing::warn!(error = %e, "cannot write the event log");
+                }
+            }
+            if progress {
+                show_progress(&event);
+            }
+        }
+    };
+    let (result, ()) = tokio::join!(run, watch);
+
+    if let Some(path) = &args.save_deps {
+        let mut text = serde_json::to_vec_pretty(ctx.deps()).unwrap_or_default();
+        text.push(b'\n');
+        if let Err(e) = airlock::fs::write_atomic(path, &text) {
+            print_error(&format!("--save-deps {}: {e}", path.display()));
+        }
+    }
+    finish(&args, &ctx, result)
+}
+
+/// Loads the policy and tools, the model, and the starting context.
+async fn prepare(args: &RunArgs) -> Result<(Host, Box<dyn Model>, RunContext), Failure> {
+    let mut ctx = read_deps(args.deps.as_deref().unwrap_or("{}"))?;
+    if let Some(id) = &args.session_id {
+        ctx = ctx.with_session_id(id.as_str());
+    }
+    if let Some(id) = &args.user_id {
+        ctx = ctx.with_user_id(id.as_str());
+    }
+    let policy = args
+        .config
+        .as_deref()
+        .map(Policy::load)
+        .transpose()
+        .map_err(|e| Failure::input("invalid_config", e.to_string()))?;
+    if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && args.tools.is_empty() {
+        return Err(Failure::input(
+            "no_tools",
+            "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
+        ));
+    }
+    let mut builder = Host::builder();
+    if let Some(policy) = &policy {
+        let fuel = policy.tools.iter().any(|t| t.config.limits.fuel.is_some());
+        builder = builder
+            .context_rules(policy.context.clone())
+            .fuel_metering(fuel);
+    }
+    let mut host = builder.build()?;
+    for tool in policy.iter().flat_map(|p| &p.tools) {
+        host.load_with(&tool.path, tool.config.clone()).await?;
+    }
+    for path in &args.tools {
+        host.load(path).await?;
+    }
+
+    let model: Box<dyn Model> = match (&args.script, &args.model) {
+        (Some(script), _) => Box::new(
+            ScriptModel::load(script)
+                .map_err(|e| Failure::input("invalid_script", e.to_string()))?,
+        ),
+        (None, Some(spec)) => {
+            let options = ProviderOptions {
+                base_url: args.base_url.clone(),
+                ..ProviderOptions::default()
+            };
+            llm::from_spec(spec, options)
+                .map_err(|e| Failure::input("invalid_model", e.to_string()))?
+        }
+        (None, None) => {
+            return Err(Failure::input(
+                "no_model",
+                "no model: pass --model openai:MODEL, --model anthropic:MODEL, or --script FILE",
+            ));
+        }
+    };
+    Ok((host, model, ctx))
+}
+
+fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {
+    match target {
+        None => Ok(None),
+        Some("-") => Ok(Some(Box::new(std::io::stdout()))),
+        Some(path) => std::fs::File::create(path)
+            .map(|f| Some(Box::new(std::io::BufWriter::new(f)) as Box<dyn Write + Send>))
+            .map_err(|e| Failure::input("events_file", format!("--events {path}: {e}"))),
+    }
+}
+
+/// One readable line per model turn and per tool call.
+fn show_progress(event: &Event) {
+    let line = match &event.item {
+        Item::Message {
+            role: Role::Assistant,
+            content: Some(text),
+            iteration,
+        } => format!("[turn {iteration}] model: {}", one_line(text, 200)),
+        Item::FunctionCall {
+            name,
+            arguments,
+            iteration,
+            ..
+        } => format!(
+            "[turn {iteration}] call {name} {}",
+            one_line(arguments, 120)
+        ),
+        Item::FunctionCallOutput {
+            name,
+            status,
+            output,
+            duration_us,
+            ..
+        } => {
+            let status = match status {
+                CallStatus::Completed => "ok",
+                CallStatus::Failed => "failed",
+                CallStatus::Rejected => "rejected",
+                CallStatus::Cancelled => "cancelled",
+            };
+            format!(
+                "         {name} {status} in {:.1} ms: {}",
+                *duration_us as f64 / 1000.0,
+                one_line(output, 160)
+            )
+        }
+        Item::ContextUpdate { ops, .. } => {
+            let ops: Vec<String> = ops
+                .iter()
+                .map(|op| format!("{} {}", op.kind(), op.key()))
+                .collect();
+            format!("         ops: {}", ops.join(", "))
+        }
+        Item::Error { kind, message } => format!("run failed ({kind}): {message}"),
+        Item::Message { .. } => return,
+    };
+    print_out(&line);
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    }
+}
+
+fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>) -> ExitCode {
+    let deps = Value::Object(ctx.deps().clone());
+    let usage = json!(ctx.usage);
+    match result {
+        Ok(outcome) => {
+            if args.json {
+                print_out(
+                    &json!({
+                        "ok": true,
+                        "answer": outcome.answer,
+                        "deps": deps,
+                        "usage": usage,
+                        "iterations": outcome.iterations,
+                        "session_id": outcome.session_id,
+                        "run_id": outcome.run_id,
+                    })
+                    .to_string(),
+                );
+            } else {
+                print_out(&format!(
+                    "\nanswer: {}\ndeps:   {}\nusage:  {} requests, {} tool calls, {} input + {} output tokens",
+                    outcome.answer,
+                    show_json(&deps),
+                    ctx.usage.requests,
+                    ctx.usage.tool_calls,
+                    ctx.usage.input_tokens,
+                    ctx.usage.output_tokens,
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            if args.json {
+                print_out(
+                    &json!({
+                        "ok": false,
+                        "error": {"kind": error.kind(), "message": error.to_string()},
+                        "deps": deps,
+                        "usage": usage,
+                        "iterations": ctx.iteration,
+                        "session_id": ctx.session_id(),
+                        "run_id": ctx.run_id(),
+                    })
+                    .to_string(),
+                );
+            } else {
+                print_error(&error);
+                print_out(&format!("deps: {}", show_json(&deps)));
+            }
+            match error {
+                RunError::Cancelled => ExitCode::from(EXIT_CANCELLED),
+                RunError::Model(airlock::llm::ModelError::Script { .. }) => {
+                    ExitCode::from(EXIT_INPUT)
+                }
+                _ => ExitCode::from(EXIT_TOOL_FAILED),
+            }
+        }
+    }
+}
+
+/// Asks on the terminal: approve, reject, or edit the arguments. End of
+/// input (no terminal) rejects.
+struct TerminalApprover;
+
+impl airlock::agent::Approver for TerminalApprover {
+    fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision> {
+        let question = format!(
+            "approve {} {}? [y]es / [n]o / [e]dit: ",
+            call.name, call.arguments
+        );
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || ask(&question))
+                .await
+                .unwrap_or(Decision::Reject)
+        })
+    }
+}
+
+fn ask(question: &str) -> Decision {
+    let read = |prompt: &str| -> Option<String> {
+        let mut err = std::io::stderr();
+        let _ = write!(err, "{prompt}");
+        let _ = err.flush();
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line.trim().to_owned()),
+        }
+    };
+    match read(question).as_deref() {
+        Some("y" | "yes") => Decision::Approve,
+        Some("e" | "edit") => match read("new arguments (JSON): ") {
+            Some(args) if !args.is_empty() => Decision::Edit(args),
+            _ => Decision::Reject,
+        },
+        _ => Decision::Reject,
+    }
+}

@@ -1,0 +1,590 @@
+//! The agent loop against model servers on 127.0.0.1 that speak the OpenAI
+//! and Anthropic wire formats (real reqwest, real JSON), with real tools.
+
+use std::time::Duration;
+
+use airlock::agent::{
+    Agent, AgentOptions, CallStatus, Decision, Item, PendingCall, REJECTED_MESSAGE, RunError,
+    Transcript,
+};
+use airlock::llm::{
+    AnthropicModel, Message, ModelError, OpenAiModel, ProviderOptions, RetryPolicy,
+};
+use airlock::sandbox::CancelToken;
+use airlock::tools::Approval;
+use airlock::{Host, Limits, RunContext, ToolConfig};
+use serde_json::{Value, json};
+
+use crate::support::model_server::{ModelServer, anthropic_reply, openai_reply};
+use crate::support::{cache_dir, guest, host};
+
+const KEY: &str = "sk-test-key-never-logged";
+
+fn options(server_base: String) -> ProviderOptions {
+    ProviderOptions {
+        base_url: Some(server_base),
+        api_key: Some(KEY.into()),
+        retry: RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(50),
+        },
+        timeout: Some(Duration::from_secs(10)),
+    }
+}
+
+fn openai(server: &ModelServer) -> OpenAiModel {
+    OpenAiModel::new("gpt-test", options(server.openai_base())).unwrap()
+}
+
+fn tool_messages(body: &Value) -> Vec<&Value> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_multi_turn_run_with_tool_calls_and_ops() {
+    let server = ModelServer::start().await;
+    let inc = r#"{"name":"vowels"}"#;
+    server
+        .push_json(openai_reply(
+            Some("e, e, a: three vowels."),
+            &[
+                ("call_a", "increment", inc),
+                ("call_b", "increment", inc),
+                ("call_c", "increment", inc),
+            ],
+            100,
+            20,
+        ))
+        .push_json(openai_reply(
+            None,
+            &[("call_d", "add_note", r#"{"text":"e, e, a"}"#)],
+            150,
+            10,
+        ))
+        .push_json(openai_reply(Some("There are 3 vowels."), &[], 200, 8));
+    let model = openai(&server);
+    let host = host().await;
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let outcome = Agent::new(host, &model)
+        .run(&mut ctx, &mut transcript, "Count the vowels in elephant.")
+        .await
+        .unwrap();
+
+    assert_eq!(outcome.answer, "There are 3 vowels.");
+    assert_eq!(outcome.iterations, 3);
+    assert_eq!(ctx.deps()["counters"], json!({"vowels": 3}));
+    assert_eq!(ctx.deps()["notes"], json!(["e, e, a"]));
+    assert_eq!(
+        (
+            outcome.usage.requests,
+            outcome.usage.tool_calls,
+            outcome.usage.input_tokens,
+            outcome.usage.output_tokens
+        ),
+        (3, 4, 450, 38)
+    );
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(seen[0].body["model"], "gpt-test");
+    let tools: Vec<&str> = seen[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        ["add_note", "apply", "increment", "read", "show_state"]
+    );
+    assert_eq!(seen[0].body["tools"][0]["type"], "function");
+    // The second request carries the assistant's calls and one tool message
+    // per call, in order, each seeing the deps the previous one left.
+    let results = tool_messages(&seen[1].body);
+    let ids: Vec<&str> = results
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_a", "call_b", "call_c"]);
+    let values: Vec<Value> = results
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<Value>(m["content"].as_str().unwrap()).unwrap()["value"].clone()
+        })
+        .collect();
+    assert_eq!(values, [json!(1), json!(2), json!(3)]);
+    let assistant = &seen[1].body["messages"][1];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["tool_calls"][2]["function"]["arguments"], inc);
+
+    // The item log: user message, model text, 4 calls with outputs, 4 context updates, final answer.
+    let kinds: Vec<&str> = transcript
+        .items
+        .iter()
+        .map(|e| match &e.item {
+            Item::Message { .. } => "message",
+            Item::FunctionCall { .. } => "function_call",
+            Item::FunctionCallOutput { .. } => "function_call_output",
+            Item::ContextUpdate { .. } => "context_update",
+            Item::Error { .. } => "error",
+        })
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "function_call_output")
+            .count(),
+        4
+    );
+    assert_eq!(kinds.iter().filter(|k| **k == "context_update").count(), 4);
+    assert_eq!(kinds.first(), Some(&"message"));
+    assert_eq!(kinds.last(), Some(&"message"));
+    assert!(transcript.items.iter().all(|e| e.run_id == ctx.run_id()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_run_groups_tool_results() {
+    let server = ModelServer::start().await;
+    server
+        .push_json(anthropic_reply(
+            Some("Counting."),
+            &[
+                ("toolu_1", "increment", json!({"name": "vowels"})),
+                ("toolu_2", "increment", json!({"name": "vowels"})),
+            ],
+            90,
+            30,
+        ))
+        .push_json(anthropic_reply(Some("Two so far."), &[], 120, 5));
+    let model = AnthropicModel::new("claude-test", options(server.anthropic_base())).unwrap();
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let outcome = Agent::new(host().await, &model)
+        .options(AgentOptions {
+            system_prompt: Some("You count things.".into()),
+            ..AgentOptions::default()
+        })
+        .run(&mut ctx, &mut transcript, "Count.")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "Two so far.");
+    assert_eq!(ctx.deps()["counters"]["vowels"], 2);
+    assert_eq!(
+        (outcome.usage.input_tokens, outcome.usage.output_tokens),
+        (210, 35)
+    );
+
+    let seen = server.seen();
+    assert_eq!(seen[0].path, "/v1/messages");
+    assert_eq!(seen[0].header("x-api-key"), Some(KEY));
+    assert_eq!(seen[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(seen[0].body["system"], "You count things.");
+    assert!(seen[0].body["max_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(seen[0].body["tools"][0]["input_schema"]["type"], "object");
+    let messages = seen[1].body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(messages[1]["content"][1]["type"], "tool_use");
+    assert_eq!(
+        messages[1]["content"][1]["input"],
+        json!({"name": "vowels"})
+    );
+    let results = messages[2]["content"].as_array().unwrap();
+    assert_eq!(messages[2]["role"], "user");
+    assert_eq!(results.len(), 2, "both results in one user message");
+    assert_eq!(results[0]["type"], "tool_result");
+    assert_eq!(results[0]["tool_use_id"], "toolu_1");
+    assert_eq!(results[1]["tool_use_id"], "toolu_2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_iterations_ends_the_run_and_keeps_the_state() {
+    let server = ModelServer::start().await;
+    for i in 0..5 {
+        server.push_json(openai_reply(
+            None,
+            &[(&format!("c{i}"), "increment", r#"{"name":"loops"}"#)],
+            10,
+            1,
+        ));
+    }
+    let model = openai(&server);
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let err = Agent::new(host().await, &model)
+        .options(AgentOptions {
+            max_iterations: 3,
+            ..AgentOptions::default()
+        })
+        .run(&mut ctx, &mut transcript, "Loop forever.")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::MaxIterations { limit: 3 }), "{err}");
+    assert_eq!(
+        server.seen().len(),
+        3,
+        "exactly max_iterations model requests"
+    );
+    assert_eq!(ctx.deps()["counters"]["loops"], 3, "the work done is kept");
+    assert_eq!(ctx.usage.requests, 3);
+    let last = transcript.items.last().unwrap();
+    assert!(
+        matches!(&last.item, Item::Error { kind, .. } if kind == "max_iterations"),
+        "{last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_then_succeed() {
+    let server = ModelServer::start().await;
+    server
+        .push(500, r#"{"error":{"message":"overloaded"}}"#)
+        .push(429, r#"{"error":{"message":"slow down"}}"#)
+        .push_json(openai_reply(Some("fine now"), &[], 5, 2));
+    let model = openai(&server);
+    let mut ctx = RunContext::default();
+    let outcome = Agent::new(host().await, &model)
+        .run(&mut ctx, &mut Transcript::default(), "hi")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "fine now");
+    assert_eq!(server.seen().len(), 3);
+    assert_eq!(ctx.usage.requests, 1, "retries are one model request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_bounded() {
+    let server = ModelServer::start().await;
+    for _ in 0..10 {
+        server.push(503, "busy");
+    }
+    let model = openai(&server);
+    let err = Agent::new(host().await, &model)
+        .run(&mut RunContext::default(), &mut Transcript::default(), "hi")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RunError::Model(ModelError::Status { status: 503, .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(server.seen().len(), 4, "one attempt and three retries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_responses_are_clear_errors_without_the_key() {
+    let server = ModelServer::start().await;
+    server
+        .push(200, "this is not json")
+        .push_json(json!({"choices": []}))
+        .push(
+            401,
+            format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
+        );
+    let model = openai(&server);
+    let mut messages = Vec::new();
+    for _ in 0..3 {
+        let err = Agent::new(host().await, &model)
+            .run(&mut RunContext::default(), &mut Transcript::default(), "hi")
+            .await
+            .unwrap_err();
+        messages.push(err.to_string());
+    }
+    assert!(
+        messages[0].starts_with("openai: malformed response: not JSON"),
+        "{}",
+        messages[0]
+    );
+    assert!(
+        messages[1].contains("openai: malformed response: no choices[0].message"),
+        "{}",
+        messages[1]
+    );
+    assert!(
+        messages[2].starts_with("openai: HTTP 401"),
+        "{}",
+        messages[2]
+    );
+    for m in &messages {
+        assert!(!m.contains(KEY), "the API key leaked: {m}");
+    }
+    assert!(messages[2].contains("[redacted]"), "{}", messages[2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
+    let server = ModelServer::start().await;
+    server
+        .push_json(openai_reply(
+            None,
+            &[
+                ("c1", "no_such_tool", "{}"),
+                ("c2", "increment", "{not json"),
+                ("c3", "increment", r#"{"name": 7}"#),
+                ("c4", "read", r#"{"keys": 5}"#),
+                ("c5", "read", "{}"),
+            ],
+            10,
+            10,
+        ))
+        .push_json(openai_reply(Some("done"), &[], 10, 1));
+    let model = openai(&server);
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let outcome = Agent::new(host().await, &model)
+        .run(&mut ctx, &mut transcript, "try things")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "done");
+    let seen = server.seen();
+    let results = tool_messages(&seen[1].body);
+    let text: Vec<&str> = results
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        text[0].contains("unknown_tool") && text[0].contains("available: add_note"),
+        "{}",
+        text[0]
+    );
+    assert!(
+        text[1].contains("invalid_args") && text[1].contains("not valid JSON"),
+        "{}",
+        text[1]
+    );
+    assert!(
+        text[2].contains("invalid_args") && text[2].contains("schema") && text[2].contains("/name"),
+        "{}",
+        text[2]
+    );
+    assert!(text[3].contains("invalid_args"), "{}", text[3]);
+    // `read` failed once in this run, so its next call sees retry = 1.
+    let read: Value = serde_json::from_str(text[4]).unwrap();
+    assert_eq!(read["retry"], 1);
+    assert_eq!(read["tool_call_id"], "c5");
+    assert_eq!(read["iteration"], 1);
+    assert!(ctx.deps().is_empty(), "no failed call changed deps");
+    let failed = transcript
+        .items
+        .iter()
+        .filter(|e| {
+            matches!(
+                &e.item,
+                Item::FunctionCallOutput {
+                    status: CallStatus::Failed,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(failed, 4);
+}
+
+async fn approval_host() -> Host {
+    let mut host = Host::builder()
+        .cache(airlock::CompileCache::in_dir(cache_dir()))
+        .max_concurrent_calls(4)
+        .build()
+        .unwrap();
+    let config = ToolConfig {
+        approval: Approval::Ask,
+        ..ToolConfig::default()
+    };
+    host.load_with(guest("stateful"), config).await.unwrap();
+    host
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_can_reject_and_edit() {
+    let server = ModelServer::start().await;
+    server
+        .push_json(openai_reply(
+            None,
+            &[
+                ("c1", "increment", r#"{"name":"rejected"}"#),
+                ("c2", "increment", r#"{"name":"typo"}"#),
+                ("c3", "show_state", "{}"),
+            ],
+            1,
+            1,
+        ))
+        .push_json(openai_reply(Some("ok"), &[], 1, 1));
+    let model = openai(&server);
+    let host = approval_host().await;
+    let approver = |call: PendingCall<'_>| match call.call_id {
+        "c1" => Decision::Reject,
+        "c2" => Decision::Edit(r#"{"name":"fixed"}"#.into()),
+        _ => Decision::Approve,
+    };
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    Agent::new(&host, &model)
+        .approver(&approver)
+        .run(&mut ctx, &mut transcript, "go")
+        .await
+        .unwrap();
+    assert_eq!(
+        ctx.deps()["counters"],
+        json!({"fixed": 1}),
+        "rejected call did not run; edited one ran as edited"
+    );
+    let results = tool_messages(&server.seen()[1].body)
+        .into_iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(results[0], REJECTED_MESSAGE);
+    assert_eq!(
+        serde_json::from_str::<Value>(&results[1]).unwrap()["counter"],
+        "fixed"
+    );
+    assert!(transcript.items.iter().any(|e| matches!(&e.item, Item::FunctionCallOutput { status: CallStatus::Rejected, call_id, .. } if call_id == "c1")));
+
+    // Without an approval handler, "ask" tools are rejected.
+    let server = ModelServer::start().await;
+    server
+        .push_json(openai_reply(
+            None,
+            &[("c1", "increment", r#"{"name":"x"}"#)],
+            1,
+            1,
+        ))
+        .push_json(openai_reply(Some("ok"), &[], 1, 1));
+    let model = openai(&server);
+    let mut ctx = RunContext::default();
+    Agent::new(&host, &model)
+        .run(&mut ctx, &mut Transcript::default(), "go")
+        .await
+        .unwrap();
+    assert!(ctx.deps().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_stops_the_tool_in_flight() {
+    let server = ModelServer::start().await;
+    server.push_json(openai_reply(
+        None,
+        &[
+            ("c1", "increment", r#"{"name":"before"}"#),
+            ("c2", "spin", "{}"),
+        ],
+        1,
+        1,
+    ));
+    let model = openai(&server);
+    let mut host = Host::builder()
+        .cache(airlock::CompileCache::in_dir(cache_dir()))
+        .max_concurrent_calls(4)
+        .build()
+        .unwrap();
+    let long = ToolConfig {
+        limits: Limits {
+            timeout: Duration::from_secs(60),
+            ..Limits::default()
+        },
+        ..ToolConfig::default()
+    };
+    host.load_with(guest("hostile"), long).await.unwrap();
+    host.load(guest("stateful")).await.unwrap();
+
+    let cancel = CancelToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        trigger.cancel();
+    });
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let started = std::time::Instant::now();
+    let err = Agent::new(&host, &model)
+        .cancel_token(cancel)
+        .run(&mut ctx, &mut transcript, "spin")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RunError::Cancelled), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "cancelled, not timed out"
+    );
+    assert_eq!(
+        ctx.deps()["counters"],
+        json!({"before": 1}),
+        "work before the cancel is kept"
+    );
+    assert!(!ctx.deps().contains_key("pwned"));
+    assert!(transcript.items.iter().any(|e| matches!(&e.item, Item::FunctionCallOutput { status: CallStatus::Cancelled, call_id, .. } if call_id == "c2")));
+    assert!(
+        matches!(&transcript.items.last().unwrap().item, Item::Error { kind, .. } if kind == "cancelled")
+    );
+    // The host serves the next call after a cancelled one.
+    host.call(
+        &mut ctx,
+        &airlock::ToolCall::new("increment", r#"{"name":"after"}"#),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_update_context_through_the_loop() {
+    let server = ModelServer::start().await;
+    let args = json!({"ops": [], "result": {"saved": true, "__update_context__": {"user": "ada", "lang": "en"}}}).to_string();
+    server
+        .push_json(openai_reply(None, &[("c1", "apply", &args)], 1, 1))
+        .push_json(openai_reply(Some("saved"), &[], 1, 1));
+    let model = openai(&server);
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    Agent::new(host().await, &model)
+        .run(&mut ctx, &mut transcript, "save")
+        .await
+        .unwrap();
+    assert_eq!(ctx.deps()["user"], "ada");
+    assert_eq!(ctx.deps()["lang"], "en");
+    let told = tool_messages(&server.seen()[1].body)[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        serde_json::from_str::<Value>(&told).unwrap(),
+        json!({"saved": true})
+    );
+    assert!(
+        transcript
+            .items
+            .iter()
+            .any(|e| matches!(&e.item, Item::ContextUpdate { ops, .. } if ops.len() == 2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transcript_continues_a_conversation() {
+    let server = ModelServer::start().await;
+    server
+        .push_json(openai_reply(Some("first answer"), &[], 1, 1))
+        .push_json(openai_reply(Some("second answer"), &[], 1, 1));
+    let model = openai(&server);
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let agent = Agent::new(host().await, &model);
+    agent.run(&mut ctx, &mut transcript, "one").await.unwrap();
+    agent.run(&mut ctx, &mut transcript, "two").await.unwrap();
+    let sent = &server.seen()[1].body["messages"];
+    assert_eq!(sent.as_array().unwrap().len(), 3);
+    assert_eq!(sent[0]["content"], "one");
+    assert_eq!(sent[1]["content"], "first answer");
+    assert_eq!(sent[2]["content"], "two");
+    assert!(matches!(&transcript.messages[2], Message::User { content } if content == "two"));
+}
