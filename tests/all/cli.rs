@@ -72,7 +72,7 @@ fn call_json_failure_keeps_deps_and_exits_non_zero() {
     assert_eq!(out.status.code(), Some(1));
     let doc = stdout_json(&out);
     assert_eq!(doc["ok"], false);
-    assert_eq!(doc["error"]["kind"], "failed");
+    assert_eq!(doc["error"]["kind"], "op_rejected");
     assert!(doc["error"]["message"].as_str().unwrap().contains("notes"));
     assert_eq!(doc["deps"], json!({"notes": "a string"}));
 

@@ -12,7 +12,10 @@ use serde_json::json;
 use crate::support::{assert_host_still_serves, call, hostile_host, hostile_limits, snapshot};
 
 async fn attack(name: &str) -> CallError {
-    let host = hostile_host().await;
+    attack_on(hostile_host().await, name).await
+}
+
+async fn attack_on(host: &airlock::Host, name: &str) -> CallError {
     let mut ctx = RunContext::from_value(json!({"secret_plan": [1, 2, 3]})).unwrap();
     let before = snapshot(&ctx);
     let err = call(host, &mut ctx, name, json!({})).await.unwrap_err();
@@ -123,7 +126,14 @@ async fn log_flood_hits_the_output_limit() {
 
 #[tokio::test]
 async fn a_million_ops_are_refused() {
-    let err = attack("million_ops").await;
+    // Building and lifting a million ops takes the guest a while; give it
+    // the default 5 s so that only the op bound can stop it.
+    let host = crate::support::host_with(
+        &[("hostile", airlock::ToolConfig::default())],
+        airlock::context::ContextRules::default(),
+    )
+    .await;
+    let err = attack_on(&host, "million_ops").await;
     let CallError::OpRejected(rejected) = &err else {
         panic!("expected op_rejected, got {err}");
     };

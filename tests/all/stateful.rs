@@ -75,8 +75,9 @@ async fn tool_refuses_bad_arguments_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn tool_reports_state_it_cannot_use() {
-    // `add_note` appends to `notes`; the tool itself refuses a string there.
+async fn host_rejects_an_append_onto_a_string() {
+    // `add_note` just appends to `notes`; the host refuses to append onto
+    // a string and applies nothing.
     let host = host().await;
     let mut ctx = RunContext::from_value(json!({"notes": "not a list"})).unwrap();
     let before = snapshot(&ctx);
@@ -84,7 +85,7 @@ async fn tool_reports_state_it_cannot_use() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, CallError::Failed(m) if m.contains("notes")),
+        matches!(&err, CallError::OpRejected(r) if r.key == "notes" && r.index == 0),
         "{err}"
     );
     assert_eq!(snapshot(&ctx), before);

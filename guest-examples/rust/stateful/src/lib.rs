@@ -1,26 +1,24 @@
 //! The stateful walkthrough: three tools that share state through the run
 //! context, never through their own memory (every call is a fresh instance).
+//! The same tools exist in Python, JavaScript and C; all four behave
+//! identically (see tests/all/conformance.rs):
 //!
-//! - `increment {name}`: adds 1 to `counters[name]`; returns `{counter, value}`
-//!   and a `set` of `counters`.
-//! - `add_note {text}`: returns `{added, total}` and an `append` to `notes`.
-//! - `show_state {}`: returns `{counters, notes}` as read through the view.
+//! - `increment {name}`: adds 1 to `counters[name]` (missing counts as 0);
+//!   returns `{counter, value}` and a `set` of `counters`. Fails if
+//!   `counters` is not an object or the counter is not an integer.
+//! - `add_note {text}`: returns `{added, total}` and an `append` of `text`
+//!   to `notes`; the host rejects the append if `notes` is not an array.
+//! - `show_state {}`: returns `{counters, notes}` as read through the view
+//!   (`{}` and `[]` when missing).
 
-wit_bindgen::generate!({
-    path: "../../../wit",
-    world: "tool-host",
-});
-
-use airlock::tool::context::RunContext;
-use airlock::tool::types::{ContextOp, Entry, ToolError, ToolOutput, ToolSpec};
-use serde_json::{Map, Value, json};
+use airlock_guest::{Context, Output, Spec, Tool, ToolError, Updates, Value, json, str_arg};
 
 struct Stateful;
 
-impl exports::airlock::tool::tool::Guest for Stateful {
-    fn describe() -> Vec<ToolSpec> {
+impl Tool for Stateful {
+    fn describe() -> Vec<Spec> {
         vec![
-            spec(
+            Spec::new(
                 "increment",
                 "Add 1 to the counter with the given name and return its new value.",
                 json!({
@@ -30,7 +28,7 @@ impl exports::airlock::tool::tool::Guest for Stateful {
                     "additionalProperties": false
                 }),
             ),
-            spec(
+            Spec::new(
                 "add_note",
                 "Append a note to the run's list of notes.",
                 json!({
@@ -40,7 +38,7 @@ impl exports::airlock::tool::tool::Guest for Stateful {
                     "additionalProperties": false
                 }),
             ),
-            spec(
+            Spec::new(
                 "show_state",
                 "Show all counters and notes.",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
@@ -48,101 +46,47 @@ impl exports::airlock::tool::tool::Guest for Stateful {
         ]
     }
 
-    fn call(ctx: &RunContext, name: String, args: String) -> Result<ToolOutput, ToolError> {
-        let args: Value = serde_json::from_str(&args)
-            .map_err(|e| ToolError::InvalidArgs(format!("arguments are not JSON: {e}")))?;
-        match name.as_str() {
-            "increment" => increment(ctx, &args),
-            "add_note" => add_note(ctx, &args),
-            "show_state" => Ok(output(
-                json!({"counters": counters(ctx)?, "notes": notes(ctx)?}),
-                vec![],
-            )),
+    fn call(ctx: &Context, name: &str, args: &Value) -> Result<Output, ToolError> {
+        match name {
+            "increment" => {
+                let counter = str_arg(args, "name")?;
+                let mut counters = ctx.object("counters")?;
+                let current = match counters.get(counter) {
+                    None => 0,
+                    Some(v) => v.as_i64().ok_or_else(|| {
+                        ToolError::Failed(format!(
+                            "counter {} is not an integer",
+                            Value::from(counter)
+                        ))
+                    })?,
+                };
+                let value = current + 1;
+                counters.insert(counter.to_owned(), json!(value));
+                Ok(Output::new(json!({"counter": counter, "value": value}))
+                    .with(Updates::new().set("counters", counters)))
+            }
+            "add_note" => {
+                let text = str_arg(args, "text")?;
+                let count = match ctx.get("notes")? {
+                    Some(Value::Array(items)) => items.len(),
+                    _ => 0,
+                };
+                Ok(Output::new(json!({"added": text, "total": count + 1}))
+                    .with(Updates::new().append("notes", text)))
+            }
+            "show_state" => {
+                let or = |value: Option<Value>, default: Value| match value {
+                    None | Some(Value::Null) => default,
+                    Some(v) => v,
+                };
+                Ok(Output::new(json!({
+                    "counters": or(ctx.get("counters")?, json!({})),
+                    "notes": or(ctx.get("notes")?, json!([])),
+                })))
+            }
             other => Err(ToolError::Failed(format!("no tool named {other:?}"))),
         }
     }
 }
 
-fn increment(ctx: &RunContext, args: &Value) -> Result<ToolOutput, ToolError> {
-    let name = string_arg(args, "name")?;
-    let mut counters = counters(ctx)?;
-    let value = match counters.get(name) {
-        None => 1,
-        Some(v) => {
-            v.as_i64().ok_or_else(|| {
-                ToolError::Failed(format!("counter {name:?} holds {v}, not an integer"))
-            })? + 1
-        }
-    };
-    counters.insert(name.to_owned(), json!(value));
-    Ok(output(
-        json!({"counter": name, "value": value}),
-        vec![ContextOp::Set(entry("counters", &Value::Object(counters)))],
-    ))
-}
-
-fn add_note(ctx: &RunContext, args: &Value) -> Result<ToolOutput, ToolError> {
-    let text = string_arg(args, "text")?;
-    let total = notes(ctx)?.len() + 1;
-    Ok(output(
-        json!({"added": text, "total": total}),
-        vec![ContextOp::Append(entry("notes", &json!(text)))],
-    ))
-}
-
-fn counters(ctx: &RunContext) -> Result<Map<String, Value>, ToolError> {
-    match read(ctx, "counters")? {
-        None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(map)) => Ok(map),
-        Some(other) => Err(ToolError::Failed(format!(
-            "deps key \"counters\" holds {other}, not an object"
-        ))),
-    }
-}
-
-fn notes(ctx: &RunContext) -> Result<Vec<Value>, ToolError> {
-    match read(ctx, "notes")? {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => Ok(items),
-        Some(other) => Err(ToolError::Failed(format!(
-            "deps key \"notes\" holds {other}, not an array"
-        ))),
-    }
-}
-
-fn read(ctx: &RunContext, key: &str) -> Result<Option<Value>, ToolError> {
-    ctx.get(key)
-        .map(|text| serde_json::from_str(&text))
-        .transpose()
-        .map_err(|e| ToolError::Failed(format!("deps key {key:?} is not JSON: {e}")))
-}
-
-fn string_arg<'a>(args: &'a Value, field: &str) -> Result<&'a str, ToolError> {
-    args.get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::InvalidArgs(format!("`{field}` must be a string")))
-}
-
-fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters: parameters.to_string(),
-    }
-}
-
-fn entry(key: &str, value: &Value) -> Entry {
-    Entry {
-        key: key.to_owned(),
-        value: value.to_string(),
-    }
-}
-
-fn output(result: Value, updates: Vec<ContextOp>) -> ToolOutput {
-    ToolOutput {
-        result: result.to_string(),
-        updates,
-    }
-}
-
-export!(Stateful);
+airlock_guest::export_tool!(Stateful);
