@@ -124,6 +124,58 @@ pub fn print_out(text: &str) {
     }
 }
 
+/// How long a first compile may take before the CLI says what it is doing.
+const COMPILE_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A host builder whose first-time compilations that take more than a
+/// moment are announced on stderr (stdout stays clean for `--json`).
+fn host_builder() -> airlock::HostBuilder {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    // One compilation at a time: (finished, announced).
+    let current: Arc<std::sync::Mutex<Option<Arc<(AtomicBool, AtomicBool)>>>> = Arc::default();
+    Host::builder().on_compile(move |progress| match progress {
+        airlock::tools::CompileProgress::Started { path } => {
+            let state = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
+            if let Ok(mut slot) = current.lock() {
+                *slot = Some(Arc::clone(&state));
+            }
+            let shown = path.display().to_string();
+            std::thread::spawn(move || {
+                std::thread::sleep(COMPILE_NOTICE_AFTER);
+                if !state.0.load(Ordering::SeqCst) {
+                    state.1.store(true, Ordering::SeqCst);
+                    print_note(&format!(
+                        "compiling {shown} (first use; later runs load it from the cache)..."
+                    ));
+                }
+            });
+        }
+        airlock::tools::CompileProgress::Finished { path, took } => {
+            let state = current.lock().ok().and_then(|mut slot| slot.take());
+            if let Some(state) = state {
+                state.0.store(true, Ordering::SeqCst);
+                if state.1.load(Ordering::SeqCst) {
+                    print_note(&format!(
+                        "compiled {} in {:.1} s",
+                        path.display(),
+                        took.as_secs_f64()
+                    ));
+                }
+            }
+        }
+    })
+}
+
+/// A progress note on stderr.
+fn print_note(text: &str) {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("airlock: {text}");
+    }
+}
+
 /// Builds a host and loads the component at `path` under the policy at
 /// `config`. A component the policy does not list, or any component without
 /// a policy, gets nothing beyond the default limits.
@@ -132,7 +184,7 @@ async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> 
         .map(Policy::load)
         .transpose()
         .map_err(|e| Failure::input("invalid_config", e.to_string()))?;
-    let mut builder = Host::builder();
+    let mut builder = host_builder();
     if let Some(policy) = &policy {
         let fuel = policy.tools.iter().any(|t| t.config.limits.fuel.is_some());
         builder = builder

@@ -164,7 +164,7 @@ async fn prepare(args: &RunArgs) -> Result<(Host, Box<dyn Model>, RunContext), F
             "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
         ));
     }
-    let mut builder = Host::builder();
+    let mut builder = super::host_builder();
     if let Some(policy) = &policy {
         let fuel = policy.tools.iter().any(|t| t.config.limits.fuel.is_some());
         builder = builder

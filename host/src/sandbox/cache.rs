@@ -73,12 +73,16 @@ impl CompileCache {
     /// May block for seconds on a miss: compiling an interpreter-based
     /// component (Python, JavaScript) is CPU-heavy. A cache entry that fails
     /// to load (corrupt, or written by another engine) is replaced.
+    ///
+    /// `on_compile` is called once, just before compiling, on a miss.
     pub fn load(
         &self,
         engine: &Engine,
         bytes: &[u8],
+        on_compile: impl FnOnce(),
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(dir) = &self.dir else {
+            on_compile();
             return Ok((
                 Component::new(engine, bytes)?,
                 CacheOutcome::CompiledUncached,
@@ -93,6 +97,7 @@ impl CompileCache {
                 }
             }
         }
+        on_compile();
         let compiled = engine.precompile_component(bytes)?;
         match store(dir, &path, &compiled) {
             Ok(()) => match deserialize(engine, &path) {

@@ -181,12 +181,32 @@ impl LoadedComponent {
     }
 }
 
+/// Progress of a compilation that missed the cache (see
+/// [`HostBuilder::on_compile`]).
+#[derive(Debug, Clone, Copy)]
+pub enum CompileProgress<'a> {
+    Started { path: &'a Path },
+    Finished { path: &'a Path, took: Duration },
+}
+
+type CompileHook = Arc<dyn Fn(CompileProgress<'_>) + Send + Sync>;
+
 /// Configures and builds a [`Host`].
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct HostBuilder {
     config: SandboxConfig,
     limits: Limits,
     context_rules: ContextRules,
+    on_compile: Option<CompileHook>,
+}
+
+impl std::fmt::Debug for HostBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBuilder")
+            .field("config", &self.config)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HostBuilder {
@@ -215,6 +235,17 @@ impl HostBuilder {
         self
     }
 
+    /// Called when loading a component misses the compile cache: before
+    /// and after compiling, which can take seconds for interpreter-based
+    /// components (Python, JavaScript). Not called on a cache hit.
+    pub fn on_compile(
+        mut self,
+        hook: impl Fn(CompileProgress<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_compile = Some(Arc::new(hook));
+        self
+    }
+
     /// Meter instructions so that [`Limits::fuel`] is enforced.
     pub fn fuel_metering(mut self, on: bool) -> Self {
         self.config.fuel_metering = on;
@@ -236,6 +267,7 @@ impl HostBuilder {
             linker,
             limits: self.limits,
             context_rules: Arc::new(self.context_rules),
+            on_compile: self.on_compile,
             components: Vec::new(),
             tools: BTreeMap::new(),
         })
@@ -267,6 +299,7 @@ pub struct Host {
     linker: Linker<CallState>,
     limits: Limits,
     context_rules: Arc<ContextRules>,
+    on_compile: Option<CompileHook>,
     components: Vec<Arc<LoadedComponent>>,
     /// Tool name → index into `components`.
     tools: BTreeMap<String, usize>,
@@ -356,7 +389,25 @@ impl Host {
 
         let engine = self.sandbox.engine().clone();
         let cache = self.sandbox.cache().clone();
-        let compiled = tokio::task::spawn_blocking(move || cache.load(&engine, &bytes)).await;
+        let hook = self.on_compile.clone();
+        let shown = path.clone();
+        let compiled = tokio::task::spawn_blocking(move || {
+            let mut started = None;
+            let loaded = cache.load(&engine, &bytes, || {
+                if let Some(hook) = &hook {
+                    hook(CompileProgress::Started { path: &shown });
+                }
+                started = Some(Instant::now());
+            });
+            if let (Some(hook), Some(started)) = (&hook, started) {
+                hook(CompileProgress::Finished {
+                    path: &shown,
+                    took: started.elapsed(),
+                });
+            }
+            loaded
+        })
+        .await;
         let (component, cache_outcome) = match compiled {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => {
