@@ -1,13 +1,35 @@
 # Airlock: two commands on a fresh machine.
 #   make demo   installs what is missing, builds, runs the walkthrough offline
 #   make test   builds and passes the tests (fmt, clippy, unit + integration)
+#
+# Everything a fresh machine lacks is installed here, pinned, and skipped
+# when already present: the wasm32-wasip2 target, a Python venv with
+# componentize-py, the JS packages (npm ci), Debian's clang/wasi-libc, and
+# wit-bindgen-cli and wasm-tools (cargo install, once per machine).
 
 CARGO        ?= cargo
 GUEST_TARGET := wasm32-wasip2
-GUEST_DIR    := target/guests/$(GUEST_TARGET)/release
+GUESTS       := target/guests
+GUEST_DIR    := $(GUESTS)/$(GUEST_TARGET)/release
 AIRLOCK      := target/debug/airlock
+WIT          := $(wildcard wit/*.wit)
 
-.PHONY: all setup guests build lint test demo
+# Pinned toolchain versions (see ../shared/TOOLCHAINS.md).
+COMPONENTIZE_PY_VERSION := 0.25.1
+WIT_BINDGEN_VERSION     := 0.63.0
+WASM_TOOLS_VERSION      := 1.263.0
+C_PACKAGES              := clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
+
+VENV            := target/toolchains/venv
+COMPONENTIZE_PY := $(VENV)/bin/componentize-py
+CARGO_BIN       := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
+WIT_BINDGEN     := $(CARGO_BIN)/wit-bindgen
+WASM_TOOLS      := $(CARGO_BIN)/wasm-tools
+SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+JS_DIR          := guest-examples/js/stateful
+C_DIR           := guest-examples/c/stateful
+
+.PHONY: all setup guests guests-rust guests-python guests-js guests-c c-toolchain build lint test demo
 
 all: build
 
@@ -18,11 +40,57 @@ setup:
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
-# The guest components in guest-examples/, built once into their own target
-# dir (the tests reuse them and never wait on the host build's lock).
-guests: setup
+# Every example tool, in every language, into target/guests (the tests
+# load them from there and never wait on the host build's lock).
+guests: guests-rust guests-python guests-js guests-c
+
+guests-rust: setup
 	$(CARGO) build --release --target $(GUEST_TARGET) \
-	  --manifest-path guest-examples/Cargo.toml --target-dir target/guests
+	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS)
+
+# --- Python: componentize-py in a venv ---
+$(COMPONENTIZE_PY):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet componentize-py==$(COMPONENTIZE_PY_VERSION)
+
+$(GUESTS)/python-stateful.wasm: guest-examples/python/stateful/app.py $(WIT) | $(COMPONENTIZE_PY)
+	@mkdir -p $(GUESTS)
+	$(COMPONENTIZE_PY) -d wit -w tool-host componentize -p guest-examples/python/stateful app -o $@
+
+guests-python: $(GUESTS)/python-stateful.wasm
+
+# --- JavaScript: componentize-js from npm (package-lock.json pinned) ---
+$(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+
+$(GUESTS)/js-stateful.wasm: $(JS_DIR)/app.js $(WIT) $(JS_DIR)/node_modules/.package-lock.json
+	@mkdir -p $(GUESTS)
+	cd $(JS_DIR) && npx componentize-js app.js --wit ../../../wit -n tool-host \
+	  -d http -d fetch-event -o $(CURDIR)/$@
+
+guests-js: $(GUESTS)/js-stateful.wasm
+
+# --- C: Debian clang + wasi-libc, wit-bindgen c, wasm-tools + adapter ---
+c-toolchain:
+	@dpkg -s $(C_PACKAGES) >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $(C_PACKAGES); }
+	@$(WIT_BINDGEN) --version 2>/dev/null | grep -q ' $(WIT_BINDGEN_VERSION)' || \
+	  $(CARGO) install --locked wit-bindgen-cli@$(WIT_BINDGEN_VERSION)
+	@$(WASM_TOOLS) --version 2>/dev/null | grep -q ' $(WASM_TOOLS_VERSION)' || \
+	  $(CARGO) install --locked wasm-tools@$(WASM_TOOLS_VERSION)
+
+$(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT) | c-toolchain
+	@mkdir -p $(GUESTS)/c
+	$(WIT_BINDGEN) c wit -w tool-host --out-dir $(GUESTS)/c/gen
+	clang-19 --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -fuse-ld=lld \
+	  -Wall -Wextra -Werror -I $(GUESTS)/c/gen -o $(GUESTS)/c/core.wasm \
+	  $(C_DIR)/tool.c $(C_DIR)/json.c $(GUESTS)/c/gen/tool_host.c $(GUESTS)/c/gen/tool_host_component_type.o
+	$(CARGO) run --quiet --release --manifest-path guest-examples/c/adapter/Cargo.toml \
+	  --target-dir $(GUESTS) -- $(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm
+	$(WASM_TOOLS) component new $(GUESTS)/c/core.wasm \
+	  --adapt wasi_snapshot_preview1=$(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm -o $@
+
+guests-c: $(GUESTS)/c-stateful.wasm
 
 build: guests
 	$(CARGO) build --all-targets
@@ -32,7 +100,7 @@ lint: setup
 	$(CARGO) fmt --manifest-path guest-examples/Cargo.toml --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --release --target $(GUEST_TARGET) \
-	  --manifest-path guest-examples/Cargo.toml --target-dir target/guests -- -D warnings
+	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS) -- -D warnings
 
 test: build lint
 	$(CARGO) test

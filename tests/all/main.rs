@@ -7,6 +7,7 @@
 
 mod agent;
 mod cli;
+mod conformance;
 mod context_rules;
 mod errors;
 mod filesystem;

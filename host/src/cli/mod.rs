@@ -127,25 +127,32 @@ pub fn print_out(text: &str) {
 /// How long a first compile may take before the CLI says what it is doing.
 const COMPILE_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// One compilation the CLI may announce.
+#[derive(Debug, Default)]
+struct CompileNotice {
+    finished: std::sync::atomic::AtomicBool,
+    announced: std::sync::atomic::AtomicBool,
+}
+
 /// A host builder whose first-time compilations that take more than a
 /// moment are announced on stderr (stdout stays clean for `--json`).
 fn host_builder() -> airlock::HostBuilder {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
 
-    // One compilation at a time: (finished, announced).
-    let current: Arc<std::sync::Mutex<Option<Arc<(AtomicBool, AtomicBool)>>>> = Arc::default();
+    // Components load one at a time, so one slot suffices.
+    let current: Arc<Mutex<Option<Arc<CompileNotice>>>> = Arc::default();
     Host::builder().on_compile(move |progress| match progress {
         airlock::tools::CompileProgress::Started { path } => {
-            let state = Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
+            let state = Arc::new(CompileNotice::default());
             if let Ok(mut slot) = current.lock() {
                 *slot = Some(Arc::clone(&state));
             }
             let shown = path.display().to_string();
             std::thread::spawn(move || {
                 std::thread::sleep(COMPILE_NOTICE_AFTER);
-                if !state.0.load(Ordering::SeqCst) {
-                    state.1.store(true, Ordering::SeqCst);
+                if !state.finished.load(Ordering::SeqCst) {
+                    state.announced.store(true, Ordering::SeqCst);
                     print_note(&format!(
                         "compiling {shown} (first use; later runs load it from the cache)..."
                     ));
@@ -155,8 +162,8 @@ fn host_builder() -> airlock::HostBuilder {
         airlock::tools::CompileProgress::Finished { path, took } => {
             let state = current.lock().ok().and_then(|mut slot| slot.take());
             if let Some(state) = state {
-                state.0.store(true, Ordering::SeqCst);
-                if state.1.load(Ordering::SeqCst) {
+                state.finished.store(true, Ordering::SeqCst);
+                if state.announced.load(Ordering::SeqCst) {
                     print_note(&format!(
                         "compiled {} in {:.1} s",
                         path.display(),
