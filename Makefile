@@ -29,7 +29,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all setup guests guests-rust guests-python guests-js guests-c c-toolchain build lint test demo
+.PHONY: all bench setup guests guests-rust guests-python guests-js guests-c c-toolchain build lint test demo
 
 all: build
 
@@ -104,6 +104,11 @@ lint: setup
 
 test: build lint
 	$(CARGO) test
+
+# Measures the costs side by side and rewrites docs/benchmarks.md (release
+# build; a few minutes).
+bench: guests
+	$(CARGO) bench --bench airlock
 
 DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.
 

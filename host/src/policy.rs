@@ -133,6 +133,11 @@ impl Policy {
         })
     }
 
+    /// Whether any tool has a fuel limit (the host must then meter fuel).
+    pub fn needs_fuel(&self) -> bool {
+        self.tools.iter().any(|t| t.config.limits.fuel.is_some())
+    }
+
     /// The policy entry for the component at `path`, if the policy lists
     /// it (compared as canonical paths).
     pub fn for_component(&self, path: &Path) -> Option<&ToolPolicy> {

@@ -1,20 +1,11 @@
 //! The `airlock` binary: output formats, exit codes, one-line errors.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::support::{cache_dir, guest};
-
-fn airlock(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(args)
-        .env("AIRLOCK_CACHE_DIR", cache_dir())
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the airlock binary runs")
-}
+use crate::support::{airlock, guest};
 
 fn stdout_json(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);

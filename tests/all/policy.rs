@@ -2,23 +2,10 @@
 //! bad policies fail naming file, line and problem, and grants take effect.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-use crate::support::{cache_dir, guest, root};
-
-fn airlock(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
-    cmd.args(args)
-        .env("AIRLOCK_CACHE_DIR", cache_dir())
-        .env_remove("RUST_LOG")
-        .env_remove("GITHUB_TOKEN");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the airlock binary runs")
-}
+use crate::support::{airlock_with_env as airlock, guest, root};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -1,14 +1,13 @@
 //! The script provider, and `airlock run` end to end with it (offline).
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use airlock::RunContext;
 use airlock::agent::{Agent, RunError, Transcript};
 use airlock::llm::{ModelError, ScriptModel};
 use serde_json::{Value, json};
 
-use crate::support::{cache_dir, guest, host, root};
+use crate::support::{airlock, guest, host, root};
 
 fn script(dir: &Path, body: Value) -> std::path::PathBuf {
     let path = dir.join("script.json");
@@ -117,16 +116,6 @@ fn invalid_scripts_are_refused_naming_the_file() {
         err.contains("missing.json") && err.contains("cannot read"),
         "{err}"
     );
-}
-
-fn airlock(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(args)
-        .env("AIRLOCK_CACHE_DIR", cache_dir())
-        .env_remove("RUST_LOG")
-        .env_remove("OPENAI_API_KEY")
-        .output()
-        .expect("the airlock binary runs")
 }
 
 const PROMPT: &str = "Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.";

@@ -134,15 +134,28 @@ struct CompileNotice {
     announced: std::sync::atomic::AtomicBool,
 }
 
-/// A host builder whose first-time compilations that take more than a
-/// moment are announced on stderr (stdout stays clean for `--json`).
-fn host_builder() -> airlock::HostBuilder {
+/// The policy at `config`, if given.
+fn load_policy(config: Option<&Path>) -> Result<Option<Policy>, Failure> {
+    config
+        .map(Policy::load)
+        .transpose()
+        .map_err(|e| Failure::input("invalid_config", e.to_string()))
+}
+
+/// A host builder with the policy's host-wide settings, whose first-time
+/// compilations that take more than a moment are announced on stderr
+/// (stdout stays clean for `--json`).
+fn host_builder(policy: Option<&Policy>) -> airlock::HostBuilder {
     use std::sync::atomic::Ordering;
     use std::sync::{Arc, Mutex};
 
     // Components load one at a time, so one slot suffices.
     let current: Arc<Mutex<Option<Arc<CompileNotice>>>> = Arc::default();
-    Host::builder().on_compile(move |progress| match progress {
+    let builder = match policy {
+        Some(policy) => Host::builder().policy(policy),
+        None => Host::builder(),
+    };
+    builder.on_compile(move |progress| match progress {
         airlock::tools::CompileProgress::Started { path } => {
             let state = Arc::new(CompileNotice::default());
             if let Ok(mut slot) = current.lock() {
@@ -187,18 +200,8 @@ fn print_note(text: &str) {
 /// `config`. A component the policy does not list, or any component without
 /// a policy, gets nothing beyond the default limits.
 async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> {
-    let policy = config
-        .map(Policy::load)
-        .transpose()
-        .map_err(|e| Failure::input("invalid_config", e.to_string()))?;
-    let mut builder = host_builder();
-    if let Some(policy) = &policy {
-        let fuel = policy.tools.iter().any(|t| t.config.limits.fuel.is_some());
-        builder = builder
-            .context_rules(policy.context.clone())
-            .fuel_metering(fuel);
-    }
-    let mut host = builder.build()?;
+    let policy = load_policy(config)?;
+    let mut host = host_builder(policy.as_ref()).build()?;
     match policy.as_ref().and_then(|p| p.for_component(path)) {
         Some(tool) => host.load_with(path, tool.config.clone()).await?,
         None => {

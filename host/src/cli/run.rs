@@ -13,7 +13,7 @@ use airlock::agent::{
     RunOutcome, Transcript,
 };
 use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
-use airlock::policy::Policy;
+
 use airlock::sandbox::CancelToken;
 use airlock::{Host, RunContext};
 
@@ -152,28 +152,16 @@ async fn prepare(args: &RunArgs) -> Result<(Host, Box<dyn Model>, RunContext), F
     if let Some(id) = &args.user_id {
         ctx = ctx.with_user_id(id.as_str());
     }
-    let policy = args
-        .config
-        .as_deref()
-        .map(Policy::load)
-        .transpose()
-        .map_err(|e| Failure::input("invalid_config", e.to_string()))?;
+    let policy = super::load_policy(args.config.as_deref())?;
     if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && args.tools.is_empty() {
         return Err(Failure::input(
             "no_tools",
             "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
         ));
     }
-    let mut builder = super::host_builder();
+    let mut host = super::host_builder(policy.as_ref()).build()?;
     if let Some(policy) = &policy {
-        let fuel = policy.tools.iter().any(|t| t.config.limits.fuel.is_some());
-        builder = builder
-            .context_rules(policy.context.clone())
-            .fuel_metering(fuel);
-    }
-    let mut host = builder.build()?;
-    for tool in policy.iter().flat_map(|p| &p.tools) {
-        host.load_with(&tool.path, tool.config.clone()).await?;
+        host.load_policy(policy).await?;
     }
     for path in &args.tools {
         host.load(path).await?;

@@ -3,6 +3,7 @@
 //! [`Host`] is the entry point for embedders: build one, load components,
 //! then call tools against a [`RunContext`].
 
+mod bench;
 mod bindings;
 mod error;
 
@@ -246,6 +247,15 @@ impl HostBuilder {
         self
     }
 
+    /// Takes the policy's host-wide settings: its context rules, and fuel
+    /// metering if any tool has a fuel limit. Load its tools with
+    /// [`Host::load_policy`].
+    pub fn policy(self, policy: &crate::policy::Policy) -> Self {
+        let fuel = policy.needs_fuel();
+        self.context_rules(policy.context.clone())
+            .fuel_metering(fuel)
+    }
+
     /// Meter instructions so that [`Limits::fuel`] is enforced.
     pub fn fuel_metering(mut self, on: bool) -> Self {
         self.config.fuel_metering = on;
@@ -340,6 +350,14 @@ impl Host {
 
     pub fn components(&self) -> &[Arc<LoadedComponent>] {
         &self.components
+    }
+
+    /// Loads every tool the policy lists, each with its own config.
+    pub async fn load_policy(&mut self, policy: &crate::policy::Policy) -> Result<(), LoadError> {
+        for tool in &policy.tools {
+            self.load_with(&tool.path, tool.config.clone()).await?;
+        }
+        Ok(())
     }
 
     /// Loads the component at `path` with the host's default limits and
@@ -496,6 +514,16 @@ impl Host {
         }
     }
 
+    fn component_of(&self, name: &str) -> Result<&LoadedComponent, CallError> {
+        match self.tools.get(name) {
+            Some(&index) => Ok(&self.components[index]),
+            None => Err(CallError::UnknownTool {
+                name: name.to_owned(),
+                available: self.tool_names(),
+            }),
+        }
+    }
+
     /// Whether calls of tool `name` need approval (`Never` for unknown tools).
     pub fn approval(&self, name: &str) -> Approval {
         self.tools
@@ -523,13 +551,7 @@ impl Host {
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, CallError> {
-        let Some(&index) = self.tools.get(&call.name) else {
-            return Err(CallError::UnknownTool {
-                name: call.name.clone(),
-                available: self.tool_names(),
-            });
-        };
-        let component = &self.components[index];
+        let component = self.component_of(&call.name)?;
         check_arguments(
             &call.arguments,
             component.validators.get(&call.name).map(Arc::as_ref),
@@ -569,16 +591,7 @@ impl Host {
     ) -> Result<(guest::ToolOutput, Captured), CallError> {
         let limits = &component.limits;
         let mut store = self.new_store(limits, &component.grants, cancel.clone())?;
-        let view = store
-            .data_mut()
-            .table
-            .push(ContextView::new(
-                ctx,
-                &call.id,
-                call.retry,
-                component.rules.clone(),
-            ))
-            .map_err(|e| CallError::Busy(e.to_string()))?;
+        let view = push_view(&mut store, component, ctx, call)?;
         let run = async {
             let instance = component.pre.instantiate_async(&mut store).await?;
             instance
@@ -623,6 +636,22 @@ impl Host {
             .store(state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))
     }
+}
+
+/// Puts the call's read-only context view into the store's table; the
+/// guest gets a borrow of it.
+fn push_view(
+    store: &mut Store<CallState>,
+    component: &LoadedComponent,
+    ctx: &RunContext,
+    call: &ToolCall,
+) -> Result<wasmtime::component::Resource<ContextView>, CallError> {
+    let view = ContextView::new(ctx, &call.id, call.retry, component.rules.clone());
+    store
+        .data_mut()
+        .table
+        .push(view)
+        .map_err(|e| CallError::Busy(e.to_string()))
 }
 
 /// What a call's guest wrote besides its result.

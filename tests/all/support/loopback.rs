@@ -15,8 +15,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
-use tokio::net::TcpListener;
-use wasmtime_wasi_http::io::TokioIo;
 
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -38,24 +36,9 @@ impl Drop for Loopback {
 
 impl Loopback {
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = Arc::clone(&requests);
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let recorded = Arc::clone(&recorded);
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req| serve(req, Arc::clone(&recorded)));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (addr, task) = super::serve(move |req| serve(req, Arc::clone(&recorded))).await;
         Self {
             addr,
             requests,

@@ -2,8 +2,11 @@
 //! when `make guests` already built them), and hosts are shared between
 //! tests so each component compiles once per process.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -166,4 +169,52 @@ pub async fn assert_host_still_serves(host: &Host, ctx: &mut RunContext, before:
     .expect("the host serves the next call");
     assert_eq!(outcome.result["value"], 1);
     assert_eq!(probe.deps()["counters"]["after"], 1);
+}
+
+/// Runs the `airlock` binary with the tests' compile cache, no tracing, and
+/// none of the API keys or secrets the tests use (they pass them in `env`).
+pub fn airlock_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    cmd.args(args)
+        .env("AIRLOCK_CACHE_DIR", cache_dir())
+        .env_remove("RUST_LOG")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("GITHUB_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the airlock binary runs")
+}
+
+/// [`airlock_with_env`] with no extra environment.
+pub fn airlock(args: &[&str]) -> Output {
+    airlock_with_env(args, &[])
+}
+
+/// Serves HTTP/1.1 on a free port of 127.0.0.1 with `handler` until the
+/// returned task is aborted.
+pub async fn serve<F, Fut>(handler: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, Infallible>>
+        + Send
+        + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(handler);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(wasmtime_wasi_http::io::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, task)
 }

@@ -12,8 +12,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use wasmtime_wasi_http::io::TokioIo;
 
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -51,24 +49,9 @@ impl Drop for ModelServer {
 
 impl ModelServer {
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(Mutex::new(State::default()));
         let shared = Arc::clone(&state);
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let shared = Arc::clone(&shared);
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req| answer(req, Arc::clone(&shared)));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (addr, task) = super::serve(move |req| answer(req, Arc::clone(&shared))).await;
         Self { addr, state, task }
     }
 

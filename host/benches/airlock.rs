@@ -1,0 +1,658 @@
+//! `make bench`: Airlock's costs, measured side by side in one run, written
+//! to docs/benchmarks.md. Every number is a median of repeated runs on this
+//! machine; ratios compare numbers from the same run.
+//!
+//! Needs the guest components (`make guests`). `AIRLOCK_BENCH_QUICK=1` runs
+//! fewer iterations (a smoke test); `AIRLOCK_BENCH_OUT` changes the report
+//! path.
+
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock::agent::{Agent, Item, Transcript};
+use airlock::llm::ScriptModel;
+use airlock::{CompileCache, ContextOp, Host, OpLimits, RunContext, ToolCall};
+use serde_json::{Map, Value, json};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn component(file: &str) -> PathBuf {
+    let path = root().join("target/guests").join(file);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make guests`",
+        path.display()
+    );
+    path
+}
+
+struct Lang {
+    name: &'static str,
+    file: &'static str,
+}
+
+const LANGS: [Lang; 4] = [
+    Lang {
+        name: "Rust",
+        file: "wasm32-wasip2/release/stateful.wasm",
+    },
+    Lang {
+        name: "Python",
+        file: "python-stateful.wasm",
+    },
+    Lang {
+        name: "JavaScript",
+        file: "js-stateful.wasm",
+    },
+    Lang {
+        name: "C",
+        file: "c-stateful.wasm",
+    },
+];
+
+struct Bench {
+    quick: bool,
+    cache: PathBuf,
+}
+
+impl Bench {
+    fn iters(&self, n: usize) -> usize {
+        if self.quick { (n / 20).max(3) } else { n }
+    }
+
+    async fn host(&self, files: &[PathBuf]) -> Host {
+        let mut host = Host::builder()
+            .cache(CompileCache::in_dir(&self.cache))
+            .max_concurrent_calls(128)
+            .build()
+            .unwrap();
+        for f in files {
+            host.load(f).await.unwrap();
+        }
+        host
+    }
+}
+
+/// Runs `f` `n` times (after `n / 10` warm-up runs) and returns the median.
+async fn median<F: AsyncFnMut()>(n: usize, mut f: F) -> Duration {
+    for _ in 0..(n / 10).max(1) {
+        f().await;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f().await;
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn us(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else if us >= 100.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**not met**" }
+}
+
+/// The same work as the Rust `increment` tool, natively: read the counters
+/// as JSON text (as the view hands them over), add one, write result and
+/// op value as JSON text.
+fn native_increment(deps: &Map<String, Value>, name: &str) -> (String, String) {
+    let text = deps
+        .get("counters")
+        .map(Value::to_string)
+        .unwrap_or_else(|| "{}".into());
+    let mut counters: Map<String, Value> = serde_json::from_str(&text).unwrap();
+    let value = counters.get(name).and_then(Value::as_i64).unwrap_or(0) + 1;
+    counters.insert(name.into(), json!(value));
+    (
+        json!({"counter": name, "value": value}).to_string(),
+        Value::Object(counters).to_string(),
+    )
+}
+
+const PY_ECHO: &str = "import json,sys\nd=json.load(sys.stdin)\nc=d.get('counters',{})\nc['vowels']=c.get('vowels',0)+1\nprint(json.dumps({'counter':'vowels','value':c['vowels']}))";
+
+fn subprocess_call() {
+    let mut child = Command::new("python3")
+        .args(["-c", PY_ECHO])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"counters":{"vowels":2}}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+}
+
+fn rss_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak-RSS counter (Linux: write 5 to clear_refs).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+async fn per_call(b: &Bench, out: &mut String) {
+    writeln!(out, "## 1. Per-call overhead\n").unwrap();
+    writeln!(
+        out,
+        "`increment {{\"name\": \"vowels\"}}` on deps `{{\"counters\": {{\"vowels\": 2}}}}`, one call at a time.\n\n\
+         - **full host path**: `Host::call` — argument schema check, fresh store and instance from the cached \
+         `InstancePre`, limits armed, context view, the call, result and op parsing, atomic op application;\n\
+         - **raw floor**: a fresh store and instance from the same `InstancePre` and one call, nothing else \
+         (same engine, pooling allocator, limits);\n\
+         - **reused instance**: one instance called again and again (what an instance-reusing host such as \
+         Extism does; state leaks between calls, which Airlock never allows);\n\
+         - **native**: the same work as a Rust function;\n\
+         - **subprocess**: `python3 -c` reading the deps as JSON on stdin, per call.\n"
+    )
+    .unwrap();
+    writeln!(out, "| tool | full host path | raw floor | full / floor | reused instance | native | subprocess |").unwrap();
+    writeln!(out, "|---|---|---|---|---|---|---|").unwrap();
+    let deps = json!({"counters": {"vowels": 2}});
+    let base = RunContext::from_value(deps.clone()).unwrap();
+    let call = ToolCall::new("increment", r#"{"name":"vowels"}"#);
+    let native = median(b.iters(20_000), async || {
+        std::hint::black_box(native_increment(base.deps(), "vowels"));
+    })
+    .await;
+    let subprocess = median(b.iters(60).max(5), async || subprocess_call()).await;
+    let mut checks = Vec::new();
+    for lang in &LANGS {
+        let host = b.host(&[component(lang.file)]).await;
+        let n = b.iters(if lang.name == "Python" || lang.name == "JavaScript" {
+            400
+        } else {
+            4000
+        });
+        let full = median(n, async || {
+            let mut ctx = base.clone();
+            host.call(&mut ctx, &call).await.unwrap();
+        })
+        .await;
+        let floor = median(n, async || host.bench_raw_call(&base, &call).await.unwrap()).await;
+        let reuse_n = b.iters(2000) as u32;
+        let reused = host
+            .bench_reused_calls(&base, &call, reuse_n)
+            .await
+            .unwrap()
+            / reuse_n;
+        let r = ratio(full, floor);
+        writeln!(
+            out,
+            "| {} | {} | {} | {:.2}× | {} | {} | {} |",
+            lang.name,
+            us(full),
+            us(floor),
+            r,
+            us(reused),
+            us(native),
+            us(subprocess)
+        )
+        .unwrap();
+        checks.push((lang.name, r, full));
+        eprintln!(
+            "per-call {}: full {} floor {}",
+            lang.name,
+            us(full),
+            us(floor)
+        );
+    }
+    writeln!(out, "\nTargets:\n").unwrap();
+    for (name, r, full) in &checks {
+        writeln!(
+            out,
+            "- {name}: full path ≤ 1.5× the raw floor: {:.2}× — {}",
+            r,
+            verdict(*r <= 1.5)
+        )
+        .unwrap();
+        if *name == "Python" || *name == "JavaScript" {
+            writeln!(
+                out,
+                "- {name}: fresh-instance call under 300 µs: {} — {}",
+                us(*full),
+                verdict(full.as_micros() < 300)
+            )
+            .unwrap();
+        }
+    }
+    writeln!(out).unwrap();
+}
+
+async fn cold_start(b: &Bench, out: &mut String) {
+    writeln!(out, "## 2. Cold start\n").unwrap();
+    writeln!(
+        out,
+        "Compiling a component (Cranelift, once per machine) versus loading the compiled code from the \
+         on-disk cache (a memory map).\n"
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| component | size | compile | load from cache | speed-up |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|---|").unwrap();
+    let host = b.host(&[]).await;
+    let engine = host.sandbox().engine().clone();
+    let mut checks = Vec::new();
+    for lang in &LANGS {
+        let bytes = std::fs::read(component(lang.file)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::in_dir(dir.path());
+        let compile_runs = if lang.name == "Python" || lang.name == "JavaScript" {
+            1
+        } else {
+            b.iters(20)
+        };
+        let compile = median(compile_runs, async || {
+            let fresh = tempfile::tempdir().unwrap();
+            CompileCache::in_dir(fresh.path())
+                .load(&engine, &bytes, || {})
+                .unwrap();
+        })
+        .await;
+        cache.load(&engine, &bytes, || {}).unwrap();
+        let load = median(b.iters(200), async || {
+            let (_, outcome) = cache.load(&engine, &bytes, || {}).unwrap();
+            assert_eq!(outcome, airlock::sandbox::CacheOutcome::Hit);
+        })
+        .await;
+        let speedup = ratio(compile, load);
+        writeln!(
+            out,
+            "| {} | {:.1} MB | {} | {} | {:.0}× |",
+            lang.name,
+            bytes.len() as f64 / 1e6,
+            us(compile),
+            us(load),
+            speedup
+        )
+        .unwrap();
+        checks.push((lang.name, speedup));
+        eprintln!(
+            "cold start {}: compile {} load {}",
+            lang.name,
+            us(compile),
+            us(load)
+        );
+    }
+    writeln!(out, "\nTargets:\n").unwrap();
+    for (name, s) in checks
+        .iter()
+        .filter(|(n, _)| *n == "Python" || *n == "JavaScript")
+    {
+        writeln!(
+            out,
+            "- {name}: cached start ≥ 1,000× faster than compile: {s:.0}× — {}",
+            verdict(*s >= 1000.0)
+        )
+        .unwrap();
+    }
+    writeln!(out).unwrap();
+}
+
+async fn deps_size(b: &Bench, out: &mut String) {
+    writeln!(out, "## 3. Deps size\n").unwrap();
+    writeln!(
+        out,
+        "The context-probe tool reads one small key while deps also hold a large one. The view is lazy: \
+         a tool pays for what it reads, not for the size of deps.\n"
+    )
+    .unwrap();
+    writeln!(out, "| deps size | full host path |").unwrap();
+    writeln!(out, "|---|---|").unwrap();
+    let host = b
+        .host(&[component("wasm32-wasip2/release/context_probe.wasm")])
+        .await;
+    let call = ToolCall::new("read", r#"{"keys":["k"]}"#);
+    let mut times = Vec::new();
+    for (label, size) in [
+        ("1 KB", 1_000usize),
+        ("1 MB", 1_000_000),
+        ("10 MB", 10_000_000),
+    ] {
+        let ctx = RunContext::from_value(json!({"k": 1, "filler": "x".repeat(size)})).unwrap();
+        let t = median(b.iters(2000), async || {
+            let mut c = ctx.clone();
+            host.call(&mut c, &call).await.unwrap();
+        })
+        .await;
+        writeln!(out, "| {label} | {} |", us(t)).unwrap();
+        times.push(t);
+        eprintln!("deps {label}: {}", us(t));
+    }
+    let spread = ratio(*times.iter().max().unwrap(), *times.iter().min().unwrap()) - 1.0;
+    writeln!(
+        out,
+        "\nTarget: flat within 10%: largest vs smallest {:+.1}% — {}\n",
+        spread * 100.0,
+        verdict(spread <= 0.10)
+    )
+    .unwrap();
+}
+
+async fn ops(b: &Bench, out: &mut String) {
+    writeln!(out, "## 4. Op application\n").unwrap();
+    writeln!(
+        out,
+        "`RunContext::apply` on 1,000 ops at a time (staged per key, committed all or none), and a \
+         1,000-op update returned by a real tool through the component boundary.\n"
+    )
+    .unwrap();
+    writeln!(out, "| workload | time per 1,000 ops | ops per second |").unwrap();
+    writeln!(out, "|---|---|---|").unwrap();
+    let user = |i: usize| json!({"id": i, "name": format!("user {i}"), "tags": ["a", "b"], "score": 0.5, "address": {"city": "Lyon", "zip": "69001"}});
+    let workloads: Vec<(&str, Vec<ContextOp>)> = vec![
+        (
+            "set 1,000 keys to objects",
+            (0..1000)
+                .map(|i| ContextOp::Set {
+                    key: format!("user_{i}"),
+                    value: user(i),
+                })
+                .collect(),
+        ),
+        (
+            "merge 1,000 objects into one key",
+            (0..1000)
+                .map(|i| ContextOp::Merge {
+                    key: "profile".into(),
+                    value: json!({"visits": i, "last": {"page": format!("/p/{i}")}}),
+                })
+                .collect(),
+        ),
+        (
+            "append 1,000 items to one array",
+            (0..1000)
+                .map(|i| ContextOp::Append {
+                    key: "log".into(),
+                    value: user(i),
+                })
+                .collect(),
+        ),
+    ];
+    for (label, list) in &workloads {
+        let t = median(b.iters(200), async || {
+            let mut ctx = RunContext::default();
+            ctx.apply(list, &OpLimits::default()).unwrap();
+        })
+        .await;
+        writeln!(
+            out,
+            "| {label} | {} | {:.0} |",
+            us(t),
+            1000.0 / t.as_secs_f64()
+        )
+        .unwrap();
+    }
+    let host = b
+        .host(&[component("wasm32-wasip2/release/context_probe.wasm")])
+        .await;
+    let ops: Vec<Value> = (0..1000)
+        .map(|i| json!({"op": "set", "key": format!("k{i}"), "value": user(i)}))
+        .collect();
+    let call = ToolCall::new("apply", json!({ "ops": ops }).to_string());
+    let t = median(b.iters(100), async || {
+        let mut ctx = RunContext::default();
+        host.call(&mut ctx, &call).await.unwrap();
+    })
+    .await;
+    writeln!(
+        out,
+        "| a tool returning 1,000 `set` ops (whole call: arguments in, ops parsed, validated, applied) | {} | {:.0} |\n",
+        us(t),
+        1000.0 / t.as_secs_f64()
+    )
+    .unwrap();
+}
+
+async fn concurrency(b: &Bench, out: &mut String) {
+    writeln!(out, "## 5. Concurrency\n").unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    writeln!(
+        out,
+        "N sessions at once, each with its own run context, calling the Rust `increment` tool in a loop for \
+         {} s on a {cores}-core machine (tokio, {cores} worker threads). Peak RSS is the process's high-water \
+         mark during the run.\n",
+        if b.quick { "0.3" } else { "2" }
+    )
+    .unwrap();
+    writeln!(out, "| sessions | calls per second | per call | peak RSS |").unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    let host = Arc::new(
+        b.host(&[component("wasm32-wasip2/release/stateful.wasm")])
+            .await,
+    );
+    let window = if b.quick {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(2)
+    };
+    for n in [1usize, 2, 8, 64] {
+        reset_peak_rss();
+        let deadline = Instant::now() + window;
+        let tasks: Vec<_> = (0..n)
+            .map(|s| {
+                let host = Arc::clone(&host);
+                tokio::spawn(async move {
+                    let mut ctx = RunContext::default().with_session_id(format!("s{s}"));
+                    let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+                    let mut calls = 0u64;
+                    while Instant::now() < deadline {
+                        host.call(&mut ctx, &call).await.unwrap();
+                        calls += 1;
+                    }
+                    assert_eq!(ctx.deps()["counters"]["n"], calls);
+                    calls
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        let per_sec = total as f64 / window.as_secs_f64();
+        writeln!(
+            out,
+            "| {n} | {per_sec:.0} | {} | {:.0} MiB |",
+            us(Duration::from_secs_f64(1.0 / per_sec)),
+            rss_kib("VmHWM:") as f64 / 1024.0
+        )
+        .unwrap();
+        eprintln!("concurrency {n}: {per_sec:.0}/s");
+    }
+    writeln!(out).unwrap();
+}
+
+async fn agent_loop(b: &Bench, out: &mut String) {
+    writeln!(out, "## 6. Agent loop overhead\n").unwrap();
+    let turns = if b.quick { 10 } else { 100 };
+    let mut script: Vec<Value> = (0..turns)
+        .map(|_| json!({"tool_calls": [{"name": "increment", "arguments": {"name": "turns"}}]}))
+        .collect();
+    script.push(json!({"text": "done"}));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turns.json");
+    std::fs::write(&path, json!({ "turns": script }).to_string()).unwrap();
+    let host = b
+        .host(&[component("wasm32-wasip2/release/stateful.wasm")])
+        .await;
+    let mut best: Option<(Duration, Duration)> = None;
+    for _ in 0..if b.quick { 1 } else { 5 } {
+        let model = ScriptModel::load(&path).unwrap();
+        let mut ctx = RunContext::default();
+        let mut transcript = Transcript::default();
+        let t = Instant::now();
+        Agent::new(&host, &model)
+            .options(airlock::agent::AgentOptions {
+                max_iterations: turns as u32 + 1,
+                system_prompt: None,
+            })
+            .run(&mut ctx, &mut transcript, "count")
+            .await
+            .unwrap();
+        let total = t.elapsed();
+        assert_eq!(ctx.deps()["counters"]["turns"], turns);
+        let in_tools: Duration = transcript
+            .items
+            .iter()
+            .filter_map(|e| match &e.item {
+                Item::FunctionCallOutput { duration_us, .. } => {
+                    Some(Duration::from_micros(*duration_us))
+                }
+                _ => None,
+            })
+            .sum();
+        if best.is_none_or(|(b, _)| total < b) {
+            best = Some((total, in_tools));
+        }
+    }
+    let (total, in_tools) = best.unwrap();
+    let outside = total.saturating_sub(in_tools);
+    writeln!(
+        out,
+        "A scripted run of {turns} model turns, each calling `increment` once (the script model answers \
+         instantly, so nothing here is model time). Best of {} runs.\n",
+        if b.quick { 1 } else { 5 }
+    )
+    .unwrap();
+    writeln!(out, "| | total | per turn |").unwrap();
+    writeln!(out, "|---|---|---|").unwrap();
+    writeln!(
+        out,
+        "| whole run | {} | {} |",
+        us(total),
+        us(total / turns as u32)
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| in tool calls (sandboxed) | {} | {} |",
+        us(in_tools),
+        us(in_tools / turns as u32)
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| loop outside the model and tools (messages, events, dispatch) | {} | {} |\n",
+        us(outside),
+        us(outside / turns as u32)
+    )
+    .unwrap();
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rustc = Command::new("rustc")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    format!(
+        "{cores} cores ({cpu}), {mem_gib:.0} GiB RAM, Linux; {rustc}; wasmtime 48 (release build, pooling allocator, epoch interruption, no fuel)"
+    )
+}
+
+fn main() {
+    let quick = std::env::var_os("AIRLOCK_BENCH_QUICK").is_some();
+    let out_path = std::env::var_os("AIRLOCK_BENCH_OUT")
+        .map_or_else(|| root().join("docs/benchmarks.md"), PathBuf::from);
+    let cache = root().join("target/bench-cache");
+    let bench = Bench { quick, cache };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let body = runtime.block_on(async {
+        let mut out = String::new();
+        per_call(&bench, &mut out).await;
+        cold_start(&bench, &mut out).await;
+        deps_size(&bench, &mut out).await;
+        ops(&bench, &mut out).await;
+        concurrency(&bench, &mut out).await;
+        agent_loop(&bench, &mut out).await;
+        out
+    });
+    let date = Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let report = format!(
+        "# Benchmarks\n\nGenerated by `make bench` on {date}{}, in {:.0} s.\n\nMachine: {}.\n\n\
+         Medians of repeated runs; the machine is shared and noisy (±30% between runs is normal), so \
+         compare numbers within one report, not across reports. No timing is asserted in `make test`.\n\n{body}",
+        if quick {
+            " (quick mode: fewer iterations)"
+        } else {
+            ""
+        },
+        started.elapsed().as_secs_f64(),
+        machine(),
+    );
+    std::fs::write(&out_path, report).unwrap();
+    eprintln!("wrote {}", out_path.display());
+}

@@ -1,0 +1,63 @@
+//! Measurement hooks for `make bench`: the same component, engine and
+//! linker as [`Host::call`], minus the host's own work, so the benchmark
+//! can report what that work costs. Not part of the API.
+
+use std::time::{Duration, Instant};
+
+use super::{CallError, Host, ToolCall, classify, push_view};
+use crate::context::RunContext;
+use crate::sandbox::CancelToken;
+
+impl Host {
+    /// The floor under [`Host::call`]: a fresh store and instance from the
+    /// cached `InstancePre`, one `call`, drop. No argument checks, no
+    /// result parsing, no ops applied.
+    #[doc(hidden)]
+    pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
+        let component = self.component_of(&call.name)?;
+        let mut store = self.new_store(&component.limits, &component.grants, CancelToken::new())?;
+        let view = push_view(&mut store, component, ctx, call)?;
+        let run = async {
+            let instance = component.pre.instantiate_async(&mut store).await?;
+            instance
+                .airlock_tool_tool()
+                .call_call(&mut store, view, &call.name, &call.arguments)
+                .await
+        };
+        match run.await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(classify(e, &store, &component.limits)),
+        }
+    }
+
+    /// What an instance-reusing host (such as Extism) pays: one store and
+    /// instance, then `n` calls on it. Returns the time of the `n` calls.
+    /// Airlock never does this outside benchmarks: state would leak
+    /// between calls.
+    #[doc(hidden)]
+    pub async fn bench_reused_calls(
+        &self,
+        ctx: &RunContext,
+        call: &ToolCall,
+        n: u32,
+    ) -> Result<Duration, CallError> {
+        let component = self.component_of(&call.name)?;
+        let mut store = self.new_store(&component.limits, &component.grants, CancelToken::new())?;
+        let instance = match component.pre.instantiate_async(&mut store).await {
+            Ok(instance) => instance,
+            Err(e) => return Err(classify(e, &store, &component.limits)),
+        };
+        let started = Instant::now();
+        for _ in 0..n {
+            let view = push_view(&mut store, component, ctx, call)?;
+            if let Err(e) = instance
+                .airlock_tool_tool()
+                .call_call(&mut store, view, &call.name, &call.arguments)
+                .await
+            {
+                return Err(classify(e, &store, &component.limits));
+            }
+        }
+        Ok(started.elapsed())
+    }
+}
