@@ -60,8 +60,13 @@ $(GUESTS)/python-stateful.wasm: guest-examples/python/stateful/app.py $(WIT) | $
 guests-python: $(GUESTS)/python-stateful.wasm
 
 # --- JavaScript: componentize-js from npm (package-lock.json pinned) ---
+# `npm install --no-save` installs exactly the committed lock. `npm ci`
+# would be the usual choice, but it refuses this dependency set: some
+# optional platform packages it names (e.g. @rolldown/binding-darwin-arm64
+# 1.3.2) are not in the registry this machine reaches, so no lock file can
+# list them and `npm ci` reports the lock as out of sync.
 $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package-lock.json
-	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	cd $(JS_DIR) && npm install --no-save --no-audit --no-fund
 
 $(GUESTS)/js-stateful.wasm: $(JS_DIR)/app.js $(WIT) $(JS_DIR)/node_modules/.package-lock.json
 	@mkdir -p $(GUESTS)
