@@ -4,7 +4,7 @@
 #
 # Everything a fresh machine lacks is installed here, pinned, and skipped
 # when already present: the wasm32-wasip2 target, a Python venv with
-# componentize-py, the JS packages (npm ci), Debian's clang/wasi-libc, and
+# componentize-py, the JS packages (the committed npm lock), Debian's clang/wasi-libc, and
 # wit-bindgen-cli and wasm-tools (cargo install, once per machine).
 
 CARGO        ?= cargo
