@@ -19,3 +19,4 @@ mod script;
 mod stateful;
 mod support;
 mod view;
+mod wat;

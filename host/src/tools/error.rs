@@ -68,7 +68,7 @@ pub enum CallError {
     Timeout { limit: Duration },
     #[error("the call was cancelled")]
     Cancelled,
-    #[error("the tool needed more than its {limit}-byte memory limit")]
+    #[error("the tool needed more than its {} memory limit", bytes(*.limit))]
     MemoryLimit { limit: usize },
     #[error("the tool grew a table past its {limit}-element limit")]
     TableLimit { limit: usize },
@@ -127,6 +127,15 @@ fn list(names: &[String]) -> String {
         "none".to_owned()
     } else {
         names.join(", ")
+    }
+}
+
+/// `128 MiB` for whole mebibytes, else bytes.
+fn bytes(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
     }
 }
 
