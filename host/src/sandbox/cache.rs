@@ -67,6 +67,61 @@ impl CompileCache {
         self.dir.as_deref()
     }
 
+    /// The compiled code for the component file at `path`, if this cache
+    /// saw the same file (canonical path, size and modification time to the
+    /// nanosecond) before; `None` otherwise, or on any problem. A hit reads
+    /// no byte of the component, so a large (Python, JavaScript) component
+    /// starts in about the time of a memory map instead of a hash of the
+    /// whole file.
+    ///
+    /// Invariant: the index maps a file to the content key it had; if the
+    /// file changes, its size or time changes and this misses, and the
+    /// caller loads by content ([`CompileCache::load`]).
+    pub fn lookup_file(&self, engine: &Engine, path: &Path) -> Option<Component> {
+        let dir = self.dir.as_ref()?;
+        let index = self.index_path(dir, engine, path)?;
+        let entry = fs::read_to_string(index).ok()?;
+        let mut fields = entry.split_whitespace();
+        let len: u64 = fields.next()?.parse().ok()?;
+        let modified: u128 = fields.next()?.parse().ok()?;
+        let key = fields.next()?;
+        if file_stamp(path)? != (len, modified)
+            || !key.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        {
+            return None;
+        }
+        deserialize(engine, &dir.join(format!("{key}.cwasm"))).ok()
+    }
+
+    /// Records that the file at `path` (whose content is `bytes`) has its
+    /// compiled code under the content key, for [`CompileCache::lookup_file`].
+    /// Best effort: a failure only costs a hash next time.
+    pub fn remember_file(&self, engine: &Engine, path: &Path, bytes: &[u8]) {
+        let (Some(dir), Some((len, modified))) = (self.dir.as_ref(), file_stamp(path)) else {
+            return;
+        };
+        let Some(index) = self.index_path(dir, engine, path) else {
+            return;
+        };
+        let entry = format!("{len} {modified} {}\n", cache_key(engine, bytes));
+        let written = index
+            .parent()
+            .map_or(Ok(()), create_private_dir)
+            .and_then(|()| crate::fs::write_atomic(&index, entry.as_bytes()));
+        if let Err(e) = written {
+            tracing::debug!(error = %e, "cannot write the compile cache's file index");
+        }
+    }
+
+    fn index_path(&self, dir: &Path, engine: &Engine, path: &Path) -> Option<PathBuf> {
+        let canonical = path.canonicalize().ok()?;
+        let name = sha256_hex(canonical.as_os_str().as_encoded_bytes());
+        Some(
+            dir.join("files")
+                .join(format!("{name}-{:016x}", engine_hash(engine))),
+        )
+    }
+
     /// Compiles `bytes` (a component binary, or WAT text), or loads the
     /// compiled code from the cache.
     ///
@@ -121,21 +176,36 @@ impl CompileCache {
     }
 }
 
-fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
-    // `DefaultHasher::new()` has fixed keys, so the engine part is stable
-    // across processes of one build; a different wasmtime build misses (and
-    // `deserialize` would refuse its entries anyway).
-    let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
-    engine
-        .precompile_compatibility_hash()
-        .hash(&mut engine_hash);
+/// A hash of everything in the engine that affects compiled code.
+/// `DefaultHasher::new()` has fixed keys, so it is stable across processes
+/// of one build; a different wasmtime build misses (and `deserialize` would
+/// refuse its entries anyway).
+fn engine_hash(engine: &Engine) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.finish()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(bytes);
-    format!(
-        "{}-{:016x}",
-        hex::encode(&hasher.finalize()[..16]),
-        engine_hash.finish()
-    )
+    hex::encode(&hasher.finalize()[..16])
+}
+
+fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
+    format!("{}-{:016x}", sha256_hex(bytes), engine_hash(engine))
+}
+
+/// What the file-index entry remembers about a component file: the size
+/// and modification time it had when its content key was computed.
+fn file_stamp(path: &Path) -> Option<(u64, u128)> {
+    let meta = fs::metadata(path).ok()?;
+    let modified = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some((meta.len(), modified.as_nanos()))
 }
 
 /// Writes an entry atomically: a reader sees the whole file or none.

@@ -397,43 +397,16 @@ impl Host {
                 path.display()
             )));
         }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|source| LoadError::Read {
-                path: path.clone(),
-                source,
-            })?;
-        check_header(&path, &bytes)?;
-
         let engine = self.sandbox.engine().clone();
         let cache = self.sandbox.cache().clone();
         let hook = self.on_compile.clone();
-        let shown = path.clone();
+        let file = path.clone();
         let compiled = tokio::task::spawn_blocking(move || {
-            let mut started = None;
-            let loaded = cache.load(&engine, &bytes, || {
-                if let Some(hook) = &hook {
-                    hook(CompileProgress::Started { path: &shown });
-                }
-                started = Some(Instant::now());
-            });
-            if let (Some(hook), Some(started)) = (&hook, started) {
-                hook(CompileProgress::Finished {
-                    path: &shown,
-                    took: started.elapsed(),
-                });
-            }
-            loaded
+            compile_file(&cache, &engine, &file, hook.as_ref())
         })
         .await;
         let (component, cache_outcome) = match compiled {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => {
-                return Err(LoadError::Invalid {
-                    path,
-                    message: format!("{e:#}"),
-                });
-            }
+            Ok(done) => done?,
             Err(join) => {
                 return Err(LoadError::Invalid {
                     path,
@@ -659,6 +632,44 @@ struct Captured {
     logs: Vec<LogRecord>,
     stdout: String,
     stderr: String,
+}
+
+/// The compiled component at `path`: from the cache's file index without
+/// reading the file, or by content (read, checked, compiled on a miss).
+/// Blocks: run it off the async executor.
+fn compile_file(
+    cache: &CompileCache,
+    engine: &wasmtime::Engine,
+    path: &Path,
+    hook: Option<&CompileHook>,
+) -> Result<(Component, CacheOutcome), LoadError> {
+    if let Some(component) = cache.lookup_file(engine, path) {
+        return Ok((component, CacheOutcome::Hit));
+    }
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    check_header(path, &bytes)?;
+    let mut started = None;
+    let loaded = cache.load(engine, &bytes, || {
+        if let Some(hook) = hook {
+            hook(CompileProgress::Started { path });
+        }
+        started = Some(Instant::now());
+    });
+    if let (Some(hook), Some(started)) = (hook, started) {
+        hook(CompileProgress::Finished {
+            path,
+            took: started.elapsed(),
+        });
+    }
+    let loaded = loaded.map_err(|e| LoadError::Invalid {
+        path: path.to_path_buf(),
+        message: format!("{e:#}"),
+    })?;
+    cache.remember_file(engine, path, &bytes);
+    Ok(loaded)
 }
 
 /// Refuses files that are plainly not components, with a hint, before the
