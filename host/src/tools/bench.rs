@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{CallError, Host, ToolCall, classify, push_view};
+use super::call::{classify, push_view};
+use super::{CallError, Host, ToolCall};
 use crate::context::RunContext;
 use crate::sandbox::CancelToken;
 
