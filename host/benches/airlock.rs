@@ -142,8 +142,20 @@ fn native_increment(deps: &Map<String, Value>, name: &str) -> (String, String) {
 
 const PY_ECHO: &str = "import json,sys\nd=json.load(sys.stdin)\nc=d.get('counters',{})\nc['vowels']=c.get('vowels',0)+1\nprint(json.dumps({'counter':'vowels','value':c['vowels']}))";
 
-fn subprocess_call() {
-    let mut child = Command::new("python3")
+/// The real interpreter behind `python3` (which may be a shell shim, as
+/// pyenv's is), so the baseline pays for Python, not for the shim.
+fn python() -> String {
+    Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+fn subprocess_call(python: &str) {
+    let mut child = Command::new(python)
         .args(["-c", PY_ECHO])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -194,7 +206,7 @@ async fn per_call(b: &Bench, out: &mut String) {
          - **reused instance**: one instance called again and again (what an instance-reusing host such as \
          Extism does; state leaks between calls, which Airlock never allows);\n\
          - **native**: the same work as a Rust function;\n\
-         - **subprocess**: `python3 -c` reading the deps as JSON on stdin, per call.\n"
+         - **subprocess**: the Python interpreter started per call (`python -c`), reading the deps as JSON on stdin.\n"
     )
     .unwrap();
     writeln!(out, "| tool | full host path | raw floor | full / floor | reused instance | native | subprocess |").unwrap();
@@ -206,7 +218,8 @@ async fn per_call(b: &Bench, out: &mut String) {
         std::hint::black_box(native_increment(base.deps(), "vowels"));
     })
     .await;
-    let subprocess = median(b.iters(60).max(5), async || subprocess_call()).await;
+    let python = python();
+    let subprocess = median(b.iters(60).max(5), async || subprocess_call(&python)).await;
     let mut checks = Vec::new();
     for lang in &LANGS {
         let host = b.host(&[component(lang.file)]).await;
@@ -487,8 +500,12 @@ async fn concurrency(b: &Bench, out: &mut String) {
         if b.quick { "0.3" } else { "2" }
     )
     .unwrap();
-    writeln!(out, "| sessions | calls per second | per call | peak RSS |").unwrap();
-    writeln!(out, "|---|---|---|---|").unwrap();
+    writeln!(
+        out,
+        "| sessions | calls per second | per call | peak RSS | growth over idle |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|---|").unwrap();
     let host = Arc::new(
         b.host(&[component("wasm32-wasip2/release/stateful.wasm")])
             .await,
@@ -499,6 +516,7 @@ async fn concurrency(b: &Bench, out: &mut String) {
         Duration::from_secs(2)
     };
     for n in [1usize, 2, 8, 64] {
+        let idle_kib = rss_kib("VmRSS:");
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = sample_peak_rss(Arc::clone(&done));
         let deadline = Instant::now() + window;
@@ -531,9 +549,10 @@ async fn concurrency(b: &Bench, out: &mut String) {
         let per_sec = total as f64 / window.as_secs_f64();
         writeln!(
             out,
-            "| {n} | {per_sec:.0} | {} | {:.0} MiB |",
+            "| {n} | {per_sec:.0} | {} | {:.0} MiB | {:.1} MiB |",
             us(Duration::from_secs_f64(1.0 / per_sec)),
-            peak_kib as f64 / 1024.0
+            peak_kib as f64 / 1024.0,
+            peak_kib.saturating_sub(idle_kib) as f64 / 1024.0
         )
         .unwrap();
         eprintln!("concurrency {n}: {per_sec:.0}/s");
