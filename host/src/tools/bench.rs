@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::call::{classify, push_view};
+use super::call::{classify, instantiate_and_call, push_view};
 use super::{CallError, Host, ToolCall};
 use crate::context::RunContext;
 use crate::sandbox::CancelToken;
@@ -18,14 +18,7 @@ impl Host {
         let component = self.component_of(&call.name)?;
         let mut store = self.new_store(&component.limits, &component.grants, CancelToken::new())?;
         let view = push_view(&mut store, component, ctx, call)?;
-        let run = async {
-            let instance = component.pre.instantiate_async(&mut store).await?;
-            instance
-                .airlock_tool_tool()
-                .call_call(&mut store, view, &call.name, &call.arguments)
-                .await
-        };
-        match run.await {
+        match instantiate_and_call(&mut store, component, view, call).await {
             Ok(_) => Ok(()),
             Err(e) => Err(classify(e, &store, &component.limits)),
         }

@@ -96,13 +96,7 @@ impl Host {
         let limits = &component.limits;
         let mut store = self.new_store(limits, &component.grants, cancel.clone())?;
         let view = push_view(&mut store, component, ctx, call)?;
-        let run = async {
-            let instance = component.pre.instantiate_async(&mut store).await?;
-            instance
-                .airlock_tool_tool()
-                .call_call(&mut store, view, &call.name, &call.arguments)
-                .await
-        };
+        let run = instantiate_and_call(&mut store, component, view, call);
         let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
         let returned = match outcome {
             Ok(Ok(returned)) => returned,
@@ -164,6 +158,21 @@ pub(super) fn push_view(
         .table
         .push(view)
         .map_err(|e| CallError::Busy(e.to_string()))
+}
+
+/// A fresh instance from the component's `InstancePre`, and its `call`.
+/// The whole of the guest's part of a tool call.
+pub(super) async fn instantiate_and_call(
+    store: &mut Store<CallState>,
+    component: &LoadedComponent,
+    view: wasmtime::component::Resource<ContextView>,
+    call: &ToolCall,
+) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
+    let instance = component.pre.instantiate_async(&mut *store).await?;
+    instance
+        .airlock_tool_tool()
+        .call_call(&mut *store, view, &call.name, &call.arguments)
+        .await
 }
 
 /// What a call's guest wrote besides its result.

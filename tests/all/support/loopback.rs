@@ -25,24 +25,18 @@ pub struct Recorded {
 pub struct Loopback {
     pub addr: SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Loopback {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: super::Served,
 }
 
 impl Loopback {
     pub async fn start() -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = Arc::clone(&requests);
-        let (addr, task) = super::serve(move |req| serve(req, Arc::clone(&recorded))).await;
+        let served = super::serve(move |req| serve(req, Arc::clone(&recorded))).await;
         Self {
-            addr,
+            addr: served.addr,
             requests,
-            task,
+            _served: served,
         }
     }
 

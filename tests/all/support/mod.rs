@@ -192,9 +192,21 @@ pub fn airlock(args: &[&str]) -> Output {
     airlock_with_env(args, &[])
 }
 
+/// A server task on 127.0.0.1, stopped when dropped.
+pub struct Served {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Serves HTTP/1.1 on a free port of 127.0.0.1 with `handler` until the
-/// returned task is aborted.
-pub async fn serve<F, Fut>(handler: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+/// returned guard is dropped.
+pub async fn serve<F, Fut>(handler: F) -> Served
 where
     F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, Infallible>>
@@ -216,5 +228,5 @@ where
             });
         }
     });
-    (addr, task)
+    Served { addr, task }
 }

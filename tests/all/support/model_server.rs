@@ -38,21 +38,19 @@ struct State {
 pub struct ModelServer {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: super::Served,
 }
 
 impl ModelServer {
     pub async fn start() -> Self {
         let state = Arc::new(Mutex::new(State::default()));
         let shared = Arc::clone(&state);
-        let (addr, task) = super::serve(move |req| answer(req, Arc::clone(&shared))).await;
-        Self { addr, state, task }
+        let served = super::serve(move |req| answer(req, Arc::clone(&shared))).await;
+        Self {
+            addr: served.addr,
+            state,
+            _served: served,
+        }
     }
 
     /// The base URL as an OpenAI-compatible client expects it.

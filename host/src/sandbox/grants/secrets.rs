@@ -42,14 +42,13 @@ impl SecretGrant {
         format: &str,
         hosts: Vec<String>,
     ) -> Result<Self, GrantError> {
-        let err = |problem: String| GrantError::Secret {
-            name: name.to_owned(),
-            problem,
-        };
         let secret = std::env::var(name)
             .ok()
             .filter(|v| !v.is_empty())
-            .ok_or_else(|| err("the environment variable is not set (or empty)".into()))?;
+            .ok_or_else(|| GrantError::Secret {
+                name: name.to_owned(),
+                problem: "the environment variable is not set (or empty)".into(),
+            })?;
         Self::new(name, &secret, header, format, hosts)
     }
 
