@@ -29,7 +29,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench setup guests guests-rust guests-python guests-js guests-c c-toolchain build lint test demo
+.PHONY: all bench setup guests guests-rust guests-python guests-js guests-c c-toolchain build build-host lint test demo
 
 all: build
 
@@ -97,8 +97,10 @@ $(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT
 
 guests-c: $(GUESTS)/c-stateful.wasm
 
-build: guests
+build-host: setup
 	$(CARGO) build --all-targets
+
+build: guests build-host
 
 lint: setup
 	$(CARGO) fmt --all -- --check
@@ -120,7 +122,7 @@ DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a 
 # The walkthrough as an agent run: the real Wasm tools, and the model from
 # guest-examples/scripts/vowels.json (offline), or a real OpenAI model when
 # OPENAI_API_KEY is set (OPENAI_MODEL, default gpt-4o-mini).
-demo: build
+demo: guests-rust build-host
 	@if [ -n "$$OPENAI_API_KEY" ]; then model="--model openai:$${OPENAI_MODEL:-gpt-4o-mini}"; \
 	 else model="--script guest-examples/scripts/vowels.json"; fi; \
 	 $(AIRLOCK) run --tool $(GUEST_DIR)/stateful.wasm $$model "$(DEMO_PROMPT)"

@@ -31,9 +31,9 @@ use crate::tools::ToolSpec;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScriptFile {
-    #[serde(default)]
-    #[allow(dead_code)]
-    description: Option<String>,
+    /// A note for readers of the script; the loop ignores it.
+    #[serde(default, rename = "description")]
+    _description: Option<String>,
     turns: Vec<Turn>,
 }
 
