@@ -59,7 +59,7 @@ pub struct ToolPolicy {
     pub path: PathBuf,
     /// A label for messages; defaults to the file name.
     pub name: String,
-    pub approval: Approval,
+    /// Limits, grants, deps access and approval.
     pub config: ToolConfig,
 }
 
@@ -380,7 +380,6 @@ impl ToolFile {
         Ok(ToolPolicy {
             path,
             name,
-            approval: self.approval,
             config: ToolConfig {
                 approval: self.approval,
                 limits,

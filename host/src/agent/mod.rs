@@ -325,6 +325,7 @@ impl Run<'_, '_> {
                         REJECTED_MESSAGE.to_owned(),
                         None,
                         started,
+                        Streams::default(),
                     );
                     return Ok(());
                 }
@@ -343,26 +344,19 @@ impl Run<'_, '_> {
             .await
         {
             Ok(outcome) => {
-                let output = outcome.result.to_string();
-                let duration_us = micros(started);
-                self.record(Item::FunctionCallOutput {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    status: CallStatus::Completed,
-                    output: output.clone(),
-                    error_kind: None,
-                    duration_us,
+                let streams = Streams {
                     logs: outcome.logs,
                     stdout: outcome.stdout,
                     stderr: outcome.stderr,
-                });
+                };
+                let output = outcome.result.to_string();
+                self.answer(call, CallStatus::Completed, output, None, started, streams);
                 if !outcome.updates.is_empty() {
                     self.record(Item::ContextUpdate {
                         call_id: call.id.clone(),
                         ops: outcome.updates,
                     });
                 }
-                self.tell_model(call, output, false);
                 Ok(())
             }
             Err(CallError::Cancelled) => {
@@ -372,6 +366,7 @@ impl Run<'_, '_> {
                     "Tool call was cancelled.".into(),
                     Some("cancelled"),
                     started,
+                    Streams::default(),
                 );
                 Err(RunError::Cancelled)
             }
@@ -383,7 +378,14 @@ impl Run<'_, '_> {
                     }
                     other => format!("Error ({}): {other}", other.kind()),
                 };
-                self.answer(call, CallStatus::Failed, text, Some(error.kind()), started);
+                self.answer(
+                    call,
+                    CallStatus::Failed,
+                    text,
+                    Some(error.kind()),
+                    started,
+                    Streams::default(),
+                );
                 Ok(())
             }
         }
@@ -397,6 +399,7 @@ impl Run<'_, '_> {
         output: String,
         kind: Option<&str>,
         started: Instant,
+        streams: Streams,
     ) {
         self.record(Item::FunctionCallOutput {
             call_id: call.id.clone(),
@@ -405,9 +408,9 @@ impl Run<'_, '_> {
             output: output.clone(),
             error_kind: kind.map(str::to_owned),
             duration_us: micros(started),
-            logs: Vec::new(),
-            stdout: String::new(),
-            stderr: String::new(),
+            logs: streams.logs,
+            stdout: streams.stdout,
+            stderr: streams.stderr,
         });
         self.tell_model(call, output, status != CallStatus::Completed);
     }
@@ -420,6 +423,14 @@ impl Run<'_, '_> {
             is_error,
         });
     }
+}
+
+/// What a tool wrote besides its result (empty unless it ran to the end).
+#[derive(Default)]
+struct Streams {
+    logs: Vec<crate::sandbox::LogRecord>,
+    stdout: String,
+    stderr: String,
 }
 
 fn micros(since: Instant) -> u64 {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use airlock::{CallOutcome, ContextOp, RunContext, ToolCall};
 
-use super::{Failure, load_host, print_error, print_out, read_deps, show_json};
+use super::{Failure, load_host, print_out, read_deps, report_failure, save_deps, show_json};
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
@@ -53,10 +53,8 @@ pub async fn run(args: CallArgs) -> ExitCode {
     match call(&args, &mut ctx).await {
         Ok(outcome) => {
             if let Some(path) = &args.save_deps
-                && let Err(e) = save(path, &ctx)
+                && let Err(failure) = save_deps(path, &ctx)
             {
-                let failure =
-                    Failure::input("save_deps", format!("--save-deps {}: {e}", path.display()));
                 return fail(&args, &failure, Some(&ctx));
             }
             print_success(&args, &outcome, &ctx);
@@ -122,18 +120,10 @@ fn describe_op(op: &ContextOp) -> String {
     }
 }
 
+/// A failed call, with the deps (unchanged; null if they never parsed).
 fn fail(args: &CallArgs, failure: &Failure, ctx: Option<&RunContext>) -> ExitCode {
-    if args.json {
-        let deps = ctx.map_or(Value::Null, |ctx| Value::Object(ctx.deps().clone()));
-        print_out(&json!({"ok": false, "error": failure.to_json(), "deps": deps}).to_string());
-    } else {
-        print_error(&failure.message);
-    }
-    ExitCode::from(failure.exit)
-}
-
-fn save(path: &std::path::Path, ctx: &RunContext) -> std::io::Result<()> {
-    let mut text = serde_json::to_vec_pretty(ctx.deps())?;
-    text.push(b'\n');
-    airlock::fs::write_atomic(path, &text)
+    let deps = ctx.map_or(Value::Null, |ctx| Value::Object(ctx.deps().clone()));
+    let mut extra = serde_json::Map::new();
+    extra.insert("deps".into(), deps);
+    report_failure(failure, args.json, extra)
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use airlock::sandbox::Grants;
 use airlock::tools::LoadedComponent;
 
-use super::{Failure, load_host, print_error, print_out, show_json};
+use super::{Failure, load_host, print_out, report_failure, show_json};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -169,10 +169,5 @@ pub async fn run(args: InspectArgs) -> ExitCode {
 }
 
 fn fail(args: &InspectArgs, failure: &Failure) -> ExitCode {
-    if args.json {
-        print_out(&json!({"ok": false, "error": failure.to_json()}).to_string());
-    } else {
-        print_error(&failure.message);
-    }
-    ExitCode::from(failure.exit)
+    report_failure(failure, args.json, serde_json::Map::new())
 }

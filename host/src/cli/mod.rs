@@ -107,6 +107,35 @@ impl From<CallError> for Failure {
     }
 }
 
+/// Reports a failure the way every command does: with `--json`, one object
+/// `{"ok": false, "error": {kind, message}, ...extra}` on stdout; otherwise
+/// one `error:` line on stderr. Returns the failure's exit code.
+fn report_failure(
+    failure: &Failure,
+    json: bool,
+    extra: serde_json::Map<String, Value>,
+) -> ExitCode {
+    if json {
+        let mut doc = serde_json::Map::new();
+        doc.insert("ok".into(), Value::Bool(false));
+        doc.insert("error".into(), failure.to_json());
+        doc.extend(extra);
+        print_out(&Value::Object(doc).to_string());
+    } else {
+        print_error(&failure.message);
+    }
+    ExitCode::from(failure.exit)
+}
+
+/// Writes `ctx`'s deps to `path` as pretty JSON, atomically.
+fn save_deps(path: &Path, ctx: &RunContext) -> Result<(), Failure> {
+    let mut text = serde_json::to_vec_pretty(ctx.deps())
+        .map_err(|e| Failure::input("save_deps", format!("--save-deps {}: {e}", path.display())))?;
+    text.push(b'\n');
+    airlock::fs::write_atomic(path, &text)
+        .map_err(|e| Failure::input("save_deps", format!("--save-deps {}: {e}", path.display())))
+}
+
 /// Prints an error the way every command does: one `error:` line (plus any
 /// lines the message carries) on stderr.
 pub fn print_error(e: &dyn std::fmt::Display) {

@@ -17,7 +17,10 @@ use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
 use airlock::sandbox::CancelToken;
 use airlock::{Host, RunContext};
 
-use super::{EXIT_INPUT, EXIT_TOOL_FAILED, Failure, print_error, print_out, read_deps, show_json};
+use super::{
+    EXIT_INPUT, EXIT_TOOL_FAILED, Failure, print_error, print_out, read_deps, report_failure,
+    save_deps, show_json,
+};
 
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT).
 const EXIT_CANCELLED: u8 = 130;
@@ -70,21 +73,11 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> ExitCode {
     let (host, model, mut ctx) = match prepare(&args).await {
         Ok(ready) => ready,
-        Err(failure) => {
-            if args.json {
-                print_out(&json!({"ok": false, "error": failure.to_json()}).to_string());
-            } else {
-                print_error(&failure.message);
-            }
-            return ExitCode::from(failure.exit);
-        }
+        Err(failure) => return report_failure(&failure, args.json, serde_json::Map::new()),
     };
     let mut events_file = match open_events(args.events.as_deref()) {
         Ok(file) => file,
-        Err(failure) => {
-            print_error(&failure.message);
-            return ExitCode::from(failure.exit);
-        }
+        Err(failure) => return report_failure(&failure, false, serde_json::Map::new()),
     };
 
     let cancel = CancelToken::new();
@@ -133,12 +126,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let (result, ()) = tokio::join!(run, watch);
 
-    if let Some(path) = &args.save_deps {
-        let mut text = serde_json::to_vec_pretty(ctx.deps()).unwrap_or_default();
-        text.push(b'\n');
-        if let Err(e) = airlock::fs::write_atomic(path, &text) {
-            print_error(&format!("--save-deps {}: {e}", path.display()));
-        }
+    if let Some(path) = &args.save_deps
+        && let Err(failure) = save_deps(path, &ctx)
+    {
+        print_error(&failure.message);
     }
     finish(&args, &ctx, result)
 }

@@ -214,9 +214,9 @@ impl fmt::Display for JsonType {
     }
 }
 
-/// Checks the call-wide bounds that do not depend on deps: op count, key
-/// shape, and total bytes (`value_bytes(i)` is the length of op `i`'s value
-/// as JSON text, or 0 for `delete`).
+/// Checks the call-wide bounds: op count and total bytes (`value_bytes` is
+/// the length of an op's value as JSON text, 0 for `delete`). Keys are
+/// checked once, when the ops are applied.
 ///
 /// Run this before parsing values, so a flood of ops is refused before the
 /// host spends time on it.
@@ -239,7 +239,6 @@ pub fn check_bounds<'a>(
                 max: limits.max_ops,
             }));
         }
-        check_key(key, limits).map_err(reject)?;
         bytes = bytes.saturating_add(key.len()).saturating_add(value_bytes);
         if bytes > limits.max_op_bytes {
             return Err(reject(RejectReason::TooManyBytes {

@@ -136,7 +136,7 @@ impl AnthropicModel {
                 None => return Err(self.http.malformed(format!("content[{i}] has no type"))),
             }
         }
-        let tokens = |name: &str| body.pointer(name).and_then(Value::as_u64).unwrap_or(0);
+
         Ok(ModelReply {
             content: if text.is_empty() {
                 None
@@ -144,10 +144,7 @@ impl AnthropicModel {
                 Some(text.join(""))
             },
             tool_calls,
-            usage: TokenUsage {
-                input_tokens: tokens("/usage/input_tokens"),
-                output_tokens: tokens("/usage/output_tokens"),
-            },
+            usage: TokenUsage::at(body, "/usage/input_tokens", "/usage/output_tokens"),
         })
     }
 }

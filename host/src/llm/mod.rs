@@ -73,6 +73,17 @@ pub struct TokenUsage {
     pub output_tokens: u64,
 }
 
+impl TokenUsage {
+    /// The counts at two JSON pointers of a provider's answer (0 if absent).
+    fn at(body: &Value, input: &str, output: &str) -> Self {
+        let tokens = |pointer: &str| body.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+        Self {
+            input_tokens: tokens(input),
+            output_tokens: tokens(output),
+        }
+    }
+}
+
 /// What the model answered to one request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ModelReply {

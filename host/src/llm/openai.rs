@@ -111,14 +111,10 @@ impl OpenAiModel {
                 });
             }
         }
-        let tokens = |name: &str| body.pointer(name).and_then(Value::as_u64).unwrap_or(0);
         Ok(ModelReply {
             content,
             tool_calls,
-            usage: TokenUsage {
-                input_tokens: tokens("/usage/prompt_tokens"),
-                output_tokens: tokens("/usage/completion_tokens"),
-            },
+            usage: TokenUsage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens"),
         })
     }
 }
