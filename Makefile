@@ -29,7 +29,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench setup guests guests-rust guests-python guests-js guests-c c-toolchain build build-host lint test demo
+.PHONY: all bench setup guests guests-rust guests-python guests-js guests-c c-toolchain build build-host build-bin lint test demo
 
 all: build
 
@@ -100,6 +100,10 @@ guests-c: $(GUESTS)/c-stateful.wasm
 build-host: setup
 	$(CARGO) build --all-targets
 
+# Only the `airlock` binary: what `make demo` runs (no tests, no benches).
+build-bin: setup
+	$(CARGO) build --bin airlock
+
 build: guests build-host
 
 lint: setup
@@ -122,7 +126,7 @@ DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a 
 # The walkthrough as an agent run: the real Wasm tools, and the model from
 # guest-examples/scripts/vowels.json (offline), or a real OpenAI model when
 # OPENAI_API_KEY is set (OPENAI_MODEL, default gpt-4o-mini).
-demo: guests-rust build-host
+demo: guests-rust build-bin
 	@if [ -n "$$OPENAI_API_KEY" ]; then model="--model openai:$${OPENAI_MODEL:-gpt-4o-mini}"; \
 	 else model="--script guest-examples/scripts/vowels.json"; fi; \
 	 $(AIRLOCK) run --tool $(GUEST_DIR)/stateful.wasm $$model "$(DEMO_PROMPT)"

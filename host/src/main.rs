@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            cli::print_error(&anyhow::anyhow!("cannot start the async runtime: {e}"));
+            cli::print_error(&format!("cannot start the async runtime: {e}"));
             return ExitCode::from(cli::EXIT_INTERNAL);
         }
     };
