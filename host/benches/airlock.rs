@@ -570,16 +570,17 @@ async fn agent_loop(b: &Bench, out: &mut String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("turns.json");
     std::fs::write(&path, json!({ "turns": script }).to_string()).unwrap();
-    let host = b
-        .host(&[component("wasm32-wasip2/release/stateful.wasm")])
-        .await;
+    let host = Arc::new(
+        b.host(&[component("wasm32-wasip2/release/stateful.wasm")])
+            .await,
+    );
     let mut best: Option<(Duration, Duration)> = None;
     for _ in 0..if b.quick { 1 } else { 5 } {
         let model = ScriptModel::load(&path).unwrap();
         let mut ctx = RunContext::default();
         let mut transcript = Transcript::default();
         let t = Instant::now();
-        Agent::new(&host, &model)
+        Agent::new(Arc::clone(&host), Arc::new(model))
             .options(airlock::agent::AgentOptions {
                 max_iterations: turns as u32 + 1,
                 system_prompt: None,

@@ -31,7 +31,60 @@
 //!
 //! // A failed call changes nothing.
 //! let bad = ToolCall::new("increment", "not json");
-//! assert!(host.call(&mut ctx, &bad).await.is_err());
+//! let failure = host.call(&mut ctx, &bad).await.unwrap_err();
+//! assert_eq!(failure.kind(), "bad_arguments");
+//! assert_eq!(ctx.deps()["counters"]["vowels"], 3);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # An agent run under a policy
+//!
+//! The operator's policy says which tools to load and what each may do;
+//! [`HostBuilder::build_with_policy`] builds a host that honours all of it.
+//! An [`Agent`] owns shares of the host and the model, so it can be moved
+//! into a spawned task.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use airlock::llm::ScriptModel;
+//! use airlock::policy::Policy;
+//! use airlock::{Agent, Host, RunContext, Transcript};
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+//! # let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/test-cache");
+//! let policy = Policy::parse(
+//!     r#"
+//!     [context]
+//!     schema.counters = { type = "object", additionalProperties = { type = "integer" } }
+//!
+//!     [[tool]]
+//!     path = "target/guests/wasm32-wasip2/release/stateful.wasm"
+//!     limits = { timeout_ms = 2000 }
+//!     context = { read = ["counters", "notes"], write = ["counters", "notes"] }
+//!     "#,
+//!     "airlock.toml".as_ref(),
+//!     root.as_ref(), // relative paths start here
+//! )?;
+//! let host = Host::builder()
+//!     .cache(airlock::CompileCache::in_dir(cache))
+//!     .build_with_policy(&policy)
+//!     .await?;
+//! // The model's turns from a script (offline); `llm::from_spec` gives a
+//! // real provider.
+//! let model = ScriptModel::load(format!("{root}/guest-examples/scripts/vowels.json"))?;
+//! let agent = Agent::new(Arc::new(host), Arc::new(model));
+//!
+//! let task = tokio::spawn(async move {
+//!     let mut ctx = RunContext::default();
+//!     let mut transcript = Transcript::default();
+//!     let outcome = agent.run(&mut ctx, &mut transcript, "Count the vowels of 'elephant'.").await;
+//!     (outcome, ctx)
+//! });
+//! let (outcome, ctx) = task.await?;
+//! assert!(outcome?.answer.contains("3 vowels"));
 //! assert_eq!(ctx.deps()["counters"]["vowels"], 3);
 //! # Ok(())
 //! # }
@@ -40,8 +93,10 @@
 //! # Modules
 //!
 //! - [`context`]: the run context and the op semantics.
-//! - [`sandbox`]: the engine, compile cache, limits, captured output.
+//! - [`policy`]: the operator's policy file, as plain data.
+//! - [`sandbox`]: the engine, compile cache, grants, limits, captured output.
 //! - [`tools`]: loading components and calling tools.
+//! - [`agent`]: the loop; [`llm`]: the model providers.
 
 pub mod agent;
 pub mod context;
@@ -49,11 +104,14 @@ pub mod fs;
 pub mod llm;
 pub mod policy;
 pub mod sandbox;
+pub mod spec;
+pub mod text;
 mod tls;
 pub mod tools;
 
+pub use agent::{Agent, Transcript};
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};
-pub use sandbox::{CompileCache, Limits};
-pub use tools::{
-    CallError, CallOutcome, Host, HostBuilder, LoadError, ToolCall, ToolConfig, ToolSpec,
-};
+pub use policy::{Approval, Policy, ToolConfig};
+pub use sandbox::{CompileCache, GuestOutput, Limits};
+pub use spec::ToolSpec;
+pub use tools::{CallError, CallFailure, CallOutcome, Host, HostBuilder, LoadError, ToolCall};

@@ -24,29 +24,59 @@
 //! Anything not granted is denied. A file that names an unknown key, a
 //! missing component, a malformed host pattern or a directory that does not
 //! exist fails to load, with an error naming the file, the line and the
-//! problem.
+//! problem. Secrets are not read here: a secret's variable may be unset
+//! when the policy loads (for `airlock inspect`); a call that needs it then
+//! fails with `grant_unavailable`.
+//!
+//! A policy is plain data: each grant parses its own piece
+//! ([`crate::sandbox::grants`]), and [`crate::tools`] reads the result.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::context::{ContextRules, KeyAccess, KeyPatterns};
 use crate::sandbox::Limits;
 use crate::sandbox::grants::{
-    DirGrant, DirMode, EnvGrant, Grants, HostPattern, HttpGrant, SecretGrant,
+    DirConfig, DirGrant, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant, LimitsConfig,
+    SecretConfig, SecretGrant,
 };
-use crate::tools::ToolConfig;
 
-pub use crate::tools::Approval;
+/// Whether the agent loop asks a person before running a tool's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// Run calls without asking (the default).
+    #[default]
+    Never,
+    /// Ask to approve, reject or edit each call first.
+    Ask,
+}
+
+/// What an operator allows one component: its limits, its grants, which
+/// deps keys it may read and write, and whether its calls need approval.
+/// The default allows nothing beyond the default limits and full
+/// (non-hidden) deps access.
+#[derive(Debug, Clone, Default)]
+pub struct ToolConfig {
+    /// Per-call limits.
+    pub limits: Limits,
+    /// Files, environment, network, secrets.
+    pub grants: Grants,
+    /// The deps keys it may read and write.
+    pub access: KeyAccess,
+    /// Whether a person approves each call.
+    pub approval: Approval,
+}
 
 /// A loaded, validated policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// The file it came from.
     pub source: PathBuf,
+    /// The components to load, in the order listed.
     pub tools: Vec<ToolPolicy>,
     /// Hidden keys and per-key schemas, for every tool.
     pub context: ContextRules,
@@ -68,8 +98,11 @@ pub struct ToolPolicy {
 #[derive(Debug, thiserror::Error)]
 #[error("{}{}: {message}", .file.display(), .line.map(|l| format!(":{l}")).unwrap_or_default())]
 pub struct PolicyError {
+    /// The policy file.
     pub file: PathBuf,
+    /// The line at fault, when known (from 1).
     pub line: Option<usize>,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -138,6 +171,16 @@ impl Policy {
         self.tools.iter().any(|t| t.config.limits.fuel.is_some())
     }
 
+    /// This policy with only the entry for the component at `path` (none
+    /// if it is not listed): its host-wide rules, one tool.
+    pub fn restricted_to(&self, path: &Path) -> Policy {
+        Policy {
+            source: self.source.clone(),
+            tools: self.for_component(path).cloned().into_iter().collect(),
+            context: self.context.clone(),
+        }
+    }
+
     /// The policy entry for the component at `path`, if the policy lists
     /// it (compared as canonical paths).
     pub fn for_component(&self, path: &Path) -> Option<&ToolPolicy> {
@@ -158,7 +201,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     #[serde(default)]
-    limits: LimitsFile,
+    limits: LimitsConfig,
     #[serde(default)]
     context: ContextFile,
     #[serde(default, rename = "tool")]
@@ -174,53 +217,6 @@ struct ContextFile {
     schema: BTreeMap<String, serde_json::Value>,
 }
 
-/// Limits as written; each unset field keeps the value it is layered on.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitsFile {
-    timeout_ms: Option<u64>,
-    memory_mb: Option<u64>,
-    fuel: Option<u64>,
-    max_result_bytes: Option<usize>,
-    max_output_bytes: Option<usize>,
-    max_ops: Option<usize>,
-    max_op_bytes: Option<usize>,
-    max_table_elements: Option<usize>,
-    max_instances: Option<usize>,
-}
-
-impl LimitsFile {
-    fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
-        if let Some(ms) = self.timeout_ms {
-            if ms == 0 {
-                return Err("timeout_ms must be at least 1".into());
-            }
-            limits.timeout = Duration::from_millis(ms);
-        }
-        if let Some(mb) = self.memory_mb {
-            let bytes = usize::try_from(mb)
-                .ok()
-                .and_then(|mb| mb.checked_mul(1 << 20));
-            limits.max_memory_bytes = bytes.ok_or("memory_mb is too large")?;
-        }
-        if let Some(fuel) = self.fuel {
-            limits.fuel = Some(fuel);
-        }
-        let set = |field: &mut usize, value: Option<usize>| {
-            if let Some(v) = value {
-                *field = v;
-            }
-        };
-        set(&mut limits.max_result_bytes, self.max_result_bytes);
-        set(&mut limits.max_output_bytes, self.max_output_bytes);
-        set(&mut limits.ops.max_ops, self.max_ops);
-        set(&mut limits.ops.max_op_bytes, self.max_op_bytes);
-        set(&mut limits.max_table_elements, self.max_table_elements);
-        set(&mut limits.max_instances, self.max_instances);
-        Ok(limits)
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ToolFile {
@@ -231,44 +227,15 @@ struct ToolFile {
     #[serde(default)]
     env: Vec<Spanned<String>>,
     #[serde(default)]
-    dirs: Vec<Spanned<DirFile>>,
+    dirs: Vec<Spanned<DirConfig>>,
     #[serde(default)]
     http: Vec<Spanned<String>>,
     #[serde(default)]
     max_response_bytes: Option<usize>,
     #[serde(default)]
-    secrets: Vec<Spanned<SecretFile>>,
-    limits: Option<Spanned<LimitsFile>>,
+    secrets: Vec<Spanned<SecretConfig>>,
+    limits: Option<Spanned<LimitsConfig>>,
     context: Option<Spanned<ToolContextFile>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DirFile {
-    host: String,
-    guest: String,
-    #[serde(default)]
-    mode: DirMode,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SecretFile {
-    /// The operator's environment variable holding the value.
-    env: String,
-    hosts: Vec<String>,
-    #[serde(default = "default_secret_header")]
-    header: String,
-    #[serde(default = "default_secret_format")]
-    format: String,
-}
-
-fn default_secret_header() -> String {
-    "authorization".into()
-}
-
-fn default_secret_format() -> String {
-    "Bearer {}".into()
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,53 +273,54 @@ impl ToolFile {
         });
         let prefix = |m: String| format!("tool {name:?}: {m}");
 
-        let env = self
-            .env
-            .iter()
-            .map(|e| {
-                EnvGrant::new(e.get_ref().as_str())
-                    .map_err(|g| at(Some(e.span()), prefix(g.to_string())))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let dirs = self
-            .dirs
-            .iter()
-            .map(|d| {
-                let dir = d.get_ref();
-                DirGrant::new(base.join(&dir.host), dir.guest.as_str(), dir.mode)
-                    .map_err(|g| at(Some(d.span()), prefix(g.to_string())))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let allow = self
-            .http
-            .iter()
-            .map(|h| {
-                HostPattern::parse(h.get_ref())
-                    .map_err(|g| at(Some(h.span()), prefix(g.to_string())))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut http = HttpGrant::new(allow);
-        if let Some(max) = self.max_response_bytes {
-            http.max_response_bytes = max;
+        let grant_error =
+            |span: std::ops::Range<usize>, e: GrantError| at(Some(span), prefix(e.to_string()));
+        /// Each entry of a grant list through the grant's own parser; an
+        /// error names the entry's line.
+        fn each<G: Grant>(
+            entries: Vec<Spanned<G::Config>>,
+            base: &Path,
+            error: &dyn Fn(std::ops::Range<usize>, GrantError) -> PolicyError,
+        ) -> Result<Vec<G>, PolicyError> {
+            entries
+                .into_iter()
+                .map(|entry| {
+                    let span = entry.span();
+                    G::from_config(entry.into_inner(), base).map_err(|e| error(span, e))
+                })
+                .collect()
         }
-        let secrets = self
-            .secrets
-            .iter()
-            .map(|s| {
-                let secret = s.get_ref();
-                if env.iter().any(|e| e.name() == secret.env) {
-                    return Err(at(
-                        Some(s.span()),
-                        prefix(format!(
-                            "{:?} is both a secret and a granted environment variable; secrets never enter the guest",
-                            secret.env
-                        )),
-                    ));
-                }
-                SecretGrant::from_env(&secret.env, &secret.header, &secret.format, secret.hosts.clone())
-                    .map_err(|g| at(Some(s.span()), prefix(g.to_string())))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let env_names: Vec<String> = self.env.iter().map(|e| e.get_ref().clone()).collect();
+        let env: Vec<EnvGrant> = each(self.env, base, &grant_error)?;
+        let dirs: Vec<DirGrant> = each(self.dirs, base, &grant_error)?;
+        for secret in &self.secrets {
+            if env_names.contains(&secret.get_ref().env) {
+                return Err(at(
+                    Some(secret.span()),
+                    prefix(format!(
+                        "{:?} is both a secret and a granted environment variable; secrets never enter the guest",
+                        secret.get_ref().env
+                    )),
+                ));
+            }
+        }
+        let secrets: Vec<SecretGrant> = each(self.secrets, base, &grant_error)?;
+        let http_config = HttpConfig {
+            allow: self.http.iter().map(|h| h.get_ref().clone()).collect(),
+            max_response_bytes: self.max_response_bytes,
+        };
+        let http = HttpGrant::from_config(http_config, base).map_err(|e| {
+            // Name the line of the pattern at fault.
+            let span = match &e {
+                GrantError::HostPattern { pattern, .. } => self
+                    .http
+                    .iter()
+                    .find(|h| h.get_ref() == pattern)
+                    .map(Spanned::span),
+                _ => None,
+            };
+            at(span, prefix(e.to_string()))
+        })?;
 
         let limits = match &self.limits {
             None => defaults.clone(),

@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use airlock::Approval;
 use airlock::agent::{
     Agent, AgentOptions, CallStatus, Decision, Item, PendingCall, REJECTED_MESSAGE, RunError,
     Transcript,
@@ -11,7 +14,6 @@ use airlock::llm::{
     AnthropicModel, Message, ModelError, OpenAiModel, ProviderOptions, RetryPolicy,
 };
 use airlock::sandbox::CancelToken;
-use airlock::tools::Approval;
 use airlock::{Host, Limits, RunContext, ToolConfig};
 use serde_json::{Value, json};
 
@@ -72,7 +74,7 @@ async fn openai_multi_turn_run_with_tool_calls_and_ops() {
     let host = host().await;
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let outcome = Agent::new(host, &model)
+    let outcome = Agent::new(Arc::clone(host), Arc::new(model))
         .run(&mut ctx, &mut transcript, "Count the vowels in elephant.")
         .await
         .unwrap();
@@ -171,7 +173,7 @@ async fn anthropic_run_groups_tool_results() {
     let model = AnthropicModel::new("claude-test", options(server.anthropic_base())).unwrap();
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let outcome = Agent::new(host().await, &model)
+    let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
         .options(AgentOptions {
             system_prompt: Some("You count things.".into()),
             ..AgentOptions::default()
@@ -222,7 +224,7 @@ async fn max_iterations_ends_the_run_and_keeps_the_state() {
     let model = openai(&server);
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let err = Agent::new(host().await, &model)
+    let err = Agent::new(Arc::clone(host().await), Arc::new(model))
         .options(AgentOptions {
             max_iterations: 3,
             ..AgentOptions::default()
@@ -254,7 +256,7 @@ async fn server_errors_are_retried_then_succeed() {
         .push_json(openai_reply(Some("fine now"), &[], 5, 2));
     let model = openai(&server);
     let mut ctx = RunContext::default();
-    let outcome = Agent::new(host().await, &model)
+    let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut ctx, &mut Transcript::default(), "hi")
         .await
         .unwrap();
@@ -270,7 +272,7 @@ async fn retries_are_bounded() {
         server.push(503, "busy");
     }
     let model = openai(&server);
-    let err = Agent::new(host().await, &model)
+    let err = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut RunContext::default(), &mut Transcript::default(), "hi")
         .await
         .unwrap_err();
@@ -294,10 +296,10 @@ async fn malformed_responses_are_clear_errors_without_the_key() {
             401,
             format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
         );
-    let model = openai(&server);
+    let model: Arc<dyn airlock::llm::Model> = Arc::new(openai(&server));
     let mut messages = Vec::new();
     for _ in 0..3 {
-        let err = Agent::new(host().await, &model)
+        let err = Agent::new(Arc::clone(host().await), Arc::clone(&model))
             .run(&mut RunContext::default(), &mut Transcript::default(), "hi")
             .await
             .unwrap_err();
@@ -344,7 +346,7 @@ async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
     let model = openai(&server);
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let outcome = Agent::new(host().await, &model)
+    let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut ctx, &mut transcript, "try things")
         .await
         .unwrap();
@@ -361,16 +363,18 @@ async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
         text[0]
     );
     assert!(
-        text[1].contains("invalid_args") && text[1].contains("not valid JSON"),
+        text[1].contains("bad_arguments") && text[1].contains("not valid JSON"),
         "{}",
         text[1]
     );
     assert!(
-        text[2].contains("invalid_args") && text[2].contains("schema") && text[2].contains("/name"),
+        text[2].contains("bad_arguments")
+            && text[2].contains("schema")
+            && text[2].contains("/name"),
         "{}",
         text[2]
     );
-    assert!(text[3].contains("invalid_args"), "{}", text[3]);
+    assert!(text[3].contains("bad_arguments"), "{}", text[3]);
     // `read` failed once in this run, so its next call sees retry = 1.
     let read: Value = serde_json::from_str(text[4]).unwrap();
     assert_eq!(read["retry"], 1);
@@ -423,7 +427,7 @@ async fn approval_can_reject_and_edit() {
         ))
         .push_json(openai_reply(Some("ok"), &[], 1, 1));
     let model = openai(&server);
-    let host = approval_host().await;
+    let host = Arc::new(approval_host().await);
     let approver = |call: PendingCall<'_>| match call.call_id {
         "c1" => Decision::Reject,
         "c2" => Decision::Edit(r#"{"name":"fixed"}"#.into()),
@@ -431,8 +435,8 @@ async fn approval_can_reject_and_edit() {
     };
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    Agent::new(&host, &model)
-        .approver(&approver)
+    Agent::new(Arc::clone(&host), Arc::new(model))
+        .approver(Arc::new(approver))
         .run(&mut ctx, &mut transcript, "go")
         .await
         .unwrap();
@@ -464,7 +468,7 @@ async fn approval_can_reject_and_edit() {
         .push_json(openai_reply(Some("ok"), &[], 1, 1));
     let model = openai(&server);
     let mut ctx = RunContext::default();
-    Agent::new(&host, &model)
+    Agent::new(Arc::clone(&host), Arc::new(model))
         .run(&mut ctx, &mut Transcript::default(), "go")
         .await
         .unwrap();
@@ -499,25 +503,34 @@ async fn cancellation_stops_the_tool_in_flight() {
     host.load_with(guest("hostile"), long).await.unwrap();
     host.load(guest("stateful")).await.unwrap();
 
+    // Cancel as soon as the event stream shows the spinning call started.
     let cancel = CancelToken::new();
     let trigger = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        trigger.cancel();
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<airlock::agent::Event>();
+    let watcher = tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if matches!(&event.item, Item::FunctionCall { name, .. } if name == "spin") {
+                trigger.cancel();
+            }
+        }
     });
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let started = std::time::Instant::now();
-    let err = Agent::new(&host, &model)
+    let host = Arc::new(host);
+    let err = Agent::new(Arc::clone(&host), Arc::new(model))
         .cancel_token(cancel)
+        .events(sender)
         .run(&mut ctx, &mut transcript, "spin")
         .await
         .unwrap_err();
+    watcher.await.unwrap();
     assert!(matches!(err, RunError::Cancelled), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "cancelled, not timed out"
-    );
+    // The call before it kept its ops; the spinning one was recorded as
+    // cancelled (not timed out: its limit is 60 s).
+    assert_eq!(ctx.deps()["counters"], json!({"before": 1}));
+    assert!(transcript.items.iter().any(|e| matches!(&e.item,
+        Item::FunctionCallOutput { status: CallStatus::Cancelled, error_kind: Some(kind), .. }
+            if kind == "cancelled")));
     assert_eq!(
         ctx.deps()["counters"],
         json!({"before": 1}),
@@ -547,7 +560,7 @@ async fn legacy_update_context_through_the_loop() {
     let model = openai(&server);
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    Agent::new(host().await, &model)
+    Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut ctx, &mut transcript, "save")
         .await
         .unwrap();
@@ -578,7 +591,7 @@ async fn transcript_continues_a_conversation() {
     let model = openai(&server);
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let agent = Agent::new(host().await, &model);
+    let agent = Agent::new(Arc::clone(host().await), Arc::new(model));
     agent.run(&mut ctx, &mut transcript, "one").await.unwrap();
     agent.run(&mut ctx, &mut transcript, "two").await.unwrap();
     let sent = &server.seen()[1].body["messages"];

@@ -5,7 +5,8 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::support::{airlock, guest};
+use crate::script::PROMPT;
+use crate::support::{airlock, guest, root};
 
 fn stdout_json(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -203,4 +204,108 @@ fn inspect_lists_tools_and_imports() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("increment  Add 1 to the counter"), "{text}");
     assert!(text.contains("airlock:tool/context@0.1.0"), "{text}");
+}
+
+#[test]
+fn airlock_run_with_the_demo_script() {
+    let stateful = guest("stateful");
+    let demo = root().join("guest-examples/scripts/vowels.json");
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let out = airlock(&[
+        "run",
+        "--tool",
+        stateful.to_str().unwrap(),
+        "--script",
+        demo.to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+        "--json",
+        PROMPT,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], true);
+    assert!(doc["answer"].as_str().unwrap().contains("3 vowels"));
+    assert_eq!(
+        doc["deps"],
+        json!({"counters": {"vowels": 3}, "notes": ["Vowels in 'elephant': e, e, a"]})
+    );
+    assert_eq!(
+        doc["usage"],
+        json!({"requests": 4, "tool_calls": 5, "input_tokens": 2163, "output_tokens": 124})
+    );
+    assert_eq!(doc["iterations"], 4);
+    assert!(doc["session_id"].as_str().unwrap().starts_with("sess_"));
+    assert!(doc["run_id"].as_str().unwrap().starts_with("run_"));
+
+    let lines: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = lines.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.iter().filter(|t| **t == "function_call").count(), 5);
+    assert_eq!(types.iter().filter(|t| **t == "context_update").count(), 4);
+    assert_eq!(types[0], "message");
+    assert!(lines.iter().all(|e| e["run_id"] == doc["run_id"]));
+    assert_eq!(lines[0]["id"], "item_1");
+}
+
+#[test]
+fn airlock_run_text_output_shows_progress() {
+    let stateful = guest("stateful");
+    let demo = root().join("guest-examples/scripts/vowels.json");
+    let out = airlock(&[
+        "run",
+        "--tool",
+        stateful.to_str().unwrap(),
+        "--script",
+        demo.to_str().unwrap(),
+        PROMPT,
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("[turn 1] call increment {\"name\":\"vowels\"}"),
+        "{text}"
+    );
+    assert!(text.contains("ops: set counters"), "{text}");
+    assert!(
+        text.contains("deps:   {\"counters\":{\"vowels\":3}"),
+        "{text}"
+    );
+    assert!(text.contains("usage:  4 requests, 5 tool calls"), "{text}");
+}
+
+#[test]
+fn airlock_run_input_errors() {
+    let stateful = guest("stateful");
+    let s = stateful.to_str().unwrap();
+    let out = airlock(&["run", "--tool", s, "hello"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no model"));
+
+    let out = airlock(&["run", "--script", "x.json", "hello"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tools"));
+
+    let out = airlock(&["run", "--tool", s, "--model", "nonsense", "hello"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PROVIDER:MODEL"));
+
+    let out = airlock(&[
+        "run",
+        "--tool",
+        s,
+        "--script",
+        "/no/such/script.json",
+        "hello",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/script.json"));
 }

@@ -6,7 +6,7 @@
 //! The Python, JavaScript and C components are built by `make guests`
 //! (which installs their toolchains); a missing one fails the test loudly.
 
-use airlock::{CallError, CompileCache, Host, RunContext, ToolCall, ToolSpec};
+use airlock::{CompileCache, Host, RunContext, ToolCall, ToolSpec};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -80,10 +80,7 @@ async fn run(language: &str, deps: &Value, tool: &str, args: &Value) -> Outcome 
                 "{language}: a failed call changed deps"
             );
             let kind = e.kind();
-            let message = match e {
-                CallError::OpRejected(r) => r.to_string(),
-                other => other.to_string(),
-            };
+            let message = e.to_string();
             Outcome::Err { kind, message }
         }
     }
@@ -205,8 +202,8 @@ fn scenarios() -> Vec<Scenario> {
             tool: "increment",
             args: json!({}),
             expect: err(
-                "invalid_args",
-                "invalid arguments: the arguments do not match the tool's schema: \"name\" is a required property",
+                "bad_arguments",
+                "bad arguments: the arguments do not match the tool's schema: \"name\" is a required property",
             ),
         },
         Scenario {
@@ -215,8 +212,8 @@ fn scenarios() -> Vec<Scenario> {
             tool: "increment",
             args: json!({"name": 5}),
             expect: err(
-                "invalid_args",
-                "invalid arguments: the arguments do not match the tool's schema at /name: 5 is not of type \"string\"",
+                "bad_arguments",
+                "bad arguments: the arguments do not match the tool's schema at /name: 5 is not of type \"string\"",
             ),
         },
         Scenario {
@@ -225,8 +222,8 @@ fn scenarios() -> Vec<Scenario> {
             tool: "add_note",
             args: json!({"text": "x", "extra": 1}),
             expect: err(
-                "invalid_args",
-                "invalid arguments: the arguments do not match the tool's schema: Additional properties are not allowed ('extra' was unexpected)",
+                "bad_arguments",
+                "bad arguments: the arguments do not match the tool's schema: Additional properties are not allowed ('extra' was unexpected)",
             ),
         },
         Scenario {

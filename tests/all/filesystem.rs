@@ -1,8 +1,8 @@
-//! The directory and environment grants: nothing without a grant, exactly
+//! The directory grant: nothing without a grant, exactly
 //! the granted directory (read-only or read-write) with one, and no escape.
 
 use airlock::context::ContextRules;
-use airlock::sandbox::grants::{DirGrant, DirMode, EnvGrant};
+use airlock::sandbox::grants::{DirGrant, DirMode};
 use airlock::{CallError, Host, RunContext, ToolConfig};
 use serde_json::json;
 
@@ -141,31 +141,6 @@ async fn no_grant_no_files() {
     .await
     .unwrap_err();
     assert!(matches!(err, CallError::Failed(_)), "{err}");
-}
-
-#[tokio::test]
-async fn environment_is_empty_unless_granted() {
-    // The test process has PATH and HOME; the guest sees neither unless
-    // granted, and then only the granted one.
-    let home = std::env::var("HOME").expect("HOME is set for tests");
-    let host = host_with(
-        &[("hostile", ToolConfig::default())],
-        ContextRules::default(),
-    )
-    .await;
-    let mut ctx = RunContext::default();
-    let all = call(&host, &mut ctx, "dump_env", json!({})).await.unwrap();
-    assert_eq!(all.result, json!({}));
-    let path = call(&host, &mut ctx, "read_env", json!({"name": "PATH"}))
-        .await
-        .unwrap();
-    assert_eq!(path.result["value"], serde_json::Value::Null);
-
-    let mut config = ToolConfig::default();
-    config.grants.env = vec![EnvGrant::new("HOME").unwrap()];
-    let host = host_with(&[("hostile", config)], ContextRules::default()).await;
-    let all = call(&host, &mut ctx, "dump_env", json!({})).await.unwrap();
-    assert_eq!(all.result, json!({ "HOME": home }));
 }
 
 #[test]

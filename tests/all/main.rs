@@ -6,12 +6,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent;
+mod cache;
 mod cli;
 mod conformance;
 mod context_rules;
+mod environment;
 mod errors;
 mod filesystem;
 mod http;
+mod isolation;
 mod limits;
 mod ops;
 mod policy;
@@ -19,4 +22,3 @@ mod script;
 mod stateful;
 mod support;
 mod view;
-mod wat;

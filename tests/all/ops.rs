@@ -78,12 +78,9 @@ async fn every_cell_of_the_op_table() {
             (
                 "delete",
                 json!([{"op": "delete", "key": "k"}]),
-                match *state {
-                    "missing" => Ok(None),
-                    // DESIGN §3: delete of a null key is a no-op.
-                    "null" => Ok(Some(Value::Null)),
-                    _ => Ok(None),
-                },
+                // DESIGN §3: delete removes the key whatever it holds, a
+                // `null` too; only a missing key is a no-op.
+                Ok(None),
             ),
         ];
         for (op, ops, expected) in cases {
@@ -300,4 +297,60 @@ async fn result_must_be_json() {
     let err = call(host().await, &mut c, "apply", args).await.unwrap_err();
     assert!(matches!(err, CallError::InvalidResult(_)), "{err}");
     assert_eq!(snapshot(&c), before);
+}
+
+#[tokio::test]
+async fn legacy_updates_count_against_max_op_bytes() {
+    let limits = airlock::Limits {
+        ops: airlock::OpLimits {
+            max_op_bytes: 1_000,
+            ..airlock::OpLimits::default()
+        },
+        ..airlock::Limits::default()
+    };
+    let config = airlock::ToolConfig {
+        limits,
+        ..airlock::ToolConfig::default()
+    };
+    let host = crate::support::host_with(
+        &[("context_probe", config)],
+        airlock::context::ContextRules::default(),
+    )
+    .await;
+    let mut c = ctx(json!({"keep": 1}));
+    let before = snapshot(&c);
+    // 600 bytes of guest ops plus 600 of legacy updates: each alone fits,
+    // together they are over the bound.
+    let args = json!({
+        "ops": [{"op": "set", "key": "a", "value": "x".repeat(600)}],
+        "result": {"__update_context__": {"b": "y".repeat(600)}},
+    });
+    let err = call(&host, &mut c, "apply", args).await.unwrap_err();
+    let CallError::OpRejected(rejected) = &err else {
+        panic!("expected op_rejected, got {err}");
+    };
+    assert_eq!(rejected.index, 1, "the legacy op is the one over");
+    assert_eq!(rejected.key, "b");
+    assert!(
+        matches!(
+            rejected.reason,
+            RejectReason::TooManyBytes { max: 1_000, .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(snapshot(&c), before);
+
+    // Legacy updates alone are bounded too.
+    let args = json!({"ops": [], "result": {"__update_context__": {"b": "y".repeat(2_000)}}});
+    let err = call(&host, &mut c, "apply", args).await.unwrap_err();
+    assert!(
+        matches!(&err, CallError::OpRejected(r) if matches!(r.reason, RejectReason::TooManyBytes { .. })),
+        "{err}"
+    );
+    assert_eq!(snapshot(&c), before);
+
+    // And the host serves the next call.
+    let ok = json!({"ops": [], "result": {"__update_context__": {"b": 2}}});
+    call(&host, &mut c, "apply", ok).await.unwrap();
+    assert_eq!(c.deps()["b"], 2);
 }

@@ -39,7 +39,7 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
     assert_eq!(grants["dirs"][0]["mode"], "ro");
     assert_eq!(
         grants["secrets"],
-        json!([{"env": "GITHUB_TOKEN", "header": "authorization", "hosts": ["api.github.com"]}])
+        json!([{"env": "GITHUB_TOKEN", "set": true, "header": "authorization", "hosts": ["api.github.com"]}])
     );
     assert_eq!(grants["limits"]["timeout_ms"], 10000);
     assert_eq!(grants["limits"]["memory_bytes"], 64 << 20);
@@ -59,10 +59,66 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
         "{shown}"
     );
     assert!(
-        shown.contains("secret GITHUB_TOKEN -> header authorization on api.github.com"),
+        shown.contains("secret GITHUB_TOKEN (set) -> header authorization on api.github.com"),
         "{shown}"
     );
     assert!(!shown.contains("ghp-example-secret"));
+}
+
+/// Secrets are read when a call is prepared, not when the policy loads:
+/// `inspect` works without them, and a call that needs an unset one fails
+/// with `grant_unavailable` naming the variable.
+#[test]
+fn secrets_are_resolved_per_call() {
+    let fetch = guest("http_fetch");
+    let policy = example_policy();
+    let out = airlock(
+        &["inspect", s(&fetch), "--config", s(&policy), "--json"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["grants"]["secrets"][0]["set"], false);
+    let out = airlock(&["inspect", s(&fetch), "--config", s(&policy)], &[]);
+    assert!(
+        text(&out.stdout).contains("secret GITHUB_TOKEN (not set) -> header authorization"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("airlock.toml");
+    let stateful = guest("stateful");
+    std::fs::write(
+        &file,
+        format!(
+            "[[tool]]\npath = {:?}\nsecrets = [{{ env = \"AIRLOCK_TEST_UNSET\", hosts = [\"x.example\"] }}]\n",
+            s(&stateful)
+        ),
+    )
+    .unwrap();
+    let args = [
+        "call",
+        s(&stateful),
+        "show_state",
+        "{}",
+        "--config",
+        s(&file),
+        "--json",
+    ];
+    let out = airlock(&args, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "grant_unavailable");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("AIRLOCK_TEST_UNSET") && message.contains("not set"),
+        "{message}"
+    );
+    // Set, the same policy serves the call.
+    let out = airlock(&args, &[("AIRLOCK_TEST_UNSET", "now-set")]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains("now-set"));
 }
 
 /// Writes `policy` next to a copy-free reference to the stateful guest and
@@ -134,13 +190,11 @@ fn bad_policies_name_the_line_and_the_problem() {
     );
 
     let err = policy_error(
-        &format!("{tool}secrets = [{{ env = \"AIRLOCK_TEST_UNSET\", hosts = [\"x.example\"] }}]\n"),
+        &format!("{tool}secrets = [{{ env = \"TOKEN\", hosts = [\"x.example/path\"] }}]\n"),
         &[],
     );
     assert!(
-        err.contains("airlock.toml:3:")
-            && err.contains("AIRLOCK_TEST_UNSET")
-            && err.contains("not set"),
+        err.contains("airlock.toml:3:") && err.contains("TOKEN") && err.contains("host name"),
         "{err}"
     );
 

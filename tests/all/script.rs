@@ -1,5 +1,7 @@
 //! The script provider, and `airlock run` end to end with it (offline).
 
+use std::sync::Arc;
+
 use std::path::Path;
 
 use airlock::RunContext;
@@ -7,7 +9,7 @@ use airlock::agent::{Agent, RunError, Transcript};
 use airlock::llm::{ModelError, ScriptModel};
 use serde_json::{Value, json};
 
-use crate::support::{airlock, guest, host, root};
+use crate::support::host;
 
 fn script(dir: &Path, body: Value) -> std::path::PathBuf {
     let path = dir.join("script.json");
@@ -31,7 +33,7 @@ async fn script_drives_the_real_loop() {
     let model = ScriptModel::load(&path).unwrap();
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
-    let outcome = Agent::new(host().await, &model)
+    let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut ctx, &mut transcript, "go")
         .await
         .unwrap();
@@ -57,7 +59,7 @@ async fn running_out_of_turns_is_a_clear_error() {
         json!({"turns": [{"tool_calls": [{"name": "show_state"}]}]}),
     );
     let model = ScriptModel::load(&path).unwrap();
-    let err = Agent::new(host().await, &model)
+    let err = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut RunContext::default(), &mut Transcript::default(), "go")
         .await
         .unwrap_err();
@@ -81,7 +83,7 @@ async fn a_tool_the_host_has_not_loaded_is_refused_before_the_run() {
     );
     let model = ScriptModel::load(&path).unwrap();
     let mut ctx = RunContext::default();
-    let err = Agent::new(host().await, &model)
+    let err = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run(&mut ctx, &mut Transcript::default(), "go")
         .await
         .unwrap_err();
@@ -118,108 +120,55 @@ fn invalid_scripts_are_refused_naming_the_file() {
     );
 }
 
-const PROMPT: &str = "Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.";
+pub const PROMPT: &str = "Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.";
 
-#[test]
-fn airlock_run_with_the_demo_script() {
-    let stateful = guest("stateful");
-    let demo = root().join("guest-examples/scripts/vowels.json");
+/// A call that fails after writing output keeps that output in the event
+/// log: it is often what explains the failure.
+#[tokio::test]
+async fn a_failed_calls_output_reaches_the_event_log() {
+    use airlock::agent::{CallStatus, Item};
+
     let dir = tempfile::tempdir().unwrap();
-    let events = dir.path().join("events.jsonl");
-    let out = airlock(&[
-        "run",
-        "--tool",
-        stateful.to_str().unwrap(),
-        "--script",
-        demo.to_str().unwrap(),
-        "--events",
-        events.to_str().unwrap(),
-        "--json",
-        PROMPT,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let path = script(
+        dir.path(),
+        json!({"turns": [
+            {"tool_calls": [
+                {"id": "c1", "name": "spin_after_output", "arguments": {}},
+                {"id": "c2", "name": "increment", "arguments": {"name": "after"}}
+            ]},
+            {"text": "done"}
+        ]}),
     );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["ok"], true);
-    assert!(doc["answer"].as_str().unwrap().contains("3 vowels"));
-    assert_eq!(
-        doc["deps"],
-        json!({"counters": {"vowels": 3}, "notes": ["Vowels in 'elephant': e, e, a"]})
-    );
-    assert_eq!(
-        doc["usage"],
-        json!({"requests": 4, "tool_calls": 5, "input_tokens": 2163, "output_tokens": 124})
-    );
-    assert_eq!(doc["iterations"], 4);
-    assert!(doc["session_id"].as_str().unwrap().starts_with("sess_"));
-    assert!(doc["run_id"].as_str().unwrap().starts_with("run_"));
-
-    let lines: Vec<Value> = std::fs::read_to_string(&events)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let types: Vec<&str> = lines.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(types.iter().filter(|t| **t == "function_call").count(), 5);
-    assert_eq!(types.iter().filter(|t| **t == "context_update").count(), 4);
-    assert_eq!(types[0], "message");
-    assert!(lines.iter().all(|e| e["run_id"] == doc["run_id"]));
-    assert_eq!(lines[0]["id"], "item_1");
-}
-
-#[test]
-fn airlock_run_text_output_shows_progress() {
-    let stateful = guest("stateful");
-    let demo = root().join("guest-examples/scripts/vowels.json");
-    let out = airlock(&[
-        "run",
-        "--tool",
-        stateful.to_str().unwrap(),
-        "--script",
-        demo.to_str().unwrap(),
-        PROMPT,
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("[turn 1] call increment {\"name\":\"vowels\"}"),
-        "{text}"
-    );
-    assert!(text.contains("ops: set counters"), "{text}");
-    assert!(
-        text.contains("deps:   {\"counters\":{\"vowels\":3}"),
-        "{text}"
-    );
-    assert!(text.contains("usage:  4 requests, 5 tool calls"), "{text}");
-}
-
-#[test]
-fn airlock_run_input_errors() {
-    let stateful = guest("stateful");
-    let s = stateful.to_str().unwrap();
-    let out = airlock(&["run", "--tool", s, "hello"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no model"));
-
-    let out = airlock(&["run", "--script", "x.json", "hello"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no tools"));
-
-    let out = airlock(&["run", "--tool", s, "--model", "nonsense", "hello"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("PROVIDER:MODEL"));
-
-    let out = airlock(&[
-        "run",
-        "--tool",
-        s,
-        "--script",
-        "/no/such/script.json",
-        "hello",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/script.json"));
+    let model = ScriptModel::load(&path).unwrap();
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    Agent::new(
+        Arc::clone(crate::support::hostile_host().await),
+        Arc::new(model),
+    )
+    .run(&mut ctx, &mut transcript, "go")
+    .await
+    .unwrap();
+    let failed = transcript
+        .items
+        .iter()
+        .find_map(|e| match &e.item {
+            Item::FunctionCallOutput {
+                call_id,
+                status,
+                error_kind,
+                guest,
+                ..
+            } if call_id == "c1" => Some((*status, error_kind.clone(), guest.clone())),
+            _ => None,
+        })
+        .expect("the failed call has an output event");
+    assert_eq!(failed.0, CallStatus::Failed);
+    assert_eq!(failed.1.as_deref(), Some("timeout"));
+    assert_eq!(failed.2.stdout, "partial output before the loop\n");
+    // The JSON form of the event carries it too.
+    let line = serde_json::to_value(&transcript.items[2]).unwrap();
+    assert_eq!(line["stdout"], "partial output before the loop\n", "{line}");
+    // The run went on: the next call ran.
+    assert_eq!(ctx.deps()["counters"], json!({"after": 1}));
 }

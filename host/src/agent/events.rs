@@ -6,16 +6,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::context::ContextOp;
-use crate::sandbox::LogRecord;
+use crate::sandbox::GuestOutput;
 
 /// One item of the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// `item_<n>`, unique within the run, in order.
     pub id: String,
+    /// The run that recorded it.
     pub run_id: String,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// What happened.
     #[serde(flatten)]
     pub item: Item,
 }
@@ -26,52 +28,72 @@ pub struct Event {
 pub enum Item {
     /// A message of the conversation: the user's prompt or the model's text.
     Message {
+        /// Who said it.
         role: Role,
+        /// The text (absent for a model turn that only called tools).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
+        /// The model request it belongs to (0 for the prompt).
         iteration: u32,
     },
     /// The model asked for a tool call.
     FunctionCall {
+        /// The model's id for the call.
         call_id: String,
+        /// The tool.
         name: String,
+        /// The model's arguments, verbatim.
         arguments: String,
+        /// The model request that asked for it.
         iteration: u32,
     },
     /// How a tool call ended, and what the model is told.
     FunctionCallOutput {
+        /// The model's id for the call.
         call_id: String,
+        /// The tool.
         name: String,
+        /// How it ended.
         status: CallStatus,
         /// What the model sees: the result JSON, or the error text.
         output: String,
         /// `CallError::kind()` when the call failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error_kind: Option<String>,
+        /// Wall-clock time, approval included.
         duration_us: u64,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        logs: Vec<LogRecord>,
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        stdout: String,
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        stderr: String,
+        /// What the guest logged and printed, for failed calls too (empty
+        /// when it never ran).
+        #[serde(flatten)]
+        guest: GuestOutput,
     },
     /// The ops a successful call applied to deps, in order.
     ContextUpdate {
+        /// The call that returned them.
         call_id: String,
+        /// The ops, in the order applied.
         ops: Vec<ContextOp>,
     },
     /// The run itself failed (model error, max iterations, cancellation).
-    Error { kind: String, message: String },
+    Error {
+        /// `RunError::kind`.
+        kind: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
+/// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// The person (the prompt).
     User,
+    /// The model.
     Assistant,
 }
 
+/// How a tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {

@@ -15,6 +15,7 @@
 pub mod events;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -24,8 +25,10 @@ pub use events::{CallStatus, Event, Item, Role};
 
 use crate::context::{RunContext, Usage};
 use crate::llm::{BoxFuture, Message, Model, ModelError, ModelToolCall};
-use crate::sandbox::CancelToken;
-use crate::tools::{Approval, CallError, Host, ToolCall, ToolSpec};
+use crate::policy::Approval;
+use crate::sandbox::{CancelToken, GuestOutput};
+use crate::spec::ToolSpec;
+use crate::tools::{CallError, CallFailure, Host, ToolCall};
 
 /// What the model is told when the approval handler rejects a call.
 pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
@@ -51,7 +54,9 @@ impl Default for AgentOptions {
 /// A tool call waiting for approval.
 #[derive(Debug, Clone, Copy)]
 pub struct PendingCall<'a> {
+    /// The model's id for the call.
     pub call_id: &'a str,
+    /// The tool.
     pub name: &'a str,
     /// The model's arguments, as JSON text.
     pub arguments: &'a str,
@@ -60,7 +65,9 @@ pub struct PendingCall<'a> {
 /// What an approval handler decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// Run the call as the model asked.
     Approve,
+    /// Do not run it; the model is told [`REJECTED_MESSAGE`].
     Reject,
     /// Run the call with these arguments (JSON text) instead.
     Edit(String),
@@ -68,6 +75,8 @@ pub enum Decision {
 
 /// Decides about calls of tools whose policy says `approval = "ask"`.
 pub trait Approver: Send + Sync {
+    /// Decides about one call. May take as long as a person needs; the
+    /// run waits.
     fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision>;
 }
 
@@ -85,34 +94,48 @@ where
 /// log. Pass the same transcript to continue a conversation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Transcript {
+    /// What the model has been sent and has answered, in order.
     pub messages: Vec<Message>,
+    /// The item log, in order.
     pub items: Vec<Event>,
 }
 
 /// How a run ended, when it ended with an answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunOutcome {
+    /// The model's final text.
     pub answer: String,
+    /// Totals of the context after the run.
     pub usage: Usage,
     /// Model requests made in this run.
     pub iterations: u32,
+    /// The run's id.
     pub run_id: String,
+    /// The session's id.
     pub session_id: String,
 }
 
 /// A run that ended without an answer. The context and transcript hold
 /// everything done up to that point.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
+    /// The model made `limit` requests without a final answer.
     #[error("no final answer after {limit} model requests (max_iterations)")]
-    MaxIterations { limit: u32 },
+    MaxIterations {
+        /// The limit.
+        limit: u32,
+    },
+    /// A model request failed (after its retries).
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
 }
 
 impl RunError {
+    /// A stable `snake_case` name for the kind of failure.
     pub fn kind(&self) -> &'static str {
         match self {
             RunError::MaxIterations { .. } => "max_iterations",
@@ -123,16 +146,21 @@ impl RunError {
 }
 
 /// Runs prompts against a model with the host's tools.
-pub struct Agent<'a> {
-    host: &'a Host,
-    model: &'a dyn Model,
+///
+/// An `Agent` owns shares of its host and model (`Arc`), so it is `'static`
+/// and can be moved into a spawned task; many agents may share one host.
+/// [`Agent::run`] takes `&self`: one agent can serve several runs at once,
+/// each on its own context and transcript.
+pub struct Agent {
+    host: Arc<Host>,
+    model: Arc<dyn Model>,
     options: AgentOptions,
-    approver: Option<&'a dyn Approver>,
+    approver: Option<Arc<dyn Approver>>,
     events: Option<mpsc::UnboundedSender<Event>>,
     cancel: CancelToken,
 }
 
-impl std::fmt::Debug for Agent<'_> {
+impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
             .field("model", &self.model.name())
@@ -141,8 +169,10 @@ impl std::fmt::Debug for Agent<'_> {
     }
 }
 
-impl<'a> Agent<'a> {
-    pub fn new(host: &'a Host, model: &'a dyn Model) -> Self {
+impl Agent {
+    /// An agent with the default options, no approver (calls of
+    /// `approval = "ask"` tools are rejected), no event stream.
+    pub fn new(host: Arc<Host>, model: Arc<dyn Model>) -> Self {
         Self {
             host,
             model,
@@ -153,6 +183,7 @@ impl<'a> Agent<'a> {
         }
     }
 
+    /// Replaces the options.
     pub fn options(mut self, options: AgentOptions) -> Self {
         self.options = options;
         self
@@ -160,7 +191,7 @@ impl<'a> Agent<'a> {
 
     /// The handler for `approval = "ask"` tools. Without one, their calls
     /// are rejected.
-    pub fn approver(mut self, approver: &'a dyn Approver) -> Self {
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
         self
     }
@@ -203,15 +234,15 @@ impl<'a> Agent<'a> {
     }
 }
 
-struct Run<'r, 'a> {
-    agent: &'r Agent<'a>,
+struct Run<'r> {
+    agent: &'r Agent,
     ctx: &'r mut RunContext,
     transcript: &'r mut Transcript,
     /// Failed calls per tool in this run: the `retry` a tool sees.
     failures: HashMap<String, u32>,
 }
 
-impl Run<'_, '_> {
+impl Run<'_> {
     fn record(&mut self, item: Item) {
         let event = Event {
             id: format!("item_{}", self.transcript.items.len() + 1),
@@ -305,13 +336,17 @@ impl Run<'_, '_> {
         let started = Instant::now();
 
         let mut arguments = call.arguments.clone();
-        if agent.host.approval(&call.name) == Approval::Ask {
+        let approval = agent
+            .host
+            .component_for(&call.name)
+            .map_or(Approval::Never, |c| c.approval());
+        if approval == Approval::Ask {
             let pending = PendingCall {
                 call_id: &call.id,
                 name: &call.name,
                 arguments: &call.arguments,
             };
-            let decision = match agent.approver {
+            let decision = match &agent.approver {
                 Some(approver) => approver.decide(pending).await,
                 None => Decision::Reject,
             };
@@ -325,7 +360,7 @@ impl Run<'_, '_> {
                         REJECTED_MESSAGE.to_owned(),
                         None,
                         started,
-                        Streams::default(),
+                        GuestOutput::default(),
                     );
                     return Ok(());
                 }
@@ -344,13 +379,15 @@ impl Run<'_, '_> {
             .await
         {
             Ok(outcome) => {
-                let streams = Streams {
-                    logs: outcome.logs,
-                    stdout: outcome.stdout,
-                    stderr: outcome.stderr,
-                };
-                let output = outcome.result.to_string();
-                self.answer(call, CallStatus::Completed, output, None, started, streams);
+                let text = outcome.result.to_string();
+                self.answer(
+                    call,
+                    CallStatus::Completed,
+                    text,
+                    None,
+                    started,
+                    outcome.output,
+                );
                 if !outcome.updates.is_empty() {
                     self.record(Item::ContextUpdate {
                         call_id: call.id.clone(),
@@ -359,18 +396,21 @@ impl Run<'_, '_> {
                 }
                 Ok(())
             }
-            Err(CallError::Cancelled) => {
+            Err(CallFailure {
+                error: CallError::Cancelled,
+                output,
+            }) => {
                 self.answer(
                     call,
                     CallStatus::Cancelled,
                     "Tool call was cancelled.".into(),
                     Some("cancelled"),
                     started,
-                    Streams::default(),
+                    output,
                 );
                 Err(RunError::Cancelled)
             }
-            Err(error) => {
+            Err(CallFailure { error, output }) => {
                 *self.failures.entry(call.name.clone()).or_default() += 1;
                 let text = match &error {
                     CallError::Retry(message) => {
@@ -384,7 +424,7 @@ impl Run<'_, '_> {
                     text,
                     Some(error.kind()),
                     started,
-                    Streams::default(),
+                    output,
                 );
                 Ok(())
             }
@@ -399,7 +439,7 @@ impl Run<'_, '_> {
         output: String,
         kind: Option<&str>,
         started: Instant,
-        streams: Streams,
+        guest: GuestOutput,
     ) {
         self.record(Item::FunctionCallOutput {
             call_id: call.id.clone(),
@@ -408,9 +448,7 @@ impl Run<'_, '_> {
             output: output.clone(),
             error_kind: kind.map(str::to_owned),
             duration_us: micros(started),
-            logs: streams.logs,
-            stdout: streams.stdout,
-            stderr: streams.stderr,
+            guest,
         });
         self.tell_model(call, output, status != CallStatus::Completed);
     }
@@ -423,14 +461,6 @@ impl Run<'_, '_> {
             is_error,
         });
     }
-}
-
-/// What a tool wrote besides its result (empty unless it ran to the end).
-#[derive(Default)]
-struct Streams {
-    logs: Vec<crate::sandbox::LogRecord>,
-    stdout: String,
-    stderr: String,
 }
 
 fn micros(since: Instant) -> u64 {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use airlock::{CallOutcome, ContextOp, RunContext, ToolCall};
 
-use super::{Failure, load_host, print_out, read_deps, report_failure, save_deps, show_json};
+use super::{Failure, RunFlags, load_host, print_out, report_failure, save_deps, show_json};
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
@@ -18,41 +18,18 @@ pub struct CallArgs {
     name: String,
     /// The arguments, a JSON object.
     args: String,
-    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
-    #[arg(long, value_name = "FILE_OR_JSON")]
-    deps: Option<String>,
-    /// Write the deps after the call to FILE (atomically). Unchanged on failure.
-    #[arg(long, value_name = "FILE")]
-    save_deps: Option<PathBuf>,
-    /// Continue this session instead of starting a new one.
-    #[arg(long)]
-    session_id: Option<String>,
-    /// The operator's policy (grants, limits, context rules). Without it,
-    /// the tool gets nothing.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// The end user the call is made for.
-    #[arg(long)]
-    user_id: Option<String>,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    flags: RunFlags,
 }
 
 pub async fn run(args: CallArgs) -> ExitCode {
-    let mut ctx = match read_deps(args.deps.as_deref().unwrap_or("{}")) {
+    let mut ctx = match args.flags.context() {
         Ok(ctx) => ctx,
         Err(failure) => return fail(&args, &failure, None),
     };
-    if let Some(id) = &args.session_id {
-        ctx = ctx.with_session_id(id.as_str());
-    }
-    if let Some(id) = &args.user_id {
-        ctx = ctx.with_user_id(id.as_str());
-    }
     match call(&args, &mut ctx).await {
         Ok(outcome) => {
-            if let Some(path) = &args.save_deps
+            if let Some(path) = &args.flags.save_deps
                 && let Err(failure) = save_deps(path, &ctx)
             {
                 return fail(&args, &failure, Some(&ctx));
@@ -65,21 +42,21 @@ pub async fn run(args: CallArgs) -> ExitCode {
 }
 
 async fn call(args: &CallArgs, ctx: &mut RunContext) -> Result<CallOutcome, Failure> {
-    let host = load_host(&args.component, args.config.as_deref()).await?;
+    let host = load_host(&args.component, args.flags.config.as_deref()).await?;
     let call = ToolCall::new(args.name.as_str(), args.args.as_str());
     Ok(host.call(ctx, &call).await?)
 }
 
 fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
-    if args.json {
+    if args.flags.json {
         let doc = json!({
             "ok": true,
             "result": outcome.result,
             "updates": outcome.updates,
             "deps": ctx.deps(),
-            "logs": outcome.logs,
-            "stdout": outcome.stdout,
-            "stderr": outcome.stderr,
+            "logs": outcome.output.logs,
+            "stdout": outcome.output.stdout,
+            "stderr": outcome.output.stderr,
             "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
         });
         print_out(&doc.to_string());
@@ -93,13 +70,16 @@ fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
         let label = if i == 0 { "ops:   " } else { "       " };
         text.push_str(&format!("{label} {}\n", describe_op(op)));
     }
-    for record in &outcome.logs {
+    for record in &outcome.output.logs {
         text.push_str(&format!(
             "log:    [{:?}] {}\n",
             record.level, record.message
         ));
     }
-    for (name, stream) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+    for (name, stream) in [
+        ("stdout", &outcome.output.stdout),
+        ("stderr", &outcome.output.stderr),
+    ] {
         for line in stream.lines() {
             text.push_str(&format!("{name}: {line}\n"));
         }
@@ -125,5 +105,5 @@ fn fail(args: &CallArgs, failure: &Failure, ctx: Option<&RunContext>) -> ExitCod
     let deps = ctx.map_or(Value::Null, |ctx| Value::Object(ctx.deps().clone()));
     let mut extra = serde_json::Map::new();
     extra.insert("deps".into(), deps);
-    report_failure(failure, args.json, extra)
+    report_failure(failure, args.flags.json, extra)
 }

@@ -27,7 +27,13 @@ pub struct InspectArgs {
 /// The capability an import asks for, and what `grants` gives it.
 fn capability(import: &str, grants: &Grants) -> (&'static str, String) {
     let interface = import.split('@').next().unwrap_or(import);
-    let listed = |items: Vec<String>| {
+    let described = grants.describe();
+    let listed = |kind: &str| {
+        let items: Vec<&str> = described
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, line)| line.as_str())
+            .collect();
         if items.is_empty() {
             "nothing granted".to_owned()
         } else {
@@ -37,31 +43,9 @@ fn capability(import: &str, grants: &Grants) -> (&'static str, String) {
     match interface {
         "airlock:tool/context" => ("run context", "read-only view, always".into()),
         "airlock:tool/log" => ("log", "captured, bounded".into()),
-        i if i.starts_with("wasi:filesystem/") => (
-            "files",
-            listed(
-                grants
-                    .dirs
-                    .iter()
-                    .map(|d| format!("{} <- {} ({})", d.guest(), d.host().display(), d.mode()))
-                    .collect(),
-            ),
-        ),
-        i if i.starts_with("wasi:http/") => (
-            "outgoing HTTP",
-            listed(
-                grants
-                    .http
-                    .allowed()
-                    .iter()
-                    .map(|p| p.as_str().to_owned())
-                    .collect(),
-            ),
-        ),
-        "wasi:cli/environment" => (
-            "environment variables",
-            listed(grants.env.iter().map(|e| e.name().to_owned()).collect()),
-        ),
+        i if i.starts_with("wasi:filesystem/") => ("files", listed("dirs")),
+        i if i.starts_with("wasi:http/") => ("outgoing HTTP", listed("http")),
+        "wasi:cli/environment" => ("environment variables", listed("env")),
         i if i.starts_with("wasi:sockets/") => ("raw sockets", "never granted".into()),
         i if i.starts_with("wasi:cli/std") || i.starts_with("wasi:cli/terminal") => (
             "stdio",
@@ -82,7 +66,7 @@ fn grants_json(component: &LoadedComponent) -> Value {
         "dirs": grants.dirs.iter().map(|d| json!({"host": d.host(), "guest": d.guest(), "mode": d.mode()})).collect::<Vec<_>>(),
         "env": grants.env.iter().map(|e| e.name()).collect::<Vec<_>>(),
         "http": grants.http.allowed().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
-        "secrets": grants.secrets.iter().map(|s| json!({"env": s.name(), "header": s.header_name().as_str(), "hosts": s.hosts()})).collect::<Vec<_>>(),
+        "secrets": grants.secrets.iter().map(|s| json!({"env": s.name(), "set": s.is_set(), "header": s.header_name().as_str(), "hosts": s.hosts()})).collect::<Vec<_>>(),
         "limits": {
             "timeout_ms": u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
             "memory_bytes": limits.max_memory_bytes,
@@ -139,26 +123,10 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         let (capability, granted) = capability(import, grants);
         text.push_str(&format!("  {import:width$}  {capability}: {granted}\n"));
     }
-    for secret in &grants.secrets {
-        text.push_str(&format!(
-            "\nsecret {} -> header {} on {} (never visible to the tool)",
-            secret.name(),
-            secret.header_name(),
-            secret.hosts().join(", ")
-        ));
+    for (_, line) in grants.describe().iter().filter(|(k, _)| *k == "secrets") {
+        text.push_str(&format!("\nsecret {line} (never visible to the tool)"));
     }
-    let limits = component.limits();
-    text.push_str(&format!(
-        "\nlimits: {} ms, {} MiB memory, {} result bytes, {} ops{}\n",
-        limits.timeout.as_millis(),
-        limits.max_memory_bytes >> 20,
-        limits.max_result_bytes,
-        limits.ops.max_ops,
-        limits
-            .fuel
-            .map(|f| format!(", {f} fuel"))
-            .unwrap_or_default(),
-    ));
+    text.push_str(&format!("\nlimits: {}\n", component.limits().describe()));
     text.push_str(&format!(
         "context: read {}; write {}",
         component.access().read.patterns().join(", "),

@@ -12,12 +12,12 @@ mod run;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 
 use airlock::context::DepsError;
 use airlock::policy::Policy;
-use airlock::{CallError, Host, LoadError, RunContext};
+use airlock::{CallError, CallFailure, Host, LoadError, RunContext};
 
 pub const EXIT_TOOL_FAILED: u8 = 1;
 pub const EXIT_INPUT: u8 = 2;
@@ -81,7 +81,8 @@ impl From<LoadError> for Failure {
             LoadError::Incompatible { .. } => "incompatible_component",
             LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
             LoadError::DuplicateTool { .. } => "duplicate_tool",
-            LoadError::Sandbox(_) => {
+            LoadError::FuelNotMetered { .. } => "invalid_config",
+            _ => {
                 return Self {
                     kind: "internal",
                     message: e.to_string(),
@@ -96,7 +97,10 @@ impl From<LoadError> for Failure {
 impl From<CallError> for Failure {
     fn from(e: CallError) -> Self {
         let exit = match e {
-            CallError::UnknownTool { .. } | CallError::InvalidArgs(_) => EXIT_INPUT,
+            CallError::UnknownTool { .. }
+            | CallError::BadArguments(_)
+            | CallError::InvalidArgs(_)
+            | CallError::Grant(_) => EXIT_INPUT,
             _ => EXIT_TOOL_FAILED,
         };
         Self {
@@ -104,6 +108,52 @@ impl From<CallError> for Failure {
             message: e.to_string(),
             exit,
         }
+    }
+}
+
+impl From<CallFailure> for Failure {
+    fn from(f: CallFailure) -> Self {
+        f.error.into()
+    }
+}
+
+/// The flags every command that runs tools takes: the starting context,
+/// the policy, and the output form.
+#[derive(Debug, Args)]
+pub struct RunFlags {
+    /// The operator's policy: the tools to load, what each may do, the
+    /// context rules. Without it, a tool gets nothing.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
+    #[arg(long, value_name = "FILE_OR_JSON")]
+    deps: Option<String>,
+    /// Write the deps at the end to FILE (atomically). Unchanged when a
+    /// call fails.
+    #[arg(long, value_name = "FILE")]
+    save_deps: Option<PathBuf>,
+    /// Continue this session instead of starting a new one.
+    #[arg(long)]
+    session_id: Option<String>,
+    /// The end user the run is for.
+    #[arg(long)]
+    user_id: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl RunFlags {
+    /// The starting context: deps, session and user.
+    fn context(&self) -> Result<RunContext, Failure> {
+        let mut ctx = read_deps(self.deps.as_deref().unwrap_or("{}"))?;
+        if let Some(id) = &self.session_id {
+            ctx = ctx.with_session_id(id.as_str());
+        }
+        if let Some(id) = &self.user_id {
+            ctx = ctx.with_user_id(id.as_str());
+        }
+        Ok(ctx)
     }
 }
 
@@ -171,20 +221,15 @@ fn load_policy(config: Option<&Path>) -> Result<Option<Policy>, Failure> {
         .map_err(|e| Failure::input("invalid_config", e.to_string()))
 }
 
-/// A host builder with the policy's host-wide settings, whose first-time
-/// compilations that take more than a moment are announced on stderr
-/// (stdout stays clean for `--json`).
-fn host_builder(policy: Option<&Policy>) -> airlock::HostBuilder {
+/// A host builder whose first-time compilations that take more than a
+/// moment are announced on stderr (stdout stays clean for `--json`).
+fn host_builder() -> airlock::HostBuilder {
     use std::sync::atomic::Ordering;
     use std::sync::{Arc, Mutex};
 
     // Components load one at a time, so one slot suffices.
     let current: Arc<Mutex<Option<Arc<CompileNotice>>>> = Arc::default();
-    let builder = match policy {
-        Some(policy) => Host::builder().policy(policy),
-        None => Host::builder(),
-    };
-    builder.on_compile(move |progress| match progress {
+    Host::builder().on_compile(move |progress| match progress {
         airlock::tools::CompileProgress::Started { path } => {
             let state = Arc::new(CompileNotice::default());
             if let Ok(mut slot) = current.lock() {
@@ -229,21 +274,21 @@ fn print_note(text: &str) {
 /// `config`. A component the policy does not list, or any component without
 /// a policy, gets nothing beyond the default limits.
 async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> {
-    let policy = load_policy(config)?;
-    let mut host = host_builder(policy.as_ref()).build()?;
-    match policy.as_ref().and_then(|p| p.for_component(path)) {
-        Some(tool) => host.load_with(path, tool.config.clone()).await?,
-        None => {
-            if let Some(policy) = &policy {
-                tracing::warn!(
-                    "{} does not list {}; it gets nothing",
-                    policy.source.display(),
-                    path.display()
-                );
-            }
-            host.load(path).await?
-        }
+    let Some(policy) = load_policy(config)? else {
+        let mut host = host_builder().build()?;
+        host.load(path).await?;
+        return Ok(host);
     };
+    let scoped = policy.restricted_to(path);
+    let mut host = host_builder().build_with_policy(&scoped).await?;
+    if scoped.tools.is_empty() {
+        tracing::warn!(
+            "{} does not list {}; it gets nothing",
+            policy.source.display(),
+            path.display()
+        );
+        host.load(path).await?;
+    }
     Ok(host)
 }
 

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Args;
 use serde_json::{Value, json};
@@ -18,7 +19,7 @@ use airlock::sandbox::CancelToken;
 use airlock::{Host, RunContext};
 
 use super::{
-    EXIT_INPUT, EXIT_TOOL_FAILED, Failure, print_error, print_out, read_deps, report_failure,
+    EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_out, report_failure,
     save_deps, show_json,
 };
 
@@ -29,9 +30,6 @@ const EXIT_CANCELLED: u8 = 130;
 pub struct RunArgs {
     /// What to ask the model.
     prompt: String,
-    /// The operator's policy: the tools to load and what each may do.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
     /// Also load this component, with nothing granted (repeatable).
     #[arg(long = "tool", value_name = "TOOL.wasm")]
     tools: Vec<PathBuf>,
@@ -45,35 +43,24 @@ pub struct RunArgs {
     /// The provider's base URL (default: OPENAI_BASE_URL / ANTHROPIC_BASE_URL).
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
-    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
-    #[arg(long, value_name = "FILE_OR_JSON")]
-    deps: Option<String>,
-    /// Write the deps at the end of the run to FILE (atomically).
-    #[arg(long, value_name = "FILE")]
-    save_deps: Option<PathBuf>,
     /// Model requests allowed before the run fails.
     #[arg(long, default_value_t = 10)]
     max_iterations: u32,
     /// A system prompt for the model.
     #[arg(long)]
     system: Option<String>,
-    #[arg(long)]
-    session_id: Option<String>,
-    #[arg(long)]
-    user_id: Option<String>,
     /// Write the item log as JSON lines to FILE, or `-` for stdout (then
     /// progress is not printed).
     #[arg(long, value_name = "FILE")]
     events: Option<String>,
-    /// Print one JSON object at the end instead of text (no progress).
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    flags: RunFlags,
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
     let (host, model, mut ctx) = match prepare(&args).await {
         Ok(ready) => ready,
-        Err(failure) => return report_failure(&failure, args.json, serde_json::Map::new()),
+        Err(failure) => return report_failure(&failure, args.flags.json, serde_json::Map::new()),
     };
     let mut events_file = match open_events(args.events.as_deref()) {
         Ok(file) => file,
@@ -88,7 +75,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     });
 
-    let progress = !args.json && args.events.as_deref() != Some("-");
+    let progress = !args.flags.json && args.events.as_deref() != Some("-");
     if progress {
         print_out(&format!(
             "model: {}; tools: {}",
@@ -96,7 +83,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
             host.tool_names().join(", ")
         ));
     }
-    let approver = TerminalApprover;
     let options = AgentOptions {
         max_iterations: args.max_iterations,
         system_prompt: args.system.clone(),
@@ -104,9 +90,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let (sender, mut receiver) = mpsc::unbounded_channel();
     let mut transcript = Transcript::default();
     let run = async {
-        let agent = Agent::new(&host, model.as_ref())
+        let agent = Agent::new(host, model)
             .options(options)
-            .approver(&approver)
+            .approver(Arc::new(TerminalApprover))
             .events(sender)
             .cancel_token(cancel.clone());
         agent.run(&mut ctx, &mut transcript, &args.prompt).await
@@ -126,7 +112,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let (result, ()) = tokio::join!(run, watch);
 
-    if let Some(path) = &args.save_deps
+    if let Some(path) = &args.flags.save_deps
         && let Err(failure) = save_deps(path, &ctx)
     {
         print_error(&failure.message);
@@ -135,31 +121,26 @@ pub async fn run(args: RunArgs) -> ExitCode {
 }
 
 /// Loads the policy and tools, the model, and the starting context.
-async fn prepare(args: &RunArgs) -> Result<(Host, Box<dyn Model>, RunContext), Failure> {
-    let mut ctx = read_deps(args.deps.as_deref().unwrap_or("{}"))?;
-    if let Some(id) = &args.session_id {
-        ctx = ctx.with_session_id(id.as_str());
-    }
-    if let Some(id) = &args.user_id {
-        ctx = ctx.with_user_id(id.as_str());
-    }
-    let policy = super::load_policy(args.config.as_deref())?;
+async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, RunContext), Failure> {
+    let ctx = args.flags.context()?;
+    let policy = super::load_policy(args.flags.config.as_deref())?;
     if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && args.tools.is_empty() {
         return Err(Failure::input(
             "no_tools",
             "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
         ));
     }
-    let mut host = super::host_builder(policy.as_ref()).build()?;
-    if let Some(policy) = &policy {
-        host.load_policy(policy).await?;
-    }
+    let builder = super::host_builder();
+    let mut host = match &policy {
+        Some(policy) => builder.build_with_policy(policy).await?,
+        None => builder.build()?,
+    };
     for path in &args.tools {
         host.load(path).await?;
     }
 
-    let model: Box<dyn Model> = match (&args.script, &args.model) {
-        (Some(script), _) => Box::new(
+    let model: Arc<dyn Model> = match (&args.script, &args.model) {
+        (Some(script), _) => Arc::new(
             ScriptModel::load(script)
                 .map_err(|e| Failure::input("invalid_script", e.to_string()))?,
         ),
@@ -168,8 +149,10 @@ async fn prepare(args: &RunArgs) -> Result<(Host, Box<dyn Model>, RunContext), F
                 base_url: args.base_url.clone(),
                 ..ProviderOptions::default()
             };
-            llm::from_spec(spec, options)
-                .map_err(|e| Failure::input("invalid_model", e.to_string()))?
+            Arc::from(
+                llm::from_spec(spec, options)
+                    .map_err(|e| Failure::input("invalid_model", e.to_string()))?,
+            )
         }
         (None, None) => {
             return Err(Failure::input(
@@ -178,7 +161,7 @@ async fn prepare(args: &RunArgs) -> Result<(Host, Box<dyn Model>, RunContext), F
             ));
         }
     };
-    Ok((host, model, ctx))
+    Ok((Arc::new(host), model, ctx))
 }
 
 fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {
@@ -240,13 +223,10 @@ fn show_progress(event: &Event) {
     print_out(&line);
 }
 
+/// `text` on one line (runs of white space folded), at most `max` bytes.
 fn one_line(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    }
+    airlock::text::truncate(&flat, max)
 }
 
 fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>) -> ExitCode {
@@ -254,7 +234,7 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
     let usage = json!(ctx.usage);
     match result {
         Ok(outcome) => {
-            if args.json {
+            if args.flags.json {
                 print_out(
                     &json!({
                         "ok": true,
@@ -281,7 +261,7 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
             ExitCode::SUCCESS
         }
         Err(error) => {
-            if args.json {
+            if args.flags.json {
                 print_out(
                     &json!({
                         "ok": false,

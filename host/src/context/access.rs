@@ -17,11 +17,24 @@ pub struct KeyPatterns {
 
 /// A pattern or schema the operator wrote that cannot be used.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuleError {
+    /// A key glob does not parse.
     #[error("key pattern {pattern:?}: {problem}")]
-    Pattern { pattern: String, problem: String },
+    Pattern {
+        /// The pattern as written.
+        pattern: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A key's JSON Schema does not compile.
     #[error("schema for key {key:?}: {problem}")]
-    Schema { key: String, problem: String },
+    Schema {
+        /// The key the schema is for.
+        key: String,
+        /// Why it does not compile.
+        problem: String,
+    },
 }
 
 impl KeyPatterns {
@@ -41,6 +54,7 @@ impl KeyPatterns {
         }
     }
 
+    /// Compiles `patterns` once; matching costs one pass over the key.
     pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Self, RuleError> {
         let mut builder = GlobSetBuilder::new();
         for pattern in patterns {
@@ -65,6 +79,7 @@ impl KeyPatterns {
         })
     }
 
+    /// Whether any pattern matches `key`.
     pub fn matches(&self, key: &str) -> bool {
         self.set.as_ref().is_none_or(|set| set.is_match(key))
     }
@@ -79,7 +94,9 @@ impl KeyPatterns {
 /// that is not hidden.
 #[derive(Debug, Clone)]
 pub struct KeyAccess {
+    /// Keys it may see through `get` and `keys`.
     pub read: KeyPatterns,
+    /// Keys its ops may change.
     pub write: KeyPatterns,
 }
 
@@ -129,14 +146,17 @@ impl ContextRules {
         Ok(Self { hidden, schemas })
     }
 
+    /// Whether `key` is hidden from every tool.
     pub fn is_hidden(&self, key: &str) -> bool {
         !self.hidden.patterns().is_empty() && self.hidden.matches(key)
     }
 
+    /// The hidden-key patterns.
     pub fn hidden(&self) -> &KeyPatterns {
         &self.hidden
     }
 
+    /// The keys that have a schema, sorted.
     pub fn schema_keys(&self) -> impl Iterator<Item = &str> {
         self.schemas.keys().map(String::as_str)
     }
@@ -166,7 +186,9 @@ impl ContextRules {
 /// context rules.
 #[derive(Debug, Clone, Default)]
 pub struct KeyRules {
+    /// The tool's own read and write patterns.
     pub access: Arc<KeyAccess>,
+    /// The host-wide hidden keys and schemas.
     pub context: Arc<ContextRules>,
 }
 

@@ -11,6 +11,7 @@
 
 mod access;
 mod ops;
+mod output;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use access::{ContextRules, KeyAccess, KeyPatterns, KeyRules, RuleError};
-pub use ops::{ContextOp, JsonType, OpKind, OpLimits, OpRejected, RejectReason, check_bounds};
+pub use ops::{ContextOp, JsonType, OpKind, OpLimits, OpRejected, RejectReason};
+pub use output::{LEGACY_UPDATE_KEY, OutputError, ParsedOutput, RawOp, parse_output};
 
 /// Deps as a shared, copy-on-write JSON object.
 ///
@@ -30,9 +32,13 @@ pub type Deps = Arc<Map<String, Value>>;
 /// Token and request totals for a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Model requests made.
     pub requests: u32,
+    /// Tool calls the model asked for.
     pub tool_calls: u32,
+    /// Prompt tokens, as the provider counted them.
     pub input_tokens: u64,
+    /// Completion tokens, as the provider counted them.
     pub output_tokens: u64,
 }
 
@@ -52,9 +58,12 @@ pub struct RunContext {
 
 /// Deps given by a user that are not a JSON object.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DepsError {
+    /// The text does not parse.
     #[error("deps are not valid JSON: {0}")]
     InvalidJson(#[from] serde_json::Error),
+    /// It parses, but is not an object.
     #[error("deps must be a JSON object, not {0}")]
     NotAnObject(JsonType),
 }
@@ -115,6 +124,7 @@ impl RunContext {
         self
     }
 
+    /// The deps, in insertion order.
     pub fn deps(&self) -> &Map<String, Value> {
         &self.deps
     }
@@ -129,18 +139,22 @@ impl RunContext {
         Arc::make_mut(&mut self.deps)
     }
 
+    /// This run's id (fresh for every context).
     pub fn run_id(&self) -> &str {
         &self.run_id
     }
 
+    /// The session's id (generated when not given).
     pub fn session_id(&self) -> &str {
         &self.session_id
     }
 
+    /// The user the run is for, if any.
     pub fn user_id(&self) -> Option<&str> {
         self.user_id.as_deref()
     }
 
+    /// The opaque string pairs tools may read.
     pub fn metadata(&self) -> &BTreeMap<String, String> {
         &self.metadata
     }

@@ -7,7 +7,9 @@
 //! | `set`    | creates           | replaces   | replaces | replaces |
 //! | `merge`  | creates `obj`     | deep merge | rejected | rejected |
 //! | `append` | creates `[item]`  | rejected   | pushes   | rejected |
-//! | `delete` | no-op             | removes    | removes  | removes  |
+//! | `delete` | no-op / removes   | removes    | removes  | removes  |
+//!
+//! (`delete` of a missing key is a no-op; of a `null` it removes the key.)
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,22 +47,44 @@ impl Default for OpLimits {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ContextOp {
     /// Insert or replace.
-    Set { key: String, value: Value },
+    Set {
+        /// The top-level deps key.
+        key: String,
+        /// The new value.
+        value: Value,
+    },
     /// Deep-merge a JSON object into the key.
-    Merge { key: String, value: Value },
+    Merge {
+        /// The top-level deps key.
+        key: String,
+        /// The object to merge in.
+        value: Value,
+    },
     /// Push onto a JSON array.
-    Append { key: String, value: Value },
-    /// Remove the key; a missing key is not an error.
-    Delete { key: String },
+    Append {
+        /// The top-level deps key.
+        key: String,
+        /// The item to push.
+        value: Value,
+    },
+    /// Remove the key, whatever it holds; a missing key is not an error.
+    Delete {
+        /// The top-level deps key.
+        key: String,
+    },
 }
 
 /// The four kinds of op, for error messages and events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
+    /// [`ContextOp::Set`].
     Set,
+    /// [`ContextOp::Merge`].
     Merge,
+    /// [`ContextOp::Append`].
     Append,
+    /// [`ContextOp::Delete`].
     Delete,
 }
 
@@ -76,6 +100,7 @@ impl fmt::Display for OpKind {
 }
 
 impl ContextOp {
+    /// Which of the four ops this is.
     pub fn kind(&self) -> OpKind {
         match self {
             ContextOp::Set { .. } => OpKind::Set,
@@ -85,6 +110,7 @@ impl ContextOp {
         }
     }
 
+    /// The key it changes.
     pub fn key(&self) -> &str {
         match self {
             ContextOp::Set { key, .. }
@@ -137,41 +163,81 @@ impl ContextOp {
 pub struct OpRejected {
     /// Position of the op in the call's list, from 0.
     pub index: usize,
+    /// Which op.
     pub kind: OpKind,
+    /// Its key (shortened if huge).
     pub key: String,
+    /// Why it was rejected.
     pub reason: RejectReason,
 }
 
 /// Why an op was rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
 #[serde(tag = "reason", content = "detail", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RejectReason {
+    /// The key is the empty string.
     #[error("the key is empty")]
     EmptyKey,
+    /// The key is over [`OpLimits::max_key_bytes`].
     #[error("the key is {len} bytes; the limit is {max}")]
-    KeyTooLong { len: usize, max: usize },
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The value text does not parse.
     #[error("the value is not valid JSON: {0}")]
     InvalidJson(String),
+    /// A `set`, `merge` or `append` without a value.
     #[error("this op needs a value")]
     MissingValue,
+    /// A `delete` with a value.
     #[error("a delete op takes no value")]
     UnexpectedValue,
+    /// A `merge` whose value is not an object.
     #[error("a merge value must be a JSON object, not {found}")]
-    MergeNotObject { found: JsonType },
+    MergeNotObject {
+        /// What the value is.
+        found: JsonType,
+    },
+    /// The key holds a type the op cannot work on.
     #[error("the key holds {found}; {kind} needs {needs}")]
     TypeConflict {
+        /// The op.
         kind: OpKind,
+        /// What the key holds.
         found: JsonType,
+        /// What the op needs.
         needs: &'static str,
     },
+    /// More ops than [`OpLimits::max_ops`].
     #[error("the call returned {count} ops; the limit is {max}")]
-    TooManyOps { count: usize, max: usize },
+    TooManyOps {
+        /// How many the call returned.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More bytes than [`OpLimits::max_op_bytes`].
     #[error("the call's ops hold {bytes} bytes of keys and values; the limit is {max}")]
-    TooManyBytes { bytes: usize, max: usize },
+    TooManyBytes {
+        /// Bytes counted up to this op.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The key is hidden by the policy.
     #[error("the key is hidden from tools")]
     Hidden,
+    /// The key is outside the tool's `context.write` patterns.
     #[error("this tool may not write the key (context.write allows {})", .allowed.join(", "))]
-    NotWritable { allowed: Vec<String> },
+    NotWritable {
+        /// The tool's write patterns.
+        allowed: Vec<String>,
+    },
+    /// The key's value after the call breaks its schema.
     #[error("the value after this call breaks the key's schema: {0}")]
     SchemaViolation(String),
 }
@@ -180,15 +246,22 @@ pub enum RejectReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JsonType {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool,
+    /// A number.
     Number,
+    /// A string.
     String,
+    /// An array.
     Array,
+    /// An object.
     Object,
 }
 
 impl JsonType {
+    /// The type of `value`.
     pub fn of(value: &Value) -> Self {
         match value {
             Value::Null => JsonType::Null,
@@ -214,42 +287,6 @@ impl fmt::Display for JsonType {
     }
 }
 
-/// Checks the call-wide bounds: op count and total bytes (`value_bytes` is
-/// the length of an op's value as JSON text, 0 for `delete`). Keys are
-/// checked once, when the ops are applied.
-///
-/// Run this before parsing values, so a flood of ops is refused before the
-/// host spends time on it.
-pub fn check_bounds<'a>(
-    ops: impl ExactSizeIterator<Item = (OpKind, &'a str, usize)>,
-    limits: &OpLimits,
-) -> Result<(), OpRejected> {
-    let count = ops.len();
-    let mut bytes = 0usize;
-    for (index, (kind, key, value_bytes)) in ops.enumerate() {
-        let reject = |reason| OpRejected {
-            index,
-            kind,
-            key: truncate_key(key),
-            reason,
-        };
-        if index >= limits.max_ops {
-            return Err(reject(RejectReason::TooManyOps {
-                count,
-                max: limits.max_ops,
-            }));
-        }
-        bytes = bytes.saturating_add(key.len()).saturating_add(value_bytes);
-        if bytes > limits.max_op_bytes {
-            return Err(reject(RejectReason::TooManyBytes {
-                bytes,
-                max: limits.max_op_bytes,
-            }));
-        }
-    }
-    Ok(())
-}
-
 fn check_key(key: &str, limits: &OpLimits) -> Result<(), RejectReason> {
     if key.is_empty() {
         return Err(RejectReason::EmptyKey);
@@ -264,16 +301,8 @@ fn check_key(key: &str, limits: &OpLimits) -> Result<(), RejectReason> {
 }
 
 /// Keys in errors are shown whole unless a hostile tool made them huge.
-fn truncate_key(key: &str) -> String {
-    const SHOWN: usize = 64;
-    if key.len() <= SHOWN {
-        return key.to_owned();
-    }
-    let mut end = SHOWN;
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &key[..end])
+pub(crate) fn truncate_key(key: &str) -> String {
+    crate::text::truncate(key, 64)
 }
 
 /// Applies `ops` in order to `deps`, all or nothing.
@@ -381,12 +410,9 @@ fn apply_one(slot: &mut Option<Value>, op: &ContextOp) -> Result<(), RejectReaso
             Some(Value::Array(items)) => items.push(value.clone()),
             Some(other) => return Err(conflict(other, "an array, null or a missing key")),
         },
-        ContextOp::Delete { .. } => match slot {
-            // DESIGN §3: deleting a missing or null key is a no-op; a null
-            // value stays where it is.
-            None | Some(Value::Null) => {}
-            Some(_) => *slot = None,
-        },
+        // DESIGN §3: deleting removes the key whatever it holds, `null`
+        // included; a missing key is a no-op.
+        ContextOp::Delete { .. } => *slot = None,
     }
     Ok(())
 }

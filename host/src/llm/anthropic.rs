@@ -7,12 +7,13 @@ use super::{
     BoxFuture, JsonClient, Message, Model, ModelError, ModelReply, ModelToolCall, ProviderOptions,
     TokenUsage, join_url,
 };
-use crate::tools::ToolSpec;
+use crate::spec::ToolSpec;
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
 const MAX_TOKENS: u32 = 4096;
 
+/// The Anthropic Messages API.
 #[derive(Debug)]
 pub struct AnthropicModel {
     model: String,
@@ -22,6 +23,8 @@ pub struct AnthropicModel {
 }
 
 impl AnthropicModel {
+    /// A client for `model`; the key comes from `options` or
+    /// `ANTHROPIC_API_KEY`.
     pub fn new(model: &str, options: ProviderOptions) -> Result<Self, ModelError> {
         let api_key = options
             .api_key

@@ -24,7 +24,7 @@ pub use anthropic::AnthropicModel;
 pub use openai::OpenAiModel;
 pub use script::ScriptModel;
 
-use crate::tools::ToolSpec;
+use crate::spec::ToolSpec;
 
 /// A boxed future, so that [`Model`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -33,23 +33,34 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
+    /// Instructions for the model.
     System {
+        /// The text.
         content: String,
     },
+    /// The person's prompt.
     User {
+        /// The text.
         content: String,
     },
+    /// The model's turn: text, tool calls, or both.
     Assistant {
+        /// The text, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
+        /// The calls it asked for, in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ModelToolCall>,
     },
     /// The answer to one tool call.
     Tool {
+        /// The call it answers.
         call_id: String,
+        /// The tool.
         name: String,
+        /// The result JSON, or the error text.
         content: String,
+        /// Whether the call failed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
@@ -59,16 +70,21 @@ pub enum Message {
 /// kept verbatim (it may not be valid JSON; the agent loop checks).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelToolCall {
+    /// The provider's id for the call.
     pub id: String,
+    /// The tool.
     pub name: String,
+    /// The arguments, as the model wrote them.
     pub arguments: String,
 }
 
 /// Tokens one model request consumed, as the provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
+    /// Prompt tokens.
     #[serde(default)]
     pub input_tokens: u64,
+    /// Completion tokens.
     #[serde(default)]
     pub output_tokens: u64,
 }
@@ -87,8 +103,11 @@ impl TokenUsage {
 /// What the model answered to one request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ModelReply {
+    /// The text, if any.
     pub content: Option<String>,
+    /// The tool calls, in order.
     pub tool_calls: Vec<ModelToolCall>,
+    /// What the request cost.
     pub usage: TokenUsage,
 }
 
@@ -114,25 +133,43 @@ pub trait Model: Send + Sync + std::fmt::Debug {
 
 /// A model request that failed. Messages never contain an API key.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
+    /// The provider answered with an error status (after retries).
     #[error("{provider}: HTTP {status}: {body}")]
     Status {
+        /// `openai` or `anthropic`.
         provider: &'static str,
+        /// The HTTP status.
         status: u16,
+        /// The start of the body, key redacted.
         body: String,
     },
+    /// The request did not complete (after retries).
     #[error("{provider}: request failed: {message}")]
     Transport {
+        /// `openai` or `anthropic`.
         provider: &'static str,
+        /// Why, key redacted.
         message: String,
     },
+    /// The answer is not what the API defines.
     #[error("{provider}: malformed response: {detail}")]
     Malformed {
+        /// `openai` or `anthropic`.
         provider: &'static str,
+        /// What is wrong, key redacted.
         detail: String,
     },
+    /// A script file is unusable or ran out of turns.
     #[error("script {path}: {message}")]
-    Script { path: String, message: String },
+    Script {
+        /// The script file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A provider spec or option is invalid.
     #[error("model configuration: {0}")]
     Config(String),
 }
@@ -145,6 +182,7 @@ pub struct RetryPolicy {
     /// First delay; doubled each retry, and replaced by the server's
     /// `Retry-After` when it gives one (capped at `max_delay`).
     pub base_delay: Duration,
+    /// The longest delay between attempts.
     pub max_delay: Duration,
 }
 
@@ -161,8 +199,11 @@ impl Default for RetryPolicy {
 /// Where a provider is and how to reach it.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderOptions {
+    /// The API's base URL (default: the provider's, or its `*_BASE_URL`).
     pub base_url: Option<String>,
+    /// The API key (default: the provider's `*_API_KEY` variable).
     pub api_key: Option<String>,
+    /// Retries on 429 and 5xx.
     pub retry: RetryPolicy,
     /// Per-request timeout. Default 120 s.
     pub timeout: Option<Duration>,

@@ -8,10 +8,11 @@ use super::{
     BoxFuture, JsonClient, Message, Model, ModelError, ModelReply, ModelToolCall, ProviderOptions,
     TokenUsage, join_url,
 };
-use crate::tools::ToolSpec;
+use crate::spec::ToolSpec;
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
+/// OpenAI-compatible chat completions.
 #[derive(Debug)]
 pub struct OpenAiModel {
     model: String,
@@ -22,6 +23,8 @@ pub struct OpenAiModel {
 }
 
 impl OpenAiModel {
+    /// A client for `model`; the key comes from `options` or
+    /// `OPENAI_API_KEY` (none is needed for local servers).
     pub fn new(model: &str, options: ProviderOptions) -> Result<Self, ModelError> {
         let base = options
             .base_url

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{BoxFuture, Message, Model, ModelError, ModelReply, ModelToolCall, TokenUsage};
-use crate::tools::ToolSpec;
+use crate::spec::ToolSpec;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +71,7 @@ pub struct ScriptModel {
 }
 
 impl ScriptModel {
+    /// Reads and checks the script at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
         let err = |message: String| ModelError::Script {

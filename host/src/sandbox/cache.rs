@@ -63,6 +63,7 @@ impl CompileCache {
         }
     }
 
+    /// The cache directory (`None` when caching is off).
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }

@@ -48,6 +48,20 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// One line for `airlock inspect`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ms, {} MiB memory, {} result bytes, {} ops{}",
+            self.timeout.as_millis(),
+            self.max_memory_bytes >> 20,
+            self.max_result_bytes,
+            self.ops.max_ops,
+            self.fuel.map(|f| format!(", {f} fuel")).unwrap_or_default(),
+        )
+    }
+}
+
 /// Which resource bound a guest ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ResourceHit {

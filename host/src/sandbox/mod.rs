@@ -28,12 +28,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub use cache::{CacheOutcome, CompileCache};
-use grants::HttpHooks;
+use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub use limits::Limits;
 pub(crate) use limits::{CallLimiter, ResourceHit};
-pub use output::Stream;
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
+pub use output::{GuestOutput, Stream};
 
 /// How often the epoch advances. A call's deadline is checked on each tick,
 /// so this is the precision of timeouts and cancellation.
@@ -74,6 +74,9 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// Creates the engine. Costs: reserves the pooling allocator's address
+    /// space for `max_concurrent_instances` (virtual, not committed) and
+    /// starts the epoch thread, which lives as long as the engine.
     pub fn new(config: SandboxConfig) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(config.max_concurrent_instances)
@@ -115,14 +118,17 @@ impl Sandbox {
         })
     }
 
+    /// The engine every component is compiled for.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The compile cache.
     pub fn cache(&self) -> &CompileCache {
         &self.cache
     }
 
+    /// Whether fuel limits can be enforced.
     pub fn fuel_metering(&self) -> bool {
         self.fuel_metering
     }
@@ -192,15 +198,18 @@ struct CancelState {
 }
 
 impl CancelToken {
+    /// A token that is not cancelled.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Cancels every clone, for good.
     pub fn cancel(&self) {
         self.inner.cancelled.store(true, Ordering::SeqCst);
         self.inner.notify.notify_waiters();
     }
 
+    /// Whether any clone was cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
@@ -226,8 +235,11 @@ pub(crate) enum Interrupted {
     Cancelled,
 }
 
-/// Everything a store holds for one call.
-pub(crate) struct CallState {
+/// Everything a store holds for one call: the WASI context its grants
+/// prepared, the resource table, the limiter, the captured output, the
+/// deadline. Opaque outside the crate; it appears in public signatures only
+/// as the store data type of the host's linker ([`grants::Grant::link`]).
+pub struct CallState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     http: WasiHttpCtx,
@@ -265,12 +277,17 @@ impl CallState {
         let deadline = Instant::now() + limits.timeout;
         let mut wasi = WasiCtx::builder();
         wasi.stdout(stdout.clone()).stderr(stderr.clone());
-        grants.prepare(&mut wasi)?;
+        let mut setup = CallSetup {
+            wasi: &mut wasi,
+            secrets: Vec::new(),
+        };
+        grants.prepare(&mut setup)?;
+        let secrets = setup.secrets;
         Ok(Self {
             wasi: wasi.build(),
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
-            http_hooks: HttpHooks::new(Arc::clone(grants), deadline),
+            http_hooks: HttpHooks::new(Arc::clone(grants), secrets, deadline),
             limiter: CallLimiter::new(limits),
             stdout,
             stderr,
@@ -279,6 +296,18 @@ impl CallState {
             cancel,
             fuel: limits.fuel,
         })
+    }
+}
+
+impl CallState {
+    /// Takes what the guest has written so far (logs, stdout, stderr),
+    /// leaving the log empty.
+    pub(crate) fn take_output(&mut self) -> GuestOutput {
+        GuestOutput {
+            logs: self.log.take(),
+            stdout: self.stdout.text(),
+            stderr: self.stderr.text(),
+        }
     }
 }
 
@@ -307,17 +336,24 @@ impl WasiView for CallState {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum LogLevel {
+    /// Finest detail.
     Trace,
+    /// Debugging detail.
     Debug,
+    /// Normal progress.
     Info,
+    /// Something odd.
     Warn,
+    /// Something failed.
     Error,
 }
 
 /// One record a tool logged.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogRecord {
+    /// Its level.
     pub level: LogLevel,
+    /// Its text, as the tool wrote it.
     pub message: String,
 }
 

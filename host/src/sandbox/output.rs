@@ -12,12 +12,41 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
+/// Everything a guest wrote during one call besides its result: records
+/// from the `log` interface, and its stdout and stderr (decoded lossily).
+/// Each is bounded by [`Limits::max_output_bytes`](super::Limits).
+///
+/// Kept for failed calls as well as successful ones: it is often what
+/// explains the failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GuestOutput {
+    /// Records from the `log` interface, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<super::LogRecord>,
+    /// What the guest wrote to stdout.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stdout: String,
+    /// What the guest wrote to stderr.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
+}
+
+impl GuestOutput {
+    /// Whether the guest wrote nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.logs.is_empty() && self.stdout.is_empty() && self.stderr.is_empty()
+    }
+}
+
 /// Which captured stream overflowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stream {
+    /// The guest's stdout.
     Stdout,
+    /// The guest's stderr.
     Stderr,
+    /// The `log` interface.
     Log,
 }
 

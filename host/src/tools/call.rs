@@ -8,12 +8,12 @@ use serde_json::Value;
 use wasmtime::{Store, Trap};
 
 use super::{
-    Approval, CallError, CallOutcome, ContextView, GuestOp, Host, LEGACY_UPDATE_KEY,
-    LoadedComponent, ToolCall, guest,
+    CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, LoadedComponent, ToolCall,
+    guest,
 };
-use crate::context::{ContextOp, JsonType, OpKind, RunContext, check_bounds};
+use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
 use crate::sandbox::{
-    CallState, CancelToken, Grants, Interrupted, Limits, LogRecord, OutputLimitExceeded,
+    CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
     ResourceHit,
 };
 
@@ -28,22 +28,16 @@ impl Host {
         }
     }
 
-    /// Whether calls of tool `name` need approval (`Never` for unknown tools).
-    pub fn approval(&self, name: &str) -> Approval {
-        self.tools
-            .get(name)
-            .map_or(Approval::Never, |&i| self.components[i].approval)
-    }
-
     /// Runs one tool call and applies its ops to `ctx`, all or none.
     ///
     /// On `Ok`, `ctx.deps()` holds the result of applying every op in
-    /// `updates`. On `Err`, `ctx` is unchanged, whatever the guest did.
+    /// `updates`. On `Err`, `ctx` is unchanged, whatever the guest did, and
+    /// the failure carries what the guest logged and printed before it.
     pub async fn call(
         &self,
         ctx: &mut RunContext,
         call: &ToolCall,
-    ) -> Result<CallOutcome, CallError> {
+    ) -> Result<CallOutcome, CallFailure> {
         self.call_cancellable(ctx, call, &CancelToken::new()).await
     }
 
@@ -54,7 +48,7 @@ impl Host {
         ctx: &mut RunContext,
         call: &ToolCall,
         cancel: &CancelToken,
-    ) -> Result<CallOutcome, CallError> {
+    ) -> Result<CallOutcome, CallFailure> {
         let component = self.component_of(&call.name)?;
         check_arguments(
             &call.arguments,
@@ -64,62 +58,60 @@ impl Host {
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
         let _enter = span.enter();
 
-        let (output, captured) = tokio::select! {
+        let (returned, output) = tokio::select! {
             done = self.invoke(component, ctx, call, cancel) => done?,
-            () = cancel.cancelled() => return Err(CallError::Cancelled),
+            () = cancel.cancelled() => return Err(CallError::Cancelled.into()),
         };
-        let (result, updates) = parse_output(output, &component.limits)?;
-        ctx.apply_with_rules(&updates, &component.limits.ops, &component.rules)?;
+        let fail = |error: CallError| CallFailure {
+            error,
+            output: output.clone(),
+        };
+        let parsed = returned
+            .and_then(|out| check_output(out, &component.limits))
+            .map_err(fail)?;
+        ctx.apply_with_rules(&parsed.ops, &component.limits.ops, &component.rules)
+            .map_err(|e| fail(e.into()))?;
 
         let duration = started.elapsed();
-        tracing::debug!(ops = updates.len(), ?duration, "tool call applied");
+        tracing::debug!(ops = parsed.ops.len(), ?duration, "tool call applied");
         Ok(CallOutcome {
-            result,
-            updates,
-            logs: captured.logs,
-            stdout: captured.stdout,
-            stderr: captured.stderr,
+            result: parsed.result,
+            updates: parsed.ops,
+            output,
             duration,
         })
     }
 
     /// Instantiates a fresh instance and runs the guest's `call`. The store
     /// is dropped before this returns, so the context's deps are no longer
-    /// shared with the view when ops are applied.
+    /// shared with the view when ops are applied. The outer error is a call
+    /// that never ran; the inner one, a guest that ran and failed, with what
+    /// it wrote until then.
     async fn invoke(
         &self,
         component: &LoadedComponent,
         ctx: &RunContext,
         call: &ToolCall,
         cancel: &CancelToken,
-    ) -> Result<(guest::ToolOutput, Captured), CallError> {
+    ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput), CallFailure> {
         let limits = &component.limits;
         let mut store = self.new_store(limits, &component.grants, cancel.clone())?;
         let view = push_view(&mut store, component, ctx, call)?;
         let run = instantiate_and_call(&mut store, component, view, call);
         let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
         let returned = match outcome {
-            Ok(Ok(returned)) => returned,
-            Ok(Err(e)) => return Err(classify(e, &store, limits)),
-            Err(_) => {
-                return Err(CallError::Timeout {
-                    limit: limits.timeout,
-                });
-            }
+            Ok(Ok(Ok(output))) => Ok(output),
+            Ok(Ok(Err(guest::ToolError::InvalidArgs(msg)))) => Err(CallError::InvalidArgs(msg)),
+            Ok(Ok(Err(guest::ToolError::Failed(msg)))) => Err(CallError::Failed(msg)),
+            Ok(Ok(Err(guest::ToolError::Retry(msg)))) => Err(CallError::Retry(msg)),
+            Ok(Err(e)) => Err(classify(e, &store, limits)),
+            Err(_) => Err(CallError::Timeout {
+                limit: limits.timeout,
+            }),
         };
-        let state = store.data_mut();
-        let captured = Captured {
-            logs: state.log.take(),
-            stdout: state.stdout.text(),
-            stderr: state.stderr.text(),
-        };
+        let output = store.data_mut().take_output();
         drop(store);
-        match returned {
-            Ok(output) => Ok((output, captured)),
-            Err(guest::ToolError::InvalidArgs(msg)) => Err(CallError::InvalidArgs(msg)),
-            Err(guest::ToolError::Failed(msg)) => Err(CallError::Failed(msg)),
-            Err(guest::ToolError::Retry(msg)) => Err(CallError::Retry(msg)),
-        }
+        Ok((returned, output))
     }
 
     pub(super) fn new_store(
@@ -128,8 +120,7 @@ impl Host {
         grants: &Arc<Grants>,
         cancel: CancelToken,
     ) -> Result<Store<CallState>, CallError> {
-        let state =
-            CallState::new(limits, grants, cancel).map_err(|e| CallError::Grant(e.to_string()))?;
+        let state = CallState::new(limits, grants, cancel)?;
         self.sandbox
             .store(state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))
@@ -175,13 +166,6 @@ pub(super) async fn instantiate_and_call(
         .await
 }
 
-/// What a call's guest wrote besides its result.
-struct Captured {
-    logs: Vec<LogRecord>,
-    stdout: String,
-    stderr: String,
-}
-
 /// Checks that `arguments` is a JSON object that satisfies the tool's
 /// parameter schema.
 fn check_arguments(
@@ -199,38 +183,33 @@ fn check_arguments(
                     } else {
                         format!(" at {at}")
                     };
-                    Err(CallError::InvalidArgs(format!(
+                    Err(CallError::BadArguments(format!(
                         "the arguments do not match the tool's schema{at}: {e}"
                     )))
                 }
             }
         }
-        Ok(other) => Err(CallError::InvalidArgs(format!(
+        Ok(other) => Err(CallError::BadArguments(format!(
             "arguments must be a JSON object, not {}",
             JsonType::of(&other)
         ))),
-        Err(e) => Err(CallError::InvalidArgs(format!(
+        Err(e) => Err(CallError::BadArguments(format!(
             "arguments are not valid JSON: {e}"
         ))),
     }
 }
 
-/// Turns a guest's output into a result value and parsed ops, enforcing the
-/// result and op bounds. Applies nothing.
-fn parse_output(
-    output: guest::ToolOutput,
-    limits: &Limits,
-) -> Result<(Value, Vec<ContextOp>), CallError> {
+/// Turns a guest's output into a result value and checked ops: the
+/// result's size here, everything else in [`parse_output`]. Applies
+/// nothing.
+fn check_output(output: guest::ToolOutput, limits: &Limits) -> Result<ParsedOutput, CallError> {
     if output.result.len() > limits.max_result_bytes {
         return Err(CallError::ResultTooLarge {
             bytes: output.result.len(),
             limit: limits.max_result_bytes,
         });
     }
-    let mut result: Value = serde_json::from_str(&output.result)
-        .map_err(|e| CallError::InvalidResult(format!("the result is not valid JSON: {e}")))?;
-
-    let raw: Vec<(OpKind, String, Option<String>)> = output
+    let ops = output
         .updates
         .into_iter()
         .map(|op| match op {
@@ -239,37 +218,9 @@ fn parse_output(
             GuestOp::Append(e) => (OpKind::Append, e.key, Some(e.value)),
             GuestOp::Delete(key) => (OpKind::Delete, key, None),
         })
+        .map(|(kind, key, value)| RawOp { kind, key, value })
         .collect();
-    check_bounds(
-        raw.iter()
-            .map(|(kind, key, value)| (*kind, key.as_str(), value.as_ref().map_or(0, String::len))),
-        &limits.ops,
-    )?;
-    let mut ops = Vec::with_capacity(raw.len());
-    for (index, (kind, key, value)) in raw.into_iter().enumerate() {
-        ops.push(ContextOp::from_json_text(
-            index,
-            kind,
-            key,
-            value.as_deref(),
-        )?);
-    }
-
-    if let Value::Object(map) = &mut result
-        && let Some(legacy) = map.remove(LEGACY_UPDATE_KEY)
-    {
-        let Value::Object(entries) = legacy else {
-            return Err(CallError::InvalidResult(format!(
-                "`{LEGACY_UPDATE_KEY}` must be a JSON object of key → value"
-            )));
-        };
-        ops.extend(
-            entries
-                .into_iter()
-                .map(|(key, value)| ContextOp::Set { key, value }),
-        );
-    }
-    Ok((result, ops))
+    Ok(parse_output(&output.result, ops, &limits.ops)?)
 }
 
 /// Maps a failure inside the guest (or at its boundary) to a typed error.
@@ -321,7 +272,7 @@ pub(super) fn classify(
     };
     CallError::Trap {
         message,
-        stderr: tail(&store.data().stderr.text(), STDERR_TAIL_BYTES),
+        stderr: crate::text::tail(&store.data().stderr.text(), STDERR_TAIL_BYTES),
     }
 }
 
@@ -330,15 +281,4 @@ fn find<T: std::error::Error + Send + Sync + 'static>(error: &wasmtime::Error) -
     error
         .downcast_ref::<T>()
         .or_else(|| error.chain().find_map(|cause| cause.downcast_ref::<T>()))
-}
-
-fn tail(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &text[start..])
 }

@@ -3,59 +3,144 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::context::OpRejected;
-use crate::sandbox::Stream;
+use crate::context::{OpRejected, OutputError};
+use crate::sandbox::{GrantError, GuestOutput, Stream};
 
-/// A component could not be loaded. Every variant names the file.
+/// A component could not be loaded. Every variant but `Sandbox` names the
+/// file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
+    /// The file could not be read.
     #[error("{}: cannot read: {source}", .path.display())]
     Read {
+        /// The component's path.
         path: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
+    /// Neither a wasm binary nor WAT text.
     #[error("{}: not a WebAssembly file (no `\\0asm` header, and not WAT text)", .path.display())]
-    NotWasm { path: PathBuf },
+    NotWasm {
+        /// The file's path.
+        path: PathBuf,
+    },
     #[error(
         "{}: a core WebAssembly module, not a component; build for `wasm32-wasip2`, or wrap it with `wasm-tools component new`",
         .path.display()
     )]
-    CoreModule { path: PathBuf },
+    /// A core module, not a component.
+    CoreModule {
+        /// The file's path.
+        path: PathBuf,
+    },
+    /// The compiler refused it (malformed, or uses unsupported features).
     #[error("{}: invalid component: {message}", .path.display())]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file's path.
+        path: PathBuf,
+        /// The compiler's explanation.
+        message: String,
+    },
+    /// It does not import and export what `tool-host` defines.
     #[error("{}: does not fit the `airlock:tool/tool-host` world: {message}", .path.display())]
-    Incompatible { path: PathBuf, message: String },
+    Incompatible {
+        /// The file's path.
+        path: PathBuf,
+        /// What does not fit.
+        message: String,
+    },
+    /// Its `describe` failed (trapped, timed out, ...).
     #[error("{}: `describe` failed: {source}", .path.display())]
     Describe {
+        /// The file's path.
         path: PathBuf,
+        /// How the call failed.
         #[source]
         source: Box<CallError>,
     },
+    /// A tool it describes is unusable (bad name, bad schema).
     #[error("{}: tool {name:?}: {problem}", .path.display())]
     BadSpec {
+        /// The file's path.
         path: PathBuf,
+        /// The tool's name as described.
         name: String,
+        /// What is wrong.
         problem: String,
     },
+    /// Two components offer the same tool name.
     #[error("tool {name:?} is defined twice: by {} and by {}", .first.display(), .second.display())]
     DuplicateTool {
+        /// The tool's name.
         name: String,
+        /// The component loaded first.
         first: PathBuf,
+        /// The component that was refused.
         second: PathBuf,
     },
+    /// A fuel limit on a host built without fuel metering.
+    #[error("{}: a fuel limit needs a host built with fuel metering", .path.display())]
+    FuelNotMetered {
+        /// The file's path.
+        path: PathBuf,
+    },
+    /// The engine or linker could not be set up.
     #[error("cannot set up the sandbox: {0}")]
-    Sandbox(String),
+    Sandbox(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl LoadError {
+    pub(crate) fn sandbox(error: wasmtime::Error) -> Self {
+        LoadError::Sandbox(error.into_boxed_dyn_error())
+    }
+}
+
+/// A failed call: what went wrong, and what the guest logged and printed
+/// before it did (empty when it never ran). No op of the call was applied.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{error}")]
+pub struct CallFailure {
+    /// What went wrong.
+    #[source]
+    pub error: CallError,
+    /// What the guest wrote before the call failed.
+    pub output: GuestOutput,
+}
+
+impl CallFailure {
+    /// See [`CallError::kind`].
+    pub fn kind(&self) -> &'static str {
+        self.error.kind()
+    }
+}
+
+impl From<CallError> for CallFailure {
+    fn from(error: CallError) -> Self {
+        Self {
+            error,
+            output: GuestOutput::default(),
+        }
+    }
 }
 
 /// A tool call failed. No op of the call was applied: deps are unchanged.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum CallError {
+    /// No loaded tool has this name.
     #[error("unknown tool {name:?}; available: {}", list(.available))]
     UnknownTool {
+        /// The name asked for.
         name: String,
+        /// Every loaded tool, sorted.
         available: Vec<String>,
     },
-    /// The arguments were not a JSON object, or the tool refused them.
+    /// The host refused the arguments before the tool ran: not JSON, not
+    /// an object, or not what the tool's parameter schema allows.
+    #[error("bad arguments: {0}")]
+    BadArguments(String),
+    /// The tool ran and refused the arguments (`invalid-args`).
     #[error("invalid arguments: {0}")]
     InvalidArgs(String),
     /// The tool reported that it could not do its job.
@@ -64,34 +149,69 @@ pub enum CallError {
     /// The tool asks the model to try again.
     #[error("the tool asks to retry: {0}")]
     Retry(String),
+    /// The call ran past its timeout.
     #[error("the call ran past its {}", humantime(.limit))]
-    Timeout { limit: Duration },
+    Timeout {
+        /// The timeout.
+        limit: Duration,
+    },
+    /// The call was cancelled (Ctrl-C, a [`CancelToken`](crate::sandbox::CancelToken)).
     #[error("the call was cancelled")]
     Cancelled,
+    /// The guest needed more linear memory than allowed.
     #[error("the tool needed more than its {} memory limit", bytes(*.limit))]
-    MemoryLimit { limit: usize },
+    MemoryLimit {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The guest grew a table past its limit.
     #[error("the tool grew a table past its {limit}-element limit")]
-    TableLimit { limit: usize },
+    TableLimit {
+        /// The limit, in elements.
+        limit: usize,
+    },
+    /// The guest used up its instruction budget.
     #[error("the tool ran out of fuel ({limit} units)")]
-    FuelExhausted { limit: u64 },
+    FuelExhausted {
+        /// The budget.
+        limit: u64,
+    },
+    /// The guest wrote too much to a captured stream.
     #[error("the tool wrote more than {limit} bytes to {stream}")]
-    OutputLimit { stream: Stream, limit: usize },
+    OutputLimit {
+        /// Which stream.
+        stream: Stream,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// The guest trapped: a panic, `unreachable`, stack overflow, an
     /// out-of-bounds access. `stderr` holds the tail of what it printed
     /// (a Rust panic message, for example).
     #[error("the tool crashed: {message}{}", stderr_suffix(.stderr))]
-    Trap { message: String, stderr: String },
+    Trap {
+        /// The trap, as wasmtime describes it.
+        message: String,
+        /// The tail of the guest's stderr.
+        stderr: String,
+    },
+    /// The result JSON text is over its limit.
     #[error("the result is {bytes} bytes; the limit is {limit}")]
-    ResultTooLarge { bytes: usize, limit: usize },
+    ResultTooLarge {
+        /// The result's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The result was not JSON, or its `__update_context__` was malformed.
     #[error("invalid result: {0}")]
     InvalidResult(String),
+    /// An op was rejected, and with it the call.
     #[error(transparent)]
     OpRejected(#[from] OpRejected),
     /// A grant could not be prepared for this call (a granted directory
-    /// disappeared, say).
+    /// disappeared, a secret's variable is unset).
     #[error("a grant could not be prepared: {0}")]
-    Grant(String),
+    Grant(#[from] GrantError),
     /// Too many calls are in flight for the instance pool.
     #[error("the host is at capacity: {0}")]
     Busy(String),
@@ -103,6 +223,7 @@ impl CallError {
     pub fn kind(&self) -> &'static str {
         match self {
             CallError::UnknownTool { .. } => "unknown_tool",
+            CallError::BadArguments(_) => "bad_arguments",
             CallError::InvalidArgs(_) => "invalid_args",
             CallError::Failed(_) => "failed",
             CallError::Retry(_) => "retry",
@@ -118,6 +239,15 @@ impl CallError {
             CallError::OpRejected(_) => "op_rejected",
             CallError::Grant(_) => "grant_unavailable",
             CallError::Busy(_) => "busy",
+        }
+    }
+}
+
+impl From<OutputError> for CallError {
+    fn from(e: OutputError) -> Self {
+        match e {
+            OutputError::InvalidResult(message) => CallError::InvalidResult(message),
+            OutputError::OpRejected(rejected) => CallError::OpRejected(rejected),
         }
     }
 }

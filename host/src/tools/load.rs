@@ -10,21 +10,13 @@ use serde_json::Value;
 use wasmtime::component::Component;
 
 use super::call::{TIMER_GRACE, classify};
-use super::{
-    CallError, Host, LoadError, LoadedComponent, ToolConfig, ToolHostPre, ToolSpec, guest,
-};
+use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
 use crate::context::KeyRules;
+use crate::policy::ToolConfig;
 use crate::sandbox::{CacheOutcome, CallState, CancelToken, CompileCache, Grants, Limits};
+use crate::spec::ToolSpec;
 
 impl Host {
-    /// Loads every tool the policy lists, each with its own config.
-    pub async fn load_policy(&mut self, policy: &crate::policy::Policy) -> Result<(), LoadError> {
-        for tool in &policy.tools {
-            self.load_with(&tool.path, tool.config.clone()).await?;
-        }
-        Ok(())
-    }
-
     /// Loads the component at `path` with the host's default limits and
     /// nothing granted.
     pub async fn load(
@@ -57,10 +49,7 @@ impl Host {
         } = config;
         let path = path.as_ref().to_path_buf();
         if limits.fuel.is_some() && !self.sandbox.fuel_metering() {
-            return Err(LoadError::Sandbox(format!(
-                "{}: a fuel limit needs a host built with fuel metering",
-                path.display()
-            )));
+            return Err(LoadError::FuelNotMetered { path });
         }
         let engine = self.sandbox.engine().clone();
         let cache = self.sandbox.cache().clone();
@@ -157,8 +146,18 @@ impl Host {
 /// [`HostBuilder::on_compile`]).
 #[derive(Debug, Clone, Copy)]
 pub enum CompileProgress<'a> {
-    Started { path: &'a Path },
-    Finished { path: &'a Path, took: Duration },
+    /// Compiling the component at `path` has begun.
+    Started {
+        /// The component.
+        path: &'a Path,
+    },
+    /// It is compiled (or failed to), after `took`.
+    Finished {
+        /// The component.
+        path: &'a Path,
+        /// How long compiling took.
+        took: Duration,
+    },
 }
 
 pub(super) type CompileHook = Arc<dyn Fn(CompileProgress<'_>) + Send + Sync>;

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub mod loopback;
@@ -83,14 +83,14 @@ fn builder() -> airlock::HostBuilder {
 
 /// A host with the well-behaved guests loaded (stateful, context-probe),
 /// default limits.
-pub async fn host() -> &'static Host {
-    static HOST: OnceCell<Host> = OnceCell::const_new();
+pub async fn host() -> &'static Arc<Host> {
+    static HOST: OnceCell<Arc<Host>> = OnceCell::const_new();
     HOST.get_or_init(|| async {
         let mut host = builder().build().expect("host builds");
         for name in ["stateful", "context_probe"] {
             host.load(guest(name)).await.expect("guest loads");
         }
-        host
+        Arc::new(host)
     })
     .await
 }
@@ -106,8 +106,8 @@ pub fn hostile_limits() -> Limits {
 
 /// A host with the hostile guest and the stateful guest loaded, under
 /// [`hostile_limits`].
-pub async fn hostile_host() -> &'static Host {
-    static HOST: OnceCell<Host> = OnceCell::const_new();
+pub async fn hostile_host() -> &'static Arc<Host> {
+    static HOST: OnceCell<Arc<Host>> = OnceCell::const_new();
     HOST.get_or_init(|| async {
         let mut host = builder()
             .limits(hostile_limits())
@@ -116,7 +116,7 @@ pub async fn hostile_host() -> &'static Host {
         for name in ["hostile", "stateful"] {
             host.load(guest(name)).await.expect("guest loads");
         }
-        host
+        Arc::new(host)
     })
     .await
 }
@@ -141,7 +141,9 @@ pub async fn call(
     name: &str,
     args: Value,
 ) -> Result<CallOutcome, CallError> {
-    host.call(ctx, &ToolCall::new(name, args.to_string())).await
+    host.call(ctx, &ToolCall::new(name, args.to_string()))
+        .await
+        .map_err(|f| f.error)
 }
 
 /// A context whose deps are `deps` (a JSON object).

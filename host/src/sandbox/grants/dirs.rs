@@ -1,10 +1,16 @@
 //! The directory grant: a host directory mapped to a guest path.
+//!
+//! In `airlock.toml`: `dirs = [{ host = "data", guest = "/data", mode = "ro" }]`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use serde::Deserialize;
+use wasmtime::component::Linker;
+use wasmtime_wasi::FsPerms;
 
-use super::GrantError;
+use super::{CallSetup, Grant, GrantError};
+use crate::sandbox::CallState;
 
 /// Whether a granted directory may be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -24,6 +30,19 @@ impl std::fmt::Display for DirMode {
             DirMode::Rw => "read-write",
         })
     }
+}
+
+/// One entry of a tool's `dirs` list, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirConfig {
+    /// The host directory, relative to the policy file.
+    pub host: PathBuf,
+    /// Where the tool sees it; an absolute guest path.
+    pub guest: String,
+    /// `ro` (default) or `rw`.
+    #[serde(default)]
+    pub mode: DirMode,
 }
 
 /// A host directory the tool sees at `guest`. Paths cannot escape it:
@@ -63,28 +82,55 @@ impl DirGrant {
         Ok(Self { host, guest, mode })
     }
 
+    /// The host directory, canonical.
     pub fn host(&self) -> &Path {
         &self.host
     }
 
+    /// Where the tool sees the directory.
     pub fn guest(&self) -> &str {
         &self.guest
     }
 
+    /// Read-only or read-write.
     pub fn mode(&self) -> DirMode {
         self.mode
     }
+}
 
-    pub(crate) fn prepare(&self, wasi: &mut WasiCtxBuilder) -> Result<(), GrantError> {
+impl Grant for DirGrant {
+    type Config = DirConfig;
+
+    fn from_config(config: DirConfig, base: &Path) -> Result<Self, GrantError> {
+        Self::new(base.join(&config.host), config.guest, config.mode)
+    }
+
+    /// `wasi:filesystem` is part of the WASI base the host links once; a
+    /// call sees only the directories `prepare` preopened for it.
+    fn link(_linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+
+    fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
         let perms = match self.mode {
             DirMode::Ro => FsPerms::ReadOnly,
             DirMode::Rw => FsPerms::ReadWrite,
         };
-        wasi.preopened_dir(&self.host, &self.guest, perms)
+        call.wasi
+            .preopened_dir(&self.host, &self.guest, perms)
             .map(|_| ())
-            .map_err(|e| GrantError::Dir {
+            .map_err(|e| GrantError::DirUnavailable {
                 path: self.host.display().to_string(),
-                problem: format!("cannot be opened: {e}"),
+                source: Arc::new(std::io::Error::other(e.to_string())),
             })
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec![format!(
+            "{} <- {} ({})",
+            self.guest,
+            self.host.display(),
+            self.mode
+        )]
     }
 }

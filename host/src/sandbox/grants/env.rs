@@ -1,8 +1,13 @@
 //! The environment grant: named variables from the host's environment.
+//!
+//! In `airlock.toml`: `env = ["TZ", "LANG"]`.
 
-use wasmtime_wasi::WasiCtxBuilder;
+use std::path::Path;
 
-use super::GrantError;
+use wasmtime::component::Linker;
+
+use super::{CallSetup, Grant, GrantError};
+use crate::sandbox::CallState;
 
 /// One environment variable the tool may read, by name. Its value is read
 /// from the host's environment when each call starts; an unset variable is
@@ -13,6 +18,7 @@ pub struct EnvGrant {
 }
 
 impl EnvGrant {
+    /// Grants the variable `name`; refuses a name no variable can have.
     pub fn new(name: impl Into<String>) -> Result<Self, GrantError> {
         let name = name.into();
         let valid = !name.is_empty() && !name.contains('=') && !name.contains('\0');
@@ -25,13 +31,33 @@ impl EnvGrant {
         Ok(Self { name })
     }
 
+    /// The variable's name.
     pub fn name(&self) -> &str {
         &self.name
     }
+}
 
-    pub(crate) fn prepare(&self, wasi: &mut WasiCtxBuilder) {
+impl Grant for EnvGrant {
+    type Config = String;
+
+    fn from_config(name: String, _base: &Path) -> Result<Self, GrantError> {
+        Self::new(name)
+    }
+
+    /// `wasi:cli/environment` is part of the WASI base the host links once;
+    /// a call sees only the variables `prepare` gave it.
+    fn link(_linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+
+    fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
         if let Ok(value) = std::env::var(&self.name) {
-            wasi.env(&self.name, value);
+            call.wasi.env(&self.name, value);
         }
+        Ok(())
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec![self.name.clone()]
     }
 }

@@ -1,0 +1,280 @@
+//! The HTTP grant: outgoing `wasi:http` requests to an allowlist.
+//!
+//! Checks run where the request is prepared, in this order:
+//!
+//! 1. the URL's scheme, host and port must match a granted [`HostPattern`];
+//! 2. the host is resolved here, by the host; an address that is not public
+//!    (loopback, private, link-local, unspecified, CGNAT, multicast, and
+//!    IPv4-mapped or NAT64 forms of them) is refused unless the matching
+//!    pattern names that address, or `localhost` for a loopback address;
+//! 3. the connection goes to the address that passed the check, so a DNS
+//!    answer that changes between check and connect (rebinding) cannot
+//!    redirect it;
+//! 4. secrets bound to the host are added as headers;
+//! 5. the response body is capped, and every timeout is capped by what is
+//!    left of the call's deadline. Redirects are not followed: the tool sees
+//!    the 3xx and any new request goes through these checks again.
+
+mod address;
+mod pattern;
+mod sender;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+use wasmtime::component::Linker;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+pub use address::is_non_public;
+pub use pattern::HostPattern;
+use pattern::Scheme;
+
+use super::{CallSetup, Grant, GrantError, Grants};
+use crate::sandbox::CallState;
+
+/// Default cap on a response body a tool may read: 10 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 10 << 20;
+
+/// A tool's HTTP settings, as written: `http = [...]` and
+/// `max_response_bytes` in its `[[tool]]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HttpConfig {
+    /// Allowed destinations, `scheme://host[:port]`.
+    pub allow: Vec<String>,
+    /// Largest response body; default [`DEFAULT_MAX_RESPONSE_BYTES`].
+    pub max_response_bytes: Option<usize>,
+}
+
+/// The hosts one tool may send HTTP requests to. Empty by default: every
+/// request is refused.
+#[derive(Debug, Clone)]
+pub struct HttpGrant {
+    allow: Vec<HostPattern>,
+    /// Largest response body the tool may read.
+    pub max_response_bytes: usize,
+}
+
+impl Default for HttpGrant {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+impl HttpGrant {
+    /// Allows exactly `allow`, with the default response cap.
+    pub fn new(allow: Vec<HostPattern>) -> Self {
+        Self {
+            allow,
+            ..Self::default()
+        }
+    }
+
+    /// The allowed destinations.
+    pub fn allowed(&self) -> &[HostPattern] {
+        &self.allow
+    }
+
+    fn find(&self, scheme: Scheme, host: &str, port: u16) -> Option<&HostPattern> {
+        self.allow.iter().find(|p| p.matches(scheme, host, port))
+    }
+}
+
+impl Grant for HttpGrant {
+    type Config = HttpConfig;
+
+    fn from_config(config: HttpConfig, _base: &Path) -> Result<Self, GrantError> {
+        let allow = config
+            .allow
+            .iter()
+            .map(|p| HostPattern::parse(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut grant = Self::new(allow);
+        if let Some(max) = config.max_response_bytes {
+            grant.max_response_bytes = max;
+        }
+        Ok(grant)
+    }
+
+    /// Links `wasi:http/outgoing-handler` and its types. Every request goes
+    /// through [`HttpHooks`], which refuses what the call was not granted.
+    fn link(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
+    }
+
+    /// The allowlist is shared with the call's hooks; nothing to copy.
+    fn prepare(&self, _call: &mut CallSetup<'_>) -> Result<(), GrantError> {
+        Ok(())
+    }
+
+    fn describe(&self) -> Vec<String> {
+        self.allow.iter().map(|p| p.as_str().to_owned()).collect()
+    }
+}
+
+/// A secret's header, resolved for one call, and the hosts it goes to.
+#[derive(Clone)]
+pub(crate) struct ResolvedSecret {
+    pub(crate) header: HeaderName,
+    pub(crate) value: HeaderValue,
+    /// Lower-case host names; a leading `*.` matches any subdomain.
+    pub(crate) hosts: Vec<String>,
+}
+
+impl ResolvedSecret {
+    /// Whether the secret is sent to `host`.
+    pub(crate) fn binds(&self, host: &str) -> bool {
+        self.hosts
+            .iter()
+            .any(|pattern| match pattern.strip_prefix("*.") {
+                Some(domain) => pattern::is_subdomain(host, domain),
+                None => pattern == host,
+            })
+    }
+}
+
+/// The `wasi:http` hooks of one call: the tool's grants and the deadline.
+pub(crate) struct HttpHooks {
+    grants: Arc<Grants>,
+    secrets: Arc<[ResolvedSecret]>,
+    deadline: Instant,
+}
+
+impl HttpHooks {
+    pub(crate) fn new(
+        grants: Arc<Grants>,
+        secrets: Vec<ResolvedSecret>,
+        deadline: Instant,
+    ) -> Self {
+        Self {
+            grants,
+            secrets: secrets.into(),
+            deadline,
+        }
+    }
+}
+
+type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
+
+impl WasiHttpHooks for HttpHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: IoFuture,
+    ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>
+    {
+        drop(fut);
+        let grants = Arc::clone(&self.grants);
+        let secrets = Arc::clone(&self.secrets);
+        let deadline = self.deadline;
+        Box::new(
+            async move { sender::send(&grants.http, &secrets, deadline, request, options).await },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn non_public_addresses() {
+        for s in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "10.0.0.1",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00::1",
+            "fc00::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.1.2.3",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a00:1",
+            "ff02::1",
+        ] {
+            assert!(is_non_public(ip(s)), "{s} must be refused");
+        }
+        for s in [
+            "93.184.216.34",
+            "1.1.1.1",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(!is_non_public(ip(s)), "{s} is public");
+        }
+    }
+
+    #[test]
+    fn patterns_parse_and_match() {
+        let p = HostPattern::parse("https://*.example.com").unwrap();
+        assert!(p.matches(Scheme::Https, "api.example.com", 443));
+        assert!(p.matches(Scheme::Https, "a.b.example.com", 443));
+        assert!(!p.matches(Scheme::Https, "example.com", 443));
+        assert!(!p.matches(Scheme::Https, "evilexample.com", 443));
+        assert!(!p.matches(Scheme::Http, "api.example.com", 80));
+        assert!(!p.matches(Scheme::Https, "api.example.com", 8443));
+
+        let p = HostPattern::parse("http://127.0.0.1:8080").unwrap();
+        assert!(p.matches(Scheme::Http, "127.0.0.1", 8080));
+        assert!(p.names_address(ip("127.0.0.1")));
+        assert!(p.names_address(ip("::ffff:127.0.0.1")));
+        assert!(!p.names_address(ip("127.0.0.2")));
+
+        let p = HostPattern::parse("http://[::1]:9000/").unwrap();
+        assert!(p.matches(Scheme::Http, "::1", 9000));
+        assert!(
+            HostPattern::parse("http://localhost:1")
+                .unwrap()
+                .names_address(ip("127.0.0.1"))
+        );
+        assert!(
+            !HostPattern::parse("http://localhost.:1")
+                .unwrap()
+                .names_address(ip("127.0.0.1"))
+        );
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        for bad in [
+            "*",
+            "http://*",
+            "https://*.",
+            "api.example.com",
+            "ftp://x.com",
+            "https://a.*.com",
+            "https://x.com/path",
+            "https://x.com:0",
+            "https://x.com:99999",
+            "https://user@x.com",
+            "https://*.10.0.0.1",
+            "https://ex ample.com",
+        ] {
+            assert!(HostPattern::parse(bad).is_err(), "{bad} must be refused");
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Host patterns: the allowlist entries of the HTTP grant.
+
+use std::net::IpAddr;
+
+use super::super::GrantError;
+use super::address::canonical;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub(crate) fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// One allowed destination: `scheme://host[:port]`, where `host` may start
+/// with `*.` to allow every subdomain (not the bare domain). Without a
+/// port, only the scheme's default port is allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    source: String,
+    scheme: Scheme,
+    /// Lower-case host, without brackets for IPv6; for `*.example.com` this
+    /// is `example.com` and `wildcard` is set.
+    host: String,
+    wildcard: bool,
+    port: u16,
+}
+
+impl HostPattern {
+    /// Parses `scheme://host[:port]`; refuses paths, users, bare `*` and
+    /// misplaced wildcards.
+    pub fn parse(pattern: &str) -> Result<Self, GrantError> {
+        let err = |problem: &str| GrantError::HostPattern {
+            pattern: pattern.to_owned(),
+            problem: problem.to_owned(),
+        };
+        let (scheme, rest) = if let Some(rest) = pattern.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else if let Some(rest) = pattern.strip_prefix("http://") {
+            (Scheme::Http, rest)
+        } else if pattern.trim() == "*" {
+            return Err(err(
+                "a bare `*` would allow the whole network; list the hosts",
+            ));
+        } else {
+            return Err(err("must start with http:// or https://"));
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains('/') || rest.contains('?') || rest.contains('#') || rest.contains('@') {
+            return Err(err(
+                "give only scheme://host[:port], without a path, query or user",
+            ));
+        }
+        let (host, port) =
+            split_host_port(rest).ok_or_else(|| err("the port is not a number from 1 to 65535"))?;
+        let host = host.to_ascii_lowercase();
+        let (host, wildcard) = match host.strip_prefix("*.") {
+            Some(domain) => (domain.to_owned(), true),
+            None => (host, false),
+        };
+        if host.is_empty() || host == "*" {
+            return Err(err(
+                "a bare `*` would allow the whole network; list the hosts",
+            ));
+        }
+        if host.contains('*') {
+            return Err(err(
+                "`*` is allowed only as the whole first label, as in *.example.com",
+            ));
+        }
+        let valid = host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+        if !valid {
+            return Err(err("the host has characters a host name cannot have"));
+        }
+        if wildcard && host.parse::<IpAddr>().is_ok() {
+            return Err(err("`*.` cannot prefix an IP address"));
+        }
+        Ok(Self {
+            source: pattern.to_owned(),
+            scheme,
+            port: port.unwrap_or(scheme.default_port()),
+            host,
+            wildcard,
+        })
+    }
+
+    /// The pattern as the operator wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    pub(crate) fn matches(&self, scheme: Scheme, host: &str, port: u16) -> bool {
+        if scheme != self.scheme || port != self.port {
+            return false;
+        }
+        if self.wildcard {
+            is_subdomain(host, &self.host)
+        } else {
+            host == self.host
+        }
+    }
+
+    /// Whether the operator named this non-public address explicitly: the
+    /// pattern's host is that IP, or `localhost` and the IP is loopback.
+    pub(crate) fn names_address(&self, ip: IpAddr) -> bool {
+        if self.wildcard {
+            return false;
+        }
+        if self.host == "localhost" {
+            return canonical(ip).is_loopback();
+        }
+        self.host
+            .parse::<IpAddr>()
+            .is_ok_and(|named| canonical(named) == canonical(ip))
+    }
+}
+
+/// Whether `host` is a proper subdomain of `domain` (`a.example.com` of
+/// `example.com`; not `example.com` itself, not `badexample.com`).
+pub(crate) fn is_subdomain(host: &str, domain: &str) -> bool {
+    host.strip_suffix(domain)
+        .is_some_and(|prefix| prefix.len() > 1 && prefix.ends_with('.'))
+}
+
+/// Splits `host[:port]`, handling `[v6]:port`. `None` if the port is bad.
+fn split_host_port(authority: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after.strip_prefix(':') {
+            Some(port) => Some((host, Some(parse_port(port)?))),
+            None if after.is_empty() => Some((host, None)),
+            None => None,
+        };
+    }
+    match authority.rsplit_once(':') {
+        // A bare IPv6 address without brackets has several colons.
+        Some((host, port)) if !host.contains(':') => Some((host, Some(parse_port(port)?))),
+        _ => Some((authority, None)),
+    }
+}
+
+fn parse_port(text: &str) -> Option<u16> {
+    text.parse::<u16>().ok().filter(|&p| p != 0)
+}
