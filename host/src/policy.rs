@@ -394,3 +394,77 @@ mod tests {
         assert!(!policy.context.is_hidden("anything"));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A value of some TOML type, right for some keys and wrong for others.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("0".to_owned()),
+            Just("-1".to_owned()),
+            Just("18446744073709551615".to_owned()),
+            Just("1e400".to_owned()),
+            Just("true".to_owned()),
+            "\"[a-z*./:_\\-]{0,12}\"",
+            Just("[]".to_owned()),
+            Just("[\"*\", \"https://x.example\"]".to_owned()),
+            Just("{}".to_owned()),
+            Just("{ type = 12 }".to_owned()),
+            Just("{ host = \".\", guest = \"/d\", mode = \"rw\" }".to_owned()),
+            Just("[{ env = \"X\", hosts = [\"h\"] }]".to_owned()),
+            Just("{ read = [\"[\"], write = [] }".to_owned()),
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "path",
+            "name",
+            "approval",
+            "env",
+            "dirs",
+            "http",
+            "secrets",
+            "limits",
+            "context",
+            "max_response_bytes",
+            "timeout_ms",
+            "memory_mb",
+            "fuel",
+            "max_ops",
+            "hidden",
+            "schema.k",
+            "bogus",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn document() -> impl Strategy<Value = String> {
+        let line = (key(), value()).prop_map(|(k, v)| format!("{k} = {v}"));
+        let table = prop::sample::select(vec!["", "[limits]", "[context]", "[[tool]]", "[tool]"]);
+        prop::collection::vec((table, prop::collection::vec(line, 0..4)), 0..4).prop_map(
+            |sections| {
+                sections
+                    .into_iter()
+                    .map(|(table, lines)| format!("{table}\n{}\n", lines.join("\n")))
+                    .collect()
+            },
+        )
+    }
+
+    proptest! {
+        /// Random text and random documents over the policy's own keys:
+        /// a policy or an error naming the file, never a panic.
+        #[test]
+        fn parse_never_panics(text in prop_oneof!["\\PC{0,60}", document()]) {
+            let dir = std::env::temp_dir();
+            if let Err(e) = Policy::parse(&text, Path::new("airlock.toml"), &dir) {
+                prop_assert!(e.to_string().starts_with("airlock.toml"), "{}", e);
+            }
+        }
+    }
+}

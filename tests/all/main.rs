@@ -18,6 +18,7 @@ mod isolation;
 mod limits;
 mod ops;
 mod policy;
+mod properties;
 mod script;
 mod stateful;
 mod support;

@@ -152,3 +152,70 @@ fn split_host_port(authority: &str) -> Option<(&str, Option<u16>)> {
 fn parse_port(text: &str) -> Option<u16> {
     text.parse::<u16>().ok().filter(|&p| p != 0)
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn label() -> impl Strategy<Value = String> {
+        "[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?"
+    }
+
+    fn host() -> impl Strategy<Value = String> {
+        prop::collection::vec(label(), 1..4).prop_map(|labels| labels.join("."))
+    }
+
+    proptest! {
+        /// Any text at all: an error or a pattern, never a panic.
+        #[test]
+        fn parse_never_panics(text in "\\PC{0,40}") {
+            let _ = HostPattern::parse(&text);
+        }
+
+        /// Text shaped like a pattern (schemes, brackets, colons, stars).
+        #[test]
+        fn parse_never_panics_on_near_misses(text in "(https?://)?[a-z0-9.*:\\[\\]/@?#-]{0,30}") {
+            let _ = HostPattern::parse(&text);
+        }
+
+        /// An exact pattern matches its own scheme, host and port, and
+        /// nothing else: no other scheme, port, subdomain, or look-alike.
+        #[test]
+        fn exact_patterns_match_only_themselves(
+            host in host(),
+            other in label(),
+            port in 1u16..,
+            https in any::<bool>(),
+        ) {
+            let (scheme, text) = if https { (Scheme::Https, "https") } else { (Scheme::Http, "http") };
+            let pattern = HostPattern::parse(&format!("{text}://{host}:{port}")).unwrap();
+            prop_assert!(pattern.matches(scheme, &host, port));
+            let flipped = if https { Scheme::Http } else { Scheme::Https };
+            prop_assert!(!pattern.matches(flipped, &host, port));
+            prop_assert!(!pattern.matches(scheme, &host, port.wrapping_add(1).max(1)) || port == u16::MAX);
+            let subdomain = format!("{other}.{host}");
+            let lookalike = format!("{other}{host}");
+            prop_assert!(!pattern.matches(scheme, &subdomain, port));
+            prop_assert!(!pattern.matches(scheme, &lookalike, port));
+        }
+
+        /// `*.domain` matches every proper subdomain, and neither the bare
+        /// domain nor a name that merely ends with it.
+        #[test]
+        fn wildcards_match_proper_subdomains_only(
+            domain in host(),
+            sub in host(),
+            other in label(),
+        ) {
+            let pattern = HostPattern::parse(&format!("https://*.{domain}")).unwrap();
+            let subdomain = format!("{sub}.{domain}");
+            let lookalike = format!("{other}{domain}");
+            prop_assert!(pattern.matches(Scheme::Https, &subdomain, 443));
+            prop_assert!(!pattern.matches(Scheme::Https, &domain, 443));
+            prop_assert!(!pattern.matches(Scheme::Https, &lookalike, 443));
+            prop_assert!(!pattern.matches(Scheme::Https, &subdomain, 80));
+        }
+    }
+}
