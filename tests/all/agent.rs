@@ -141,6 +141,7 @@ async fn openai_multi_turn_run_with_tool_calls_and_ops() {
             Item::FunctionCallOutput { .. } => "function_call_output",
             Item::ContextUpdate { .. } => "context_update",
             Item::Error { .. } => "error",
+            _ => "other",
         })
         .collect();
     assert_eq!(

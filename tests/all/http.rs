@@ -40,17 +40,19 @@ async fn fetch_host(config: ToolConfig) -> Host {
     host_with(&[("http_fetch", config)], ContextRules::default()).await
 }
 
-/// A fetch that must be refused: a tool failure naming `code`, deps
-/// unchanged, and the host serving the next call.
+/// A fetch that must be refused: the tool fails with exactly the
+/// `wasi:http` error code the host gave it (the guest reports it as
+/// `GET <url>: <code>`), deps unchanged, and the host serving the next call.
 async fn refused(host: &Host, url: &str, code: &str) {
     let mut ctx = RunContext::from_value(json!({"keep": true})).unwrap();
     let before = snapshot(&ctx);
     let err = call(host, &mut ctx, "fetch", json!({ "url": url }))
         .await
         .unwrap_err();
+    let expected = format!("GET {url}: {code}");
     assert!(
-        matches!(&err, CallError::Failed(m) if m.contains(code)),
-        "{url}: expected {code}, got {err}"
+        matches!(&err, CallError::Failed(m) if *m == expected),
+        "{url}: expected {expected:?}, got {err}"
     );
     assert_host_still_serves(host, &mut ctx, &before).await;
 }
@@ -94,7 +96,7 @@ async fn granted_host_is_fetched_with_the_secret_the_tool_never_sees() {
 async fn no_grant_no_network() {
     let server = Loopback::start().await;
     let host = fetch_host(ToolConfig::default()).await;
-    refused(&host, &server.url("/hello"), "HttpRequestDenied").await;
+    refused(&host, &server.url("/hello"), "ErrorCode::HttpRequestDenied").await;
     assert!(server.requests().is_empty(), "nothing reached the server");
 }
 
@@ -103,9 +105,19 @@ async fn hosts_off_the_allowlist_are_refused() {
     let server = Loopback::start().await;
     let other_port = format!("http://127.0.0.1:{}", server.port().wrapping_add(1).max(1));
     let host = fetch_host(config(&[&other_port, "https://api.example.com"], vec![])).await;
-    refused(&host, &server.url("/hello"), "HttpRequestDenied").await;
-    refused(&host, "http://api.example.com/", "HttpRequestDenied").await;
-    refused(&host, "https://evil.example.com/", "HttpRequestDenied").await;
+    refused(&host, &server.url("/hello"), "ErrorCode::HttpRequestDenied").await;
+    refused(
+        &host,
+        "http://api.example.com/",
+        "ErrorCode::HttpRequestDenied",
+    )
+    .await;
+    refused(
+        &host,
+        "https://evil.example.com/",
+        "ErrorCode::HttpRequestDenied",
+    )
+    .await;
     assert!(server.requests().is_empty());
 }
 
@@ -118,7 +130,12 @@ async fn allowlisted_name_that_resolves_to_loopback_is_refused() {
     let server = Loopback::start().await;
     let name = format!("http://127.1:{}", server.port());
     let host = fetch_host(config(&[&name], vec![])).await;
-    refused(&host, &format!("{name}/hello"), "DestinationIpProhibited").await;
+    refused(
+        &host,
+        &format!("{name}/hello"),
+        "ErrorCode::DestinationIpProhibited",
+    )
+    .await;
     assert!(server.requests().is_empty(), "nothing reached the server");
 }
 
@@ -191,7 +208,7 @@ async fn response_bodies_are_capped() {
     refused(
         &host,
         &server.url("/big"),
-        "response body size exceeds limit",
+        "HTTP response body size exceeds limit",
     )
     .await;
 }
@@ -251,7 +268,11 @@ async fn raw_sockets_are_never_granted() {
     let err = call(&host, &mut ctx, "tcp_connect", json!({ "addr": addr }))
         .await
         .unwrap_err();
-    assert!(matches!(err, CallError::Failed(_)), "{err}");
+    let prefix = format!("connect {addr}: ");
+    assert!(
+        matches!(&err, CallError::Failed(m) if m.starts_with(&prefix)),
+        "{err}"
+    );
     assert_host_still_serves(&host, &mut ctx, &before).await;
     assert!(server.requests().is_empty(), "nothing reached the server");
 }

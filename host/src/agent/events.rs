@@ -25,6 +25,7 @@ pub struct Event {
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Item {
     /// A message of the conversation: the user's prompt or the model's text.
     Message {

@@ -218,7 +218,8 @@ fn show_progress(event: &Event) {
             format!("         ops: {}", ops.join(", "))
         }
         Item::Error { kind, message } => format!("run failed ({kind}): {message}"),
-        Item::Message { .. } => return,
+        // The prompt, and items added by later versions.
+        _ => return,
     };
     print_out(&line);
 }
