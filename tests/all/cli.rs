@@ -206,23 +206,22 @@ fn inspect_lists_tools_and_imports() {
     assert!(text.contains("airlock:tool/context@0.1.0"), "{text}");
 }
 
-#[test]
-fn airlock_run_with_the_demo_script() {
+/// `airlock run` of the demo: the stateful tool, the vowels script, the
+/// demo prompt, and `extra` flags.
+fn run_demo(extra: &[&str]) -> Output {
     let stateful = guest("stateful");
     let demo = root().join("guest-examples/scripts/vowels.json");
+    let mut args = vec!["run", "--tool", path(&stateful), "--script", path(&demo)];
+    args.extend_from_slice(extra);
+    args.push(PROMPT);
+    airlock(&args)
+}
+
+#[test]
+fn airlock_run_with_the_demo_script() {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
-    let out = airlock(&[
-        "run",
-        "--tool",
-        stateful.to_str().unwrap(),
-        "--script",
-        demo.to_str().unwrap(),
-        "--events",
-        events.to_str().unwrap(),
-        "--json",
-        PROMPT,
-    ]);
+    let out = run_demo(&["--events", path(&events), "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -258,16 +257,7 @@ fn airlock_run_with_the_demo_script() {
 
 #[test]
 fn airlock_run_text_output_shows_progress() {
-    let stateful = guest("stateful");
-    let demo = root().join("guest-examples/scripts/vowels.json");
-    let out = airlock(&[
-        "run",
-        "--tool",
-        stateful.to_str().unwrap(),
-        "--script",
-        demo.to_str().unwrap(),
-        PROMPT,
-    ]);
+    let out = run_demo(&[]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

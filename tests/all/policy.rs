@@ -2,6 +2,7 @@
 //! bad policies fail naming file, line and problem, and grants take effect.
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
@@ -19,16 +20,24 @@ fn example_policy() -> PathBuf {
     root().join("guest-examples/airlock.toml")
 }
 
-#[test]
-fn example_policy_loads_and_inspect_shows_the_grants() {
+/// `airlock inspect --json` of the example fetcher under the example
+/// policy, with `env` set.
+fn inspect_example(env: &[(&str, &str)]) -> Value {
     let fetch = guest("http_fetch");
     let policy = example_policy();
     let out = airlock(
         &["inspect", s(&fetch), "--config", s(&policy), "--json"],
-        &[("GITHUB_TOKEN", "ghp-example-secret")],
+        env,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn example_policy_loads_and_inspect_shows_the_grants() {
+    let fetch = guest("http_fetch");
+    let policy = example_policy();
+    let doc = inspect_example(&[("GITHUB_TOKEN", "ghp-example-secret")]);
     let grants = &doc["grants"];
     assert_eq!(
         grants["http"],
@@ -45,7 +54,7 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
     assert_eq!(grants["limits"]["memory_bytes"], 64 << 20);
     assert_eq!(grants["context"], json!({"read": [], "write": []}));
     assert!(
-        !text(&out.stdout).contains("ghp-example-secret"),
+        !doc.to_string().contains("ghp-example-secret"),
         "inspect never prints a secret"
     );
 
@@ -72,12 +81,7 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
 fn secrets_are_resolved_per_call() {
     let fetch = guest("http_fetch");
     let policy = example_policy();
-    let out = airlock(
-        &["inspect", s(&fetch), "--config", s(&policy), "--json"],
-        &[],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = inspect_example(&[]);
     assert_eq!(doc["grants"]["secrets"][0]["set"], false);
     let out = airlock(&["inspect", s(&fetch), "--config", s(&policy)], &[]);
     assert!(
@@ -86,27 +90,12 @@ fn secrets_are_resolved_per_call() {
         text(&out.stdout)
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("airlock.toml");
     let stateful = guest("stateful");
-    std::fs::write(
-        &file,
-        format!(
-            "[[tool]]\npath = {:?}\nsecrets = [{{ env = \"AIRLOCK_TEST_UNSET\", hosts = [\"x.example\"] }}]\n",
-            s(&stateful)
-        ),
-    )
-    .unwrap();
-    let args = [
-        "call",
-        s(&stateful),
-        "show_state",
-        "{}",
-        "--config",
-        s(&file),
-        "--json",
-    ];
-    let out = airlock(&args, &[]);
+    let policy = format!(
+        "[[tool]]\npath = {:?}\nsecrets = [{{ env = \"AIRLOCK_TEST_UNSET\", hosts = [\"x.example\"] }}]\n",
+        s(&stateful)
+    );
+    let out = show_state_under(&policy, &["--json"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["error"]["kind"], "grant_unavailable");
@@ -116,29 +105,33 @@ fn secrets_are_resolved_per_call() {
         "{message}"
     );
     // Set, the same policy serves the call.
-    let out = airlock(&args, &[("AIRLOCK_TEST_UNSET", "now-set")]);
+    let out = show_state_under(&policy, &["--json"], &[("AIRLOCK_TEST_UNSET", "now-set")]);
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert!(!text(&out.stdout).contains("now-set"));
 }
 
-/// Writes `policy` next to a copy-free reference to the stateful guest and
-/// returns the error `airlock call` prints for it.
-fn policy_error(policy: &str, env: &[(&str, &str)]) -> String {
+/// `airlock call <stateful> show_state {}` under the policy `policy`
+/// (written to a fresh `airlock.toml`), with `extra` flags and `env` set.
+fn show_state_under(policy: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("airlock.toml");
     std::fs::write(&file, policy).unwrap();
     let stateful = guest("stateful");
-    let out = airlock(
-        &[
-            "call",
-            s(&stateful),
-            "show_state",
-            "{}",
-            "--config",
-            s(&file),
-        ],
-        env,
-    );
+    let mut args = vec![
+        "call",
+        s(&stateful),
+        "show_state",
+        "{}",
+        "--config",
+        s(&file),
+    ];
+    args.extend_from_slice(extra);
+    airlock(&args, env)
+}
+
+/// The error `airlock call` prints for `policy`.
+fn policy_error(policy: &str, env: &[(&str, &str)]) -> String {
+    let out = show_state_under(policy, &[], env);
     assert_eq!(out.status.code(), Some(2), "stdout: {}", text(&out.stdout));
     let err = text(&out.stderr);
     assert!(

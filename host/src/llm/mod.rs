@@ -334,12 +334,15 @@ impl JsonClient {
                 return Err(ModelError::Status {
                     provider: self.provider,
                     status: status.as_u16(),
-                    body: self.redact(&shorten(&text, 500)),
+                    body: self.redact(&crate::text::truncate(&text, 500)),
                 });
             }
             return serde_json::from_str(&text).map_err(|e| ModelError::Malformed {
                 provider: self.provider,
-                detail: format!("not JSON ({e}): {}", self.redact(&shorten(&text, 200))),
+                detail: format!(
+                    "not JSON ({e}): {}",
+                    self.redact(&crate::text::truncate(&text, 200))
+                ),
             });
         }
     }
@@ -361,17 +364,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-fn shorten(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// `base` without a trailing slash, joined with `path`.
