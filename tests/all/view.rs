@@ -72,9 +72,9 @@ async fn anonymous_run_has_no_user_and_fresh_ids() {
 }
 
 #[tokio::test]
-async fn ops_are_not_visible_until_the_call_ends() {
-    // A call's view is the deps at its start; its own ops show up in the
-    // next call's view, not before.
+async fn the_next_call_sees_a_calls_ops() {
+    // A call's ops are applied when it ends; the next call's view holds
+    // them.
     let host = host().await;
     let mut ctx = RunContext::default();
     let write = ToolCall::new(
