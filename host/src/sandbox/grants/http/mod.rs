@@ -4,9 +4,10 @@
 //!
 //! 1. the URL's scheme, host and port must match a granted [`HostPattern`];
 //! 2. the host is resolved here, by the host; an address that is not public
-//!    (loopback, private, link-local, unspecified, CGNAT, multicast, and
-//!    IPv4-mapped or NAT64 forms of them) is refused unless the matching
-//!    pattern names that address, or `localhost` for a loopback address;
+//!    (per the IANA special-purpose registries of both families, with IPv4
+//!    embedded in IPv6 judged as IPv4: see [`is_non_public`]) is refused
+//!    unless the matching pattern names that address, or `localhost` for a
+//!    loopback address;
 //! 3. the connection goes to the address that passed the check, so a DNS
 //!    answer that changes between check and connect (rebinding) cannot
 //!    redirect it;
@@ -188,44 +189,6 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
-    }
-
-    #[test]
-    fn non_public_addresses() {
-        for s in [
-            "127.0.0.1",
-            "127.1.2.3",
-            "10.0.0.1",
-            "172.16.0.1",
-            "172.31.255.255",
-            "192.168.1.1",
-            "169.254.169.254",
-            "0.0.0.0",
-            "100.64.0.1",
-            "255.255.255.255",
-            "224.0.0.1",
-            "::1",
-            "::",
-            "fe80::1",
-            "fd00::1",
-            "fc00::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.1.2.3",
-            "::ffff:169.254.169.254",
-            "64:ff9b::a00:1",
-            "ff02::1",
-        ] {
-            assert!(is_non_public(ip(s)), "{s} must be refused");
-        }
-        for s in [
-            "93.184.216.34",
-            "1.1.1.1",
-            "172.32.0.1",
-            "2606:4700::1111",
-            "::ffff:8.8.8.8",
-        ] {
-            assert!(!is_non_public(ip(s)), "{s} is public");
-        }
     }
 
     #[test]
