@@ -6,7 +6,7 @@
 //!
 //! - Every call gets a fresh `Store` and instance; nothing survives a call.
 //! - A store never outlives its call's deadline: epoch interruption stops
-//!   running wasm, and [`CallState::deadline`] bounds host-side awaits.
+//!   running wasm, and the call's deadline bounds host-side awaits.
 //! - The guest's stdout and stderr never reach the host's streams.
 
 mod cache;

@@ -143,7 +143,7 @@ impl Host {
 }
 
 /// Progress of a compilation that missed the cache (see
-/// [`HostBuilder::on_compile`]).
+/// [`HostBuilder::on_compile`](super::HostBuilder::on_compile)).
 #[derive(Debug, Clone, Copy)]
 pub enum CompileProgress<'a> {
     /// Compiling the component at `path` has begun.

@@ -1,7 +1,7 @@
 //! Loading tool components, resolving tool names, and calling tools.
 //!
 //! [`Host`] is the entry point for embedders: build one, load components,
-//! then call tools against a [`RunContext`].
+//! then call tools against a [`RunContext`](crate::RunContext).
 
 mod bench;
 mod bindings;

@@ -46,7 +46,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 10 << 20;
 pub struct HttpConfig {
     /// Allowed destinations, `scheme://host[:port]`.
     pub allow: Vec<String>,
-    /// Largest response body; default [`DEFAULT_MAX_RESPONSE_BYTES`].
+    /// Largest response body; default 10 MiB.
     pub max_response_bytes: Option<usize>,
 }
 
@@ -104,7 +104,7 @@ impl Grant for HttpGrant {
     }
 
     /// Links `wasi:http/outgoing-handler` and its types. Every request goes
-    /// through [`HttpHooks`], which refuses what the call was not granted.
+    /// through the call's HTTP hooks, which refuse what the call was not granted.
     fn link(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
     }
