@@ -279,3 +279,49 @@ async fn a_huge_initial_memory_is_refused_at_load() {
     );
     assert!(err.to_string().contains("128 MiB memory limit"), "{err}");
 }
+
+/// Limits that cannot be enforced are refused at load, naming the limit,
+/// instead of overflowing (a `Duration::MAX` timeout) or being silently
+/// capped (memory over the pool's ceiling); the host goes on serving.
+#[tokio::test]
+async fn limits_that_cannot_be_enforced_are_refused_at_load() {
+    let mut host = host_with(&[], ContextRules::default()).await;
+    let cases = [
+        (
+            Limits {
+                timeout: Duration::MAX,
+                ..Limits::default()
+            },
+            "the timeout",
+        ),
+        (
+            Limits {
+                timeout: Duration::ZERO,
+                ..Limits::default()
+            },
+            "at least 1 ms",
+        ),
+        (
+            Limits {
+                max_memory_bytes: 8 << 30,
+                ..Limits::default()
+            },
+            "over the host's ceiling of 4096 MiB",
+        ),
+    ];
+    for (limits, expected) in cases {
+        let config = ToolConfig {
+            limits,
+            ..ToolConfig::default()
+        };
+        let err = host.load_with(guest("hostile"), config).await.unwrap_err();
+        assert!(
+            matches!(&err, LoadError::BadLimits { problem, .. } if problem.contains(expected)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("hostile.wasm"), "{err}");
+    }
+    let mut ctx = RunContext::default();
+    let before = snapshot(&ctx);
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+}

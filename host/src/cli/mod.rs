@@ -81,7 +81,7 @@ impl From<LoadError> for Failure {
             LoadError::Incompatible { .. } => "incompatible_component",
             LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
             LoadError::DuplicateTool { .. } => "duplicate_tool",
-            LoadError::FuelNotMetered { .. } => "invalid_config",
+            LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
             _ => {
                 return Self {
                     kind: "internal",

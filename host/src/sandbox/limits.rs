@@ -48,7 +48,36 @@ impl Default for Limits {
     }
 }
 
+/// The longest timeout a call may have: one day. Longer is surely a
+/// mistake, and deadlines far in the future overflow the clock.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 impl Limits {
+    /// Checks that these limits can be enforced on an engine whose memory
+    /// ceiling is `memory_ceiling` bytes: a timeout from 1 ms to
+    /// [`MAX_TIMEOUT`], a memory limit within the ceiling. The error says
+    /// which limit and why.
+    pub fn check(&self, memory_ceiling: usize) -> Result<(), String> {
+        if self.timeout.is_zero() {
+            return Err("the timeout must be at least 1 ms".into());
+        }
+        if self.timeout > MAX_TIMEOUT {
+            return Err(format!(
+                "the timeout ({} s) is over the maximum of {} s",
+                self.timeout.as_secs(),
+                MAX_TIMEOUT.as_secs()
+            ));
+        }
+        if self.max_memory_bytes > memory_ceiling {
+            return Err(format!(
+                "the memory limit ({} MiB) is over the host's ceiling of {} MiB",
+                self.max_memory_bytes >> 20,
+                memory_ceiling >> 20
+            ));
+        }
+        Ok(())
+    }
+
     /// One line for `airlock inspect`.
     pub fn describe(&self) -> String {
         format!(

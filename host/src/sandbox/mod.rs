@@ -30,8 +30,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 pub use cache::{CacheOutcome, CompileCache};
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
-pub use limits::Limits;
 pub(crate) use limits::{CallLimiter, ResourceHit};
+pub use limits::{Limits, MAX_TIMEOUT};
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, Stream};
 
@@ -71,6 +71,7 @@ pub struct Sandbox {
     engine: Engine,
     cache: CompileCache,
     fuel_metering: bool,
+    max_memory_ceiling: usize,
 }
 
 impl Sandbox {
@@ -115,7 +116,14 @@ impl Sandbox {
             engine,
             cache: config.cache,
             fuel_metering: config.fuel_metering,
+            max_memory_ceiling: config.max_memory_ceiling,
         })
+    }
+
+    /// The largest memory limit a tool may have on this engine (the pool's
+    /// per-memory reservation).
+    pub fn max_memory_ceiling(&self) -> usize {
+        self.max_memory_ceiling
     }
 
     /// The engine every component is compiled for.

@@ -85,6 +85,15 @@ pub enum LoadError {
         /// The file's path.
         path: PathBuf,
     },
+    /// Its limits cannot be enforced (a timeout of zero or over a day, a
+    /// memory limit over the host's ceiling).
+    #[error("{}: {problem}", .path.display())]
+    BadLimits {
+        /// The file's path.
+        path: PathBuf,
+        /// Which limit, and why.
+        problem: String,
+    },
     /// The engine or linker could not be set up.
     #[error("cannot set up the sandbox: {0}")]
     Sandbox(#[source] Box<dyn std::error::Error + Send + Sync>),

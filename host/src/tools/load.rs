@@ -51,6 +51,9 @@ impl Host {
         if limits.fuel.is_some() && !self.sandbox.fuel_metering() {
             return Err(LoadError::FuelNotMetered { path });
         }
+        if let Err(problem) = limits.check(self.sandbox.max_memory_ceiling()) {
+            return Err(LoadError::BadLimits { path, problem });
+        }
         let engine = self.sandbox.engine().clone();
         let cache = self.sandbox.cache().clone();
         let hook = self.on_compile.clone();
