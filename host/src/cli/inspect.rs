@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
-use airlock::sandbox::Grants;
 use airlock::tools::LoadedComponent;
 
 use super::{Failure, load_host, print_out, report_failure, show_json};
@@ -24,10 +23,10 @@ pub struct InspectArgs {
     json: bool,
 }
 
-/// The capability an import asks for, and what `grants` gives it.
-fn capability(import: &str, grants: &Grants) -> (&'static str, String) {
+/// The capability an import asks for, and what the grants (as
+/// [`airlock::sandbox::Grants::describe`] put them) give it.
+fn capability(import: &str, described: &[(&str, String)]) -> (&'static str, String) {
     let interface = import.split('@').next().unwrap_or(import);
-    let described = grants.describe();
     let listed = |kind: &str| {
         let items: Vec<&str> = described
             .iter()
@@ -94,14 +93,14 @@ pub async fn run(args: InspectArgs) -> ExitCode {
             &Failure::input("internal", "no component was loaded"),
         );
     };
-    let grants = component.grants();
+    let described = component.grants().describe();
     let imports = component.imports();
     if args.json {
         let doc = json!({
             "path": component.path(),
             "tools": component.tools(),
             "imports": imports.iter().map(|i| {
-                let (capability, granted) = capability(i, grants);
+                let (capability, granted) = capability(i, &described);
                 json!({"name": i, "capability": capability, "granted": granted})
             }).collect::<Vec<_>>(),
             "grants": grants_json(component),
@@ -120,10 +119,10 @@ pub async fn run(args: InspectArgs) -> ExitCode {
     text.push_str("\nimports (what the tool asks for, and what it gets):\n");
     let width = imports.iter().map(String::len).max().unwrap_or(0);
     for import in &imports {
-        let (capability, granted) = capability(import, grants);
+        let (capability, granted) = capability(import, &described);
         text.push_str(&format!("  {import:width$}  {capability}: {granted}\n"));
     }
-    for (_, line) in grants.describe().iter().filter(|(k, _)| *k == "secrets") {
+    for (_, line) in described.iter().filter(|(k, _)| *k == "secrets") {
         text.push_str(&format!("\nsecret {line} (never visible to the tool)"));
     }
     text.push_str(&format!("\nlimits: {}\n", component.limits().describe()));

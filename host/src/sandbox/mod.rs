@@ -305,9 +305,7 @@ impl CallState {
             fuel: limits.fuel,
         })
     }
-}
 
-impl CallState {
     /// Takes what the guest has written so far (logs, stdout, stderr),
     /// leaving the log empty.
     pub(crate) fn take_output(&mut self) -> GuestOutput {

@@ -19,13 +19,11 @@ use crate::sandbox::{
 
 impl Host {
     pub(super) fn component_of(&self, name: &str) -> Result<&LoadedComponent, CallError> {
-        match self.tools.get(name) {
-            Some(&index) => Ok(&self.components[index]),
-            None => Err(CallError::UnknownTool {
+        self.component_for(name)
+            .ok_or_else(|| CallError::UnknownTool {
                 name: name.to_owned(),
                 available: self.tool_names(),
-            }),
-        }
+            })
     }
 
     /// Runs one tool call and applies its ops to `ctx`, all or none.
@@ -212,13 +210,15 @@ fn check_output(output: guest::ToolOutput, limits: &Limits) -> Result<ParsedOutp
     let ops = output
         .updates
         .into_iter()
-        .map(|op| match op {
-            GuestOp::Set(e) => (OpKind::Set, e.key, Some(e.value)),
-            GuestOp::Merge(e) => (OpKind::Merge, e.key, Some(e.value)),
-            GuestOp::Append(e) => (OpKind::Append, e.key, Some(e.value)),
-            GuestOp::Delete(key) => (OpKind::Delete, key, None),
+        .map(|op| {
+            let (kind, key, value) = match op {
+                GuestOp::Set(e) => (OpKind::Set, e.key, Some(e.value)),
+                GuestOp::Merge(e) => (OpKind::Merge, e.key, Some(e.value)),
+                GuestOp::Append(e) => (OpKind::Append, e.key, Some(e.value)),
+                GuestOp::Delete(key) => (OpKind::Delete, key, None),
+            };
+            RawOp { kind, key, value }
         })
-        .map(|(kind, key, value)| RawOp { kind, key, value })
         .collect();
     Ok(parse_output(&output.result, ops, &limits.ops)?)
 }

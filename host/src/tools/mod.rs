@@ -232,9 +232,7 @@ impl HostBuilder {
             tools: BTreeMap::new(),
         })
     }
-}
 
-impl HostBuilder {
     /// Builds a host for `policy` and loads every tool it lists, each with
     /// its own config: the one way to get a host that honours a policy
     /// whole (its context rules and fuel metering are taken from it, so

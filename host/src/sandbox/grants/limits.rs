@@ -38,13 +38,10 @@ pub struct LimitsConfig {
 }
 
 impl LimitsConfig {
-    /// `limits` with every field this config sets replaced. The error says
-    /// which field is out of range.
+    /// `limits` with every field this config sets replaced, checked by
+    /// [`Limits::check`]. The error says which limit is out of range.
     pub fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
         if let Some(ms) = self.timeout_ms {
-            if ms == 0 {
-                return Err("timeout_ms must be at least 1".into());
-            }
             limits.timeout = Duration::from_millis(ms);
         }
         if let Some(mb) = self.memory_mb {
@@ -67,6 +64,9 @@ impl LimitsConfig {
         set(&mut limits.ops.max_op_bytes, self.max_op_bytes);
         set(&mut limits.max_table_elements, self.max_table_elements);
         set(&mut limits.max_instances, self.max_instances);
+        // The same rule as at load; the memory ceiling belongs to the
+        // engine, so it is checked there.
+        limits.check(usize::MAX)?;
         Ok(limits)
     }
 }

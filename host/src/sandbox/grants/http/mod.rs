@@ -143,7 +143,8 @@ impl ResolvedSecret {
 /// The `wasi:http` hooks of one call: the tool's grants and the deadline.
 pub(crate) struct HttpHooks {
     grants: Arc<Grants>,
-    secrets: Arc<[ResolvedSecret]>,
+    /// Usually empty; cloned into a request only when one is sent.
+    secrets: Vec<ResolvedSecret>,
     deadline: Instant,
 }
 
@@ -155,7 +156,7 @@ impl HttpHooks {
     ) -> Self {
         Self {
             grants,
-            secrets: secrets.into(),
+            secrets,
             deadline,
         }
     }
@@ -173,7 +174,7 @@ impl WasiHttpHooks for HttpHooks {
     {
         drop(fut);
         let grants = Arc::clone(&self.grants);
-        let secrets = Arc::clone(&self.secrets);
+        let secrets = self.secrets.clone();
         let deadline = self.deadline;
         Box::new(
             async move { sender::send(&grants.http, &secrets, deadline, request, options).await },
