@@ -583,7 +583,7 @@ async fn agent_loop(b: &Bench, out: &mut String) {
         Agent::new(Arc::clone(&host), Arc::new(model))
             .options(airlock::agent::AgentOptions {
                 max_iterations: turns as u32 + 1,
-                system_prompt: None,
+                ..Default::default()
             })
             .run(&mut ctx, &mut transcript, "count")
             .await

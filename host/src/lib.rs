@@ -101,6 +101,7 @@
 pub mod agent;
 pub mod context;
 pub mod fs;
+mod json;
 pub mod llm;
 pub mod policy;
 pub mod sandbox;

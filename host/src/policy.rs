@@ -16,7 +16,7 @@
 //! env = ["TZ"]
 //! dirs = [{ host = "data", guest = "/data", mode = "ro" }]
 //! http = ["https://api.weather.example"]
-//! secrets = [{ env = "WEATHER_KEY", hosts = ["api.weather.example"] }]
+//! secrets = [{ env = "WEATHER_KEY", origins = ["https://api.weather.example"] }]
 //! limits = { timeout_ms = 2000 }
 //! context = { read = ["city", "units"], write = ["forecast"] }
 //! ```
@@ -40,8 +40,8 @@ use toml::Spanned;
 use crate::context::{ContextRules, KeyAccess, KeyPatterns};
 use crate::sandbox::Limits;
 use crate::sandbox::grants::{
-    DirConfig, DirGrant, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant, LimitsConfig,
-    SecretConfig, SecretGrant,
+    DirConfig, DirGrant, DirMode, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant,
+    LimitsConfig, SecretConfig, SecretGrant,
 };
 
 /// Whether the agent loop asks a person before running a tool's calls.
@@ -159,6 +159,7 @@ impl Policy {
         for tool in file.tools {
             tools.push(tool.resolve(base, &defaults, &at)?);
         }
+        refuse_grants_inside_writable(&tools).map_err(|m| at(None, m))?;
         Ok(Self {
             source: source.to_path_buf(),
             tools,
@@ -189,6 +190,33 @@ impl Policy {
             .iter()
             .find(|t| t.path.canonicalize().is_ok_and(|p| p == wanted))
     }
+}
+
+/// A directory grant that lies inside a read-write grant (another tool's or
+/// the same tool's) is refused: whoever can write the outer directory could
+/// replace the inner one with a symlink before the next load, and the grant
+/// would then be checked and bound to wherever the link leads. (Within one
+/// host's life a grant stays bound to the directory it checked; see
+/// [`DirGrant`].) The same directory granted twice is fine: the root of a
+/// grant cannot be replaced through it.
+fn refuse_grants_inside_writable(tools: &[ToolPolicy]) -> Result<(), String> {
+    let grants = || {
+        tools
+            .iter()
+            .flat_map(|t| t.config.grants.dirs.iter().map(move |d| (&t.name, d)))
+    };
+    for (outer_tool, outer) in grants().filter(|(_, d)| d.mode() == DirMode::Rw) {
+        if let Some((inner_tool, inner)) = grants().find(|(_, d)| outer.contains(d)) {
+            return Err(format!(
+                "tool {inner_tool:?}: directory {} lies inside tool {outer_tool:?}'s read-write directory {}; \
+                 a tool that can write there could replace it with a symlink. Grant the enclosing directory, \
+                 or use directories that do not nest",
+                inner.host().display(),
+                outer.host().display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -232,6 +260,10 @@ struct ToolFile {
     http: Vec<Spanned<String>>,
     #[serde(default)]
     max_response_bytes: Option<usize>,
+    #[serde(default)]
+    max_requests: Option<u32>,
+    #[serde(default)]
+    max_connections: Option<usize>,
     #[serde(default)]
     secrets: Vec<Spanned<SecretConfig>>,
     limits: Option<Spanned<LimitsConfig>>,
@@ -308,6 +340,8 @@ impl ToolFile {
         let http_config = HttpConfig {
             allow: self.http.iter().map(|h| h.get_ref().clone()).collect(),
             max_response_bytes: self.max_response_bytes,
+            max_requests: self.max_requests,
+            max_connections: self.max_connections,
         };
         let http = HttpGrant::from_config(http_config, base).map_err(|e| {
             // Name the line of the pattern at fault.
@@ -338,10 +372,13 @@ impl ToolFile {
             None => Ok(KeyPatterns::all()),
             Some(list) => KeyPatterns::new(&list),
         };
+        // `write` defaults to what `read` allows: a tool limited to reading
+        // some keys is not silently allowed to overwrite or delete the rest.
+        let write = context.write.or_else(|| context.read.clone());
         let access = KeyAccess {
             read: patterns(context.read)
                 .map_err(|e| at(context_span.clone(), prefix(format!("context.read: {e}"))))?,
-            write: patterns(context.write)
+            write: patterns(write)
                 .map_err(|e| at(context_span.clone(), prefix(format!("context.write: {e}"))))?,
         };
 

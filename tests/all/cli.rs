@@ -299,3 +299,87 @@ fn airlock_run_input_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/script.json"));
 }
+
+/// What a terminal would act on: ESC, BEL, CR, the C1 CSI, a bidi override.
+fn has_control_sequences(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    text.chars()
+        .any(|c| matches!(c, '\x1b' | '\x07' | '\r' | '\u{9b}' | '\u{202e}'))
+}
+
+/// Issue 12 item 5: guest text reaches the terminal escaped, on every
+/// channel and in every command; no line of it passes for one of the CLI's
+/// own; `--json` stays exact JSON holding the exact text.
+#[test]
+fn guest_control_characters_never_reach_the_terminal() {
+    let hostile = guest("hostile");
+    let h = path(&hostile);
+    let nasty = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\u{9b}31m\u{202e}\rforged";
+
+    let out = airlock(&["call", h, "terminal_escapes", "{}"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!has_control_sequences(&out.stdout), "{:?}", out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for forged in ["result: forged", "derps: forged", "ops: forged"] {
+        assert!(
+            !text.lines().any(|l| l.starts_with(forged)),
+            "{forged}: {text}"
+        );
+    }
+    assert!(text.contains("\\u{1b}]52;c;cHduZWQ=\\u{7}"), "{text}");
+
+    let out = airlock(&["call", h, "terminal_escapes", r#"{"fail":"yes"}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!has_control_sequences(&out.stderr), "{:?}", out.stderr);
+    let err = stderr(&out);
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+
+    let out = airlock(&["call", h, "terminal_escapes", "{}", "--json"]);
+    assert!(!has_control_sequences(&out.stdout), "{:?}", out.stdout);
+    let doc = stdout_json(&out);
+    assert_eq!(doc["result"]["text"], nasty);
+    assert!(doc["stdout"].as_str().unwrap().contains(nasty));
+    assert!(doc["logs"][0]["message"].as_str().unwrap().contains(nasty));
+
+    let out = airlock(&["inspect", h]);
+    assert!(!has_control_sequences(&out.stdout), "{:?}", out.stdout);
+
+    // The agent loop's progress lines and event log.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"name": "terminal_escapes", "arguments": {}}]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let events = dir.path().join("events.jsonl");
+    let out = airlock(&[
+        "run",
+        "--tool",
+        h,
+        "--script",
+        path(&script),
+        "--events",
+        path(&events),
+        "go",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!has_control_sequences(&out.stdout), "{:?}", out.stdout);
+    let log = std::fs::read(&events).unwrap();
+    assert!(!has_control_sequences(&log));
+    let text = String::from_utf8_lossy(&log);
+    assert!(
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .any(|event| event.to_string().contains("\\u001b]52")),
+        "the event log keeps the exact text: {text}"
+    );
+}

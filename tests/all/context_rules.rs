@@ -142,10 +142,17 @@ async fn values_must_satisfy_the_key_schema_after_the_ops() {
         json!([{"op": "merge", "key": "counters", "value": {"b": -1}}]),
     )
     .await;
-    let RejectReason::SchemaViolation(message) = &reason else {
+    let RejectReason::SchemaViolation(violation) = &reason else {
         panic!("expected a schema violation, got {reason}");
     };
-    assert!(message.contains("/b"), "{message}");
+    assert_eq!(violation.instance_path, "/b");
+    assert_eq!(violation.rule, "minimum");
+    assert_eq!(violation.schema_path, "/additionalProperties/minimum");
+    assert_eq!(
+        reason.to_string(),
+        "the value after this call breaks the key's schema: at /b fails rule \"minimum\" \
+         (schema path /additionalProperties/minimum)"
+    );
     let reason = rejected(
         &host,
         json!([{"op": "set", "key": "counters", "value": "many"}]),
@@ -170,6 +177,89 @@ async fn values_must_satisfy_the_key_schema_after_the_ops() {
     .await
     .unwrap();
     assert_eq!(ctx.deps()["counters"], json!({"a": 2}));
+}
+
+/// Issue 12 item 2: a tool that may write but not read a key learns
+/// nothing of its value from a rejection. `merge` and `append` read the
+/// value, so they are refused on it (without naming its type); a schema
+/// violation names where and which rule, never the value.
+#[tokio::test]
+async fn rejections_reveal_nothing_the_tool_cannot_read() {
+    let mut schemas = BTreeMap::new();
+    schemas.insert(
+        "profile".to_owned(),
+        json!({"type": "object", "required": ["name"], "properties": {"age": {"type": "integer"}}}),
+    );
+    let rules = ContextRules::new(KeyPatterns::none(), schemas).unwrap();
+    let config = ToolConfig {
+        access: KeyAccess {
+            read: KeyPatterns::new(&["public"]).unwrap(),
+            write: KeyPatterns::new(&["public", "profile", "log"]).unwrap(),
+        },
+        ..ToolConfig::default()
+    };
+    let host = host_with(&[("context_probe", config)], rules).await;
+    let secret = json!({"name": "Ada", "ssn": "078-05-1120", "age": 36});
+
+    for (ops, expected) in [
+        (
+            json!([{"op": "merge", "key": "profile", "value": {"age": "old"}}]),
+            "op #0 (merge \"profile\") rejected: merge reads the key's value, and this tool may \
+             not read the key (context.read allows public)",
+        ),
+        (
+            json!([{"op": "append", "key": "log", "value": 1}]),
+            "op #0 (append \"log\") rejected: append reads the key's value, and this tool may \
+             not read the key (context.read allows public)",
+        ),
+        (
+            json!([{"op": "set", "key": "profile", "value": {"age": "old"}}]),
+            "op #0 (set \"profile\") rejected: the value after this call breaks the key's schema: \
+             the value fails rule \"required\" (schema path /required)",
+        ),
+    ] {
+        let mut ctx =
+            RunContext::from_value(json!({"public": 1, "profile": secret, "log": "text"})).unwrap();
+        let before = snapshot(&ctx);
+        let err = call(&host, &mut ctx, "apply", json!({ "ops": ops }))
+            .await
+            .unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.ends_with(expected), "{shown}");
+        for leak in ["078-05", "Ada", "36", "a string", "an object"] {
+            assert!(!shown.contains(leak), "{leak} in {shown}");
+        }
+        assert_host_still_serves(&host, &mut ctx, &before).await;
+    }
+
+    // What the tool may do: replace or delete the key outright.
+    let mut ctx = RunContext::from_value(json!({"public": 1, "profile": secret})).unwrap();
+    call(
+        &host,
+        &mut ctx,
+        "apply",
+        json!({"ops": [{"op": "set", "key": "profile", "value": {"name": "B"}}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ctx.deps()["profile"], json!({"name": "B"}));
+}
+
+/// With `read` and no `write`, a tool may change only what it may read.
+#[test]
+fn write_defaults_to_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = crate::support::guest("stateful");
+    let text = format!(
+        "[[tool]]\npath = {:?}\ncontext = {{ read = [\"public\", \"notes\"] }}\n",
+        tool.display()
+    );
+    let policy =
+        airlock::Policy::parse(&text, &dir.path().join("airlock.toml"), dir.path()).unwrap();
+    let write = &policy.tools[0].config.access.write;
+    assert!(write.matches("public") && write.matches("notes"));
+    assert!(!write.matches("profile"));
+    assert_eq!(write.patterns(), ["public", "notes"]);
 }
 
 #[test]

@@ -146,6 +146,69 @@ async fn no_grant_no_files() {
     );
 }
 
+/// Issue 12 item 1: a tool with a read-write grant swaps a directory that
+/// another grant points into for a relative symlink to the parent of both.
+/// The other grant stays bound to the directory it checked: it still shows
+/// that directory's files (now moved aside), and nothing outside.
+#[tokio::test]
+async fn a_grant_stays_bound_to_the_directory_it_checked() {
+    let root = tempfile::tempdir().unwrap();
+    let rw = root.path().join("rw");
+    std::fs::create_dir_all(rw.join("shared")).unwrap();
+    std::fs::write(rw.join("shared/ok.txt"), "shared content").unwrap();
+    std::fs::write(root.path().join("outside.txt"), "OUTSIDE-SECRET").unwrap();
+    let mut config = ToolConfig::default();
+    // Built through the library, which (unlike a policy file) does not
+    // refuse nesting, so the binding itself is what is tested.
+    config.grants.dirs = vec![
+        DirGrant::new(&rw, "/rw", DirMode::Rw).unwrap(),
+        DirGrant::new(rw.join("shared"), "/shared", DirMode::Ro).unwrap(),
+    ];
+    let host = host_with(&[("hostile", config)], ContextRules::default()).await;
+
+    let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+    let before = snapshot(&ctx);
+    call(
+        &host,
+        &mut ctx,
+        "plant_symlink",
+        json!({"path": "/rw/shared", "target": ".."}),
+    )
+    .await
+    .unwrap();
+    let link = std::fs::read_link(rw.join("shared")).unwrap();
+    assert_eq!(link, std::path::Path::new(".."), "the symlink was planted");
+    assert_eq!(
+        std::fs::read_to_string(rw.join("shared/outside.txt")).unwrap(),
+        "OUTSIDE-SECRET",
+        "following the path by name now leads outside"
+    );
+
+    let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+    let err = call(
+        &host,
+        &mut ctx,
+        "read_file",
+        json!({"path": "/shared/outside.txt"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, CallError::Failed(m) if !m.contains("OUTSIDE-SECRET")),
+        "{err}"
+    );
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+    let out = call(
+        &host,
+        &mut ctx,
+        "read_file",
+        json!({"path": "/shared/ok.txt"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.result["text"], "shared content");
+}
+
 #[test]
 fn bad_directory_grants_are_refused() {
     let err = DirGrant::new("/definitely/not/here", "/data", DirMode::Ro).unwrap_err();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use airlock::context::ContextRules;
-use airlock::sandbox::grants::{HostPattern, HttpGrant, SecretGrant};
+use airlock::sandbox::grants::{HostPattern, HttpGrant, SecretConfig, SecretGrant};
 use airlock::{CallError, Host, Limits, RunContext, ToolConfig};
 use serde_json::json;
 
@@ -25,15 +25,12 @@ fn config(allow: &[&str], secrets: Vec<SecretGrant>) -> ToolConfig {
     config
 }
 
-fn secret_for(host: &str) -> SecretGrant {
-    SecretGrant::new(
-        "TEST_TOKEN",
-        SECRET,
-        "authorization",
-        "Bearer {}",
-        vec![host.into()],
-    )
-    .unwrap()
+/// The test secret, bound to `origin` (cleartext allowed: the test
+/// servers are on loopback).
+fn secret_for(origin: &str) -> SecretGrant {
+    let mut config = SecretConfig::new("TEST_TOKEN", vec![origin.into()]);
+    config.cleartext_loopback = true;
+    SecretGrant::with_value(config, SECRET).unwrap()
 }
 
 async fn fetch_host(config: ToolConfig) -> Host {
@@ -60,7 +57,11 @@ async fn refused(host: &Host, url: &str, code: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn granted_host_is_fetched_with_the_secret_the_tool_never_sees() {
     let server = Loopback::start().await;
-    let host = fetch_host(config(&[&server.url("")], vec![secret_for("127.0.0.1")])).await;
+    let host = fetch_host(config(
+        &[&server.url("")],
+        vec![secret_for(&server.url(""))],
+    ))
+    .await;
     let mut ctx = RunContext::default();
     let out = call(
         &host,
@@ -164,7 +165,7 @@ async fn secrets_go_only_to_their_hosts() {
     let server = Loopback::start().await;
     let by_ip = format!("http://127.0.0.1:{}", server.port());
     let by_name = format!("http://localhost:{}", server.port());
-    let host = fetch_host(config(&[&by_ip, &by_name], vec![secret_for("127.0.0.1")])).await;
+    let host = fetch_host(config(&[&by_ip, &by_name], vec![secret_for(&by_ip)])).await;
     let mut ctx = RunContext::default();
     let out = call(
         &host,
@@ -186,7 +187,7 @@ async fn secrets_go_only_to_their_hosts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_reach_env_deps_or_logs() {
     let server = Loopback::start().await;
-    let mut cfg = config(&[&server.url("")], vec![secret_for("127.0.0.1")]);
+    let mut cfg = config(&[&server.url("")], vec![secret_for(&server.url(""))]);
     cfg.grants.env = vec![airlock::sandbox::grants::EnvGrant::new("HOME").unwrap()];
     let host = host_with(&[("hostile", cfg)], ContextRules::default()).await;
     let mut ctx = RunContext::from_value(json!({"note": "deps hold no secret"})).unwrap();
@@ -247,9 +248,86 @@ fn secret_debug_is_redacted() {
     let secret = secret_for("api.example.com");
     assert!(!format!("{secret:?}").contains(SECRET));
     assert!(secret.appears_in(&format!("Bearer {SECRET}")));
-    let err =
-        SecretGrant::new("X", "bad\nvalue", "authorization", "{}", vec!["h".into()]).unwrap_err();
+    let err = SecretGrant::with_value(SecretConfig::new("X", vec!["h".into()]), "bad\nvalue")
+        .unwrap_err();
     assert!(!err.to_string().contains("bad"), "{err}");
+}
+
+/// Issue 12 item 3: a secret is bound to origins (scheme, host and port),
+/// not to a host name. Two servers on the same host, both allowed: only
+/// the bound origin's server gets the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_go_only_to_their_origin_not_to_other_ports() {
+    let bound = Loopback::start().await;
+    let other = Loopback::start().await;
+    let host = fetch_host(config(
+        &[&bound.url(""), &other.url("")],
+        vec![secret_for(&bound.url(""))],
+    ))
+    .await;
+    let mut ctx = RunContext::default();
+    for server in [&other, &bound] {
+        call(
+            &host,
+            &mut ctx,
+            "fetch",
+            json!({ "url": server.url("/hello") }),
+        )
+        .await
+        .unwrap();
+    }
+    let got_secret = |server: &Loopback| {
+        server.requests()[0]
+            .headers
+            .iter()
+            .any(|(name, _)| name == "authorization")
+    };
+    assert!(got_secret(&bound), "the bound origin gets the secret");
+    assert!(
+        !got_secret(&other),
+        "another port of the same host does not"
+    );
+}
+
+/// A secret is never bound to a cleartext origin unless the entry says so,
+/// and then only on this machine; a bare host name means https on 443.
+#[test]
+fn cleartext_secret_origins_are_refused() {
+    let build = |origin: &str, cleartext_loopback: bool| {
+        let mut config = SecretConfig::new("TOKEN", vec![origin.into()]);
+        config.cleartext_loopback = cleartext_loopback;
+        SecretGrant::from_env(config).map(|s| s.origins()[0].as_str().to_owned())
+    };
+    let err = build("http://api.example.com", false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(
+            "secret \"TOKEN\": origin \"http://api.example.com\" would send the secret in cleartext"
+        ),
+        "{err}"
+    );
+    let err = build("http://api.example.com", true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("only localhost and loopback addresses"),
+        "{err}"
+    );
+    assert_eq!(
+        build("http://127.0.0.1:8080", true).unwrap(),
+        "http://127.0.0.1:8080"
+    );
+    assert_eq!(
+        build("http://localhost:8080", true).unwrap(),
+        "http://localhost:8080"
+    );
+    assert!(build("http://localhost:8080", false).is_err());
+    assert_eq!(
+        build("api.example.com", false).unwrap(),
+        "https://api.example.com"
+    );
+    assert!(build("api.example.com/path", false).is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,4 +353,45 @@ async fn raw_sockets_are_never_granted() {
     );
     assert_host_still_serves(&host, &mut ctx, &before).await;
     assert!(server.requests().is_empty(), "nothing reached the server");
+}
+
+/// Issue 12 item 4: one call cannot open connections without bound. With
+/// room for 3 connections and 5 requests per call, a call that starts 8
+/// requests to a server that never answers in time holds 3; the 4th and
+/// 5th are refused for the connection limit and the 6th to 8th for the
+/// request limit, all with `connection-limit-reached`. The next call gets
+/// a fresh budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_holds_a_bounded_number_of_connections() {
+    let server = Loopback::start().await;
+    let mut cfg = config(&[&server.url("")], vec![]);
+    cfg.grants.http.max_connections = 3;
+    cfg.grants.http.max_requests = 5;
+    let host = host_with(&[("hostile", cfg)], ContextRules::default()).await;
+    let mut ctx = RunContext::from_value(json!({"keep": true})).unwrap();
+    let before = snapshot(&ctx);
+    let out = call(
+        &host,
+        &mut ctx,
+        "open_connections",
+        json!({"url": server.url("/slow"), "count": 8, "wait_last": 5}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.result,
+        json!({"outcomes": {"ErrorCode::ConnectionLimitReached": 5}})
+    );
+    assert!(server.requests().len() <= 3, "{:?}", server.requests());
+
+    let out = call(
+        &host,
+        &mut ctx,
+        "open_connections",
+        json!({"url": server.url("/hello"), "count": 1, "wait_last": 1}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.result, json!({"outcomes": {"status 200": 1}}));
+    assert_host_still_serves(&host, &mut ctx, &before).await;
 }

@@ -325,3 +325,194 @@ async fn limits_that_cannot_be_enforced_are_refused_at_load() {
     let before = snapshot(&ctx);
     assert_host_still_serves(&host, &mut ctx, &before).await;
 }
+
+/// Issue 12 item 7: as many spinning calls as the runtime has workers do
+/// not stall the others. Each spinner writes a file once it runs (so the
+/// test knows both hold a worker), then spins. A benign call spawned on the
+/// same runtime then completes while both spinners still run; without the
+/// yield at each epoch tick it would wait for a spinner's timeout, and the
+/// spinners would be finished by then. The spinners are then cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_calls_do_not_hold_the_runtime_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ToolConfig::default();
+    config.limits.timeout = Duration::from_secs(30);
+    config.grants.dirs = vec![
+        airlock::sandbox::grants::DirGrant::new(
+            dir.path(),
+            "/signal",
+            airlock::sandbox::grants::DirMode::Rw,
+        )
+        .unwrap(),
+    ];
+    let host =
+        std::sync::Arc::new(host_with(&[("hostile", config)], ContextRules::default()).await);
+    let cancel = airlock::sandbox::CancelToken::new();
+    let spinners: Vec<_> = (0..2)
+        .map(|i| {
+            let (host, cancel) = (host.clone(), cancel.clone());
+            tokio::spawn(async move {
+                let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+                let args = json!({ "path": format!("/signal/{i}") }).to_string();
+                let call = airlock::ToolCall::new("write_then_spin", args);
+                let out = host.call_cancellable(&mut ctx, &call, &cancel).await;
+                (out.map(|_| ()).map_err(|f| f.error), snapshot(&ctx))
+            })
+        })
+        .collect();
+    // Blocking wait on this (non-worker) thread: it needs no runtime.
+    while !(0..2).all(|i| dir.path().join(i.to_string()).exists()) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let benign = tokio::spawn({
+        let host = host.clone();
+        async move {
+            let mut ctx = RunContext::from_value(json!({"counters": {"a": 1}})).unwrap();
+            call(&host, &mut ctx, "increment", json!({"name": "a"}))
+                .await
+                .map(|o| o.result)
+        }
+    });
+    let result = benign.await.unwrap().unwrap();
+    assert_eq!(result, json!({"counter": "a", "value": 2}));
+    assert!(
+        spinners.iter().all(|s| !s.is_finished()),
+        "the benign call had to wait for the spinners to end"
+    );
+
+    cancel.cancel();
+    for spinner in spinners {
+        let (out, deps) = spinner.await.unwrap();
+        assert!(matches!(out, Err(CallError::Cancelled)), "{out:?}");
+        assert_eq!(deps, r#"{"keep":1}"#);
+    }
+}
+
+/// A component in WAT whose `describe` returns one tool with exactly these
+/// strings (the `table_bomb` component's shape, generated).
+fn describe_wat(name: &str, description: &str, parameters: &str) -> String {
+    let hex = |s: &str| s.bytes().map(|b| format!("\\{b:02x}")).collect::<String>();
+    let le = |n: usize| {
+        u32::try_from(n)
+            .unwrap()
+            .to_le_bytes()
+            .iter()
+            .map(|b| format!("\\{b:02x}"))
+            .collect::<String>()
+    };
+    let (name_at, description_at) = (1024, 4096);
+    let parameters_at = description_at + description.len();
+    let end = parameters_at + parameters.len();
+    let pages = end / 65536 + 2;
+    format!(
+        r#"(component
+  (core module $m
+    (memory (export "memory") {pages})
+    (global $next (mut i32) (i32.const {end}))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $ptr i32)
+      (local.set $ptr (i32.and
+        (i32.add (global.get $next) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $next (i32.add (local.get $ptr) (local.get 3)))
+      (local.get $ptr))
+    (data (i32.const {name_at}) "{name}")
+    (data (i32.const {description_at}) "{description}")
+    (data (i32.const {parameters_at}) "{parameters}")
+    (data (i32.const 128) "{record}")
+    (data (i32.const 256) "\80\00\00\00\01\00\00\00")
+    (func (export "describe") (result i32) (i32.const 256))
+    (func (export "call") (param i32 i32 i32 i32 i32) (result i32) unreachable))
+  (core instance $i (instantiate $m))
+  (type $tool-spec (record (field "name" string) (field "description" string) (field "parameters" string)))
+  (type $entry (record (field "key" string) (field "value" string)))
+  (type $context-op (variant (case "set" $entry) (case "merge" $entry) (case "append" $entry) (case "delete" string)))
+  (type $tool-output (record (field "result" string) (field "updates" (list $context-op))))
+  (type $tool-error (variant (case "invalid-args" string) (case "failed" string) (case "retry" string)))
+  (import "airlock:tool/context@0.1.0" (instance $context (export "run-context" (type (sub resource)))))
+  (alias export $context "run-context" (type $run-context))
+  (func $describe (result (list $tool-spec))
+    (canon lift (core func $i "describe") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (func $call (param "ctx" (borrow $run-context)) (param "name" string) (param "args" string)
+    (result (result $tool-output (error $tool-error)))
+    (canon lift (core func $i "call") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (instance $tool
+    (export "tool-spec" (type $tool-spec)) (export "entry" (type $entry))
+    (export "context-op" (type $context-op)) (export "tool-output" (type $tool-output))
+    (export "tool-error" (type $tool-error))
+    (export "describe" (func $describe)) (export "call" (func $call)))
+  (export "airlock:tool/tool@0.1.0" (instance $tool)))
+"#,
+        name = hex(name),
+        description = hex(description),
+        parameters = hex(parameters),
+        record = [
+            le(name_at),
+            le(name.len()),
+            le(description_at),
+            le(description.len()),
+            le(parameters_at),
+            le(parameters.len()),
+        ]
+        .concat(),
+    )
+}
+
+/// Issue 12 item 12 (and issue 17 item 4): what `describe` returns is
+/// bounded before the host compiles or keeps it: a schema's depth and size,
+/// a description's size. Each is refused at load naming the tool and the
+/// bound; the host loads and serves other tools afterwards.
+#[tokio::test]
+async fn oversized_tool_specs_are_refused_at_load() {
+    let deep = "{\"not\":".repeat(40) + "{}" + &"}".repeat(40);
+    let big_schema = format!(
+        "{{\"type\":\"object\",\"description\":\"{}\"}}",
+        "x".repeat(70_000)
+    );
+    let cases = [
+        (
+            "deep",
+            "ok".to_owned(),
+            deep,
+            "tool \"deep\": parameters are not a usable JSON Schema: the schema nests 41 levels deep; the limit is 32",
+        ),
+        (
+            "big",
+            "ok".to_owned(),
+            big_schema,
+            "tool \"big\": the parameter schema is 70034 bytes; the limit is 65536",
+        ),
+        (
+            "wordy",
+            "w".repeat(20_000),
+            "{}".to_owned(),
+            "tool \"wordy\": the description is 20000 bytes; the limit is 16384",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (name, description, parameters, expected) in cases {
+        let path = dir.path().join(format!("{name}.wat"));
+        std::fs::write(&path, describe_wat(name, &description, &parameters)).unwrap();
+        let mut host = host_with(&[], ContextRules::default()).await;
+        let err = host.load(&path).await.unwrap_err();
+        assert!(
+            matches!(err, LoadError::BadSpec { .. }) && err.to_string().ends_with(expected),
+            "{name}: {err}"
+        );
+        let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+        let before = snapshot(&ctx);
+        assert_host_still_serves(&host, &mut ctx, &before).await;
+    }
+    // The same generator with sane strings loads: the refusals above are
+    // the bounds, not the generator.
+    let path = dir.path().join("fine.wat");
+    std::fs::write(
+        &path,
+        describe_wat("fine", "A fine tool.", "{\"type\":\"object\"}"),
+    )
+    .unwrap();
+    let mut host = host_with(&[], ContextRules::default()).await;
+    host.load(&path).await.unwrap();
+    assert!(host.tool_names().contains(&"fine".to_owned()));
+}

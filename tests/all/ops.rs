@@ -354,3 +354,133 @@ async fn legacy_updates_count_against_max_op_bytes() {
     call(&host, &mut c, "apply", ok).await.unwrap();
     assert_eq!(c.deps()["b"], 2);
 }
+
+/// `depth` levels of arrays around 0.
+fn nested(depth: usize) -> Value {
+    (0..depth).fold(json!(0), |inner, _| json!([inner]))
+}
+
+/// Issue 17 item 5: deps take only values Airlock can always load back.
+/// At the depth limit a value is accepted, saved with `--save-deps` and
+/// loaded again with `--deps`; one level deeper (by `set`, or by `append`
+/// wrapping a value at the limit) is refused and deps are unchanged.
+#[tokio::test]
+async fn deps_hold_only_values_that_load_back() {
+    let max = airlock::context::MAX_VALUE_DEPTH;
+    let deps = run(
+        json!({}),
+        json!([{"op": "set", "key": "deep", "value": nested(max)}]),
+    )
+    .await
+    .unwrap();
+    let err = run(
+        json!({}),
+        json!([{"op": "set", "key": "deep", "value": nested(max + 1)}]),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        RejectReason::TooDeep {
+            depth: max + 1,
+            max
+        }
+    );
+    let err = run(
+        json!({}),
+        json!([{"op": "append", "key": "deep", "value": nested(max)}]),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        RejectReason::TooDeep {
+            depth: max + 1,
+            max
+        }
+    );
+
+    // The round trip through the binary, at the limit.
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("deps.json");
+    let probe = crate::support::guest("context_probe");
+    let probe = probe.to_str().unwrap();
+    let ops = json!({"ops": [{"op": "set", "key": "deep", "value": nested(max)}]}).to_string();
+    let out = crate::support::airlock(&[
+        "call",
+        probe,
+        "apply",
+        &ops,
+        "--save-deps",
+        saved.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = crate::support::airlock(&[
+        "call",
+        probe,
+        "apply",
+        r#"{"ops":[]}"#,
+        "--deps",
+        saved.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["deps"], deps);
+}
+
+/// Issue 12 item 11: deps cannot grow without bound across calls. Each
+/// call stays under the per-call op bytes; the call that would take deps
+/// past `max_deps_bytes` is refused whole, and a call that shrinks deps
+/// still works.
+#[tokio::test]
+async fn deps_growth_is_bounded_across_calls() {
+    let mut config = airlock::ToolConfig::default();
+    config.limits.ops.max_deps_bytes = 10_000;
+    let host = crate::support::host_with(
+        &[("context_probe", config)],
+        airlock::context::ContextRules::default(),
+    )
+    .await;
+    let mut c = ctx(json!({}));
+    let chunk = "x".repeat(3_000);
+    for i in 0..3 {
+        call(
+            &host,
+            &mut c,
+            "apply",
+            json!({"ops": [{"op": "set", "key": format!("k{i}"), "value": chunk}]}),
+        )
+        .await
+        .unwrap();
+    }
+    let before = snapshot(&c);
+    let err = call(
+        &host,
+        &mut c,
+        "apply",
+        json!({"ops": [{"op": "set", "key": "k3", "value": chunk}]}),
+    )
+    .await
+    .unwrap_err();
+    let CallError::OpRejected(rejected) = err else {
+        panic!("expected a rejection, got {err}");
+    };
+    assert!(
+        matches!(rejected.reason, RejectReason::DepsTooLarge { max: 10_000, bytes } if bytes > 12_000),
+        "{rejected}"
+    );
+    assert_eq!(snapshot(&c), before);
+    call(&host, &mut c, "apply", json!({"ops": [{"op": "delete", "key": "k0"}, {"op": "set", "key": "k1", "value": "small"}]}))
+        .await
+        .unwrap();
+    assert_eq!(c.deps().len(), 2);
+}

@@ -48,7 +48,7 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
     assert_eq!(grants["dirs"][0]["mode"], "ro");
     assert_eq!(
         grants["secrets"],
-        json!([{"env": "GITHUB_TOKEN", "set": true, "header": "authorization", "hosts": ["api.github.com"]}])
+        json!([{"env": "GITHUB_TOKEN", "set": true, "header": "authorization", "origins": ["https://api.github.com"]}])
     );
     assert_eq!(grants["limits"]["timeout_ms"], 10000);
     assert_eq!(grants["limits"]["memory_bytes"], 64 << 20);
@@ -68,7 +68,9 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
         "{shown}"
     );
     assert!(
-        shown.contains("secret GITHUB_TOKEN (set) -> header authorization on api.github.com"),
+        shown.contains(
+            "secret GITHUB_TOKEN (set) -> header authorization on https://api.github.com"
+        ),
         "{shown}"
     );
     assert!(!shown.contains("ghp-example-secret"));
@@ -187,7 +189,8 @@ fn bad_policies_name_the_line_and_the_problem() {
         &[],
     );
     assert!(
-        err.contains("airlock.toml:3:") && err.contains("TOKEN") && err.contains("host name"),
+        err.contains("airlock.toml:3:")
+            && err.contains("secret \"TOKEN\": origin \"x.example/path\""),
         "{err}"
     );
 
@@ -240,4 +243,38 @@ fn a_granted_directory_reaches_the_tool_only_with_the_policy() {
     assert_eq!(out.status.code(), Some(1));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["error"]["kind"], "failed");
+}
+
+/// A directory inside another grant's read-write directory is refused at
+/// load (whoever writes the outer one could swap the inner one for a
+/// symlink before the next load); the same directory granted twice is not.
+#[test]
+fn grants_nested_in_a_writable_grant_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work/shared")).unwrap();
+    let stateful = guest("stateful");
+    let hostile = guest("hostile");
+    let tool = |path: &Path, name: &str, dir: &str, mode: &str| {
+        format!(
+            "[[tool]]\npath = {:?}\nname = {name:?}\ndirs = [{{ host = {dir:?}, guest = \"/d\", mode = {mode:?} }}]\n",
+            s(path)
+        )
+    };
+    let parse =
+        |text: &str| airlock::Policy::parse(text, &dir.path().join("airlock.toml"), dir.path());
+
+    let nested =
+        tool(&hostile, "writer", "work", "rw") + &tool(&stateful, "reader", "work/shared", "ro");
+    let err = parse(&nested).unwrap_err().to_string();
+    assert!(
+        err.contains("tool \"reader\"")
+            && err.contains("work/shared")
+            && err.contains("inside tool \"writer\"'s read-write directory"),
+        "{err}"
+    );
+
+    let shared = tool(&hostile, "writer", "work", "rw") + &tool(&stateful, "reader", "work", "ro");
+    parse(&shared).unwrap();
+    let read_only = tool(&hostile, "a", "work", "ro") + &tool(&stateful, "b", "work/shared", "ro");
+    parse(&read_only).unwrap();
 }

@@ -172,3 +172,41 @@ async fn a_failed_calls_output_reaches_the_event_log() {
     // The run went on: the next call ran.
     assert_eq!(ctx.deps()["counters"], json!({"after": 1}));
 }
+
+/// Issue 12 item 11: what a run keeps is bounded. Calls whose outputs
+/// together pass `max_transcript_bytes` end the run with a clear error
+/// before the next call or model request; the calls already made are kept,
+/// and the transcript stays near the bound.
+#[tokio::test]
+async fn a_run_keeps_a_bounded_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = json!({"name": "add_note", "arguments": {"text": "n".repeat(2_000)}});
+    let path = script(
+        dir.path(),
+        json!({"turns": [
+            {"tool_calls": [call.clone(), call.clone(), call.clone(), call.clone(), call]},
+            {"text": "never reached"}
+        ]}),
+    );
+    let model = ScriptModel::load(&path).unwrap();
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let limit = 5_000;
+    let err = Agent::new(Arc::clone(host().await), Arc::new(model))
+        .options(airlock::agent::AgentOptions {
+            max_transcript_bytes: limit,
+            ..Default::default()
+        })
+        .run(&mut ctx, &mut transcript, "go")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RunError::TranscriptTooLarge { limit: 5_000 }),
+        "{err}"
+    );
+    assert_eq!(err.kind(), "transcript_too_large");
+    let notes = ctx.deps()["notes"].as_array().unwrap().len();
+    assert!((1..5).contains(&notes), "{notes} notes kept");
+    let kept = serde_json::to_string(&transcript.items).unwrap().len();
+    assert!(kept < 2 * limit + 10_000, "{kept} bytes kept");
+}

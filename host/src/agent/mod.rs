@@ -40,6 +40,12 @@ pub struct AgentOptions {
     pub max_iterations: u32,
     /// Sent first when the transcript is empty.
     pub system_prompt: Option<String>,
+    /// Most bytes (as JSON) of items one run may add to its transcript.
+    /// Each call's output is already bounded by its limits; this bounds
+    /// their sum, so a run holds a bounded amount of memory whatever its
+    /// tools return. Past it the run ends with
+    /// [`RunError::TranscriptTooLarge`]. Default 64 MiB.
+    pub max_transcript_bytes: usize,
 }
 
 impl Default for AgentOptions {
@@ -47,6 +53,7 @@ impl Default for AgentOptions {
         Self {
             max_iterations: 10,
             system_prompt: None,
+            max_transcript_bytes: 64 << 20,
         }
     }
 }
@@ -132,6 +139,12 @@ pub enum RunError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
+    /// The run's items grew past [`AgentOptions::max_transcript_bytes`].
+    #[error("the run's transcript grew past {limit} bytes (max_transcript_bytes)")]
+    TranscriptTooLarge {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl RunError {
@@ -141,6 +154,7 @@ impl RunError {
             RunError::MaxIterations { .. } => "max_iterations",
             RunError::Model(_) => "model_error",
             RunError::Cancelled => "cancelled",
+            RunError::TranscriptTooLarge { .. } => "transcript_too_large",
         }
     }
 }
@@ -222,6 +236,7 @@ impl Agent {
             ctx,
             transcript,
             failures: HashMap::new(),
+            recorded_bytes: 0,
         };
         let result = run.drive(prompt).await;
         if let Err(e) = &result {
@@ -240,6 +255,8 @@ struct Run<'r> {
     transcript: &'r mut Transcript,
     /// Failed calls per tool in this run: the `retry` a tool sees.
     failures: HashMap<String, u32>,
+    /// Bytes of the items this run recorded.
+    recorded_bytes: usize,
 }
 
 impl Run<'_> {
@@ -250,11 +267,22 @@ impl Run<'_> {
             at_ms: events::now_ms(),
             item,
         };
+        self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(&event));
         if let Some(sender) = &self.agent.events {
             // A dropped receiver only means nobody is watching.
             let _ = sender.send(event.clone());
         }
         self.transcript.items.push(event);
+    }
+
+    /// Ends the run once its items outgrow the bound. Checked after each
+    /// call's output is recorded, before anything more is asked or run.
+    fn check_size(&self) -> Result<(), RunError> {
+        let limit = self.agent.options.max_transcript_bytes;
+        if self.recorded_bytes > limit {
+            return Err(RunError::TranscriptTooLarge { limit });
+        }
+        Ok(())
     }
 
     async fn drive(&mut self, prompt: &str) -> Result<RunOutcome, RunError> {
@@ -317,8 +345,10 @@ impl Run<'_> {
                 });
             }
             for call in &reply.tool_calls {
+                self.check_size()?;
                 self.dispatch(call, iteration).await?;
             }
+            self.check_size()?;
         }
     }
 

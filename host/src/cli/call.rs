@@ -8,7 +8,10 @@ use serde_json::{Value, json};
 
 use airlock::{CallOutcome, ContextOp, RunContext, ToolCall};
 
-use super::{Failure, RunFlags, load_host, print_out, report_failure, save_deps, show_json};
+use super::terminal::field;
+use super::{
+    Failure, RunFlags, load_host, print_json, print_out, report_failure, save_deps, show_json,
+};
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
@@ -59,7 +62,7 @@ fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
             "stderr": outcome.output.stderr,
             "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
         });
-        print_out(&doc.to_string());
+        print_json(&doc);
         return;
     }
     let mut text = format!("result: {}\n", show_json(&outcome.result));
@@ -73,7 +76,8 @@ fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
     for record in &outcome.output.logs {
         text.push_str(&format!(
             "log:    [{:?}] {}\n",
-            record.level, record.message
+            record.level,
+            field(&record.message)
         ));
     }
     for (name, stream) in [
@@ -92,11 +96,12 @@ fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
 }
 
 fn describe_op(op: &ContextOp) -> String {
+    let key = field(op.key());
     match op {
-        ContextOp::Set { key, value } => format!("set {key} = {value}"),
-        ContextOp::Merge { key, value } => format!("merge {key} <- {value}"),
-        ContextOp::Append { key, value } => format!("append {key} += {value}"),
-        ContextOp::Delete { key } => format!("delete {key}"),
+        ContextOp::Set { value, .. } => format!("set {key} = {value}"),
+        ContextOp::Merge { value, .. } => format!("merge {key} <- {value}"),
+        ContextOp::Append { value, .. } => format!("append {key} += {value}"),
+        ContextOp::Delete { .. } => format!("delete {key}"),
     }
 }
 

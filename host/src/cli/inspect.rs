@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use airlock::tools::LoadedComponent;
 
-use super::{Failure, load_host, print_out, report_failure, show_json};
+use super::terminal::field;
+use super::{Failure, load_host, print_json, print_out, report_failure, show_json};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -65,7 +66,7 @@ fn grants_json(component: &LoadedComponent) -> Value {
         "dirs": grants.dirs.iter().map(|d| json!({"host": d.host(), "guest": d.guest(), "mode": d.mode()})).collect::<Vec<_>>(),
         "env": grants.env.iter().map(|e| e.name()).collect::<Vec<_>>(),
         "http": grants.http.allowed().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
-        "secrets": grants.secrets.iter().map(|s| json!({"env": s.name(), "set": s.is_set(), "header": s.header_name().as_str(), "hosts": s.hosts()})).collect::<Vec<_>>(),
+        "secrets": grants.secrets.iter().map(|s| json!({"env": s.name(), "set": s.is_set(), "header": s.header_name().as_str(), "origins": s.origins().iter().map(|o| o.as_str()).collect::<Vec<_>>()})).collect::<Vec<_>>(),
         "limits": {
             "timeout_ms": u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
             "memory_bytes": limits.max_memory_bytes,
@@ -74,6 +75,7 @@ fn grants_json(component: &LoadedComponent) -> Value {
             "max_output_bytes": limits.max_output_bytes,
             "max_ops": limits.ops.max_ops,
             "max_op_bytes": limits.ops.max_op_bytes,
+            "max_deps_bytes": limits.ops.max_deps_bytes,
         },
         "context": {
             "read": component.access().read.patterns(),
@@ -105,12 +107,16 @@ pub async fn run(args: InspectArgs) -> ExitCode {
             }).collect::<Vec<_>>(),
             "grants": grants_json(component),
         });
-        print_out(&doc.to_string());
+        print_json(&doc);
         return ExitCode::SUCCESS;
     }
     let mut text = format!("{}\n\ntools:\n", component.path().display());
     for spec in component.tools() {
-        text.push_str(&format!("  {}  {}\n", spec.name, spec.description));
+        text.push_str(&format!(
+            "  {}  {}\n",
+            field(&spec.name),
+            field(&spec.description)
+        ));
         text.push_str(&format!(
             "    parameters: {}\n",
             show_json(&spec.parameters)

@@ -8,6 +8,7 @@
 mod call;
 mod inspect;
 mod run;
+mod terminal;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -170,7 +171,7 @@ fn report_failure(
         doc.insert("ok".into(), Value::Bool(false));
         doc.insert("error".into(), failure.to_json());
         doc.extend(extra);
-        print_out(&Value::Object(doc).to_string());
+        print_json(&Value::Object(doc));
     } else {
         print_error(&failure.message);
     }
@@ -186,20 +187,33 @@ fn save_deps(path: &Path, ctx: &RunContext) -> Result<(), Failure> {
         .map_err(|e| Failure::input("save_deps", format!("--save-deps {}: {e}", path.display())))
 }
 
-/// Prints an error the way every command does: one `error:` line (plus any
-/// lines the message carries) on stderr.
+/// Prints an error the way every command does: one `error:` line on
+/// stderr, plus any lines the message carries, indented so that none can
+/// pass for a line of the CLI's own. Control characters are escaped.
 pub fn print_error(e: &dyn std::fmt::Display) {
+    let text = e.to_string();
+    let text = terminal::shown(&text).replace('\n', "\n  ");
     #[allow(clippy::print_stderr)]
     {
-        eprintln!("error: {e}");
+        eprintln!("error: {text}");
     }
 }
 
-/// Writes to stdout. The one place the CLI prints results.
+/// Writes text to stdout, control characters escaped. The one place the CLI
+/// prints results as text.
 pub fn print_out(text: &str) {
     #[allow(clippy::print_stdout)]
     {
-        println!("{text}");
+        println!("{}", terminal::shown(text));
+    }
+}
+
+/// Writes `value` to stdout as one line of JSON (exact JSON, with the
+/// characters a terminal acts on written as escapes).
+pub fn print_json(value: &Value) {
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{}", terminal::json(&value.to_string()));
     }
 }
 
@@ -266,7 +280,7 @@ fn host_builder() -> airlock::HostBuilder {
 fn print_note(text: &str) {
     #[allow(clippy::print_stderr)]
     {
-        eprintln!("airlock: {text}");
+        eprintln!("airlock: {}", terminal::field(text));
     }
 }
 

@@ -19,8 +19,8 @@ use airlock::sandbox::CancelToken;
 use airlock::{Host, RunContext};
 
 use super::{
-    EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_out, report_failure,
-    save_deps, show_json,
+    EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_json, print_out,
+    report_failure, save_deps, show_json,
 };
 
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT).
@@ -86,6 +86,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let options = AgentOptions {
         max_iterations: args.max_iterations,
         system_prompt: args.system.clone(),
+        ..AgentOptions::default()
     };
     let (sender, mut receiver) = mpsc::unbounded_channel();
     let mut transcript = Transcript::default();
@@ -101,7 +102,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         while let Some(event) = receiver.recv().await {
             if let Some(sink) = events_file.as_mut() {
                 let line = serde_json::to_string(&event).unwrap_or_default();
-                if let Err(e) = writeln!(sink, "{line}").and_then(|()| sink.flush()) {
+                if let Err(e) =
+                    writeln!(sink, "{}", super::terminal::json(&line)).and_then(|()| sink.flush())
+                {
                     tracing::warn!(error = %e, "cannot write the event log");
                 }
             }
@@ -221,7 +224,8 @@ fn show_progress(event: &Event) {
         // The prompt, and items added by later versions.
         _ => return,
     };
-    print_out(&line);
+    // Each event is one line, whatever newlines the model or tool put in it.
+    print_out(&super::terminal::field(&line));
 }
 
 /// `text` on one line (runs of white space folded), at most `max` bytes.
@@ -236,18 +240,15 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
     match result {
         Ok(outcome) => {
             if args.flags.json {
-                print_out(
-                    &json!({
-                        "ok": true,
-                        "answer": outcome.answer,
-                        "deps": deps,
-                        "usage": usage,
-                        "iterations": outcome.iterations,
-                        "session_id": outcome.session_id,
-                        "run_id": outcome.run_id,
-                    })
-                    .to_string(),
-                );
+                print_json(&json!({
+                    "ok": true,
+                    "answer": outcome.answer,
+                    "deps": deps,
+                    "usage": usage,
+                    "iterations": outcome.iterations,
+                    "session_id": outcome.session_id,
+                    "run_id": outcome.run_id,
+                }));
             } else {
                 print_out(&format!(
                     "\nanswer: {}\ndeps:   {}\nusage:  {} requests, {} tool calls, {} input + {} output tokens",
@@ -263,18 +264,15 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
         }
         Err(error) => {
             if args.flags.json {
-                print_out(
-                    &json!({
-                        "ok": false,
-                        "error": {"kind": error.kind(), "message": error.to_string()},
-                        "deps": deps,
-                        "usage": usage,
-                        "iterations": ctx.iteration,
-                        "session_id": ctx.session_id(),
-                        "run_id": ctx.run_id(),
-                    })
-                    .to_string(),
-                );
+                print_json(&json!({
+                    "ok": false,
+                    "error": {"kind": error.kind(), "message": error.to_string()},
+                    "deps": deps,
+                    "usage": usage,
+                    "iterations": ctx.iteration,
+                    "session_id": ctx.session_id(),
+                    "run_id": ctx.run_id(),
+                }));
             } else {
                 print_error(&error);
                 print_out(&format!("deps: {}", show_json(&deps)));
@@ -298,7 +296,8 @@ impl airlock::agent::Approver for TerminalApprover {
     fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision> {
         let question = format!(
             "approve {} {}? [y]es / [n]o / [e]dit: ",
-            call.name, call.arguments
+            super::terminal::field(call.name),
+            super::terminal::field(call.arguments)
         );
         Box::pin(async move {
             tokio::task::spawn_blocking(move || ask(&question))

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
+use super::SchemaViolation;
+
 /// A list of glob patterns over deps keys (`*` matches any run of
 /// characters, `?` one; `[abc]` a class), or "every key".
 #[derive(Debug, Clone)]
@@ -136,9 +138,9 @@ impl ContextRules {
             .into_iter()
             .map(|(key, schema)| {
                 let validator =
-                    jsonschema::validator_for(&schema).map_err(|e| RuleError::Schema {
+                    crate::spec::compile_schema(&schema).map_err(|problem| RuleError::Schema {
                         key: key.clone(),
-                        problem: e.to_string(),
+                        problem,
                     })?;
                 Ok((key, Arc::new(validator)))
             })
@@ -162,21 +164,26 @@ impl ContextRules {
     }
 
     /// Checks `value` against the schema for `key`, if any; the error is
-    /// the first violation, with its location in the value.
-    pub(crate) fn check(&self, key: &str, value: &Value) -> Result<(), String> {
+    /// the first violation: where in the value and which rule, never the
+    /// value itself (jsonschema's own messages quote it).
+    pub(crate) fn check(&self, key: &str, value: &Value) -> Result<(), SchemaViolation> {
         let Some(validator) = self.schemas.get(key) else {
             return Ok(());
         };
         match validator.iter_errors(value).next() {
             None => Ok(()),
             Some(e) => {
-                let at = e.instance_path().to_string();
-                let at = if at.is_empty() {
-                    "the value".to_owned()
-                } else {
-                    format!("at {at}")
-                };
-                Err(format!("{at}: {e}"))
+                let schema_path = e.schema_path().to_string();
+                let rule = schema_path
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                Err(SchemaViolation {
+                    instance_path: e.instance_path().to_string(),
+                    rule,
+                    schema_path,
+                })
             }
         }
     }

@@ -20,7 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use access::{ContextRules, KeyAccess, KeyPatterns, KeyRules, RuleError};
-pub use ops::{ContextOp, JsonType, OpKind, OpLimits, OpRejected, RejectReason};
+pub use ops::{
+    ContextOp, JsonType, MAX_VALUE_DEPTH, OpKind, OpLimits, OpRejected, RejectReason,
+    SchemaViolation,
+};
 pub use output::{LEGACY_UPDATE_KEY, OutputError, ParsedOutput, RawOp, parse_output};
 
 /// Deps as a shared, copy-on-write JSON object.
@@ -46,6 +49,9 @@ pub struct Usage {
 #[derive(Debug, Clone)]
 pub struct RunContext {
     deps: Deps,
+    /// Length of deps as compact JSON, once measured; kept up to date by
+    /// `apply`, forgotten by `deps_mut`.
+    deps_bytes: Option<usize>,
     run_id: String,
     session_id: String,
     user_id: Option<String>,
@@ -79,6 +85,7 @@ impl RunContext {
     pub fn new(deps: Map<String, Value>) -> Self {
         Self {
             deps: Arc::new(deps),
+            deps_bytes: None,
             run_id: new_id("run"),
             session_id: new_id("sess"),
             user_id: None,
@@ -136,6 +143,7 @@ impl RunContext {
 
     /// Direct access for the embedder. Tools never get this; they return ops.
     pub fn deps_mut(&mut self) -> &mut Map<String, Value> {
+        self.deps_bytes = None;
         Arc::make_mut(&mut self.deps)
     }
 
@@ -162,7 +170,9 @@ impl RunContext {
     /// Applies a call's ops in order: all of them, or none and an error
     /// naming the first op that failed (its index, key and reason).
     ///
-    /// Costs the size of the values the ops touch, not the size of deps.
+    /// Costs the size of the values the ops touch, not the size of deps
+    /// (deps are measured once, for [`OpLimits::max_deps_bytes`], and again
+    /// only after [`RunContext::deps_mut`]).
     pub fn apply(&mut self, ops: &[ContextOp], limits: &OpLimits) -> Result<(), OpRejected> {
         self.apply_with_rules(ops, limits, &KeyRules::default())
     }
@@ -179,7 +189,12 @@ impl RunContext {
         if ops.is_empty() {
             return Ok(());
         }
-        ops::apply(Arc::make_mut(&mut self.deps), ops, limits, rules)
+        let current = *self
+            .deps_bytes
+            .get_or_insert_with(|| crate::json::len(&*self.deps));
+        let new = ops::apply(Arc::make_mut(&mut self.deps), current, ops, limits, rules)?;
+        self.deps_bytes = Some(new);
+        Ok(())
     }
 }
 

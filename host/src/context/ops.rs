@@ -30,7 +30,17 @@ pub struct OpLimits {
     /// Most bytes of keys plus JSON value text over all of a call's ops.
     /// Default 1 MiB.
     pub max_op_bytes: usize,
+    /// Largest deps may grow to, as compact JSON text, checked on the
+    /// staged deps before a call's ops are applied. Default 16 MiB. (A call
+    /// that shrinks deps is never refused for their size.)
+    pub max_deps_bytes: usize,
 }
+
+/// Deepest nesting of a value in deps (deps itself not counted), checked on
+/// every staged value. Far enough under serde_json's parse limit (128) that
+/// whatever a tool puts in deps can always be saved and loaded back, inside
+/// a session record included.
+pub const MAX_VALUE_DEPTH: usize = 64;
 
 impl Default for OpLimits {
     fn default() -> Self {
@@ -38,6 +48,7 @@ impl Default for OpLimits {
             max_ops: 1_000,
             max_key_bytes: 256,
             max_op_bytes: 1 << 20,
+            max_deps_bytes: 16 << 20,
         }
     }
 }
@@ -237,9 +248,65 @@ pub enum RejectReason {
         /// The tool's write patterns.
         allowed: Vec<String>,
     },
-    /// The key's value after the call breaks its schema.
+    /// A `merge` or `append` on a key outside the tool's `context.read`
+    /// patterns. Both read the value they change (and a rejection would
+    /// reveal its type), so they need read access; `set` and `delete` need
+    /// only write access.
+    #[error("{kind} reads the key's value, and this tool may not read the key (context.read allows {})", .allowed.join(", "))]
+    NotReadable {
+        /// The op.
+        kind: OpKind,
+        /// The tool's read patterns.
+        allowed: Vec<String>,
+    },
+    /// Deps after the call would be larger than [`OpLimits::max_deps_bytes`].
+    #[error("deps would grow to {bytes} bytes; the limit is {max}")]
+    DepsTooLarge {
+        /// The size deps would have.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The key's value after the call nests deeper than [`MAX_VALUE_DEPTH`].
+    #[error("the value after this call nests {depth} levels deep; the limit is {max}")]
+    TooDeep {
+        /// How deep it nests.
+        depth: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The key's value after the call breaks its schema. Names where and
+    /// which rule, never the value.
     #[error("the value after this call breaks the key's schema: {0}")]
-    SchemaViolation(String),
+    SchemaViolation(SchemaViolation),
+}
+
+/// Where a value breaks its key's schema: the location in the value and the
+/// failing rule's location in the schema. Holds no part of the value, so it
+/// can be shown to a tool or a model whatever the value is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SchemaViolation {
+    /// JSON Pointer into the value (empty: the value itself).
+    pub instance_path: String,
+    /// The failing keyword, e.g. `minimum`.
+    pub rule: String,
+    /// JSON Pointer to the failing keyword in the schema.
+    pub schema_path: String,
+}
+
+impl fmt::Display for SchemaViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.instance_path.is_empty() {
+            f.write_str("the value")?;
+        } else {
+            write!(f, "at {}", self.instance_path)?;
+        }
+        write!(
+            f,
+            " fails rule {:?} (schema path {})",
+            self.rule, self.schema_path
+        )
+    }
 }
 
 /// The JSON type of a value, for messages.
@@ -305,17 +372,28 @@ pub(crate) fn truncate_key(key: &str) -> String {
     crate::text::truncate(key, 64)
 }
 
-/// Applies `ops` in order to `deps`, all or nothing.
+/// What one entry adds to deps' JSON text: `"key":value` and a comma.
+fn entry_len(key: &str, value: Option<&Value>) -> usize {
+    value.map_or(0, |v| {
+        crate::json::len(&key)
+            .saturating_add(crate::json::len(v))
+            .saturating_add(2)
+    })
+}
+
+/// Applies `ops` in order to `deps`, whose JSON text is `deps_bytes` long,
+/// all or nothing; returns the new length.
 ///
 /// Each touched key is staged as a copy of its current value; untouched keys
 /// are never copied, so the cost is that of the values the ops touch, not of
 /// deps. `deps` is modified only after every op has succeeded.
 pub(crate) fn apply(
     deps: &mut Map<String, Value>,
+    deps_bytes: usize,
     ops: &[ContextOp],
     limits: &OpLimits,
     rules: &KeyRules,
-) -> Result<(), OpRejected> {
+) -> Result<usize, OpRejected> {
     if ops.len() > limits.max_ops {
         let index = limits.max_ops;
         return Err(OpRejected {
@@ -350,6 +428,14 @@ pub(crate) fn apply(
                 allowed: rules.access.write.patterns().to_vec(),
             }));
         }
+        if matches!(op, ContextOp::Merge { .. } | ContextOp::Append { .. })
+            && !rules.access.read.matches(key)
+        {
+            return Err(reject(RejectReason::NotReadable {
+                kind: op.kind(),
+                allowed: rules.access.read.patterns().to_vec(),
+            }));
+        }
         let slot = *slot_of.entry(key).or_insert_with(|| {
             staged.push((key, deps.get(key).cloned(), index));
             staged.len() - 1
@@ -357,17 +443,40 @@ pub(crate) fn apply(
         apply_one(&mut staged[slot].1, op).map_err(reject)?;
         staged[slot].2 = index;
     }
+    let mut new_bytes = deps_bytes;
     for (key, value, index) in &staged {
-        if let Some(value) = value
-            && let Err(violation) = rules.context.check(key, value)
-        {
-            return Err(OpRejected {
-                index: *index,
-                kind: ops[*index].kind(),
-                key: truncate_key(key),
-                reason: RejectReason::SchemaViolation(violation),
-            });
+        let reject = |reason| OpRejected {
+            index: *index,
+            kind: ops[*index].kind(),
+            key: truncate_key(key),
+            reason,
+        };
+        new_bytes = new_bytes
+            .saturating_sub(entry_len(key, deps.get(*key)))
+            .saturating_add(entry_len(key, value.as_ref()));
+        let Some(value) = value else { continue };
+        let depth = crate::json::depth(value);
+        if depth > MAX_VALUE_DEPTH {
+            return Err(reject(RejectReason::TooDeep {
+                depth,
+                max: MAX_VALUE_DEPTH,
+            }));
         }
+        if let Err(violation) = rules.context.check(key, value) {
+            return Err(reject(RejectReason::SchemaViolation(violation)));
+        }
+    }
+    if new_bytes > limits.max_deps_bytes && new_bytes > deps_bytes {
+        let index = ops.len() - 1;
+        return Err(OpRejected {
+            index,
+            kind: ops[index].kind(),
+            key: truncate_key(ops[index].key()),
+            reason: RejectReason::DepsTooLarge {
+                bytes: new_bytes,
+                max: limits.max_deps_bytes,
+            },
+        });
     }
     for (key, value, _) in staged {
         match value {
@@ -381,7 +490,7 @@ pub(crate) fn apply(
             }
         }
     }
-    Ok(())
+    Ok(new_bytes)
 }
 
 /// Applies one op to the value a key holds (`None`: the key is missing).
@@ -458,7 +567,7 @@ mod tests {
                 value: json!(3),
             },
         ];
-        let err = apply(&mut d, &ops, &OpLimits::default(), &KeyRules::default()).unwrap_err();
+        let err = apply(&mut d, 0, &ops, &OpLimits::default(), &KeyRules::default()).unwrap_err();
         assert_eq!(err.index, 1);
         assert_eq!(err.key, "s");
         assert_eq!(d, before);
@@ -482,7 +591,7 @@ mod tests {
                 value: json!(1),
             },
         ];
-        apply(&mut d, &ops, &OpLimits::default(), &KeyRules::default()).unwrap();
+        apply(&mut d, 0, &ops, &OpLimits::default(), &KeyRules::default()).unwrap();
         let keys: Vec<&str> = d.keys().map(String::as_str).collect();
         assert_eq!(keys, ["a", "c", "z", "m"]);
         assert_eq!(d["a"], 9);
@@ -493,6 +602,7 @@ mod tests {
         let key = "k".repeat(10_000);
         let err = apply(
             &mut Map::new(),
+            0,
             &[ContextOp::Delete { key }],
             &OpLimits::default(),
             &KeyRules::default(),

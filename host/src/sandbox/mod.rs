@@ -7,6 +7,8 @@
 //! - Every call gets a fresh `Store` and instance; nothing survives a call.
 //! - A store never outlives its call's deadline: epoch interruption stops
 //!   running wasm, and the call's deadline bounds host-side awaits.
+//! - Running wasm yields its executor thread at every epoch tick, so
+//!   spinning guests share the runtime's workers with every other task.
 //! - The guest's stdout and stderr never reach the host's streams.
 
 mod cache;
@@ -156,7 +158,14 @@ impl Sandbox {
             if Instant::now() >= state.deadline {
                 return Err(wasmtime::Error::new(Interrupted::Timeout));
             }
-            Ok(UpdateDeadline::Continue(1))
+            // Yield to the executor on every tick: a guest that computes
+            // without pause must not hold a worker thread (and with it other
+            // calls' I/O and timers) for its whole timeout. Cost: one boxed
+            // future per tick of guest run time.
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
         });
         if self.fuel_metering {
             store.set_fuel(fuel.unwrap_or(u64::MAX))?;

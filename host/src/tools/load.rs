@@ -14,7 +14,7 @@ use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
 use crate::context::KeyRules;
 use crate::policy::ToolConfig;
 use crate::sandbox::{CacheOutcome, CallState, CancelToken, CompileCache, Grants, Limits};
-use crate::spec::ToolSpec;
+use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
 
 impl Host {
     /// Loads the component at `path` with the host's default limits and
@@ -230,13 +230,20 @@ fn validate_specs(
     path: &Path,
     specs: Vec<guest::ToolSpec>,
 ) -> Result<(Vec<ToolSpec>, Validators), LoadError> {
+    if specs.len() > MAX_TOOLS {
+        return Err(LoadError::BadSpec {
+            path: path.to_path_buf(),
+            name: String::new(),
+            problem: format!("describes {} tools; the limit is {MAX_TOOLS}", specs.len()),
+        });
+    }
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::with_capacity(specs.len());
     let mut validators = BTreeMap::new();
     for spec in specs {
         let bad = |problem: String| LoadError::BadSpec {
             path: path.to_path_buf(),
-            name: spec.name.clone(),
+            name: crate::text::truncate(&spec.name, 64),
             problem,
         };
         let name_ok = !spec.name.is_empty()
@@ -251,13 +258,25 @@ fn validate_specs(
         if !seen.insert(spec.name.clone()) {
             return Err(bad("described twice by the same component".into()));
         }
+        if spec.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(bad(format!(
+                "the description is {} bytes; the limit is {MAX_DESCRIPTION_BYTES}",
+                spec.description.len()
+            )));
+        }
+        if spec.parameters.len() > MAX_SCHEMA_BYTES {
+            return Err(bad(format!(
+                "the parameter schema is {} bytes; the limit is {MAX_SCHEMA_BYTES}",
+                spec.parameters.len()
+            )));
+        }
         let parameters: Value = serde_json::from_str(&spec.parameters)
             .map_err(|e| bad(format!("parameters are not valid JSON: {e}")))?;
         if !parameters.is_object() {
             return Err(bad("parameters must be a JSON Schema object".into()));
         }
-        let validator = jsonschema::validator_for(&parameters)
-            .map_err(|e| bad(format!("parameters are not a valid JSON Schema: {e}")))?;
+        let validator = compile_schema(&parameters)
+            .map_err(|e| bad(format!("parameters are not a usable JSON Schema: {e}")))?;
         validators.insert(spec.name.clone(), Arc::new(validator));
         out.push(ToolSpec {
             name: spec.name,

@@ -8,7 +8,7 @@
 //! [[tool]]
 //! path = "http_fetch.wasm"
 //! http = ["https://api.example.com"]
-//! secrets = [{ env = "EXAMPLE_TOKEN", hosts = ["api.example.com"] }]
+//! secrets = [{ env = "EXAMPLE_TOKEN", origins = ["https://api.example.com"] }]
 //! ```
 //!
 //! A refused request comes back as a `failed` error naming the WASI HTTP

@@ -48,11 +48,90 @@ pub struct DirConfig {
 /// A host directory the tool sees at `guest`. Paths cannot escape it:
 /// `..`, absolute paths and symlinks that lead outside are refused by the
 /// capability-based filesystem under WASI.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Invariant: a grant is bound to the directory that was checked when it
+/// was made, not to its path. The directory is opened once, in
+/// [`DirGrant::new`], and every call is given that same directory (on
+/// Linux through `/proc/self/fd`, which names the open directory itself,
+/// not a path to it). Renaming it, or replacing it or any directory above
+/// it with a symlink, cannot redirect the grant; a removed directory stays
+/// an empty one that nothing can be created in. Cost: one open file
+/// descriptor per grant for the grant's life.
+#[derive(Debug, Clone)]
 pub struct DirGrant {
     host: PathBuf,
     guest: String,
     mode: DirMode,
+    handle: Arc<BoundDir>,
+}
+
+impl PartialEq for DirGrant {
+    fn eq(&self, other: &Self) -> bool {
+        self.host == other.host && self.guest == other.guest && self.mode == other.mode
+    }
+}
+
+impl Eq for DirGrant {}
+
+/// The directory a grant was checked against, held open.
+#[derive(Debug)]
+struct BoundDir {
+    file: std::fs::File,
+    /// `(device, inode)` as checked, compared on every call where the
+    /// directory cannot be reopened through its descriptor.
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    identity: (u64, u64),
+}
+
+impl BoundDir {
+    fn open(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_dir() {
+            return Err(std::io::Error::other("is not a directory"));
+        }
+        let bound = Self {
+            file,
+            identity: (meta.dev(), meta.ino()),
+        };
+        // Fail at load, not on the first call, where /proc is missing.
+        let reopened = std::fs::metadata(bound.path_for_call(path)?)?;
+        if (reopened.dev(), reopened.ino()) != (meta.dev(), meta.ino()) {
+            return Err(std::io::Error::other(
+                "the directory changed while it was being opened",
+            ));
+        }
+        Ok(bound)
+    }
+
+    /// A path that opens exactly this directory.
+    #[cfg(target_os = "linux")]
+    fn path_for_call(&self, _configured: &Path) -> std::io::Result<PathBuf> {
+        use std::os::fd::AsRawFd;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        if !path.exists() {
+            return Err(std::io::Error::other(
+                "/proc is not mounted; directory grants need it to stay bound to the checked directory",
+            ));
+        }
+        Ok(path)
+    }
+
+    /// Elsewhere, the configured path, if it still leads to the directory
+    /// that was checked. (Between this check and the open there is a
+    /// window; Linux has none.)
+    #[cfg(not(target_os = "linux"))]
+    fn path_for_call(&self, configured: &Path) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
+        let now = std::fs::metadata(configured)?;
+        if (now.dev(), now.ino()) != self.identity {
+            return Err(std::io::Error::other(
+                "it is no longer the directory that was granted (replaced or moved)",
+            ));
+        }
+        Ok(configured.to_path_buf())
+    }
 }
 
 impl DirGrant {
@@ -79,12 +158,26 @@ impl DirGrant {
         if !guest.starts_with('/') {
             return Err(err(format!("guest path {guest:?} must be absolute")));
         }
-        Ok(Self { host, guest, mode })
+        let handle = BoundDir::open(&host).map_err(|e| err(format!("cannot be opened: {e}")))?;
+        Ok(Self {
+            host,
+            guest,
+            mode,
+            handle: Arc::new(handle),
+        })
     }
 
-    /// The host directory, canonical.
+    /// The host directory's canonical path when the grant was made. The
+    /// grant stays bound to that directory even if the path later leads
+    /// elsewhere.
     pub fn host(&self) -> &Path {
         &self.host
+    }
+
+    /// Whether `other` lies strictly inside this grant's directory (by
+    /// canonical path, as checked at load).
+    pub fn contains(&self, other: &DirGrant) -> bool {
+        other.host != self.host && other.host.starts_with(&self.host)
     }
 
     /// Where the tool sees the directory.
@@ -116,13 +209,15 @@ impl Grant for DirGrant {
             DirMode::Ro => FsPerms::ReadOnly,
             DirMode::Rw => FsPerms::ReadWrite,
         };
+        let unavailable = |source: std::io::Error| GrantError::DirUnavailable {
+            path: self.host.display().to_string(),
+            source: Arc::new(source),
+        };
+        let path = self.handle.path_for_call(&self.host).map_err(unavailable)?;
         call.wasi
-            .preopened_dir(&self.host, &self.guest, perms)
+            .preopened_dir(&path, &self.guest, perms)
             .map(|_| ())
-            .map_err(|e| GrantError::DirUnavailable {
-                path: self.host.display().to_string(),
-                source: Arc::new(std::io::Error::other(e.to_string())),
-            })
+            .map_err(|e| unavailable(std::io::Error::other(e.to_string())))
     }
 
     fn describe(&self) -> Vec<String> {

@@ -31,6 +31,8 @@ pub struct LimitsConfig {
     pub max_ops: Option<usize>,
     /// Bytes of keys and values over a call's ops.
     pub max_op_bytes: Option<usize>,
+    /// Bytes deps may grow to (as JSON text) through this tool's ops.
+    pub max_deps_bytes: Option<usize>,
     /// Elements of any one table.
     pub max_table_elements: Option<usize>,
     /// Core instances, tables and memories per component.
@@ -62,6 +64,7 @@ impl LimitsConfig {
         set(&mut limits.max_output_bytes, self.max_output_bytes);
         set(&mut limits.ops.max_ops, self.max_ops);
         set(&mut limits.ops.max_op_bytes, self.max_op_bytes);
+        set(&mut limits.ops.max_deps_bytes, self.max_deps_bytes);
         set(&mut limits.max_table_elements, self.max_table_elements);
         set(&mut limits.max_instances, self.max_instances);
         // The same rule as at load; the memory ceiling belongs to the

@@ -1,16 +1,23 @@
 //! The secret grant: a value from the operator's environment, added by the
-//! host as a header on requests to the hosts it is bound to.
+//! host as a header on requests to the origins it is bound to.
 //!
 //! In `airlock.toml`:
-//! `secrets = [{ env = "GITHUB_TOKEN", hosts = ["api.github.com"] }]`
-//! (`header` defaults to `authorization`, `format` to `Bearer {}`).
+//! `secrets = [{ env = "GITHUB_TOKEN", origins = ["https://api.github.com"] }]`
+//! (`header` defaults to `authorization`, `format` to `Bearer {}`). An
+//! origin is `scheme://host[:port]` as in the HTTP allowlist (`*.` for
+//! subdomains); a bare host name means `https://` on port 443.
 //!
-//! Invariant: a secret's value never enters the guest. It is not in the
+//! Invariants: a secret's value never enters the guest. It is not in the
 //! guest's environment, deps, arguments, logs or errors; it is written only
 //! into outgoing request headers, after the guest has handed the request
-//! over, and only for bound hosts. `Debug` prints it redacted. The value is
-//! read when a call is prepared, not when the policy loads, so a policy can
-//! be loaded and inspected without the secret set.
+//! over, and only for requests to a bound origin: the same scheme, host and
+//! port. It never goes out in cleartext: an `http://` origin is refused
+//! unless the entry says `cleartext_loopback = true` and the origin's host
+//! is `localhost` or a loopback address, and even then the header is added
+//! only when every address the request may connect to is loopback. `Debug`
+//! prints it redacted. The value is read when a call is prepared, not when
+//! the policy loads, so a policy can be loaded and inspected without the
+//! secret set.
 
 use std::path::Path;
 
@@ -18,23 +25,45 @@ use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use wasmtime::component::Linker;
 
-use super::{CallSetup, Grant, GrantError, ResolvedSecret};
+use super::http::Scheme;
+use super::{CallSetup, Grant, GrantError, HostPattern, ResolvedSecret};
 use crate::sandbox::CallState;
 
 /// One entry of a tool's `secrets` list, as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretConfig {
-    /// The operator's environment variable holding the value.
+    /// The operator's environment variable holding the value (or, for
+    /// [`SecretGrant::with_value`], a label for it).
     pub env: String,
-    /// Host names the secret is sent to (`*.example.com` for subdomains).
-    pub hosts: Vec<String>,
+    /// Origins the secret is sent to: `scheme://host[:port]`, or a bare
+    /// host name for `https://host`. (`hosts` is accepted as an alias.)
+    #[serde(alias = "hosts")]
+    pub origins: Vec<String>,
     /// The header it is sent in. Default `authorization`.
     #[serde(default = "default_header")]
     pub header: String,
     /// The header value, with `{}` for the secret. Default `Bearer {}`.
     #[serde(default = "default_format")]
     pub format: String,
+    /// Allow `http://` origins on `localhost` or a loopback address, for a
+    /// test server on this machine. Default false: cleartext is refused.
+    #[serde(default)]
+    pub cleartext_loopback: bool,
+}
+
+impl SecretConfig {
+    /// A secret from variable `env` for `origins`, in the default header
+    /// and format, cleartext refused.
+    pub fn new(env: impl Into<String>, origins: Vec<String>) -> Self {
+        Self {
+            env: env.into(),
+            origins,
+            header: default_header(),
+            format: default_format(),
+            cleartext_loopback: false,
+        }
+    }
 }
 
 fn default_header() -> String {
@@ -54,7 +83,7 @@ enum Source {
     Value(HeaderValue),
 }
 
-/// A secret bound to hosts.
+/// A secret bound to origins.
 #[derive(Clone)]
 pub struct SecretGrant {
     /// The operator's environment variable (or the embedder's label).
@@ -62,8 +91,7 @@ pub struct SecretGrant {
     source: Source,
     format: String,
     header: HeaderName,
-    /// Lower-case host names; a leading `*.` matches any subdomain.
-    hosts: Vec<String>,
+    origins: std::sync::Arc<[HostPattern]>,
 }
 
 impl std::fmt::Debug for SecretGrant {
@@ -72,80 +100,79 @@ impl std::fmt::Debug for SecretGrant {
             .field("name", &self.name)
             .field("value", &"<redacted>")
             .field("header", &self.header)
-            .field("hosts", &self.hosts)
+            .field("origins", &self.origins)
             .finish()
     }
 }
 
 impl SecretGrant {
-    /// A secret read from the operator's environment variable `name` each
-    /// time a call is prepared, formatted as `format` with `{}` replaced by
-    /// the value (for example `Bearer {}`). The variable need not be set
-    /// yet; a call that needs it while it is unset fails with
+    /// A secret read from the operator's environment variable
+    /// `config.env` each time a call is prepared. The variable need not be
+    /// set yet; a call that needs it while it is unset fails with
     /// [`GrantError::SecretUnset`].
-    pub fn from_env(
-        name: &str,
-        header: &str,
-        format: &str,
-        hosts: Vec<String>,
-    ) -> Result<Self, GrantError> {
-        Self::build(name, Source::Env, header, format, hosts)
+    pub fn from_env(config: SecretConfig) -> Result<Self, GrantError> {
+        Self::build(config, Source::Env)
     }
 
     /// A secret with an explicit value, for embedders that keep secrets
-    /// elsewhere than the environment.
-    pub fn new(
-        name: &str,
-        secret: &str,
-        header: &str,
-        format: &str,
-        hosts: Vec<String>,
-    ) -> Result<Self, GrantError> {
-        let value = header_value(name, format, secret)?;
-        Self::build(name, Source::Value(value), header, format, hosts)
+    /// elsewhere than the environment; `config.env` only labels it.
+    pub fn with_value(config: SecretConfig, secret: &str) -> Result<Self, GrantError> {
+        let value = header_value(&config.env, &config.format, secret)?;
+        Self::build(config, Source::Value(value))
     }
 
-    fn build(
-        name: &str,
-        source: Source,
-        header: &str,
-        format: &str,
-        hosts: Vec<String>,
-    ) -> Result<Self, GrantError> {
+    fn build(config: SecretConfig, source: Source) -> Result<Self, GrantError> {
+        let name = config.env;
         let err = |problem: String| GrantError::Secret {
-            name: name.to_owned(),
+            name: name.clone(),
             problem,
         };
-        if !format.contains("{}") {
+        if !config.format.contains("{}") {
             return Err(err(format!(
-                "the format {format:?} has no `{{}}` for the value"
+                "the format {:?} has no `{{}}` for the value",
+                config.format
             )));
         }
-        if hosts.is_empty() {
-            return Err(err("bind it to at least one host".into()));
+        if config.origins.is_empty() {
+            return Err(err("bind it to at least one origin".into()));
         }
-        let hosts = hosts
-            .into_iter()
-            .map(|h| {
-                let h = h.to_ascii_lowercase();
-                let domain = h.strip_prefix("*.").unwrap_or(&h);
-                if domain.is_empty() || domain.contains(['*', '/', ':']) {
-                    Err(err(format!(
-                        "{h:?} is not a host name (like api.example.com or *.example.com)"
-                    )))
+        let origins = config
+            .origins
+            .iter()
+            .map(|origin| {
+                let full = if origin.contains("://") {
+                    origin.clone()
                 } else {
-                    Ok(h)
+                    format!("https://{origin}")
+                };
+                let pattern = HostPattern::parse(&full).map_err(|e| match e {
+                    GrantError::HostPattern { problem, .. } => err(format!(
+                        "origin {origin:?}: {problem} (like https://api.example.com or *.example.com)"
+                    )),
+                    other => other,
+                })?;
+                if pattern.scheme() == Scheme::Http && !config.cleartext_loopback {
+                    return Err(err(format!(
+                        "origin {origin:?} would send the secret in cleartext; use https://, or set \
+                         cleartext_loopback = true for a test server on this machine"
+                    )));
                 }
+                if pattern.scheme() == Scheme::Http && !pattern.is_loopback() {
+                    return Err(err(format!(
+                        "origin {origin:?}: cleartext_loopback allows only localhost and loopback addresses"
+                    )));
+                }
+                Ok(pattern)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let header = HeaderName::try_from(header)
-            .map_err(|_| err(format!("{header:?} is not a header name")))?;
+        let header = HeaderName::try_from(config.header.as_str())
+            .map_err(|_| err(format!("{:?} is not a header name", config.header)))?;
         Ok(Self {
-            name: name.to_owned(),
+            name: name.clone(),
             source,
-            format: format.to_owned(),
+            format: config.format,
             header,
-            hosts,
+            origins: origins.into(),
         })
     }
 
@@ -154,9 +181,9 @@ impl SecretGrant {
         &self.name
     }
 
-    /// The hosts the secret is sent to.
-    pub fn hosts(&self) -> &[String] {
-        &self.hosts
+    /// The origins the secret is sent to.
+    pub fn origins(&self) -> &[HostPattern] {
+        &self.origins
     }
 
     /// The header the secret is sent in.
@@ -209,7 +236,7 @@ impl Grant for SecretGrant {
     type Config = SecretConfig;
 
     fn from_config(config: SecretConfig, _base: &Path) -> Result<Self, GrantError> {
-        Self::from_env(&config.env, &config.header, &config.format, config.hosts)
+        Self::from_env(config)
     }
 
     /// Secrets add no interface: the HTTP grant's sender injects them.
@@ -221,7 +248,7 @@ impl Grant for SecretGrant {
         call.secrets.push(ResolvedSecret {
             header: self.header.clone(),
             value: self.value()?,
-            hosts: self.hosts.clone(),
+            origins: std::sync::Arc::clone(&self.origins),
         });
         Ok(())
     }
@@ -232,7 +259,11 @@ impl Grant for SecretGrant {
             "{} ({state}) -> header {} on {}",
             self.name,
             self.header,
-            self.hosts.join(", ")
+            self.origins
+                .iter()
+                .map(HostPattern::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
         )]
     }
 }

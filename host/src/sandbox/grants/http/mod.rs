@@ -27,27 +27,37 @@ use std::time::Instant;
 
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 pub use address::is_non_public;
 pub use pattern::HostPattern;
-use pattern::Scheme;
+pub(crate) use pattern::Scheme;
 
 use super::{CallSetup, Grant, GrantError, Grants};
 use crate::sandbox::CallState;
 
 /// Default cap on a response body a tool may read: 10 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 10 << 20;
+/// Default number of requests one call may send.
+pub const DEFAULT_MAX_REQUESTS: u32 = 100;
+/// Default number of connections one call may hold open at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8;
 
-/// A tool's HTTP settings, as written: `http = [...]` and
-/// `max_response_bytes` in its `[[tool]]` table.
+/// A tool's HTTP settings, as written: `http = [...]`,
+/// `max_response_bytes`, `max_requests` and `max_connections` in its
+/// `[[tool]]` table.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct HttpConfig {
     /// Allowed destinations, `scheme://host[:port]`.
     pub allow: Vec<String>,
     /// Largest response body; default 10 MiB.
     pub max_response_bytes: Option<usize>,
+    /// Requests per call; default 100.
+    pub max_requests: Option<u32>,
+    /// Connections open at once per call; default 8.
+    pub max_connections: Option<usize>,
 }
 
 /// The hosts one tool may send HTTP requests to. Empty by default: every
@@ -57,6 +67,13 @@ pub struct HttpGrant {
     allow: Vec<HostPattern>,
     /// Largest response body the tool may read.
     pub max_response_bytes: usize,
+    /// Requests one call may send; past it a request fails with
+    /// `connection-limit-reached`.
+    pub max_requests: u32,
+    /// Connections one call may hold open at once (a connection lasts
+    /// until its response body is read or dropped); past it a request
+    /// fails with `connection-limit-reached`.
+    pub max_connections: usize,
 }
 
 impl Default for HttpGrant {
@@ -64,6 +81,8 @@ impl Default for HttpGrant {
         Self {
             allow: Vec::new(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_requests: DEFAULT_MAX_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -100,6 +119,12 @@ impl Grant for HttpGrant {
         if let Some(max) = config.max_response_bytes {
             grant.max_response_bytes = max;
         }
+        if let Some(max) = config.max_requests {
+            grant.max_requests = max;
+        }
+        if let Some(max) = config.max_connections {
+            grant.max_connections = max;
+        }
         Ok(grant)
     }
 
@@ -119,33 +144,32 @@ impl Grant for HttpGrant {
     }
 }
 
-/// A secret's header, resolved for one call, and the hosts it goes to.
+/// A secret's header, resolved for one call, and the origins it goes to.
 #[derive(Clone)]
 pub(crate) struct ResolvedSecret {
     pub(crate) header: HeaderName,
     pub(crate) value: HeaderValue,
-    /// Lower-case host names; a leading `*.` matches any subdomain.
-    pub(crate) hosts: Vec<String>,
+    pub(crate) origins: Arc<[HostPattern]>,
 }
 
 impl ResolvedSecret {
-    /// Whether the secret is sent to `host`.
-    pub(crate) fn binds(&self, host: &str) -> bool {
-        self.hosts
-            .iter()
-            .any(|pattern| match pattern.strip_prefix("*.") {
-                Some(domain) => pattern::is_subdomain(host, domain),
-                None => pattern == host,
-            })
+    /// Whether the secret is sent to this origin.
+    pub(crate) fn binds(&self, scheme: Scheme, host: &str, port: u16) -> bool {
+        self.origins.iter().any(|o| o.matches(scheme, host, port))
     }
 }
 
-/// The `wasi:http` hooks of one call: the tool's grants and the deadline.
+/// The `wasi:http` hooks of one call: the tool's grants, the deadline, and
+/// what the call has used of its request and connection budgets.
 pub(crate) struct HttpHooks {
     grants: Arc<Grants>,
     /// Usually empty; cloned into a request only when one is sent.
     secrets: Vec<ResolvedSecret>,
     deadline: Instant,
+    /// Requests sent so far.
+    requests: u32,
+    /// One permit per open connection; made on the call's first request.
+    connections: Option<Arc<Semaphore>>,
 }
 
 impl HttpHooks {
@@ -158,6 +182,8 @@ impl HttpHooks {
             grants,
             secrets,
             deadline,
+            requests: 0,
+            connections: None,
         }
     }
 }
@@ -173,12 +199,34 @@ impl WasiHttpHooks for HttpHooks {
     ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>
     {
         drop(fut);
+        let grant = &self.grants.http;
+        self.requests = self.requests.saturating_add(1);
+        let permit = if self.requests > grant.max_requests {
+            tracing::info!(
+                limit = grant.max_requests,
+                "HTTP request refused: the call's request limit"
+            );
+            None
+        } else {
+            let connections = self
+                .connections
+                .get_or_insert_with(|| Arc::new(Semaphore::new(grant.max_connections)));
+            let permit = Arc::clone(connections).try_acquire_owned().ok();
+            if permit.is_none() {
+                tracing::info!(
+                    limit = grant.max_connections,
+                    "HTTP request refused: the call's connection limit"
+                );
+            }
+            permit
+        };
         let grants = Arc::clone(&self.grants);
         let secrets = self.secrets.clone();
         let deadline = self.deadline;
-        Box::new(
-            async move { sender::send(&grants.http, &secrets, deadline, request, options).await },
-        )
+        Box::new(async move {
+            let permit = permit.ok_or(HttpError::ConnectionLimitReached)?;
+            sender::send(&grants.http, &secrets, deadline, request, options, permit).await
+        })
     }
 }
 

@@ -99,6 +99,21 @@ impl HostPattern {
         &self.source
     }
 
+    pub(crate) fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// Whether the pattern names only this machine: `localhost` or a
+    /// loopback address.
+    pub(crate) fn is_loopback(&self) -> bool {
+        !self.wildcard
+            && (self.host == "localhost"
+                || self
+                    .host
+                    .parse::<IpAddr>()
+                    .is_ok_and(|ip| canonical(ip).is_loopback()))
+    }
+
     pub(crate) fn matches(&self, scheme: Scheme, host: &str, port: u16) -> bool {
         if scheme != self.scheme || port != self.port {
             return false;

@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+#[cfg(test)]
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -15,16 +17,35 @@ use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use super::address::is_non_public;
 use super::pattern::Scheme;
 use super::{HttpGrant, IoFuture, ResolvedSecret};
 
+/// Connections all calls together may hold open: tools share the host's
+/// file descriptors with each other and with the host itself (the cache,
+/// the model client), so their sum is bounded, not just each call's. A
+/// request waits for a free one until its call's deadline.
+pub(crate) const MAX_HOST_CONNECTIONS: usize = 512;
+static HOST_CONNECTIONS: Semaphore = Semaphore::const_new(MAX_HOST_CONNECTIONS);
+
+/// DNS lookups in flight across the host. A lookup runs `getaddrinfo` on a
+/// blocking thread that cannot be interrupted; its permit is held by that
+/// thread until the lookup really ends, so lookups that never answer can
+/// hold at most this many threads, whatever their calls' deadlines did.
+pub(crate) const MAX_LOOKUPS: usize = 16;
+static LOOKUPS: Semaphore = Semaphore::const_new(MAX_LOOKUPS);
+
+/// `send` for one request of a call holding `call_permit` (one of its
+/// connection slots), released when the connection ends.
 pub(super) async fn send(
     grant: &HttpGrant,
     secrets: &[ResolvedSecret],
     deadline: Instant,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
+    call_permit: OwnedSemaphorePermit,
 ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
     let uri = request.uri().clone();
     let scheme = match uri.scheme_str() {
@@ -60,13 +81,26 @@ pub(super) async fn send(
         return Err(HttpError::DestinationIpProhibited);
     }
 
-    for secret in secrets.iter().filter(|s| s.binds(&host)) {
+    // A secret goes only to its own origins, and in cleartext only to this
+    // machine (its policy allowed an `http://` origin only for loopback).
+    let encrypted_or_local = scheme == Scheme::Https
+        || permitted
+            .iter()
+            .all(|a| super::address::canonical(a.ip()).is_loopback());
+    for secret in secrets
+        .iter()
+        .filter(|s| encrypted_or_local && s.binds(scheme, &host, port))
+    {
         request
             .headers_mut()
             .insert(secret.header.clone(), secret.value.clone());
     }
 
     let connect_timeout = budget(options.and_then(|o| o.connect_timeout));
+    let host_permit = tokio::time::timeout(connect_timeout, HOST_CONNECTIONS.acquire())
+        .await
+        .map_err(|_| HttpError::ConnectionLimitReached)?
+        .map_err(|_| HttpError::ConnectionLimitReached)?;
     let tcp = tokio::time::timeout(connect_timeout, connect_any(&permitted))
         .await
         .map_err(|_| HttpError::ConnectionTimeout)??;
@@ -124,7 +158,9 @@ pub(super) async fn send(
         }
         .boxed_unsync()
     });
+    // The connection's permits live as long as the connection.
     let io: IoFuture = Box::new(async move {
+        let _permits = (call_permit, host_permit);
         if let Some(conn) = conn {
             conn.await.map_err(HttpError::from)?;
         }
@@ -154,18 +190,39 @@ async fn resolve(host: &str, port: u16, budget: Duration) -> Result<Vec<SocketAd
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    match tokio::time::timeout(budget, tokio::net::lookup_host((host, port))).await {
-        Err(_) => Err(HttpError::DnsTimeout),
-        Ok(Err(_)) => Err(HttpError::DestinationNotFound),
-        Ok(Ok(addrs)) => {
-            let addrs: Vec<SocketAddr> = addrs.collect();
-            if addrs.is_empty() {
-                Err(HttpError::DestinationNotFound)
-            } else {
-                Ok(addrs)
-            }
-        }
+    let host = host.to_owned();
+    let lookup = move || {
+        use std::net::ToSocketAddrs;
+        (host.as_str(), port)
+            .to_socket_addrs()
+            .map(|addrs| addrs.collect::<Vec<_>>())
+    };
+    match gated_blocking(&LOOKUPS, budget, lookup).await {
+        None => Err(HttpError::DnsTimeout),
+        Some(Err(_)) => Err(HttpError::DestinationNotFound),
+        Some(Ok(addrs)) if addrs.is_empty() => Err(HttpError::DestinationNotFound),
+        Some(Ok(addrs)) => Ok(addrs),
     }
+}
+
+/// Runs `work` on a blocking thread holding one of `gate`'s permits until
+/// `work` returns, even if the caller stopped waiting. `None` if the
+/// permit and the result did not both come within `budget`.
+async fn gated_blocking<T: Send + 'static>(
+    gate: &'static Semaphore,
+    budget: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let run = async {
+        let permit = gate.acquire().await.ok()?;
+        tokio::task::spawn_blocking(move || {
+            let _held = permit;
+            work()
+        })
+        .await
+        .ok()
+    };
+    tokio::time::timeout(budget, run).await.ok().flatten()
 }
 
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -203,5 +260,39 @@ impl Body for CappedBody {
 
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gate bounds the threads that lookups hold, and a lookup whose
+    /// caller timed out keeps its permit until it really ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_lookups_are_gated_past_their_deadline() {
+        static GATE: Semaphore = Semaphore::const_new(2);
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let wait = Arc::new(std::sync::Mutex::new(wait));
+        let hang = |wait: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>| {
+            move || {
+                let _ = wait.lock().map(|w| w.recv());
+            }
+        };
+        // Two lookups that never answer: both time out for their callers.
+        for _ in 0..2 {
+            let out = gated_blocking(&GATE, Duration::from_millis(50), hang(wait.clone())).await;
+            assert!(out.is_none());
+        }
+        // Their threads still hold both permits: a third lookup cannot
+        // start, and its caller gets its timeout, not a thread.
+        assert_eq!(GATE.available_permits(), 0);
+        let quick = gated_blocking(&GATE, Duration::from_millis(50), || 7).await;
+        assert_eq!(quick, None);
+        // Once the hung lookups end, their permits return and lookups run.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let quick = gated_blocking(&GATE, Duration::from_secs(600), || 7).await;
+        assert_eq!(quick, Some(7));
     }
 }

@@ -1,0 +1,93 @@
+//! Text from tools, models and servers on the operator's terminal.
+//!
+//! Whatever the CLI prints as text goes through [`shown`] (in
+//! [`super::print_out`], [`super::print_error`] and the notes), so no
+//! control sequence a guest writes (ESC, BEL, CR, the C1 controls, bidi
+//! overrides) reaches the terminal to move the cursor, rewrite a line, set
+//! the title or write the clipboard. Guest text embedded in one line of
+//! output (a log record, an op key, a tool's name) also has its newlines
+//! escaped ([`field`]), so it cannot forge a line of its own. JSON output
+//! stays exact JSON: [`json`] only writes the characters serde_json leaves
+//! raw as `\u` escapes, which denote the same string.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Characters a terminal (or a reader) may act on rather than show.
+fn is_unsafe(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_unsafe(c) && !keep(c)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !is_unsafe(c) || keep(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `text` with every unsafe character escaped except newlines and tabs.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    escape(text, |c| c == '\n' || c == '\t')
+}
+
+/// `text` as part of one line: newlines escaped too.
+pub fn field(text: &str) -> Cow<'_, str> {
+    escape(text, |_| false)
+}
+
+/// serde_json text with DEL, the C1 controls and bidi overrides (which it
+/// leaves raw) written as `\u` escapes. They can only occur inside JSON
+/// strings, where the escape denotes the same character.
+pub fn json(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_sequences_are_shown_not_acted_on() {
+        assert_eq!(
+            shown("a\x1b]52;c;cHduZWQ=\x07b\rc\nd\te\u{9b}f\u{202e}g"),
+            "a\\u{1b}]52;c;cHduZWQ=\\u{7}b\\rc\nd\te\\u{9b}f\\u{202e}g"
+        );
+        assert_eq!(field("x\ny: forged"), "x\\ny: forged");
+        assert!(matches!(shown("plain é ✓"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn json_stays_the_same_json() {
+        let value = serde_json::json!({"k\u{1b}": "\u{7f}\u{9b}2J\u{202e}\n"});
+        let text = value.to_string();
+        let safe = json(&text);
+        assert!(!safe.chars().any(is_unsafe), "{safe}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&safe).unwrap(),
+            value
+        );
+    }
+}
