@@ -32,8 +32,9 @@ async fn compile_cache_is_used_on_the_second_load() {
 
 #[tokio::test]
 async fn a_changed_file_is_never_served_from_the_cache() {
-    // The cache finds a known file by path, size and mtime without reading
-    // it; once the file changes, it must load the new content.
+    // The cache finds a known file by its identity (path, inode, size,
+    // times) without reading it; once the file changes, it must load the
+    // new content.
     let cache = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let tool = dir.path().join("tool.wasm");
@@ -63,4 +64,107 @@ async fn a_changed_file_is_never_served_from_the_cache() {
     std::fs::copy(guest("context_probe"), &tool).unwrap();
     let outcome = load(&["apply", "read"]).await;
     assert_eq!(outcome, airlock::sandbox::CacheOutcome::Compiled);
+}
+
+/// A WAT component describing one tool named `name` (every name the tests
+/// use has the same length, so the files have the same size).
+fn write_tool(path: &std::path::Path, name: &str) {
+    let fixed = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    let text = crate::support::describe_wat(name, "A tool.", r#"{"type":"object"}"#);
+    std::fs::write(path, text).unwrap();
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(fixed).unwrap();
+}
+
+/// Waits (for a condition, not a time) until an index entry written now
+/// for `path` is no longer racy.
+fn wait_until_not_racy(path: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(meta.ctime() as u64, meta.ctime_nsec() as u32);
+    while std::time::SystemTime::now() <= changed + CompileCache::RACY_WINDOW {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+async fn tool_names_with_cache(
+    cache: &std::path::Path,
+    tool: &std::path::Path,
+    on_compile: Option<Box<dyn Fn() + Send + Sync>>,
+) -> Vec<String> {
+    let mut builder = Host::builder()
+        .cache(CompileCache::in_dir(cache))
+        .max_concurrent_calls(4);
+    if let Some(hook) = on_compile {
+        builder = builder.on_compile(move |progress| {
+            if matches!(progress, airlock::tools::CompileProgress::Started { .. }) {
+                hook();
+            }
+        });
+    }
+    let mut host = builder.build().unwrap();
+    host.load(tool).await.unwrap();
+    host.tool_names()
+}
+
+/// Issue 12 item 6: a component replaced in place by one of the same size
+/// with its modification time kept (as `cp -p`, `rsync -a`, tar and fixed
+/// `SOURCE_DATE_EPOCH` builds do) is not served from the stale entry: the
+/// fast path also keys on the inode and the status-change time, which no
+/// writer can keep.
+#[tokio::test]
+async fn a_replacement_keeping_size_and_mtime_is_not_served_stale() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tool = dir.path().join("tool.wat");
+    write_tool(&tool, "first");
+    wait_until_not_racy(&tool);
+    assert_eq!(
+        tool_names_with_cache(cache.path(), &tool, None).await,
+        ["first"]
+    );
+    assert_eq!(
+        tool_names_with_cache(cache.path(), &tool, None).await,
+        ["first"]
+    );
+
+    let before = std::fs::metadata(&tool).unwrap();
+    write_tool(&tool, "other");
+    let after = std::fs::metadata(&tool).unwrap();
+    assert_eq!(
+        (before.len(), before.modified().unwrap()),
+        (after.len(), after.modified().unwrap()),
+        "the replacement keeps size and mtime"
+    );
+    assert_eq!(
+        tool_names_with_cache(cache.path(), &tool, None).await,
+        ["other"]
+    );
+}
+
+/// A component replaced while its first compile is in progress: the
+/// compile result (of the old bytes) is never filed under the new file's
+/// identity, so the next load gets the new code. The replacement is made
+/// non-racy before the compile ends, so only that rule can catch it.
+#[tokio::test]
+async fn a_file_changed_during_its_compile_is_not_indexed() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tool = dir.path().join("tool.wat");
+    write_tool(&tool, "first");
+    let swap = tool.clone();
+    let hook: Box<dyn Fn() + Send + Sync> = Box::new(move || {
+        write_tool(&swap, "other");
+        wait_until_not_racy(&swap);
+    });
+    // The load itself saw the old bytes.
+    assert_eq!(
+        tool_names_with_cache(cache.path(), &tool, Some(hook)).await,
+        ["first"]
+    );
+    assert_eq!(
+        tool_names_with_cache(cache.path(), &tool, None).await,
+        ["other"]
+    );
 }

@@ -68,43 +68,66 @@ impl CompileCache {
         self.dir.as_deref()
     }
 
+    /// How close to a file's own timestamps an index entry may be written
+    /// and still be trusted. An entry written within this window of the
+    /// file's last change is racy (the file may change again within the
+    /// timestamps' granularity without either changing): it is re-checked
+    /// by content until an entry is written later than that.
+    pub const RACY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
     /// The compiled code for the component file at `path`, if this cache
-    /// saw the same file (canonical path, size and modification time to the
-    /// nanosecond) before; `None` otherwise, or on any problem. A hit reads
-    /// no byte of the component, so a large (Python, JavaScript) component
-    /// starts in about the time of a memory map instead of a hash of the
-    /// whole file.
+    /// saw the same file before: the same canonical path, device, inode,
+    /// size, modification and status-change times (to the nanosecond), and
+    /// an entry not racy ([`CompileCache::RACY_WINDOW`]); `None` otherwise,
+    /// or on any problem. A hit reads no byte of the component, so a large
+    /// (Python, JavaScript) component starts in about the time of a memory
+    /// map instead of a hash of the whole file.
     ///
-    /// Invariant: the index maps a file to the content key it had; if the
-    /// file changes, its size or time changes and this misses, and the
-    /// caller loads by content ([`CompileCache::load`]).
+    /// Invariant: the index maps a file to the content key it had. A writer
+    /// can keep a file's size and modification time (`cp -p`, `rsync -a`,
+    /// tar, fixed `SOURCE_DATE_EPOCH`), but not its status-change time and
+    /// inode: any write or replacement changes one of them, so this misses
+    /// and the caller loads by content ([`CompileCache::load`]), as git's
+    /// index does.
     pub fn lookup_file(&self, engine: &Engine, path: &Path) -> Option<Component> {
         let dir = self.dir.as_ref()?;
         let index = self.index_path(dir, engine, path)?;
         let entry = fs::read_to_string(index).ok()?;
-        let mut fields = entry.split_whitespace();
-        let len: u64 = fields.next()?.parse().ok()?;
-        let modified: u128 = fields.next()?.parse().ok()?;
-        let key = fields.next()?;
-        if file_stamp(path)? != (len, modified)
-            || !key.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
-        {
+        let (stamp, recorded, key) = parse_entry(&entry)?;
+        if FileStamp::of(path)? != stamp || stamp.is_racy(recorded) {
             return None;
         }
         deserialize(engine, &dir.join(format!("{key}.cwasm"))).ok()
     }
 
-    /// Records that the file at `path` (whose content is `bytes`) has its
-    /// compiled code under the content key, for [`CompileCache::lookup_file`].
-    /// Best effort: a failure only costs a hash next time.
-    pub fn remember_file(&self, engine: &Engine, path: &Path, bytes: &[u8]) {
-        let (Some(dir), Some((len, modified))) = (self.dir.as_ref(), file_stamp(path)) else {
+    /// The file's identity now, to be taken before its bytes are read and
+    /// passed to [`CompileCache::remember_file`].
+    pub fn stamp(path: &Path) -> Option<FileStamp> {
+        FileStamp::of(path)
+    }
+
+    /// Records that the file at `path`, whose identity was `before` when
+    /// `bytes` were read from it, holds `bytes`. Nothing is recorded if the
+    /// file's identity changed since (it was written during the compile):
+    /// the compile result is never filed under a file that changed. Errors
+    /// are logged, never returned: the index is only a shortcut.
+    pub fn remember_file(&self, engine: &Engine, path: &Path, before: FileStamp, bytes: &[u8]) {
+        let Some(dir) = self.dir.as_ref() else {
             return;
         };
+        if FileStamp::of(path) != Some(before) {
+            tracing::debug!(path = %path.display(), "component changed while loading; not indexed");
+            return;
+        }
         let Some(index) = self.index_path(dir, engine, path) else {
             return;
         };
-        let entry = format!("{len} {modified} {}\n", cache_key(engine, bytes));
+        let recorded = now_ns();
+        let entry = format!(
+            "{} {recorded} {}\n",
+            before.fields(),
+            cache_key(engine, bytes)
+        );
         let written = index
             .parent()
             .map_or(Ok(()), create_private_dir)
@@ -199,17 +222,71 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> String {
 
 /// What the file-index entry remembers about a component file: the size
 /// and modification time it had when its content key was computed.
-fn file_stamp(path: &Path) -> Option<(u64, u128)> {
-    let meta = fs::metadata(path).ok()?;
-    let modified = meta
-        .modified()
-        .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?;
-    Some((meta.len(), modified.as_nanos()))
+/// What identifies a file's contents without reading them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
 }
 
-/// Writes an entry atomically: a reader sees the whole file or none.
+impl FileStamp {
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs::metadata(path).ok()?;
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        Some(Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+
+    fn fields(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.dev, self.ino, self.len, self.mtime_ns, self.ctime_ns
+        )
+    }
+
+    /// Whether an entry recorded at `recorded_ns` is too close to the
+    /// file's own timestamps to be trusted.
+    fn is_racy(&self, recorded_ns: i128) -> bool {
+        let window = i128::try_from(CompileCache::RACY_WINDOW.as_nanos()).unwrap_or(i128::MAX);
+        self.mtime_ns.max(self.ctime_ns).saturating_add(window) > recorded_ns
+    }
+}
+
+/// `dev ino len mtime ctime recorded key`; `None` for anything else
+/// (including entries in an older format, which then simply miss).
+fn parse_entry(entry: &str) -> Option<(FileStamp, i128, &str)> {
+    let mut fields = entry.split_whitespace();
+    let mut next = || fields.next();
+    let stamp = FileStamp {
+        dev: next()?.parse().ok()?,
+        ino: next()?.parse().ok()?,
+        len: next()?.parse().ok()?,
+        mtime_ns: next()?.parse().ok()?,
+        ctime_ns: next()?.parse().ok()?,
+    };
+    let recorded = next()?.parse().ok()?;
+    let key = next()?;
+    if next().is_some() || !key.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return None;
+    }
+    Some((stamp, recorded, key))
+}
+
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
+}
+
 fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     create_private_dir(dir)?;
     crate::fs::write_atomic(path, compiled)

@@ -177,6 +177,9 @@ fn compile_file(
     if let Some(component) = cache.lookup_file(engine, path) {
         return Ok((component, CacheOutcome::Hit));
     }
+    // Taken before reading: if the file changes from here on, the result
+    // is not filed under its new identity.
+    let before = CompileCache::stamp(path);
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
@@ -199,7 +202,9 @@ fn compile_file(
         path: path.to_path_buf(),
         message: format!("{e:#}"),
     })?;
-    cache.remember_file(engine, path, &bytes);
+    if let Some(before) = before {
+        cache.remember_file(engine, path, before, &bytes);
+    }
     Ok(loaded)
 }
 

@@ -232,3 +232,73 @@ where
     });
     Served { addr, task }
 }
+
+/// A component in WAT whose `describe` returns one tool with exactly these
+/// strings (the `table_bomb` component's shape, generated).
+pub fn describe_wat(name: &str, description: &str, parameters: &str) -> String {
+    let hex = |s: &str| s.bytes().map(|b| format!("\\{b:02x}")).collect::<String>();
+    let le = |n: usize| {
+        u32::try_from(n)
+            .unwrap()
+            .to_le_bytes()
+            .iter()
+            .map(|b| format!("\\{b:02x}"))
+            .collect::<String>()
+    };
+    let (name_at, description_at) = (1024, 4096);
+    let parameters_at = description_at + description.len();
+    let end = parameters_at + parameters.len();
+    let pages = end / 65536 + 2;
+    format!(
+        r#"(component
+  (core module $m
+    (memory (export "memory") {pages})
+    (global $next (mut i32) (i32.const {end}))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $ptr i32)
+      (local.set $ptr (i32.and
+        (i32.add (global.get $next) (i32.sub (local.get 2) (i32.const 1)))
+        (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $next (i32.add (local.get $ptr) (local.get 3)))
+      (local.get $ptr))
+    (data (i32.const {name_at}) "{name}")
+    (data (i32.const {description_at}) "{description}")
+    (data (i32.const {parameters_at}) "{parameters}")
+    (data (i32.const 128) "{record}")
+    (data (i32.const 256) "\80\00\00\00\01\00\00\00")
+    (func (export "describe") (result i32) (i32.const 256))
+    (func (export "call") (param i32 i32 i32 i32 i32) (result i32) unreachable))
+  (core instance $i (instantiate $m))
+  (type $tool-spec (record (field "name" string) (field "description" string) (field "parameters" string)))
+  (type $entry (record (field "key" string) (field "value" string)))
+  (type $context-op (variant (case "set" $entry) (case "merge" $entry) (case "append" $entry) (case "delete" string)))
+  (type $tool-output (record (field "result" string) (field "updates" (list $context-op))))
+  (type $tool-error (variant (case "invalid-args" string) (case "failed" string) (case "retry" string)))
+  (import "airlock:tool/context@0.1.0" (instance $context (export "run-context" (type (sub resource)))))
+  (alias export $context "run-context" (type $run-context))
+  (func $describe (result (list $tool-spec))
+    (canon lift (core func $i "describe") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (func $call (param "ctx" (borrow $run-context)) (param "name" string) (param "args" string)
+    (result (result $tool-output (error $tool-error)))
+    (canon lift (core func $i "call") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (instance $tool
+    (export "tool-spec" (type $tool-spec)) (export "entry" (type $entry))
+    (export "context-op" (type $context-op)) (export "tool-output" (type $tool-output))
+    (export "tool-error" (type $tool-error))
+    (export "describe" (func $describe)) (export "call" (func $call)))
+  (export "airlock:tool/tool@0.1.0" (instance $tool)))
+"#,
+        name = hex(name),
+        description = hex(description),
+        parameters = hex(parameters),
+        record = [
+            le(name_at),
+            le(name.len()),
+            le(description_at),
+            le(description.len()),
+            le(parameters_at),
+            le(parameters.len()),
+        ]
+        .concat(),
+    )
+}
