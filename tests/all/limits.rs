@@ -450,3 +450,74 @@ async fn oversized_tool_specs_are_refused_at_load() {
     host.load(&path).await.unwrap();
     assert!(host.tool_names().contains(&"fine".to_owned()));
 }
+
+/// Issue 12 item 9: one component cannot take the whole instance pool. The
+/// `pool_hog` component (WAT) takes 5 memories per call and spins; on a
+/// host with room for 10 calls (20 memories) it may hold half: 2 calls.
+/// Of 11 concurrent calls, 2 run, 8 wait their turn (4 per admitted call),
+/// and 1 is refused at once as `busy`; another tool is served meanwhile.
+/// Cancelling ends the waiting and the running alike, and frees every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tool_cannot_take_the_whole_instance_pool() {
+    use airlock::sandbox::{CancelToken, PoolUsage};
+    let mut host = Host::builder()
+        .cache(CompileCache::in_dir(cache_dir()))
+        .max_concurrent_calls(10)
+        .build()
+        .unwrap();
+    let config = ToolConfig {
+        limits: Limits {
+            timeout: Duration::from_secs(60),
+            ..Limits::default()
+        },
+        ..ToolConfig::default()
+    };
+    host.load_with(wat("pool_hog"), config).await.unwrap();
+    host.load(guest("stateful")).await.unwrap();
+    let host = std::sync::Arc::new(host);
+    let cancel = CancelToken::new();
+    let hogs: Vec<_> = (0..11)
+        .map(|_| {
+            let (host, cancel) = (host.clone(), cancel.clone());
+            tokio::spawn(async move {
+                let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+                let call = airlock::ToolCall::new("hog", "{}");
+                let out = host.call_cancellable(&mut ctx, &call, &cancel).await;
+                (out.map(|_| ()).map_err(|f| f.error), snapshot(&ctx))
+            })
+        })
+        .collect();
+    // Wait (on this non-worker thread) until the tool holds its share, its
+    // queue is full, and the one call past it has been turned away.
+    loop {
+        let usage = host.pool_usage();
+        let done = hogs.iter().filter(|h| h.is_finished()).count();
+        if usage.memories == 10 && usage.waiting == 8 && done == 1 {
+            break;
+        }
+        assert!(usage.memories <= 10, "{usage:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut ctx = RunContext::from_value(json!({"counters": {"a": 1}})).unwrap();
+    call(&host, &mut ctx, "increment", json!({"name": "a"}))
+        .await
+        .unwrap();
+    assert_eq!(ctx.deps()["counters"]["a"], 2);
+
+    cancel.cancel();
+    let (mut busy, mut cancelled) = (0, 0);
+    for hog in hogs {
+        let (out, deps) = hog.await.unwrap();
+        assert_eq!(deps, r#"{"keep":1}"#);
+        match out {
+            Err(CallError::Busy(message)) => {
+                assert!(message.contains("already waiting"), "{message}");
+                busy += 1;
+            }
+            Err(CallError::Cancelled) => cancelled += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((busy, cancelled), (1, 10));
+    assert_eq!(host.pool_usage(), PoolUsage::default());
+}

@@ -82,6 +82,7 @@ impl From<LoadError> for Failure {
             LoadError::Incompatible { .. } => "incompatible_component",
             LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
             LoadError::DuplicateTool { .. } => "duplicate_tool",
+            LoadError::PoolShare { .. } => "too_large_for_pool",
             LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
             _ => {
                 return Self {

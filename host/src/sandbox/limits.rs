@@ -68,6 +68,13 @@ impl Limits {
                 MAX_TIMEOUT.as_secs()
             ));
         }
+        if self.max_instances > super::MAX_INSTANCES_CEILING {
+            return Err(format!(
+                "max_instances ({}) is over the host's ceiling of {}",
+                self.max_instances,
+                super::MAX_INSTANCES_CEILING
+            ));
+        }
         if self.max_memory_bytes > memory_ceiling {
             return Err(format!(
                 "the memory limit ({} MiB) is over the host's ceiling of {} MiB",

@@ -11,6 +11,7 @@
 //!   spinning guests share the runtime's workers with every other task.
 //! - The guest's stdout and stderr never reach the host's streams.
 
+mod admission;
 mod cache;
 pub mod grants;
 mod limits;
@@ -29,6 +30,8 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+pub(crate) use admission::{Admission, ToolGate};
+pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
 pub use cache::{CacheOutcome, CompileCache, FileStamp};
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
@@ -74,18 +77,31 @@ pub struct Sandbox {
     cache: CompileCache,
     fuel_metering: bool,
     max_memory_ceiling: usize,
+    admission: Arc<Admission>,
 }
+
+/// Core instances one component instance may create, whatever its
+/// `max_instances` (which [`Limits::check`] keeps within this).
+pub const MAX_INSTANCES_CEILING: usize = 1_000;
 
 impl Sandbox {
     /// Creates the engine. Costs: reserves the pooling allocator's address
     /// space for `max_concurrent_instances` (virtual, not committed) and
     /// starts the epoch thread, which lives as long as the engine.
     pub fn new(config: SandboxConfig) -> wasmtime::Result<Self> {
+        let calls = config.max_concurrent_instances;
+        let (memories, tables) = (calls.saturating_mul(2), calls.saturating_mul(4));
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_component_instances(config.max_concurrent_instances)
-            .total_core_instances(config.max_concurrent_instances.saturating_mul(4))
-            .total_memories(config.max_concurrent_instances.saturating_mul(2))
-            .total_tables(config.max_concurrent_instances.saturating_mul(4))
+        // Memories and tables reserve address space, so their totals are
+        // fixed and calls are admitted against them (`admission`). Core
+        // instances are only counted by the pool: their total is set so
+        // that it never binds before the other two.
+        let ceiling = u32::try_from(MAX_INSTANCES_CEILING).unwrap_or(u32::MAX);
+        pool.total_component_instances(calls)
+            .total_core_instances(calls.saturating_mul(ceiling))
+            .max_core_instances_per_component(ceiling)
+            .total_memories(memories)
+            .total_tables(tables)
             .total_stacks(config.max_concurrent_instances)
             .max_memory_size(config.max_memory_ceiling)
             .table_elements(1_000_000)
@@ -119,7 +135,33 @@ impl Sandbox {
             cache: config.cache,
             fuel_metering: config.fuel_metering,
             max_memory_ceiling: config.max_memory_ceiling,
+            admission: Arc::new(Admission::new(calls, memories, tables)),
         })
+    }
+
+    /// Admission to the instance pool ([`PoolUsage`] for what is in use).
+    pub(crate) fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// What one call of `component` takes from the pool: the memories and
+    /// tables it declares, or `max_instances` of each when they cannot be
+    /// known before instantiating it.
+    pub(crate) fn footprint(
+        component: &wasmtime::component::Component,
+        limits: &Limits,
+    ) -> Footprint {
+        let fallback = u32::try_from(limits.max_instances).unwrap_or(u32::MAX);
+        match component.resources_required() {
+            Some(needs) => Footprint {
+                memories: needs.num_memories,
+                tables: needs.num_tables,
+            },
+            None => Footprint {
+                memories: fallback,
+                tables: fallback,
+            },
+        }
     }
 
     /// The largest memory limit a tool may have on this engine (the pool's

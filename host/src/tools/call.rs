@@ -93,6 +93,13 @@ impl Host {
         cancel: &CancelToken,
     ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput), CallFailure> {
         let limits = &component.limits;
+        // Held until the store is dropped, at the end of this function.
+        let _admitted = self
+            .sandbox
+            .admission()
+            .admit(&component.gate, limits.timeout)
+            .await
+            .map_err(CallError::Busy)?;
         let mut store = self.new_store(limits, &component.grants, cancel.clone())?;
         let view = push_view(&mut store, component, ctx, call)?;
         let run = instantiate_and_call(&mut store, component, view, call);

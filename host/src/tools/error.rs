@@ -94,6 +94,15 @@ pub enum LoadError {
         /// Which limit, and why.
         problem: String,
     },
+    /// One call of the component would need more of the instance pool than
+    /// one tool may hold (half of each kind of slot).
+    #[error("{}: {problem}", .path.display())]
+    PoolShare {
+        /// The file's path.
+        path: PathBuf,
+        /// What it needs and what it may hold.
+        problem: String,
+    },
     /// The engine or linker could not be set up.
     #[error("cannot set up the sandbox: {0}")]
     Sandbox(#[source] Box<dyn std::error::Error + Send + Sync>),

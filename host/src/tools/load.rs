@@ -13,7 +13,9 @@ use super::call::{TIMER_GRACE, classify};
 use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
 use crate::context::KeyRules;
 use crate::policy::ToolConfig;
-use crate::sandbox::{CacheOutcome, CallState, CancelToken, CompileCache, Grants, Limits};
+use crate::sandbox::{
+    CacheOutcome, CallState, CancelToken, CompileCache, Grants, Limits, Sandbox, ToolGate,
+};
 use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
 
 impl Host {
@@ -82,9 +84,18 @@ impl Host {
             .instantiate_pre(&component)
             .map_err(incompatible)?;
         let pre = ToolHostPre::new(instance_pre).map_err(incompatible)?;
+        let footprint = Sandbox::footprint(&component, &limits);
+        let gate = self
+            .sandbox
+            .admission()
+            .gate(footprint)
+            .map_err(|problem| LoadError::PoolShare {
+                path: path.clone(),
+                problem,
+            })?;
 
         let specs = self
-            .describe(&pre, &limits)
+            .describe(&pre, &limits, &gate)
             .await
             .map_err(|e| LoadError::Describe {
                 path: path.clone(),
@@ -115,6 +126,7 @@ impl Host {
             specs,
             validators,
             cache: cache_outcome,
+            gate,
         });
         let index = self.components.len();
         for spec in &loaded.specs {
@@ -128,7 +140,14 @@ impl Host {
         &self,
         pre: &ToolHostPre<CallState>,
         limits: &Limits,
+        gate: &ToolGate,
     ) -> Result<Vec<guest::ToolSpec>, CallError> {
+        let _admitted = self
+            .sandbox
+            .admission()
+            .admit(gate, limits.timeout)
+            .await
+            .map_err(CallError::Busy)?;
         // `describe` runs with nothing granted, whatever the tool's grants.
         let mut store = self.new_store(limits, &Arc::new(Grants::none()), CancelToken::new())?;
         let run = async {

@@ -27,6 +27,7 @@ use crate::context::{ContextOp, ContextRules, KeyAccess, KeyRules};
 use crate::policy::{Approval, Policy};
 use crate::sandbox::{
     CacheOutcome, CallState, CompileCache, Grants, GuestOutput, Limits, Sandbox, SandboxConfig,
+    ToolGate,
 };
 use crate::spec::ToolSpec;
 use bindings::ToolHostPre;
@@ -87,6 +88,8 @@ pub struct LoadedComponent {
     /// One compiled argument schema per tool, by name.
     validators: BTreeMap<String, Arc<jsonschema::Validator>>,
     cache: CacheOutcome,
+    /// Its share of the instance pool.
+    gate: ToolGate,
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -302,6 +305,12 @@ impl Host {
     /// The engine and compile cache.
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
+    }
+
+    /// The instance pool's slots in use and calls waiting for room, across
+    /// all tools. A tool's calls hold at most half of each kind of slot.
+    pub fn pool_usage(&self) -> crate::sandbox::PoolUsage {
+        self.sandbox.admission().usage()
     }
 
     /// Every loaded tool, sorted by name.
