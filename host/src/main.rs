@@ -26,5 +26,10 @@ fn main() -> ExitCode {
             return ExitCode::from(cli::EXIT_INTERNAL);
         }
     };
-    runtime.block_on(cli::run(args))
+    let code = runtime.block_on(cli::run(args));
+    // Everything the command waited for has ended. What may remain are
+    // blocking threads stuck in work nobody waits for (a DNS lookup that
+    // never answers): exit without joining them.
+    runtime.shutdown_background();
+    code
 }
