@@ -168,3 +168,79 @@ async fn a_file_changed_during_its_compile_is_not_indexed() {
         ["other"]
     );
 }
+
+/// Issue 17 item 7: compiled code is native code, so a cache directory or
+/// entry that others could have written is refused, naming the path and
+/// the fix, and nothing in it is loaded; a new cache directory is private.
+#[test]
+fn a_cache_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let cache = root.path().join("cache");
+    let stateful = guest("stateful");
+    let inspect = |cache: &std::path::Path| {
+        crate::support::airlock_with_env(
+            &["inspect", stateful.to_str().unwrap()],
+            &[("AIRLOCK_CACHE_DIR", cache.to_str().unwrap())],
+        )
+    };
+    let chmod = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+
+    // A new cache directory is created private, and works.
+    let out = inspect(&cache);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&cache), 0o700);
+    let entry = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("an entry was written");
+    assert_eq!(
+        mode(&entry) & 0o022,
+        0,
+        "entries are not writable by others"
+    );
+
+    // The directory writable by others: refused.
+    chmod(&cache, 0o777);
+    let out = inspect(&cache);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "compile cache {}: is writable by its group or others (mode 777)",
+            cache.display()
+        )) && err.contains("chmod 700"),
+        "{err}"
+    );
+
+    // A private directory with an entry others could have written (as a
+    // planted one would be): refused, naming the entry.
+    chmod(&cache, 0o700);
+    chmod(&entry, 0o666);
+    let out = inspect(&cache);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("compile cache {}: is writable", entry.display())),
+        "{err}"
+    );
+
+    // Removed, it is compiled and written again, privately.
+    std::fs::remove_file(&entry).unwrap();
+    let out = inspect(&cache);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&entry) & 0o022, 0);
+}

@@ -472,3 +472,35 @@ fn dns_lookups_that_never_answer_do_not_outlive_the_call() {
     let mut buf = [0u8; 512];
     assert!(silent.recv_from(&mut buf).is_ok(), "no DNS query arrived");
 }
+
+/// Issue 17 item 6: a server that echoes the request's headers hands the
+/// injected secret back; the host redacts it from the response before the
+/// tool can read it (split across chunks too: unit
+/// `sender::tests::secrets_are_redacted_across_chunk_boundaries`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoed_secret_is_redacted_before_the_tool_sees_it() {
+    let server = Loopback::start().await;
+    let host = fetch_host(config(
+        &[&server.url("")],
+        vec![secret_for(&server.url(""))],
+    ))
+    .await;
+    let mut ctx = RunContext::default();
+    let out = call(
+        &host,
+        &mut ctx,
+        "fetch",
+        json!({ "url": server.url("/echo"), "prefix_bytes": 4096 }),
+    )
+    .await
+    .unwrap();
+    let body = out.result["body"].as_str().unwrap();
+    assert!(body.contains("authorization: [redacted]\n"), "{body}");
+    assert!(!body.contains(SECRET), "{body}");
+    assert!(
+        server.requests()[0]
+            .headers
+            .contains(&("authorization".into(), format!("Bearer {SECRET}"))),
+        "the server did get the secret"
+    );
+}

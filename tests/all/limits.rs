@@ -97,6 +97,56 @@ async fn huge_result_is_refused() {
     );
 }
 
+/// Issue 17 item 4: a tool's error message is bounded like its result:
+/// an 8 MiB message arrives cut to 16 KiB, saying how long it was.
+#[tokio::test]
+async fn huge_error_messages_are_cut() {
+    let err = attack("huge_error").await;
+    let CallError::Failed(message) = &err else {
+        panic!("expected a tool failure, got {err}");
+    };
+    let limit = airlock::tools::MAX_ERROR_MESSAGE_BYTES;
+    assert!(message.len() < limit + 100, "{} bytes", message.len());
+    assert!(
+        message.ends_with(&format!(
+            "… (message cut: {} bytes; the limit is {limit})",
+            8 << 20
+        )),
+        "{}",
+        &message[message.len() - 80..]
+    );
+}
+
+/// Issue 17 item 2: what a guest makes the host hold through WASI is
+/// bounded like its memory. Header fields of 64 KiB each, created without
+/// end and kept (no HTTP grant is needed to create them), stop at the
+/// call's resource limit as `resource_limit`; each fields resource is
+/// capped so that the limit's worth of them fits the memory limit.
+#[tokio::test]
+async fn host_resources_a_guest_creates_are_bounded() {
+    // A generous timeout: the bound must be what stops it, on a busy CI
+    // machine too.
+    let limits = Limits {
+        timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let config = ToolConfig {
+        limits: limits.clone(),
+        ..ToolConfig::default()
+    };
+    let host = host_with(&[("hostile", config)], ContextRules::default()).await;
+    let err = attack_on(&host, "fields_bomb").await;
+    assert!(
+        matches!(err, CallError::ResourceLimit { limit } if limit == limits.max_host_resources),
+        "{err}"
+    );
+    assert_eq!(err.kind(), "resource_limit");
+    assert!(
+        limits.max_host_resources * limits.host_resource_bytes() <= limits.max_memory_bytes,
+        "the accounted worst case fits the memory limit"
+    );
+}
+
 #[tokio::test]
 async fn stdout_flood_hits_the_output_limit() {
     let err = attack("flood_stdout").await;
@@ -520,4 +570,30 @@ async fn one_tool_cannot_take_the_whole_instance_pool() {
     }
     assert_eq!((busy, cancelled), (1, 10));
     assert_eq!(host.pool_usage(), PoolUsage::default());
+}
+
+/// Issue 17 item 3: tables are host memory the guest causes, counted
+/// against its memory limit. Four tables of 600,000 funcrefs each stay
+/// under the per-table element limit but hold 19.2 MB; under a 16 MiB
+/// limit the growth that would pass it is refused and the call ends as
+/// `memory_limit`, deps unchanged, the host serving on.
+#[tokio::test]
+async fn tables_count_against_the_memory_limit() {
+    let mut host = host_with(&[], ContextRules::default()).await;
+    let config = ToolConfig {
+        limits: Limits {
+            max_memory_bytes: 16 << 20,
+            ..Limits::default()
+        },
+        ..ToolConfig::default()
+    };
+    host.load_with(wat("table_hoard"), config).await.unwrap();
+    let mut ctx = RunContext::from_value(json!({"keep": [1, 2]})).unwrap();
+    let before = snapshot(&ctx);
+    let err = call(&host, &mut ctx, "hoard", json!({})).await.unwrap_err();
+    assert!(
+        matches!(err, CallError::MemoryLimit { limit } if limit == 16 << 20),
+        "{err}"
+    );
+    assert_host_still_serves(&host, &mut ctx, &before).await;
 }

@@ -34,6 +34,11 @@ const ATTACKS: &[(&str, &str)] = &[
         "huge_result",
         "Return an 8 MiB result (the default limit is 1 MiB).",
     ),
+    ("huge_error", "Fail with an 8 MiB error message."),
+    (
+        "fields_bomb",
+        "Create wasi:http header fields of 64 KiB each without end (no HTTP grant needed).",
+    ),
     ("flood_stdout", "Print to stdout without end."),
     ("flood_log", "Log without end."),
     ("million_ops", "Return a million ops."),
@@ -108,6 +113,19 @@ impl exports::airlock::tool::tool::Guest for Hostile {
             "memory_bomb" => memory_bomb(),
             "recurse" => (recurse(1).to_string(), pwned()),
             "huge_result" => ("\"".to_owned() + &"x".repeat(8 << 20) + "\"", pwned()),
+            "huge_error" => return Err(ToolError::Failed("e".repeat(8 << 20))),
+            "fields_bomb" => {
+                let value = vec![b'v'; 64 << 10];
+                let mut hoard = Vec::new();
+                for _ in 0..1_000_000 {
+                    let fields = wasip2::http::types::Fields::new();
+                    fields
+                        .append("x-bomb", &value)
+                        .map_err(|e| ToolError::Failed(format!("append: {e:?}")))?;
+                    hoard.push(fields);
+                }
+                (json!({ "held": hoard.len() }).to_string(), pwned())
+            }
             "flood_stdout" => loop {
                 println!("{}", "flood ".repeat(1000));
             },

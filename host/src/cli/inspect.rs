@@ -76,6 +76,7 @@ fn grants_json(component: &LoadedComponent) -> Value {
             "max_ops": limits.ops.max_ops,
             "max_op_bytes": limits.ops.max_op_bytes,
             "max_deps_bytes": limits.ops.max_deps_bytes,
+            "max_host_resources": limits.max_host_resources,
         },
         "context": {
             "read": component.access().read.patterns(),

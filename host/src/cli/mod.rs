@@ -83,6 +83,7 @@ impl From<LoadError> for Failure {
             LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
             LoadError::DuplicateTool { .. } => "duplicate_tool",
             LoadError::PoolShare { .. } => "too_large_for_pool",
+            LoadError::UnsafeCache(_) => "unsafe_cache",
             LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
             _ => {
                 return Self {

@@ -7,7 +7,10 @@
 //!
 //! Invariant: the cache directory must be writable by the user only. Loading
 //! an entry maps native code into the process; anyone who can write the
-//! directory can run code as the host. The directory is created mode 0700.
+//! directory can run code as the host. The directory is created mode 0700,
+//! and a directory or entry that is not owned by this user, or that its
+//! group or others may write (or an entry that is not a regular file), is
+//! refused with [`UnsafeCache`] before anything in it is loaded.
 
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -16,6 +19,53 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+/// A cache directory or entry that someone other than this user could
+/// have written. Nothing from it is loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "compile cache {}: {problem}; code cached there runs as this user. Fix: `chmod 700` the \
+     directory and remove entries you did not write, or set AIRLOCK_CACHE_DIR to a private directory",
+    .path.display()
+)]
+pub struct UnsafeCache {
+    /// The directory or entry.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Refuses `path` unless this user owns it and only this user may write
+/// it (and, for an entry, it is a regular file, not a link).
+fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache> {
+    use std::os::unix::fs::MetadataExt;
+    let unsafe_because = |problem: String| UnsafeCache {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(unsafe_because(format!("cannot be checked: {e}"))),
+    };
+    if entry && !meta.file_type().is_file() {
+        return Err(unsafe_because("is not a regular file".into()));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(unsafe_because(format!(
+            "is owned by user {}, not by this user ({me})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_because(format!(
+            "is writable by its group or others (mode {:o})",
+            meta.mode() & 0o777
+        )));
+    }
+    Ok(())
+}
 
 /// Where compiled components are kept between runs.
 #[derive(Debug, Clone)]
@@ -63,6 +113,18 @@ impl CompileCache {
         }
     }
 
+    /// Checks that the cache directory (and its file index) can be trusted:
+    /// owned by this user and writable by no one else. A directory that
+    /// does not exist yet passes (it will be created private). One `stat`
+    /// each.
+    pub fn verify(&self) -> Result<(), UnsafeCache> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        check_private(dir, false)?;
+        check_private(&dir.join("files"), false)
+    }
+
     /// The cache directory (`None` when caching is off).
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
@@ -97,7 +159,10 @@ impl CompileCache {
         if FileStamp::of(path)? != stamp || stamp.is_racy(recorded) {
             return None;
         }
-        deserialize(engine, &dir.join(format!("{key}.cwasm"))).ok()
+        let entry = dir.join(format!("{key}.cwasm"));
+        // An unsafe entry is not loaded here; `load` then refuses it.
+        check_private(&entry, true).ok()?;
+        deserialize(engine, &entry).ok()
     }
 
     /// The file's identity now, to be taken before its bytes are read and
@@ -169,6 +234,7 @@ impl CompileCache {
         };
         let path = dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
         if path.is_file() {
+            check_private(&path, true)?;
             match deserialize(engine, &path) {
                 Ok(component) => return Ok((component, CacheOutcome::Hit)),
                 Err(e) => {

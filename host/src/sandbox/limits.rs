@@ -15,13 +15,21 @@ pub struct Limits {
     /// Enforced by epoch interruption while wasm runs and by a timer while
     /// the host awaits I/O for the guest. Default 5 s.
     pub timeout: Duration,
-    /// Linear memory, summed over the component's memories. Default 128 MiB.
+    /// Memory the guest makes the host hold for its call: linear memory
+    /// summed over the component's memories, plus its tables (each element
+    /// counted as [`TABLE_ELEMENT_BYTES`]). Default 128 MiB.
     pub max_memory_bytes: usize,
     /// Elements of any one table. Default 1,000,000.
     pub max_table_elements: usize,
     /// Core instances, tables and memories a component may create.
     /// Default 100 each.
     pub max_instances: usize,
+    /// Host-side resources (WASI handles: HTTP fields and requests, streams,
+    /// pollables, descriptors, ...) the guest may hold at once. Each byte
+    /// buffer such a resource holds is capped (HTTP fields at
+    /// [`Limits::host_resource_bytes`]), so together they stay within
+    /// [`Limits::max_memory_bytes`]. Default 1,024.
+    pub max_host_resources: usize,
     /// Optional instruction budget (wasmtime fuel); `None` means unmetered.
     pub fuel: Option<u64>,
     /// Bytes of the result JSON text. Default 1 MiB.
@@ -40,6 +48,7 @@ impl Default for Limits {
             max_memory_bytes: 128 << 20,
             max_table_elements: 1_000_000,
             max_instances: 100,
+            max_host_resources: 1_024,
             fuel: None,
             max_result_bytes: 1 << 20,
             max_output_bytes: 1 << 20,
@@ -48,11 +57,23 @@ impl Default for Limits {
     }
 }
 
+/// What one table element is counted as against
+/// [`Limits::max_memory_bytes`]: a pointer-sized slot (more for some
+/// element types, never less).
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+
 /// The longest timeout a call may have: one day. Longer is surely a
 /// mistake, and deadlines far in the future overflow the clock.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 impl Limits {
+    /// The cap on one host resource's own buffer (an HTTP `fields`
+    /// resource): the memory limit shared out over the resources a guest
+    /// may hold, between 8 KiB and wasi:http's default of 128 KiB.
+    pub fn host_resource_bytes(&self) -> usize {
+        (self.max_memory_bytes / self.max_host_resources.max(1)).clamp(8 << 10, 128 << 10)
+    }
+
     /// Checks that these limits can be enforced on an engine whose memory
     /// ceiling is `memory_ceiling` bytes: a timeout from 1 ms to
     /// [`MAX_TIMEOUT`], a memory limit within the ceiling. The error says
@@ -67,6 +88,9 @@ impl Limits {
                 self.timeout.as_secs(),
                 MAX_TIMEOUT.as_secs()
             ));
+        }
+        if self.max_host_resources == 0 {
+            return Err("max_host_resources must be at least 1".into());
         }
         if self.max_instances > super::MAX_INSTANCES_CEILING {
             return Err(format!(
@@ -116,7 +140,10 @@ pub(crate) struct CallLimiter {
     max_memory_bytes: usize,
     max_table_elements: usize,
     max_instances: usize,
+    /// Bytes of linear memory over all memories.
     memory_in_use: usize,
+    /// Bytes of table elements over all tables.
+    tables_in_use: usize,
     pub(crate) hit: Option<ResourceHit>,
 }
 
@@ -127,6 +154,7 @@ impl CallLimiter {
             max_table_elements: limits.max_table_elements,
             max_instances: limits.max_instances,
             memory_in_use: 0,
+            tables_in_use: 0,
             hit: None,
         }
     }
@@ -140,21 +168,22 @@ impl wasmtime::ResourceLimiter for CallLimiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         // `current` is part of `memory_in_use`: the sum over all memories.
-        let total = self
+        let memory = self
             .memory_in_use
             .saturating_sub(current)
             .saturating_add(desired);
+        let total = memory.saturating_add(self.tables_in_use);
         if total > self.max_memory_bytes {
             self.hit = Some(ResourceHit::Memory { desired: total });
             return Ok(false);
         }
-        self.memory_in_use = total;
+        self.memory_in_use = memory;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -162,6 +191,19 @@ impl wasmtime::ResourceLimiter for CallLimiter {
             self.hit = Some(ResourceHit::Table { desired });
             return Ok(false);
         }
+        // Tables are host memory the guest causes: they count against the
+        // same limit as linear memory.
+        let bytes = |elements: usize| elements.saturating_mul(TABLE_ELEMENT_BYTES);
+        let tables = self
+            .tables_in_use
+            .saturating_sub(bytes(current))
+            .saturating_add(bytes(desired));
+        let total = tables.saturating_add(self.memory_in_use);
+        if total > self.max_memory_bytes {
+            self.hit = Some(ResourceHit::Memory { desired: total });
+            return Ok(false);
+        }
+        self.tables_in_use = tables;
         Ok(true)
     }
 

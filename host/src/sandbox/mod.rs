@@ -32,11 +32,11 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub(crate) use admission::{Admission, ToolGate};
 pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
-pub use cache::{CacheOutcome, CompileCache, FileStamp};
+pub use cache::{CacheOutcome, CompileCache, FileStamp, UnsafeCache};
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub(crate) use limits::{CallLimiter, ResourceHit};
-pub use limits::{Limits, MAX_TIMEOUT};
+pub use limits::{Limits, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, Stream};
 
@@ -342,10 +342,17 @@ impl CallState {
         };
         grants.prepare(&mut setup)?;
         let secrets = setup.secrets;
+        // What the host holds for the guest is bounded like its memory:
+        // this many resources at once, each buffer capped so that together
+        // they fit the memory limit.
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.max_host_resources);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(limits.host_resource_bytes());
         Ok(Self {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
+            table,
+            http,
             http_hooks: HttpHooks::new(Arc::clone(grants), secrets, deadline),
             limiter: CallLimiter::new(limits),
             stdout,

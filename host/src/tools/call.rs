@@ -106,9 +106,15 @@ impl Host {
         let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
         let returned = match outcome {
             Ok(Ok(Ok(output))) => Ok(output),
-            Ok(Ok(Err(guest::ToolError::InvalidArgs(msg)))) => Err(CallError::InvalidArgs(msg)),
-            Ok(Ok(Err(guest::ToolError::Failed(msg)))) => Err(CallError::Failed(msg)),
-            Ok(Ok(Err(guest::ToolError::Retry(msg)))) => Err(CallError::Retry(msg)),
+            Ok(Ok(Err(guest::ToolError::InvalidArgs(msg)))) => {
+                Err(CallError::InvalidArgs(bounded_message(msg)))
+            }
+            Ok(Ok(Err(guest::ToolError::Failed(msg)))) => {
+                Err(CallError::Failed(bounded_message(msg)))
+            }
+            Ok(Ok(Err(guest::ToolError::Retry(msg)))) => {
+                Err(CallError::Retry(bounded_message(msg)))
+            }
             Ok(Err(e)) => Err(classify(e, &store, limits)),
             Err(_) => Err(CallError::Timeout {
                 limit: limits.timeout,
@@ -136,6 +142,23 @@ impl Host {
 /// normally stops the guest first; the timer catches a guest that is
 /// blocked in a host call rather than running wasm.
 pub(super) const TIMER_GRACE: Duration = Duration::from_millis(250);
+
+/// The longest error message a tool may give; longer ones are cut here
+/// (they go to the model, the terminal and the event log).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 16 << 10;
+
+/// `message` cut to [`MAX_ERROR_MESSAGE_BYTES`], saying so and how long it
+/// was.
+fn bounded_message(message: String) -> String {
+    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
+        return message;
+    }
+    format!(
+        "{} (message cut: {} bytes; the limit is {MAX_ERROR_MESSAGE_BYTES})",
+        crate::text::truncate(&message, MAX_ERROR_MESSAGE_BYTES),
+        message.len()
+    )
+}
 
 /// How much of a crashed guest's stderr an error carries.
 const STDERR_TAIL_BYTES: usize = 2048;
@@ -248,6 +271,13 @@ pub(super) fn classify(
         return CallError::OutputLimit {
             stream: over.stream,
             limit: over.limit,
+        };
+    }
+    if find::<wasmtime::component::ResourceTableError>(&error)
+        .is_some_and(|e| matches!(e, wasmtime::component::ResourceTableError::Full))
+    {
+        return CallError::ResourceLimit {
+            limit: limits.max_host_resources,
         };
     }
     if find::<wasmtime::PoolConcurrencyLimitError>(&error).is_some() {

@@ -103,6 +103,11 @@ pub enum LoadError {
         /// What it needs and what it may hold.
         problem: String,
     },
+    /// The compile cache cannot be trusted (see [`UnsafeCache`]).
+    ///
+    /// [`UnsafeCache`]: crate::sandbox::UnsafeCache
+    #[error(transparent)]
+    UnsafeCache(#[from] crate::sandbox::UnsafeCache),
     /// The engine or linker could not be set up.
     #[error("cannot set up the sandbox: {0}")]
     Sandbox(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -230,6 +235,13 @@ pub enum CallError {
     /// disappeared, a secret's variable is unset).
     #[error("a grant could not be prepared: {0}")]
     Grant(#[from] GrantError),
+    /// The guest held more host-side resources (WASI handles) at once than
+    /// [`Limits::max_host_resources`](crate::sandbox::Limits::max_host_resources).
+    #[error("the tool held more than {limit} host resources (WASI handles) at once")]
+    ResourceLimit {
+        /// The limit.
+        limit: usize,
+    },
     /// Too many calls are in flight for the instance pool.
     #[error("the host is at capacity: {0}")]
     Busy(String),
@@ -256,6 +268,7 @@ impl CallError {
             CallError::InvalidResult(_) => "invalid_result",
             CallError::OpRejected(_) => "op_rejected",
             CallError::Grant(_) => "grant_unavailable",
+            CallError::ResourceLimit { .. } => "resource_limit",
             CallError::Busy(_) => "busy",
         }
     }

@@ -15,6 +15,7 @@ use crate::context::KeyRules;
 use crate::policy::ToolConfig;
 use crate::sandbox::{
     CacheOutcome, CallState, CancelToken, CompileCache, Grants, Limits, Sandbox, ToolGate,
+    UnsafeCache,
 };
 use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
 
@@ -193,6 +194,7 @@ fn compile_file(
     path: &Path,
     hook: Option<&CompileHook>,
 ) -> Result<(Component, CacheOutcome), LoadError> {
+    cache.verify()?;
     if let Some(component) = cache.lookup_file(engine, path) {
         return Ok((component, CacheOutcome::Hit));
     }
@@ -217,9 +219,12 @@ fn compile_file(
             took: started.elapsed(),
         });
     }
-    let loaded = loaded.map_err(|e| LoadError::Invalid {
-        path: path.to_path_buf(),
-        message: format!("{e:#}"),
+    let loaded = loaded.map_err(|e| match e.downcast::<UnsafeCache>() {
+        Ok(unsafe_cache) => LoadError::UnsafeCache(unsafe_cache),
+        Err(e) => LoadError::Invalid {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        },
     })?;
     if let Some(before) = before {
         cache.remember_file(engine, path, before, &bytes);

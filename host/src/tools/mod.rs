@@ -19,6 +19,7 @@ use serde_json::Value;
 use wasmtime::component::{Component, Linker};
 
 pub use bindings::ContextView;
+pub use call::MAX_ERROR_MESSAGE_BYTES;
 pub use error::{CallError, CallFailure, LoadError};
 use load::CompileHook;
 pub use load::CompileProgress;

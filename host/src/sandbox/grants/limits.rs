@@ -37,6 +37,8 @@ pub struct LimitsConfig {
     pub max_table_elements: Option<usize>,
     /// Core instances, tables and memories per component.
     pub max_instances: Option<usize>,
+    /// Host-side resources (WASI handles) a call may hold at once.
+    pub max_host_resources: Option<usize>,
 }
 
 impl LimitsConfig {
@@ -67,6 +69,7 @@ impl LimitsConfig {
         set(&mut limits.ops.max_deps_bytes, self.max_deps_bytes);
         set(&mut limits.max_table_elements, self.max_table_elements);
         set(&mut limits.max_instances, self.max_instances);
+        set(&mut limits.max_host_resources, self.max_host_resources);
         // The same rule as at load; the memory ceiling belongs to the
         // engine, so it is checked there.
         limits.check(usize::MAX)?;

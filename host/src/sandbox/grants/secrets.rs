@@ -79,9 +79,14 @@ fn default_format() -> String {
 enum Source {
     /// Read from the operator's environment when a call is prepared.
     Env,
-    /// Given by an embedder, already formatted.
-    Value(HeaderValue),
+    /// Given by an embedder.
+    Value(std::sync::Arc<str>),
 }
+
+/// Secrets this short are redacted from responses only in their formatted
+/// form: redacting every occurrence of a few characters would mangle
+/// ordinary text.
+const MIN_REDACTED_BYTES: usize = 6;
 
 /// A secret bound to origins.
 #[derive(Clone)]
@@ -117,8 +122,8 @@ impl SecretGrant {
     /// A secret with an explicit value, for embedders that keep secrets
     /// elsewhere than the environment; `config.env` only labels it.
     pub fn with_value(config: SecretConfig, secret: &str) -> Result<Self, GrantError> {
-        let value = header_value(&config.env, &config.format, secret)?;
-        Self::build(config, Source::Value(value))
+        header_value(&config.env, &config.format, secret)?;
+        Self::build(config, Source::Value(secret.into()))
     }
 
     fn build(config: SecretConfig, source: Source) -> Result<Self, GrantError> {
@@ -197,20 +202,23 @@ impl SecretGrant {
         self.value().is_ok()
     }
 
+    /// The secret as of now: its formatted header value, and the raw value.
+    fn resolve(&self) -> Result<(HeaderValue, String), GrantError> {
+        let raw = match &self.source {
+            Source::Value(value) => value.to_string(),
+            Source::Env => std::env::var(&self.name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| GrantError::SecretUnset {
+                    name: self.name.clone(),
+                })?,
+        };
+        Ok((header_value(&self.name, &self.format, &raw)?, raw))
+    }
+
     /// The formatted header value as of now.
     fn value(&self) -> Result<HeaderValue, GrantError> {
-        match &self.source {
-            Source::Value(value) => Ok(value.clone()),
-            Source::Env => {
-                let secret = std::env::var(&self.name)
-                    .ok()
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| GrantError::SecretUnset {
-                        name: self.name.clone(),
-                    })?;
-                header_value(&self.name, &self.format, &secret)
-            }
-        }
+        self.resolve().map(|(value, _)| value)
     }
 
     /// Whether `text` contains the secret's header value (for redaction
@@ -245,9 +253,17 @@ impl Grant for SecretGrant {
     }
 
     fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
+        let (value, raw) = self.resolve()?;
+        // What is redacted from responses: the header value as sent, and
+        // the secret alone unless it is too short to redact safely.
+        let mut redact = vec![value.as_bytes().to_vec()];
+        if raw.len() >= MIN_REDACTED_BYTES && raw.as_bytes() != value.as_bytes() {
+            redact.push(raw.into_bytes());
+        }
         call.secrets.push(ResolvedSecret {
             header: self.header.clone(),
-            value: self.value()?,
+            value,
+            redact: redact.into(),
             origins: std::sync::Arc::clone(&self.origins),
         });
         Ok(())

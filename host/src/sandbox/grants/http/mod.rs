@@ -149,6 +149,9 @@ impl Grant for HttpGrant {
 pub(crate) struct ResolvedSecret {
     pub(crate) header: HeaderName,
     pub(crate) value: HeaderValue,
+    /// Byte strings removed from any response to a request that carried
+    /// the secret (see `sender::Redactor`).
+    pub(crate) redact: Arc<[Vec<u8>]>,
     pub(crate) origins: Arc<[HostPattern]>,
 }
 

@@ -87,6 +87,7 @@ pub(super) async fn send(
         || permitted
             .iter()
             .all(|a| super::address::canonical(a.ip()).is_loopback());
+    let mut injected: Vec<Vec<u8>> = Vec::new();
     for secret in secrets
         .iter()
         .filter(|s| encrypted_or_local && s.binds(scheme, &host, port))
@@ -94,6 +95,7 @@ pub(super) async fn send(
         request
             .headers_mut()
             .insert(secret.header.clone(), secret.value.clone());
+        injected.extend(secret.redact.iter().cloned());
     }
 
     let connect_timeout = budget(options.and_then(|o| o.connect_timeout));
@@ -151,13 +153,27 @@ pub(super) async fn send(
         .map_err(|_| HttpError::ConnectionReadTimeout)??;
 
     let limit = grant.max_response_bytes;
-    let response = head.map(|incoming| {
-        CappedBody {
-            inner: incoming,
-            remaining: limit,
-        }
-        .boxed_unsync()
+    let mut response = head.map(|incoming| CappedBody {
+        inner: incoming,
+        remaining: limit,
     });
+    // A server may echo what it was sent (debug endpoints, some APIs): the
+    // secrets this request carried are removed from the response before
+    // the guest can read it.
+    let response = if injected.is_empty() {
+        response.map(BodyExt::boxed_unsync)
+    } else {
+        let redactor = Redactor::new(injected);
+        redactor.headers(response.headers_mut());
+        response.map(|body| {
+            RedactedBody {
+                inner: body,
+                redactor,
+                done: false,
+            }
+            .boxed_unsync()
+        })
+    };
     // The connection's permits live as long as the connection.
     let io: IoFuture = Box::new(async move {
         let _permits = (call_permit, host_permit);
@@ -263,9 +279,154 @@ impl Body for CappedBody {
     }
 }
 
+/// Replaces every occurrence of the secrets a request carried with
+/// [`REDACTED`] in its response, across chunk boundaries: the last
+/// `longest - 1` bytes of a chunk are held back until the next one shows
+/// whether they start a secret. Each redaction is logged (never the value).
+struct Redactor {
+    /// Longest first, so a formatted value wins over the secret inside it.
+    needles: Vec<Vec<u8>>,
+    longest: usize,
+    carry: Vec<u8>,
+}
+
+/// What a redacted secret becomes.
+pub(crate) const REDACTED: &[u8] = b"[redacted]";
+
+impl Redactor {
+    fn new(mut needles: Vec<Vec<u8>>) -> Self {
+        needles.retain(|n| !n.is_empty());
+        needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
+        let longest = needles.first().map_or(0, Vec::len);
+        Self {
+            needles,
+            longest,
+            carry: Vec::new(),
+        }
+    }
+
+    /// Redacts header values in place.
+    fn headers(&self, headers: &mut http::HeaderMap) {
+        for value in headers.values_mut() {
+            let (clean, count) = self.replace_all(value.as_bytes(), usize::MAX);
+            if count > 0 {
+                tracing::warn!(count, "redacted an injected secret from response headers");
+                if let Ok(new) = http::HeaderValue::from_bytes(&clean.0) {
+                    *value = new;
+                }
+            }
+        }
+    }
+
+    /// The redacted bytes of `data` that can be released now; at the end
+    /// of the body (`last`), everything held back too.
+    fn chunk(&mut self, data: &[u8], last: bool) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(data);
+        let release = if last {
+            buf.len()
+        } else {
+            buf.len().saturating_sub(self.longest.saturating_sub(1))
+        };
+        let ((out, held), count) = self.replace_all(&buf, release);
+        if count > 0 {
+            tracing::warn!(count, "redacted an injected secret from a response body");
+        }
+        self.carry = held;
+        out
+    }
+
+    /// Redacts `buf`, releasing bytes up to `release` (a secret that starts
+    /// before it is still redacted whole): `((released, held), redactions)`.
+    fn replace_all(&self, buf: &[u8], release: usize) -> ((Vec<u8>, Vec<u8>), usize) {
+        let mut out = Vec::with_capacity(buf.len());
+        let mut count = 0;
+        let mut i = 0;
+        while i < buf.len() {
+            if let Some(needle) = self.needles.iter().find(|n| buf[i..].starts_with(n)) {
+                out.extend_from_slice(REDACTED);
+                i += needle.len();
+                count += 1;
+            } else if i >= release {
+                break;
+            } else {
+                out.push(buf[i]);
+                i += 1;
+            }
+        }
+        ((out, buf[i..].to_vec()), count)
+    }
+}
+
+/// A response body with the request's secrets redacted.
+struct RedactedBody {
+    inner: CappedBody,
+    redactor: Redactor,
+    done: bool,
+}
+
+impl Body for RedactedBody {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    let out = self.redactor.chunk(&data, false);
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
+                }
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            Poll::Ready(None) => {
+                self.done = true;
+                let rest = self.redactor.chunk(&[], true);
+                if rest.is_empty() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))))
+                }
+            }
+            other => other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret split at every possible point between two chunks (and one
+    /// inside another's formatted value) is still redacted whole.
+    #[test]
+    fn secrets_are_redacted_across_chunk_boundaries() {
+        let body = b"a: Bearer s3cr3t-token!\nb: s3cr3t-token.".to_vec();
+        let expected = b"a: [redacted]!\nb: [redacted].".to_vec();
+        for split in 0..=body.len() {
+            let mut r = Redactor::new(vec![
+                b"Bearer s3cr3t-token".to_vec(),
+                b"s3cr3t-token".to_vec(),
+            ]);
+            let mut out = r.chunk(&body[..split], false);
+            out.extend(r.chunk(&body[split..], false));
+            out.extend(r.chunk(&[], true));
+            assert_eq!(out, expected, "split at {split}");
+        }
+        let r = Redactor::new(vec![b"s3cr3t-token".to_vec()]);
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "x-echo",
+            http::HeaderValue::from_static("Bearer s3cr3t-token"),
+        );
+        r.headers(&mut headers);
+        assert_eq!(headers["x-echo"], "Bearer [redacted]");
+    }
 
     /// The gate bounds the threads that lookups hold, and a lookup whose
     /// caller timed out keeps its permit until it really ends.
