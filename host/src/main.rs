@@ -8,6 +8,10 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    // A compile child (see `airlock::sandbox::Compiler`) does only that.
+    if let Some(code) = airlock::sandbox::compile_child_main() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),

@@ -597,3 +597,46 @@ async fn tables_count_against_the_memory_limit() {
     );
     assert_host_still_serves(&host, &mut ctx, &before).await;
 }
+
+/// Issue 17 item 1: compiling is bounded. The `airlock` binary compiles a
+/// component it has not cached in a child process under a deadline and a
+/// memory limit; past either, the load fails naming the component, and the
+/// host process itself never ran the compiler. With the default bounds the
+/// same component compiles (in the child) and loads.
+#[test]
+fn compiling_is_bounded_in_time_and_memory() {
+    let stateful = guest("stateful");
+    let s = stateful.to_str().unwrap();
+    let inspect = |env: &[(&str, &str)]| {
+        let cache = tempfile::tempdir().unwrap();
+        let mut env = env.to_vec();
+        let dir = cache.path().to_str().unwrap().to_owned();
+        env.push(("AIRLOCK_CACHE_DIR", &dir));
+        crate::support::airlock_with_env(&["inspect", s], &env)
+    };
+    let out = inspect(&[("AIRLOCK_COMPILE_TIMEOUT_MS", "1")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{s}: compiling took longer than 1 ms; it was stopped"
+        )),
+        "{err}"
+    );
+
+    let out = inspect(&[("AIRLOCK_COMPILE_MEMORY_MB", "8")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(s) && err.contains("more than the 8 MiB of memory"),
+        "{err}"
+    );
+
+    let out = inspect(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("increment"));
+}

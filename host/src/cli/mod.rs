@@ -84,6 +84,7 @@ impl From<LoadError> for Failure {
             LoadError::DuplicateTool { .. } => "duplicate_tool",
             LoadError::PoolShare { .. } => "too_large_for_pool",
             LoadError::UnsafeCache(_) => "unsafe_cache",
+            LoadError::CompileLimit { .. } => "compile_limit",
             LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
             _ => {
                 return Self {
@@ -245,7 +246,11 @@ fn host_builder() -> airlock::HostBuilder {
 
     // Components load one at a time, so one slot suffices.
     let current: Arc<Mutex<Option<Arc<CompileNotice>>>> = Arc::default();
-    Host::builder().on_compile(move |progress| match progress {
+    let mut builder = Host::builder();
+    if let Some(compiler) = child_compiler() {
+        builder = builder.compiler(compiler);
+    }
+    builder.on_compile(move |progress| match progress {
         airlock::tools::CompileProgress::Started { path } => {
             let state = Arc::new(CompileNotice::default());
             if let Ok(mut slot) = current.lock() {
@@ -276,6 +281,23 @@ fn host_builder() -> airlock::HostBuilder {
             }
         }
     })
+}
+
+/// Compiling in a bounded child process of this binary:
+/// `AIRLOCK_COMPILE_TIMEOUT_MS` (default 120,000) and
+/// `AIRLOCK_COMPILE_MEMORY_MB` (default 4,096) set the bounds. `None` (and
+/// compiling in this process) only if this binary's path is unknown.
+fn child_compiler() -> Option<airlock::sandbox::Compiler> {
+    let exe = std::env::current_exe().ok()?;
+    let mut limits = airlock::sandbox::CompileLimits::default();
+    let number = |name: &str| std::env::var(name).ok()?.parse::<u64>().ok();
+    if let Some(ms) = number("AIRLOCK_COMPILE_TIMEOUT_MS") {
+        limits.timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(mb) = number("AIRLOCK_COMPILE_MEMORY_MB") {
+        limits.max_memory_bytes = mb.saturating_mul(1 << 20);
+    }
+    Some(airlock::sandbox::Compiler::Child { exe, limits })
 }
 
 /// A progress note on stderr.

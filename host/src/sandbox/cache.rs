@@ -225,10 +225,26 @@ impl CompileCache {
         bytes: &[u8],
         on_compile: impl FnOnce(),
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
+        self.load_with(engine, bytes, on_compile, |bytes| {
+            engine.precompile_component(bytes)
+        })
+    }
+
+    /// [`CompileCache::load`], compiling with `precompile` (which must
+    /// produce code for `engine`, as [`crate::sandbox::Sandbox::precompile`]
+    /// does) on a miss.
+    pub fn load_with(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        on_compile: impl FnOnce(),
+        precompile: impl FnOnce(&[u8]) -> wasmtime::Result<Vec<u8>>,
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(dir) = &self.dir else {
             on_compile();
+            let compiled = precompile(bytes)?;
             return Ok((
-                Component::new(engine, bytes)?,
+                deserialize_bytes(engine, &compiled)?,
                 CacheOutcome::CompiledUncached,
             ));
         };
@@ -243,7 +259,7 @@ impl CompileCache {
             }
         }
         on_compile();
-        let compiled = engine.precompile_component(bytes)?;
+        let compiled = precompile(bytes)?;
         match store(dir, &path, &compiled) {
             Ok(()) => match deserialize(engine, &path) {
                 Ok(component) => Ok((component, CacheOutcome::Compiled)),
@@ -377,7 +393,9 @@ fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
 
 #[allow(unsafe_code)]
 fn deserialize_bytes(engine: &Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
-    // SAFETY: `compiled` was produced by `precompile_component` on this very
-    // engine a moment ago and never left this process.
+    // SAFETY: `compiled` was produced a moment ago by `precompile_component`
+    // on this engine, or on an engine built with the same settings in a
+    // compile child of this process, which wrote it to a private temporary
+    // directory; wasmtime checks the header and engine settings.
     unsafe { Component::deserialize(engine, compiled) }
 }

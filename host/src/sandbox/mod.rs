@@ -13,6 +13,7 @@
 
 mod admission;
 mod cache;
+mod compiler;
 pub mod grants;
 mod limits;
 mod output;
@@ -33,6 +34,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 pub(crate) use admission::{Admission, ToolGate};
 pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
 pub use cache::{CacheOutcome, CompileCache, FileStamp, UnsafeCache};
+pub use compiler::{CHILD_ENV, CompileFailure, CompileLimits, Compiler, compile_child_main};
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub(crate) use limits::{CallLimiter, ResourceHit};
@@ -57,6 +59,9 @@ pub struct SandboxConfig {
     /// Count instructions so that [`Limits::fuel`] can be enforced. Costs
     /// some speed on every call, so it is off by default.
     pub fuel_metering: bool,
+    /// Where components are compiled on a cache miss. Default: in this
+    /// process, unbounded; the `airlock` binary uses a bounded child.
+    pub compiler: Compiler,
 }
 
 impl Default for SandboxConfig {
@@ -66,6 +71,7 @@ impl Default for SandboxConfig {
             max_concurrent_instances: 1_000,
             max_memory_ceiling: 4 << 30,
             fuel_metering: false,
+            compiler: Compiler::InProcess,
         }
     }
 }
@@ -78,6 +84,8 @@ pub struct Sandbox {
     fuel_metering: bool,
     max_memory_ceiling: usize,
     admission: Arc<Admission>,
+    /// What a compile child needs to build the same engine.
+    config: Arc<SandboxConfig>,
 }
 
 /// Core instances one component instance may create, whatever its
@@ -132,11 +140,18 @@ impl Sandbox {
         start_epoch_ticker(&engine);
         Ok(Self {
             engine,
-            cache: config.cache,
+            cache: config.cache.clone(),
             fuel_metering: config.fuel_metering,
             max_memory_ceiling: config.max_memory_ceiling,
             admission: Arc::new(Admission::new(calls, memories, tables)),
+            config: Arc::new(config),
         })
+    }
+
+    /// Compiles `bytes` for this engine with the configured [`Compiler`]:
+    /// the bytes of a precompiled component. Blocks.
+    pub fn precompile(&self, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        compiler::precompile(&self.config.compiler, &self.config, &self.engine, bytes)
     }
 
     /// Admission to the instance pool ([`PoolUsage`] for what is in use).

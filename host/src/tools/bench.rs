@@ -44,6 +44,7 @@ impl Host {
         let started = Instant::now();
         for _ in 0..n {
             let view = push_view(&mut store, component, ctx, call)?;
+            let rep = view.rep();
             if let Err(e) = instance
                 .airlock_tool_tool()
                 .call_call(&mut store, view, &call.name, &call.arguments)
@@ -51,6 +52,10 @@ impl Host {
             {
                 return Err(classify(e, &store, &component.limits));
             }
+            // A reusing host frees each call's handles, as its table is
+            // bounded like ours.
+            let own = wasmtime::component::Resource::<super::ContextView>::new_own(rep);
+            let _ = store.data_mut().table.delete(own);
         }
         Ok(started.elapsed())
     }

@@ -103,6 +103,15 @@ pub enum LoadError {
         /// What it needs and what it may hold.
         problem: String,
     },
+    /// Compiling the component ran past its limits (time, memory) or
+    /// crashed, in its compile child.
+    #[error("{}: {problem}", .path.display())]
+    CompileLimit {
+        /// The file's path.
+        path: PathBuf,
+        /// What happened.
+        problem: String,
+    },
     /// The compile cache cannot be trusted (see [`UnsafeCache`]).
     ///
     /// [`UnsafeCache`]: crate::sandbox::UnsafeCache

@@ -14,8 +14,8 @@ use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
 use crate::context::KeyRules;
 use crate::policy::ToolConfig;
 use crate::sandbox::{
-    CacheOutcome, CallState, CancelToken, CompileCache, Grants, Limits, Sandbox, ToolGate,
-    UnsafeCache,
+    CacheOutcome, CallState, CancelToken, CompileCache, CompileFailure, Grants, Limits, Sandbox,
+    ToolGate, UnsafeCache,
 };
 use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
 
@@ -57,14 +57,11 @@ impl Host {
         if let Err(problem) = limits.check(self.sandbox.max_memory_ceiling()) {
             return Err(LoadError::BadLimits { path, problem });
         }
-        let engine = self.sandbox.engine().clone();
-        let cache = self.sandbox.cache().clone();
+        let sandbox = self.sandbox.clone();
         let hook = self.on_compile.clone();
         let file = path.clone();
-        let compiled = tokio::task::spawn_blocking(move || {
-            compile_file(&cache, &engine, &file, hook.as_ref())
-        })
-        .await;
+        let compiled =
+            tokio::task::spawn_blocking(move || compile_file(&sandbox, &file, hook.as_ref())).await;
         let (component, cache_outcome) = match compiled {
             Ok(done) => done?,
             Err(join) => {
@@ -189,11 +186,11 @@ pub(super) type CompileHook = Arc<dyn Fn(CompileProgress<'_>) + Send + Sync>;
 /// reading the file, or by content (read, checked, compiled on a miss).
 /// Blocks: run it off the async executor.
 fn compile_file(
-    cache: &CompileCache,
-    engine: &wasmtime::Engine,
+    sandbox: &Sandbox,
     path: &Path,
     hook: Option<&CompileHook>,
 ) -> Result<(Component, CacheOutcome), LoadError> {
+    let (cache, engine) = (sandbox.cache(), sandbox.engine());
     cache.verify()?;
     if let Some(component) = cache.lookup_file(engine, path) {
         return Ok((component, CacheOutcome::Hit));
@@ -207,11 +204,14 @@ fn compile_file(
     })?;
     check_header(path, &bytes)?;
     let mut started = None;
-    let loaded = cache.load(engine, &bytes, || {
+    let on_compile = || {
         if let Some(hook) = hook {
             hook(CompileProgress::Started { path });
         }
         started = Some(Instant::now());
+    };
+    let loaded = cache.load_with(engine, &bytes, on_compile, |bytes| {
+        sandbox.precompile(bytes)
     });
     if let (Some(hook), Some(started)) = (hook, started) {
         hook(CompileProgress::Finished {
@@ -219,12 +219,20 @@ fn compile_file(
             took: started.elapsed(),
         });
     }
-    let loaded = loaded.map_err(|e| match e.downcast::<UnsafeCache>() {
-        Ok(unsafe_cache) => LoadError::UnsafeCache(unsafe_cache),
-        Err(e) => LoadError::Invalid {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        },
+    let loaded = loaded.map_err(|e| {
+        if let Some(failure) = e.downcast_ref::<CompileFailure>() {
+            return LoadError::CompileLimit {
+                path: path.to_path_buf(),
+                problem: failure.0.clone(),
+            };
+        }
+        match e.downcast::<UnsafeCache>() {
+            Ok(unsafe_cache) => LoadError::UnsafeCache(unsafe_cache),
+            Err(e) => LoadError::Invalid {
+                path: path.to_path_buf(),
+                message: format!("{e:#}"),
+            },
+        }
     })?;
     if let Some(before) = before {
         cache.remember_file(engine, path, before, &bytes);

@@ -178,6 +178,14 @@ impl HostBuilder {
         self
     }
 
+    /// Where components are compiled on a cache miss (default: in this
+    /// process, unbounded). [`Compiler::Child`](crate::sandbox::Compiler)
+    /// bounds compiling in time and memory, in a child process.
+    pub fn compiler(mut self, compiler: crate::sandbox::Compiler) -> Self {
+        self.config.compiler = compiler;
+        self
+    }
+
     /// Limits for every component loaded afterwards.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
