@@ -33,6 +33,15 @@ fn secret_for(origin: &str) -> SecretGrant {
     SecretGrant::with_value(config, SECRET).unwrap()
 }
 
+/// One `fetch` with `args` by a fetcher allowed to reach `server`, with the
+/// test secret bound to it.
+async fn fetch_with_secret(server: &Loopback, args: serde_json::Value) -> airlock::CallOutcome {
+    let origin = server.url("");
+    let host = fetch_host(config(&[&origin], vec![secret_for(&origin)])).await;
+    let mut ctx = RunContext::default();
+    call(&host, &mut ctx, "fetch", args).await.unwrap()
+}
+
 async fn fetch_host(config: ToolConfig) -> Host {
     host_with(&[("http_fetch", config)], ContextRules::default()).await
 }
@@ -57,20 +66,7 @@ async fn refused(host: &Host, url: &str, code: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn granted_host_is_fetched_with_the_secret_the_tool_never_sees() {
     let server = Loopback::start().await;
-    let host = fetch_host(config(
-        &[&server.url("")],
-        vec![secret_for(&server.url(""))],
-    ))
-    .await;
-    let mut ctx = RunContext::default();
-    let out = call(
-        &host,
-        &mut ctx,
-        "fetch",
-        json!({ "url": server.url("/hello") }),
-    )
-    .await
-    .unwrap();
+    let out = fetch_with_secret(&server, json!({ "url": server.url("/hello") })).await;
     assert_eq!(
         out.result,
         json!({"status": 200, "bytes": 19, "body": "hello from loopback"})
@@ -480,20 +476,8 @@ fn dns_lookups_that_never_answer_do_not_outlive_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_echoed_secret_is_redacted_before_the_tool_sees_it() {
     let server = Loopback::start().await;
-    let host = fetch_host(config(
-        &[&server.url("")],
-        vec![secret_for(&server.url(""))],
-    ))
-    .await;
-    let mut ctx = RunContext::default();
-    let out = call(
-        &host,
-        &mut ctx,
-        "fetch",
-        json!({ "url": server.url("/echo"), "prefix_bytes": 4096 }),
-    )
-    .await
-    .unwrap();
+    let args = json!({ "url": server.url("/echo"), "prefix_bytes": 4096 });
+    let out = fetch_with_secret(&server, args).await;
     let body = out.result["body"].as_str().unwrap();
     assert!(body.contains("authorization: [redacted]\n"), "{body}");
     assert!(!body.contains(SECRET), "{body}");

@@ -14,16 +14,16 @@
 //!   that room until the call's store is gone;
 //! - one tool may hold at most half of each kind of slot at once; a
 //!   component whose single call needs more is refused at load;
-//! - a call that finds no room waits its turn (first come, first served)
+//! - a call that finds no room waits, woken whenever room is given back,
 //!   for at most its timeout; at most [`QUEUE_PER_SLOT`] calls per admitted
 //!   call of a tool wait, and past that (or past the wait) the call fails
 //!   with `busy`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 /// Calls that may wait per call a tool may have in flight.
 pub const QUEUE_PER_SLOT: usize = 4;
@@ -50,29 +50,73 @@ pub struct PoolUsage {
     pub waiting: u32,
 }
 
+/// Slots of one kind: how many there are and how many are taken. Taking
+/// and giving back are single atomic operations, so admitting a call costs
+/// a few of them and no lock.
+#[derive(Debug)]
+struct Slots {
+    total: u32,
+    used: AtomicU32,
+}
+
+impl Slots {
+    fn new(total: u32) -> Self {
+        Self {
+            total,
+            used: AtomicU32::new(0),
+        }
+    }
+
+    fn try_take(&self, n: u32) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&after| after <= self.total)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: u32) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    fn used(&self) -> u32 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
 /// The host's pool, as admission sees it.
 #[derive(Debug)]
 pub(crate) struct Admission {
-    calls: Arc<Semaphore>,
-    memories: Arc<Semaphore>,
-    tables: Arc<Semaphore>,
-    total: (u32, u32, u32),
+    calls: Slots,
+    memories: Slots,
+    tables: Slots,
+    /// Calls waiting for room, host-wide.
     waiting: AtomicUsize,
+    /// Wakes waiting calls when room is given back.
+    freed: Notify,
 }
 
 /// One tool's share of the pool.
 #[derive(Debug)]
 pub(crate) struct ToolGate {
     footprint: Footprint,
-    share: Arc<Semaphore>,
+    share: Arc<Slots>,
     max_waiting: usize,
     waiting: AtomicUsize,
 }
 
-/// Room in the pool, held for one call.
+/// Room in the pool, held for one call; given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Admitted {
-    _permits: [OwnedSemaphorePermit; 4],
+    pool: Arc<Admission>,
+    share: Arc<Slots>,
+    footprint: Footprint,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.pool.give_back(&self.share, self.footprint);
+    }
 }
 
 /// One place in a count of waiting calls, given back when dropped (also
@@ -94,13 +138,12 @@ impl Drop for Waiting<'_> {
 
 impl Admission {
     pub(crate) fn new(calls: u32, memories: u32, tables: u32) -> Self {
-        let semaphore = |n: u32| Arc::new(Semaphore::new(n as usize));
         Self {
-            calls: semaphore(calls),
-            memories: semaphore(memories),
-            tables: semaphore(tables),
-            total: (calls, memories, tables),
+            calls: Slots::new(calls),
+            memories: Slots::new(memories),
+            tables: Slots::new(tables),
             waiting: AtomicUsize::new(0),
+            freed: Notify::new(),
         }
     }
 
@@ -108,7 +151,7 @@ impl Admission {
     /// many concurrent calls as fit in half of each kind of slot. The error
     /// says which kind a single call needs too much of.
     pub(crate) fn gate(&self, footprint: Footprint) -> Result<ToolGate, String> {
-        let (calls, memories, tables) = self.total;
+        let (calls, memories, tables) = (self.calls.total, self.memories.total, self.tables.total);
         let fits = |need: u32, total: u32| (total / 2).checked_div(need).unwrap_or(u32::MAX);
         let share = (calls / 2)
             .min(fits(footprint.memories, memories))
@@ -123,18 +166,21 @@ impl Admission {
                 tables / 2
             ));
         }
-        let share = share as usize;
         Ok(ToolGate {
             footprint,
-            share: Arc::new(Semaphore::new(share)),
-            max_waiting: share.saturating_mul(QUEUE_PER_SLOT),
+            share: Arc::new(Slots::new(share)),
+            max_waiting: (share as usize).saturating_mul(QUEUE_PER_SLOT),
             waiting: AtomicUsize::new(0),
         })
     }
 
     /// Room for one call through `gate`, waiting at most `wait`. The error
     /// is why there is none (for [`crate::tools::CallError::Busy`]).
-    pub(crate) async fn admit(&self, gate: &ToolGate, wait: Duration) -> Result<Admitted, String> {
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        gate: &ToolGate,
+        wait: Duration,
+    ) -> Result<Admitted, String> {
         if let Some(admitted) = self.try_admit(gate) {
             return Ok(admitted);
         }
@@ -147,60 +193,69 @@ impl Admission {
         }
         // Counted until this returns or the call is dropped (cancelled).
         let _waiting = Waiting::join(&self.waiting);
-        let acquired = tokio::time::timeout(wait, self.acquire(gate)).await;
-        match acquired {
-            Ok(Some(admitted)) => Ok(admitted),
-            Ok(None) => Err("the instance pool is closed".into()),
-            Err(_) => Err(format!(
+        let retry = async {
+            loop {
+                let freed = self.freed.notified();
+                tokio::pin!(freed);
+                // Registered before trying, so room given back between the
+                // try and the wait still wakes this call.
+                freed.as_mut().enable();
+                if let Some(admitted) = self.try_admit(gate) {
+                    return admitted;
+                }
+                freed.await;
+            }
+        };
+        tokio::time::timeout(wait, retry).await.map_err(|_| {
+            format!(
                 "no room in the instance pool within {} ms",
                 wait.as_millis()
-            )),
+            )
+        })
+    }
+
+    /// Takes the tool's share first, then the host's slots; gives back
+    /// what it took if any kind is short.
+    fn try_admit(self: &Arc<Self>, gate: &ToolGate) -> Option<Admitted> {
+        let Footprint { memories, tables } = gate.footprint;
+        let taken = [
+            (&*gate.share, 1),
+            (&self.calls, 1),
+            (&self.memories, memories),
+            (&self.tables, tables),
+        ];
+        for (i, (slots, n)) in taken.iter().enumerate() {
+            if !slots.try_take(*n) {
+                for (slots, n) in &taken[..i] {
+                    slots.give_back(*n);
+                }
+                return None;
+            }
         }
-    }
-
-    fn try_admit(&self, gate: &ToolGate) -> Option<Admitted> {
-        let share = Arc::clone(&gate.share).try_acquire_owned().ok()?;
-        let calls = Arc::clone(&self.calls).try_acquire_owned().ok()?;
-        let memories = Arc::clone(&self.memories)
-            .try_acquire_many_owned(gate.footprint.memories)
-            .ok()?;
-        let tables = Arc::clone(&self.tables)
-            .try_acquire_many_owned(gate.footprint.tables)
-            .ok()?;
         Some(Admitted {
-            _permits: [share, calls, memories, tables],
+            pool: Arc::clone(self),
+            share: Arc::clone(&gate.share),
+            footprint: gate.footprint,
         })
     }
 
-    /// In a fixed order (the tool's share first), so waiting calls never
-    /// hold one kind of slot while another call holds what they need next
-    /// in reverse.
-    async fn acquire(&self, gate: &ToolGate) -> Option<Admitted> {
-        let share = Arc::clone(&gate.share).acquire_owned().await.ok()?;
-        let calls = Arc::clone(&self.calls).acquire_owned().await.ok()?;
-        let memories = Arc::clone(&self.memories)
-            .acquire_many_owned(gate.footprint.memories)
-            .await
-            .ok()?;
-        let tables = Arc::clone(&self.tables)
-            .acquire_many_owned(gate.footprint.tables)
-            .await
-            .ok()?;
-        Some(Admitted {
-            _permits: [share, calls, memories, tables],
-        })
+    fn give_back(&self, share: &Slots, footprint: Footprint) {
+        self.tables.give_back(footprint.tables);
+        self.memories.give_back(footprint.memories);
+        self.calls.give_back(1);
+        share.give_back(1);
+        // Only waiting calls need waking; each then tries again.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.freed.notify_waiters();
+        }
     }
 
     /// What is in use and waiting now.
     pub(crate) fn usage(&self) -> PoolUsage {
-        let (calls, memories, tables) = self.total;
-        let used = |total: u32, semaphore: &Semaphore| {
-            total.saturating_sub(u32::try_from(semaphore.available_permits()).unwrap_or(u32::MAX))
-        };
         PoolUsage {
-            calls: used(calls, &self.calls),
-            memories: used(memories, &self.memories),
-            tables: used(tables, &self.tables),
+            calls: self.calls.used(),
+            memories: self.memories.used(),
+            tables: self.tables.used(),
             waiting: u32::try_from(self.waiting.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
         }
     }
@@ -215,7 +270,7 @@ mod tests {
         let pool = Admission::new(10, 20, 40);
         let share = |memories, tables| {
             pool.gate(Footprint { memories, tables })
-                .map(|g| g.share.available_permits())
+                .map(|g| g.share.total)
         };
         assert_eq!(share(1, 1), Ok(5));
         assert_eq!(share(4, 1), Ok(2));

@@ -155,7 +155,7 @@ impl Sandbox {
     }
 
     /// Admission to the instance pool ([`PoolUsage`] for what is in use).
-    pub(crate) fn admission(&self) -> &Admission {
+    pub(crate) fn admission(&self) -> &Arc<Admission> {
         &self.admission
     }
 
