@@ -7,8 +7,9 @@
 //! - Every call gets a fresh `Store` and instance; nothing survives a call.
 //! - A store never outlives its call's deadline: epoch interruption stops
 //!   running wasm, and the call's deadline bounds host-side awaits.
-//! - Running wasm yields its executor thread at every epoch tick, so
-//!   spinning guests share the runtime's workers with every other task.
+//! - Wasm that has run for two epoch ticks yields its executor thread at
+//!   every tick after, so spinning guests share the runtime's workers with
+//!   every other task.
 //! - The guest's stdout and stderr never reach the host's streams.
 
 mod admission;
@@ -45,6 +46,10 @@ pub use output::{GuestOutput, Stream};
 /// How often the epoch advances. A call's deadline is checked on each tick,
 /// so this is the precision of timeouts and cancellation.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Ticks a call runs through before it starts yielding its worker thread
+/// at every tick (so at most 5-10 ms of wasm run without a yield).
+const YIELD_AFTER_TICKS: u32 = 2;
 
 /// Settings fixed for the life of a host.
 #[derive(Debug, Clone)]
@@ -207,18 +212,24 @@ impl Sandbox {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|ctx| {
-            let state = ctx.data();
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
             if state.cancel.is_cancelled() {
                 return Err(wasmtime::Error::new(Interrupted::Cancelled));
             }
             if Instant::now() >= state.deadline {
                 return Err(wasmtime::Error::new(Interrupted::Timeout));
             }
-            // Yield to the executor on every tick: a guest that computes
-            // without pause must not hold a worker thread (and with it other
-            // calls' I/O and timers) for its whole timeout. Cost: one boxed
-            // future per tick of guest run time.
+            // A guest that computes without pause must not hold a worker
+            // thread (and with it other calls' I/O and timers) for its
+            // whole timeout: once it has run through YIELD_AFTER_TICKS
+            // ticks, it yields to the executor on every tick. Short calls
+            // (nearly all) never yield, which keeps many concurrent calls
+            // cheap; a yield costs one boxed future.
+            state.ticks = state.ticks.saturating_add(1);
+            if state.ticks < YIELD_AFTER_TICKS {
+                return Ok(UpdateDeadline::Continue(1));
+            }
             Ok(UpdateDeadline::YieldCustom(
                 1,
                 Box::pin(tokio::task::yield_now()),
@@ -326,6 +337,8 @@ pub struct CallState {
     pub(crate) deadline: Instant,
     pub(crate) cancel: CancelToken,
     fuel: Option<u64>,
+    /// Epoch ticks this call has run through.
+    ticks: u32,
 }
 
 impl std::fmt::Debug for CallState {
@@ -376,6 +389,7 @@ impl CallState {
             deadline,
             cancel,
             fuel: limits.fuel,
+            ticks: 0,
         })
     }
 
