@@ -376,6 +376,24 @@ async fn limits_that_cannot_be_enforced_are_refused_at_load() {
     assert_host_still_serves(&host, &mut ctx, &before).await;
 }
 
+/// Calls `name` with `args` on a task of its own, cancellable with
+/// `cancel`, from deps `{"keep":1}`; the task ends with the call's outcome
+/// and the deps after it (as text).
+fn spawn_call(
+    host: &std::sync::Arc<Host>,
+    name: &str,
+    args: serde_json::Value,
+    cancel: &airlock::sandbox::CancelToken,
+) -> tokio::task::JoinHandle<(Result<(), CallError>, String)> {
+    let (host, cancel) = (host.clone(), cancel.clone());
+    let call = airlock::ToolCall::new(name, args.to_string());
+    tokio::spawn(async move {
+        let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+        let out = host.call_cancellable(&mut ctx, &call, &cancel).await;
+        (out.map(|_| ()).map_err(|f| f.error), snapshot(&ctx))
+    })
+}
+
 /// Issue 12 item 7: as many spinning calls as the runtime has workers do
 /// not stall the others. Each spinner writes a file once it runs (so the
 /// test knows both hold a worker), then spins. A benign call spawned on the
@@ -400,14 +418,8 @@ async fn spinning_calls_do_not_hold_the_runtime_workers() {
     let cancel = airlock::sandbox::CancelToken::new();
     let spinners: Vec<_> = (0..2)
         .map(|i| {
-            let (host, cancel) = (host.clone(), cancel.clone());
-            tokio::spawn(async move {
-                let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
-                let args = json!({ "path": format!("/signal/{i}") }).to_string();
-                let call = airlock::ToolCall::new("write_then_spin", args);
-                let out = host.call_cancellable(&mut ctx, &call, &cancel).await;
-                (out.map(|_| ()).map_err(|f| f.error), snapshot(&ctx))
-            })
+            let args = json!({ "path": format!("/signal/{i}") });
+            spawn_call(&host, "write_then_spin", args, &cancel)
         })
         .collect();
     // Blocking wait on this (non-worker) thread: it needs no runtime.
@@ -527,15 +539,7 @@ async fn one_tool_cannot_take_the_whole_instance_pool() {
     let host = std::sync::Arc::new(host);
     let cancel = CancelToken::new();
     let hogs: Vec<_> = (0..11)
-        .map(|_| {
-            let (host, cancel) = (host.clone(), cancel.clone());
-            tokio::spawn(async move {
-                let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
-                let call = airlock::ToolCall::new("hog", "{}");
-                let out = host.call_cancellable(&mut ctx, &call, &cancel).await;
-                (out.map(|_| ()).map_err(|f| f.error), snapshot(&ctx))
-            })
-        })
+        .map(|_| spawn_call(&host, "hog", json!({}), &cancel))
         .collect();
     // Wait (on this non-worker thread) until the tool holds its share, its
     // queue is full, and the one call past it has been turned away.
