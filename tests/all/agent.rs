@@ -593,8 +593,13 @@ async fn transcript_continues_a_conversation() {
     let mut ctx = RunContext::default();
     let mut transcript = Transcript::default();
     let agent = Agent::new(Arc::clone(host().await), Arc::new(model));
-    agent.run(&mut ctx, &mut transcript, "one").await.unwrap();
-    agent.run(&mut ctx, &mut transcript, "two").await.unwrap();
+    let first = agent.run(&mut ctx, &mut transcript, "one").await.unwrap();
+    let second = agent.run(&mut ctx, &mut transcript, "two").await.unwrap();
+    // Each run has its own id; the session carries on.
+    assert_ne!(first.run_id, second.run_id);
+    assert_eq!(first.session_id, second.session_id);
+    let run_ids: Vec<&str> = transcript.items.iter().map(|e| e.run_id.as_str()).collect();
+    assert!(run_ids.contains(&first.run_id.as_str()) && run_ids.contains(&second.run_id.as_str()));
     let sent = &server.seen()[1].body["messages"];
     assert_eq!(sent.as_array().unwrap().len(), 3);
     assert_eq!(sent[0]["content"], "one");

@@ -236,7 +236,7 @@ fn airlock_run_with_the_demo_script() {
     );
     assert_eq!(
         doc["usage"],
-        json!({"requests": 4, "tool_calls": 5, "input_tokens": 2163, "output_tokens": 124})
+        json!({"requests": 4, "tool_calls": 5, "input_tokens": 2163, "output_tokens": 124, "total_tokens": 2287})
     );
     assert_eq!(doc["iterations"], 4);
     assert!(doc["session_id"].as_str().unwrap().starts_with("sess_"));

@@ -224,13 +224,16 @@ impl Agent {
     }
 
     /// Runs `prompt` to an answer. Appends to `transcript` and updates
-    /// `ctx` (deps through tool ops, usage, iteration) as it goes.
+    /// `ctx` (deps through tool ops, usage, iteration) as it goes. The run
+    /// gets a fresh run id ([`RunContext::start_run`]), whatever runs
+    /// `ctx` saw before.
     pub async fn run(
         &self,
         ctx: &mut RunContext,
         transcript: &mut Transcript,
         prompt: &str,
     ) -> Result<RunOutcome, RunError> {
+        ctx.start_run();
         let mut run = Run {
             agent: self,
             ctx,

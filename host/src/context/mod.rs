@@ -5,8 +5,8 @@
 //! - `deps` is always a JSON object, and changes only through
 //!   [`RunContext::apply`] (all of a call's ops or none) or through the
 //!   embedder's own `deps_mut`.
-//! - `run_id` is fresh for every `RunContext`; it is never taken from a
-//!   caller.
+//! - `run_id` is fresh for every `RunContext` and for every agent run on
+//!   it ([`RunContext::start_run`]); it is never taken from a caller.
 //! - `session_id` is always set: generated when the caller gives none.
 
 mod access;
@@ -32,8 +32,9 @@ pub use output::{LEGACY_UPDATE_KEY, OutputError, ParsedOutput, RawOp, parse_outp
 /// never copies deps; applying ops after the call has ended mutates in place.
 pub type Deps = Arc<Map<String, Value>>;
 
-/// Token and request totals for a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Token and request totals for a run. Serialized with `total_tokens`
+/// (input plus output) as well.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct Usage {
     /// Model requests made.
     pub requests: u32,
@@ -147,9 +148,18 @@ impl RunContext {
         Arc::make_mut(&mut self.deps)
     }
 
-    /// This run's id (fresh for every context).
+    /// This run's id (fresh for every context, and for every agent run).
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// Starts a new run on this context: a fresh run id, and the iteration
+    /// count back to 0. Deps, ids of the session and user, and usage
+    /// totals carry on. The agent loop calls it at the start of every run,
+    /// so two runs on one context never share a run id.
+    pub fn start_run(&mut self) {
+        self.run_id = new_id("run");
+        self.iteration = 0;
     }
 
     /// The session's id (generated when not given).
@@ -195,6 +205,26 @@ impl RunContext {
         let new = ops::apply(Arc::make_mut(&mut self.deps), current, ops, limits, rules)?;
         self.deps_bytes = Some(new);
         Ok(())
+    }
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+}
+
+impl Serialize for Usage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut usage = serializer.serialize_struct("Usage", 5)?;
+        usage.serialize_field("requests", &self.requests)?;
+        usage.serialize_field("tool_calls", &self.tool_calls)?;
+        usage.serialize_field("input_tokens", &self.input_tokens)?;
+        usage.serialize_field("output_tokens", &self.output_tokens)?;
+        usage.serialize_field("total_tokens", &self.total_tokens())?;
+        usage.end()
     }
 }
 
