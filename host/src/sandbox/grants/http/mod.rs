@@ -11,10 +11,17 @@
 //! 3. the connection goes to the address that passed the check, so a DNS
 //!    answer that changes between check and connect (rebinding) cannot
 //!    redirect it;
-//! 4. secrets bound to the host are added as headers;
-//! 5. the response body is capped, and every timeout is capped by what is
+//! 4. secrets bound to the request's origin (scheme, host, port) are added
+//!    as headers, in cleartext only to loopback;
+//! 5. the response body is capped, the secrets the request carried are
+//!    redacted from the response, and every timeout is capped by what is
 //!    left of the call's deadline. Redirects are not followed: the tool sees
 //!    the 3xx and any new request goes through these checks again.
+//!
+//! Before all of it, the request must fit the call's budgets
+//! (`max_requests`, `max_connections`) and, to connect, the host's
+//! (`MAX_HOST_CONNECTIONS`); a lookup holds one of the host's `MAX_LOOKUPS`
+//! slots until it really ends.
 
 mod address;
 mod pattern;

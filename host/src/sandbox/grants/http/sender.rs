@@ -1,11 +1,11 @@
-//! The HTTP grant's sender: resolve, check the address, connect to the
-//! checked address, inject secrets, cap the response.
+//! The HTTP grant's sender: bound the call's connections, resolve (behind
+//! the host's lookup gate), check the address, connect to the checked
+//! address, inject secrets, cap the response and redact the secrets from
+//! it.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-#[cfg(test)]
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -14,10 +14,9 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::address::is_non_public;
 use super::pattern::Scheme;
@@ -400,6 +399,8 @@ impl Body for RedactedBody {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     /// A secret split at every possible point between two chunks (and one
