@@ -290,7 +290,14 @@ fn host_builder() -> airlock::HostBuilder {
 fn child_compiler() -> Option<airlock::sandbox::Compiler> {
     let exe = std::env::current_exe().ok()?;
     let mut limits = airlock::sandbox::CompileLimits::default();
-    let number = |name: &str| std::env::var(name).ok()?.parse::<u64>().ok();
+    let number = |name: &str| {
+        let text = std::env::var(name).ok()?;
+        let parsed = text.parse::<u64>().ok().filter(|n| *n > 0);
+        if parsed.is_none() {
+            tracing::warn!("{name} is not a positive whole number; using the default");
+        }
+        parsed
+    };
     if let Some(ms) = number("AIRLOCK_COMPILE_TIMEOUT_MS") {
         limits.timeout = std::time::Duration::from_millis(ms);
     }
