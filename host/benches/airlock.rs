@@ -328,7 +328,7 @@ async fn cold_start(b: &Bench, out: &mut String) {
         .await;
         let path = component(lang.file);
         cache.load(&engine, &bytes, || {}).unwrap();
-        let stamp = CompileCache::stamp(&path).unwrap();
+        let stamp = airlock::sandbox::FileStamp::of(&path).unwrap();
         cache.remember_file(&engine, &path, stamp, &bytes);
         let by_file = median(b.iters(200), async || {
             assert!(cache.lookup_file(&engine, &path).is_some());

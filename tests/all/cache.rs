@@ -118,16 +118,11 @@ async fn a_replacement_keeping_size_and_mtime_is_not_served_stale() {
     let cache = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let tool = dir.path().join("tool.wat");
+    let names = || tool_names_with_cache(cache.path(), &tool, None);
     write_tool(&tool, "first");
     wait_until_not_racy(&tool);
-    assert_eq!(
-        tool_names_with_cache(cache.path(), &tool, None).await,
-        ["first"]
-    );
-    assert_eq!(
-        tool_names_with_cache(cache.path(), &tool, None).await,
-        ["first"]
-    );
+    assert_eq!(names().await, ["first"], "compiled");
+    assert_eq!(names().await, ["first"], "from the cache's file index");
 
     let before = std::fs::metadata(&tool).unwrap();
     write_tool(&tool, "other");
@@ -137,10 +132,7 @@ async fn a_replacement_keeping_size_and_mtime_is_not_served_stale() {
         (after.len(), after.modified().unwrap()),
         "the replacement keeps size and mtime"
     );
-    assert_eq!(
-        tool_names_with_cache(cache.path(), &tool, None).await,
-        ["other"]
-    );
+    assert_eq!(names().await, ["other"]);
 }
 
 /// A component replaced while its first compile is in progress: the

@@ -366,29 +366,29 @@ async fn a_call_holds_a_bounded_number_of_connections() {
     let host = host_with(&[("hostile", cfg)], ContextRules::default()).await;
     let mut ctx = RunContext::from_value(json!({"keep": true})).unwrap();
     let before = snapshot(&ctx);
-    let out = call(
-        &host,
-        &mut ctx,
-        "open_connections",
-        json!({"url": server.url("/slow"), "count": 8, "wait_last": 5}),
-    )
-    .await
-    .unwrap();
+    // Starts `count` GETs of `url`; how the last `wait_last` ended.
+    async fn open(
+        host: &Host,
+        ctx: &mut RunContext,
+        url: String,
+        count: u32,
+        wait_last: u32,
+    ) -> serde_json::Value {
+        let args = json!({"url": url, "count": count, "wait_last": wait_last});
+        call(host, ctx, "open_connections", args)
+            .await
+            .unwrap()
+            .result
+    }
     assert_eq!(
-        out.result,
+        open(&host, &mut ctx, server.url("/slow"), 8, 5).await,
         json!({"outcomes": {"ErrorCode::ConnectionLimitReached": 5}})
     );
     assert!(server.requests().len() <= 3, "{:?}", server.requests());
-
-    let out = call(
-        &host,
-        &mut ctx,
-        "open_connections",
-        json!({"url": server.url("/hello"), "count": 1, "wait_last": 1}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(out.result, json!({"outcomes": {"status 200": 1}}));
+    assert_eq!(
+        open(&host, &mut ctx, server.url("/hello"), 1, 1).await,
+        json!({"outcomes": {"status 200": 1}})
+    );
     assert_host_still_serves(&host, &mut ctx, &before).await;
 }
 

@@ -165,12 +165,6 @@ impl CompileCache {
         deserialize(engine, &entry).ok()
     }
 
-    /// The file's identity now, to be taken before its bytes are read and
-    /// passed to [`CompileCache::remember_file`].
-    pub fn stamp(path: &Path) -> Option<FileStamp> {
-        FileStamp::of(path)
-    }
-
     /// Records that the file at `path`, whose identity was `before` when
     /// `bytes` were read from it, holds `bytes`. Nothing is recorded if the
     /// file's identity changed since (it was written during the compile):
@@ -315,7 +309,10 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
-    fn of(path: &Path) -> Option<Self> {
+    /// The identity of the file at `path` now (`None` if it cannot be
+    /// read). Take it before reading the file's bytes, and pass it to
+    /// [`CompileCache::remember_file`].
+    pub fn of(path: &Path) -> Option<Self> {
         use std::os::unix::fs::MetadataExt;
         let meta = fs::metadata(path).ok()?;
         let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);

@@ -158,6 +158,20 @@ impl CallLimiter {
             hit: None,
         }
     }
+
+    /// Takes `memory` bytes of linear memory and `tables` bytes of tables
+    /// as the call's new totals if together they fit the memory limit;
+    /// otherwise remembers the refusal and changes nothing.
+    fn account(&mut self, memory: usize, tables: usize) -> bool {
+        let total = memory.saturating_add(tables);
+        if total > self.max_memory_bytes {
+            self.hit = Some(ResourceHit::Memory { desired: total });
+            return false;
+        }
+        self.memory_in_use = memory;
+        self.tables_in_use = tables;
+        true
+    }
 }
 
 impl wasmtime::ResourceLimiter for CallLimiter {
@@ -172,13 +186,7 @@ impl wasmtime::ResourceLimiter for CallLimiter {
             .memory_in_use
             .saturating_sub(current)
             .saturating_add(desired);
-        let total = memory.saturating_add(self.tables_in_use);
-        if total > self.max_memory_bytes {
-            self.hit = Some(ResourceHit::Memory { desired: total });
-            return Ok(false);
-        }
-        self.memory_in_use = memory;
-        Ok(true)
+        Ok(self.account(memory, self.tables_in_use))
     }
 
     fn table_growing(
@@ -198,13 +206,7 @@ impl wasmtime::ResourceLimiter for CallLimiter {
             .tables_in_use
             .saturating_sub(bytes(current))
             .saturating_add(bytes(desired));
-        let total = tables.saturating_add(self.memory_in_use);
-        if total > self.max_memory_bytes {
-            self.hit = Some(ResourceHit::Memory { desired: total });
-            return Ok(false);
-        }
-        self.tables_in_use = tables;
-        Ok(true)
+        Ok(self.account(self.memory_in_use, tables))
     }
 
     fn instances(&self) -> usize {

@@ -32,7 +32,7 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-pub(crate) use admission::{Admission, ToolGate};
+pub(crate) use admission::{Admission, Admitted, ToolGate};
 pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
 pub use cache::{CacheOutcome, CompileCache, FileStamp, UnsafeCache};
 pub use compiler::{CHILD_ENV, CompileFailure, CompileLimits, Compiler, compile_child_main};
@@ -85,11 +85,9 @@ impl Default for SandboxConfig {
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     engine: Engine,
-    cache: CompileCache,
-    fuel_metering: bool,
-    max_memory_ceiling: usize,
     admission: Arc<Admission>,
-    /// What a compile child needs to build the same engine.
+    /// The settings the engine was built with (a compile child builds the
+    /// same engine from them).
     config: Arc<SandboxConfig>,
 }
 
@@ -145,9 +143,6 @@ impl Sandbox {
         start_epoch_ticker(&engine);
         Ok(Self {
             engine,
-            cache: config.cache.clone(),
-            fuel_metering: config.fuel_metering,
-            max_memory_ceiling: config.max_memory_ceiling,
             admission: Arc::new(Admission::new(calls, memories, tables)),
             config: Arc::new(config),
         })
@@ -187,7 +182,7 @@ impl Sandbox {
     /// The largest memory limit a tool may have on this engine (the pool's
     /// per-memory reservation).
     pub fn max_memory_ceiling(&self) -> usize {
-        self.max_memory_ceiling
+        self.config.max_memory_ceiling
     }
 
     /// The engine every component is compiled for.
@@ -197,12 +192,12 @@ impl Sandbox {
 
     /// The compile cache.
     pub fn cache(&self) -> &CompileCache {
-        &self.cache
+        &self.config.cache
     }
 
     /// Whether fuel limits can be enforced.
     pub fn fuel_metering(&self) -> bool {
-        self.fuel_metering
+        self.config.fuel_metering
     }
 
     /// A store for one call, with `state`'s limits armed: the memory and
@@ -235,7 +230,7 @@ impl Sandbox {
                 Box::pin(tokio::task::yield_now()),
             ))
         });
-        if self.fuel_metering {
+        if self.config.fuel_metering {
             store.set_fuel(fuel.unwrap_or(u64::MAX))?;
         }
         Ok(store)
@@ -336,6 +331,9 @@ pub struct CallState {
     pub(crate) log: CapturedLog,
     pub(crate) deadline: Instant,
     pub(crate) cancel: CancelToken,
+    /// The call's room in the instance pool, given back when the store
+    /// (and this state with it) is dropped.
+    _admitted: Admitted,
     fuel: Option<u64>,
     /// Epoch ticks this call has run through.
     ticks: u32,
@@ -357,6 +355,7 @@ impl CallState {
     pub(crate) fn new(
         limits: &Limits,
         grants: &Arc<Grants>,
+        admitted: Admitted,
         cancel: CancelToken,
     ) -> Result<Self, GrantError> {
         let stdout = CapturedOutput::new(Stream::Stdout, limits.max_output_bytes);
@@ -388,6 +387,7 @@ impl CallState {
             log: CapturedLog::new(limits.max_output_bytes),
             deadline,
             cancel,
+            _admitted: admitted,
             fuel: limits.fuel,
             ticks: 0,
         })

@@ -1,6 +1,7 @@
 //! Measurement hooks for `make bench`: the same component, engine and
-//! linker as [`Host::call`], minus the host's own work, so the benchmark
-//! can report what that work costs. Not part of the API.
+//! linker as [`Host::call`], minus the host's own work (apart from the
+//! store's admission to the instance pool, which every store has), so the
+//! benchmark can report what that work costs. Not part of the API.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,14 @@ impl Host {
     #[doc(hidden)]
     pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
         let component = self.component_of(&call.name)?;
-        let mut store = self.new_store(&component.limits, &component.grants, CancelToken::new())?;
+        let mut store = self
+            .new_store(
+                &component.limits,
+                &component.grants,
+                &component.gate,
+                CancelToken::new(),
+            )
+            .await?;
         let view = push_view(&mut store, component, ctx, call)?;
         match instantiate_and_call(&mut store, component, view, call).await {
             Ok(_) => Ok(()),
@@ -36,7 +44,14 @@ impl Host {
         n: u32,
     ) -> Result<Duration, CallError> {
         let component = self.component_of(&call.name)?;
-        let mut store = self.new_store(&component.limits, &component.grants, CancelToken::new())?;
+        let mut store = self
+            .new_store(
+                &component.limits,
+                &component.grants,
+                &component.gate,
+                CancelToken::new(),
+            )
+            .await?;
         let instance = match component.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => return Err(classify(e, &store, &component.limits)),

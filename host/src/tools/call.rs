@@ -14,7 +14,7 @@ use super::{
 use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
 use crate::sandbox::{
     CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
-    ResourceHit,
+    ResourceHit, ToolGate,
 };
 
 impl Host {
@@ -93,14 +93,9 @@ impl Host {
         cancel: &CancelToken,
     ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput), CallFailure> {
         let limits = &component.limits;
-        // Held until the store is dropped, at the end of this function.
-        let _admitted = self
-            .sandbox
-            .admission()
-            .admit(&component.gate, limits.timeout)
-            .await
-            .map_err(CallError::Busy)?;
-        let mut store = self.new_store(limits, &component.grants, cancel.clone())?;
+        let mut store = self
+            .new_store(limits, &component.grants, &component.gate, cancel.clone())
+            .await?;
         let view = push_view(&mut store, component, ctx, call)?;
         let run = instantiate_and_call(&mut store, component, view, call);
         let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
@@ -125,13 +120,23 @@ impl Host {
         Ok((returned, output))
     }
 
-    pub(super) fn new_store(
+    /// A store for one call of a tool whose share of the instance pool is
+    /// `gate`: admitted to the pool first (waiting at most the call's
+    /// timeout), holding that room until the store is dropped.
+    pub(super) async fn new_store(
         &self,
         limits: &Limits,
         grants: &Arc<Grants>,
+        gate: &ToolGate,
         cancel: CancelToken,
     ) -> Result<Store<CallState>, CallError> {
-        let state = CallState::new(limits, grants, cancel)?;
+        let admitted = self
+            .sandbox
+            .admission()
+            .admit(gate, limits.timeout)
+            .await
+            .map_err(CallError::Busy)?;
+        let state = CallState::new(limits, grants, admitted, cancel)?;
         self.sandbox
             .store(state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))

@@ -14,7 +14,7 @@ use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
 use crate::context::KeyRules;
 use crate::policy::ToolConfig;
 use crate::sandbox::{
-    CacheOutcome, CallState, CancelToken, CompileCache, CompileFailure, Grants, Limits, Sandbox,
+    CacheOutcome, CallState, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox,
     ToolGate, UnsafeCache,
 };
 use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
@@ -140,14 +140,10 @@ impl Host {
         limits: &Limits,
         gate: &ToolGate,
     ) -> Result<Vec<guest::ToolSpec>, CallError> {
-        let _admitted = self
-            .sandbox
-            .admission()
-            .admit(gate, limits.timeout)
-            .await
-            .map_err(CallError::Busy)?;
         // `describe` runs with nothing granted, whatever the tool's grants.
-        let mut store = self.new_store(limits, &Arc::new(Grants::none()), CancelToken::new())?;
+        let mut store = self
+            .new_store(limits, &Arc::new(Grants::none()), gate, CancelToken::new())
+            .await?;
         let run = async {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.airlock_tool_tool().call_describe(&mut store).await
@@ -197,7 +193,7 @@ fn compile_file(
     }
     // Taken before reading: if the file changes from here on, the result
     // is not filed under its new identity.
-    let before = CompileCache::stamp(path);
+    let before = FileStamp::of(path);
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,

@@ -254,16 +254,14 @@ impl Grant for SecretGrant {
 
     fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
         let (value, raw) = self.resolve()?;
-        // What is redacted from responses: the header value as sent, and
-        // the secret alone unless it is too short to redact safely.
-        let mut redact = vec![value.as_bytes().to_vec()];
-        if raw.len() >= MIN_REDACTED_BYTES && raw.as_bytes() != value.as_bytes() {
-            redact.push(raw.into_bytes());
-        }
+        // Redacted from responses besides the header value: the secret
+        // alone, unless it is too short to redact safely.
+        let raw = (raw.len() >= MIN_REDACTED_BYTES && raw.as_bytes() != value.as_bytes())
+            .then(|| raw.into_bytes());
         call.secrets.push(ResolvedSecret {
             header: self.header.clone(),
             value,
-            redact: redact.into(),
+            raw,
             origins: std::sync::Arc::clone(&self.origins),
         });
         Ok(())

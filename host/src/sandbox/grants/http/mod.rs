@@ -156,9 +156,10 @@ impl Grant for HttpGrant {
 pub(crate) struct ResolvedSecret {
     pub(crate) header: HeaderName,
     pub(crate) value: HeaderValue,
-    /// Byte strings removed from any response to a request that carried
-    /// the secret (see `sender::Redactor`).
-    pub(crate) redact: Arc<[Vec<u8>]>,
+    /// The secret alone, when it is long enough to be redacted from
+    /// responses by itself (the header value always is; see
+    /// `sender::Redactor`).
+    pub(crate) raw: Option<Vec<u8>>,
     pub(crate) origins: Arc<[HostPattern]>,
 }
 

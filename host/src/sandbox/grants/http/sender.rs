@@ -26,14 +26,14 @@ use super::{HttpGrant, IoFuture, ResolvedSecret};
 /// file descriptors with each other and with the host itself (the cache,
 /// the model client), so their sum is bounded, not just each call's. A
 /// request waits for a free one until its call's deadline.
-pub(crate) const MAX_HOST_CONNECTIONS: usize = 512;
+const MAX_HOST_CONNECTIONS: usize = 512;
 static HOST_CONNECTIONS: Semaphore = Semaphore::const_new(MAX_HOST_CONNECTIONS);
 
 /// DNS lookups in flight across the host. A lookup runs `getaddrinfo` on a
 /// blocking thread that cannot be interrupted; its permit is held by that
 /// thread until the lookup really ends, so lookups that never answer can
 /// hold at most this many threads, whatever their calls' deadlines did.
-pub(crate) const MAX_LOOKUPS: usize = 16;
+const MAX_LOOKUPS: usize = 16;
 static LOOKUPS: Semaphore = Semaphore::const_new(MAX_LOOKUPS);
 
 /// `send` for one request of a call holding `call_permit` (one of its
@@ -94,7 +94,8 @@ pub(super) async fn send(
         request
             .headers_mut()
             .insert(secret.header.clone(), secret.value.clone());
-        injected.extend(secret.redact.iter().cloned());
+        injected.push(secret.value.as_bytes().to_vec());
+        injected.extend(secret.raw.clone());
     }
 
     let connect_timeout = budget(options.and_then(|o| o.connect_timeout));
@@ -147,32 +148,27 @@ pub(super) async fn send(
         Poll::Pending
     });
     let first_byte = budget(options.and_then(|o| o.first_byte_timeout));
-    let head = tokio::time::timeout(first_byte, head)
+    let mut head = tokio::time::timeout(first_byte, head)
         .await
         .map_err(|_| HttpError::ConnectionReadTimeout)??;
 
-    let limit = grant.max_response_bytes;
-    let mut response = head.map(|incoming| CappedBody {
-        inner: incoming,
-        remaining: limit,
-    });
     // A server may echo what it was sent (debug endpoints, some APIs): the
     // secrets this request carried are removed from the response before
     // the guest can read it.
-    let response = if injected.is_empty() {
-        response.map(BodyExt::boxed_unsync)
-    } else {
-        let redactor = Redactor::new(injected);
-        redactor.headers(response.headers_mut());
-        response.map(|body| {
-            RedactedBody {
-                inner: body,
-                redactor,
-                done: false,
-            }
-            .boxed_unsync()
-        })
-    };
+    let redactor = (!injected.is_empty()).then(|| Redactor::new(injected));
+    if let Some(redactor) = &redactor {
+        redactor.headers(head.headers_mut());
+    }
+    let limit = grant.max_response_bytes;
+    let response = head.map(|incoming| {
+        ResponseBody {
+            inner: incoming,
+            remaining: limit,
+            redactor,
+            done: false,
+        }
+        .boxed_unsync()
+    });
     // The connection's permits live as long as the connection.
     let io: IoFuture = Box::new(async move {
         let _permits = (call_permit, host_permit);
@@ -243,13 +239,17 @@ async fn gated_blocking<T: Send + 'static>(
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
-/// A response body that fails once it exceeds its byte cap.
-struct CappedBody {
+/// A response body as the guest reads it: failing once it exceeds its
+/// byte cap, and with the request's secrets redacted if it carried any.
+struct ResponseBody {
     inner: hyper::body::Incoming,
     remaining: usize,
+    redactor: Option<Redactor>,
+    /// The inner body has ended (and what the redactor held is released).
+    done: bool,
 }
 
-impl Body for CappedBody {
+impl Body for ResponseBody {
     type Data = Bytes;
     type Error = HttpError;
 
@@ -257,24 +257,43 @@ impl Body for CappedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    if data.len() > self.remaining {
-                        return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(None))));
-                    }
-                    self.remaining -= data.len();
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(other) => return Poll::Ready(Some(Ok(other))),
+                };
+                if data.len() > self.remaining {
+                    return Poll::Ready(Some(Err(HttpError::HttpResponseBodySize(None))));
                 }
-                Poll::Ready(Some(Ok(frame)))
+                self.remaining -= data.len();
+                let data = match self.redactor.as_mut() {
+                    Some(redactor) => Bytes::from(redactor.chunk(&data, false)),
+                    None => data,
+                };
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(HttpError::from(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                self.done = true;
+                match self.redactor.as_mut().map(|r| r.chunk(&[], true)) {
+                    Some(rest) if !rest.is_empty() => {
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))))
+                    }
+                    _ => Poll::Ready(None),
+                }
+            }
             Poll::Pending => Poll::Pending,
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.done
+            || (self.inner.is_end_stream()
+                && self.redactor.as_ref().is_none_or(|r| r.carry.is_empty()))
     }
 }
 
@@ -290,7 +309,7 @@ struct Redactor {
 }
 
 /// What a redacted secret becomes.
-pub(crate) const REDACTED: &[u8] = b"[redacted]";
+const REDACTED: &[u8] = b"[redacted]";
 
 impl Redactor {
     fn new(mut needles: Vec<Vec<u8>>) -> Self {
@@ -307,10 +326,10 @@ impl Redactor {
     /// Redacts header values in place.
     fn headers(&self, headers: &mut http::HeaderMap) {
         for value in headers.values_mut() {
-            let (clean, count) = self.replace_all(value.as_bytes(), usize::MAX);
+            let (clean, _, count) = self.replace_all(value.as_bytes(), usize::MAX);
             if count > 0 {
                 tracing::warn!(count, "redacted an injected secret from response headers");
-                if let Ok(new) = http::HeaderValue::from_bytes(&clean.0) {
+                if let Ok(new) = http::HeaderValue::from_bytes(&clean) {
                     *value = new;
                 }
             }
@@ -327,7 +346,7 @@ impl Redactor {
         } else {
             buf.len().saturating_sub(self.longest.saturating_sub(1))
         };
-        let ((out, held), count) = self.replace_all(&buf, release);
+        let (out, held, count) = self.replace_all(&buf, release);
         if count > 0 {
             tracing::warn!(count, "redacted an injected secret from a response body");
         }
@@ -336,8 +355,8 @@ impl Redactor {
     }
 
     /// Redacts `buf`, releasing bytes up to `release` (a secret that starts
-    /// before it is still redacted whole): `((released, held), redactions)`.
-    fn replace_all(&self, buf: &[u8], release: usize) -> ((Vec<u8>, Vec<u8>), usize) {
+    /// before it is still redacted whole): `(released, held, redactions)`.
+    fn replace_all(&self, buf: &[u8], release: usize) -> (Vec<u8>, Vec<u8>, usize) {
         let mut out = Vec::with_capacity(buf.len());
         let mut count = 0;
         let mut i = 0;
@@ -353,47 +372,7 @@ impl Redactor {
                 i += 1;
             }
         }
-        ((out, buf[i..].to_vec()), count)
-    }
-}
-
-/// A response body with the request's secrets redacted.
-struct RedactedBody {
-    inner: CappedBody,
-    redactor: Redactor,
-    done: bool,
-}
-
-impl Body for RedactedBody {
-    type Data = Bytes;
-    type Error = HttpError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => {
-                    let out = self.redactor.chunk(&data, false);
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
-                }
-                Err(frame) => Poll::Ready(Some(Ok(frame))),
-            },
-            Poll::Ready(None) => {
-                self.done = true;
-                let rest = self.redactor.chunk(&[], true);
-                if rest.is_empty() {
-                    Poll::Ready(None)
-                } else {
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))))
-                }
-            }
-            other => other,
-        }
+        (out, buf[i..].to_vec(), count)
     }
 }
 
