@@ -97,6 +97,7 @@
 //! - [`sandbox`]: the engine, compile cache, grants, limits, captured output.
 //! - [`tools`]: loading components and calling tools.
 //! - [`agent`]: the loop; [`llm`]: the model providers.
+//! - [`session`]: durable sessions: the journal, the store, export.
 
 pub mod agent;
 pub mod context;
@@ -105,6 +106,7 @@ mod json;
 pub mod llm;
 pub mod policy;
 pub mod sandbox;
+pub mod session;
 pub mod spec;
 pub mod text;
 mod tls;
@@ -114,5 +116,6 @@ pub use agent::{Agent, Transcript};
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};
 pub use policy::{Approval, Policy, ToolConfig};
 pub use sandbox::{CompileCache, GuestOutput, Limits};
+pub use session::{Session, SessionOptions, SessionStore, SqliteStore};
 pub use spec::ToolSpec;
 pub use tools::{CallError, CallFailure, CallOutcome, Host, HostBuilder, LoadError, ToolCall};

@@ -141,6 +141,8 @@ async fn openai_multi_turn_run_with_tool_calls_and_ops() {
             Item::FunctionCallOutput { .. } => "function_call_output",
             Item::ContextUpdate { .. } => "context_update",
             Item::Error { .. } => "error",
+            Item::RunStarted { .. } => "run_started",
+            Item::RunEnded { .. } => "run_ended",
             _ => "other",
         })
         .collect();
@@ -152,8 +154,10 @@ async fn openai_multi_turn_run_with_tool_calls_and_ops() {
         4
     );
     assert_eq!(kinds.iter().filter(|k| **k == "context_update").count(), 4);
-    assert_eq!(kinds.first(), Some(&"message"));
-    assert_eq!(kinds.last(), Some(&"message"));
+    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert_eq!(kinds[1], "message");
+    assert_eq!(kinds[kinds.len() - 2], "message");
+    assert_eq!(kinds.last(), Some(&"run_ended"));
     assert!(transcript.items.iter().all(|e| e.run_id == ctx.run_id()));
 }
 
@@ -241,10 +245,17 @@ async fn max_iterations_ends_the_run_and_keeps_the_state() {
     );
     assert_eq!(ctx.deps()["counters"]["loops"], 3, "the work done is kept");
     assert_eq!(ctx.usage.requests, 3);
-    let last = transcript.items.last().unwrap();
+    // The log ends with the error, then the run's end.
+    let [.., error, end] = &transcript.items[..] else {
+        panic!("too few items")
+    };
     assert!(
-        matches!(&last.item, Item::Error { kind, .. } if kind == "max_iterations"),
-        "{last:?}"
+        matches!(&error.item, Item::Error { kind, .. } if kind == "max_iterations"),
+        "{error:?}"
+    );
+    assert!(
+        matches!(&end.item, Item::RunEnded { outcome, iterations: 3 } if outcome == "max_iterations"),
+        "{end:?}"
     );
 }
 
@@ -539,9 +550,11 @@ async fn cancellation_stops_the_tool_in_flight() {
     );
     assert!(!ctx.deps().contains_key("pwned"));
     assert!(transcript.items.iter().any(|e| matches!(&e.item, Item::FunctionCallOutput { status: CallStatus::Cancelled, call_id, .. } if call_id == "c2")));
-    assert!(
-        matches!(&transcript.items.last().unwrap().item, Item::Error { kind, .. } if kind == "cancelled")
-    );
+    let [.., error, end] = &transcript.items[..] else {
+        panic!("too few items")
+    };
+    assert!(matches!(&error.item, Item::Error { kind, .. } if kind == "cancelled"));
+    assert!(matches!(&end.item, Item::RunEnded { outcome, .. } if outcome == "cancelled"));
     // The host serves the next call after a cancelled one.
     host.call(
         &mut ctx,

@@ -250,7 +250,9 @@ fn airlock_run_with_the_demo_script() {
     let types: Vec<&str> = lines.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(types.iter().filter(|t| **t == "function_call").count(), 5);
     assert_eq!(types.iter().filter(|t| **t == "context_update").count(), 4);
-    assert_eq!(types[0], "message");
+    assert_eq!(types[0], "run_started");
+    assert_eq!(types[1], "message");
+    assert_eq!(types.last(), Some(&"run_ended"));
     assert!(lines.iter().all(|e| e["run_id"] == doc["run_id"]));
     assert_eq!(lines[0]["id"], "item_1");
 }

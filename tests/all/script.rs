@@ -167,7 +167,12 @@ async fn a_failed_calls_output_reaches_the_event_log() {
     assert_eq!(failed.1.as_deref(), Some("timeout"));
     assert_eq!(failed.2.stdout, "partial output before the loop\n");
     // The JSON form of the event carries it too.
-    let line = serde_json::to_value(&transcript.items[2]).unwrap();
+    let output = transcript
+        .items
+        .iter()
+        .find(|e| matches!(&e.item, Item::FunctionCallOutput { call_id, .. } if call_id == "c1"))
+        .unwrap();
+    let line = serde_json::to_value(output).unwrap();
     assert_eq!(line["stdout"], "partial output before the loop\n", "{line}");
     // The run went on: the next call ran.
     assert_eq!(ctx.deps()["counters"], json!({"after": 1}));

@@ -50,10 +50,12 @@ async fn view_returns_exactly_what_the_host_holds() {
     assert_eq!(seen["tool_call_id"], call.id.as_str());
     assert_eq!(seen["retry"], 2);
     assert_eq!(seen["iteration"], 4);
+    // The call counts itself, outside the agent loop too.
     assert_eq!(
         seen["usage"],
-        json!({"requests": 4, "tool_calls": 9, "input_tokens": 1000, "output_tokens": 2000})
+        json!({"requests": 4, "tool_calls": 10, "input_tokens": 1000, "output_tokens": 2000})
     );
+    assert_eq!(ctx.usage.tool_calls, 10);
     assert!(outcome.updates.is_empty());
     assert_eq!(snapshot(&ctx), before, "reading changes nothing");
 }

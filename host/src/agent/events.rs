@@ -27,6 +27,19 @@ pub struct Event {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Item {
+    /// A run began: the first item of every run.
+    RunStarted {
+        /// The model, as the provider names it.
+        model: String,
+    },
+    /// A run ended: the last item of every run that ended, with an answer
+    /// or an error (a run whose process died has none).
+    RunEnded {
+        /// `answered`, or the error's kind (`RunError::kind`).
+        outcome: String,
+        /// Model requests the run made.
+        iterations: u32,
+    },
     /// A message of the conversation: the user's prompt or the model's text.
     Message {
         /// Who said it.
@@ -106,6 +119,23 @@ pub enum CallStatus {
     Rejected,
     /// The run was cancelled while the call ran; no op was applied.
     Cancelled,
+    /// The call was asked for but never answered (the process died while it
+    /// ran, or the run ended first); it may or may not have run, and no op
+    /// of it was applied. Recorded when the session is next opened.
+    Interrupted,
+}
+
+impl CallStatus {
+    /// The status as serialized: `completed`, `failed`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Rejected => "rejected",
+            CallStatus::Cancelled => "cancelled",
+            CallStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {

@@ -27,6 +27,7 @@ use crate::context::{RunContext, Usage};
 use crate::llm::{BoxFuture, Message, Model, ModelError, ModelToolCall};
 use crate::policy::Approval;
 use crate::sandbox::{CancelToken, GuestOutput};
+use crate::session::{Entry, Journal, Session, StoreError, secrets};
 use crate::spec::ToolSpec;
 use crate::tools::{CallError, CallFailure, Host, ToolCall};
 
@@ -139,6 +140,10 @@ pub enum RunError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
+    /// A commit to the session's store failed (the lease was lost, the
+    /// disk is full, ...). What was committed before stays.
+    #[error("cannot save the session: {0}")]
+    Store(#[from] StoreError),
     /// The run's items grew past [`AgentOptions::max_transcript_bytes`].
     #[error("the run's transcript grew past {limit} bytes (max_transcript_bytes)")]
     TranscriptTooLarge {
@@ -155,6 +160,7 @@ impl RunError {
             RunError::Model(_) => "model_error",
             RunError::Cancelled => "cancelled",
             RunError::TranscriptTooLarge { .. } => "transcript_too_large",
+            RunError::Store(e) => e.kind(),
         }
     }
 }
@@ -226,11 +232,42 @@ impl Agent {
     /// Runs `prompt` to an answer. Appends to `transcript` and updates
     /// `ctx` (deps through tool ops, usage, iteration) as it goes. The run
     /// gets a fresh run id ([`RunContext::start_run`]), whatever runs
-    /// `ctx` saw before.
+    /// `ctx` saw before. Nothing is stored: for a durable conversation, use
+    /// [`Agent::run_session`].
     pub async fn run(
         &self,
         ctx: &mut RunContext,
         transcript: &mut Transcript,
+        prompt: &str,
+    ) -> Result<RunOutcome, RunError> {
+        self.run_with(ctx, transcript, None, prompt).await
+    }
+
+    /// [`Agent::run`] on a durable session: every step is committed to its
+    /// store as the run goes (the prompt; each model reply; each tool
+    /// call's intent before it runs; its output, ops and tool message
+    /// together after), and events are sent once committed. A run whose
+    /// commit fails ends with [`RunError::Store`]; once the session's lease
+    /// is lost, nothing more of it is committed.
+    pub async fn run_session(
+        &self,
+        session: &mut Session,
+        prompt: &str,
+    ) -> Result<RunOutcome, RunError> {
+        let Session {
+            ctx,
+            transcript,
+            journal,
+            ..
+        } = session;
+        self.run_with(ctx, transcript, Some(journal), prompt).await
+    }
+
+    async fn run_with(
+        &self,
+        ctx: &mut RunContext,
+        transcript: &mut Transcript,
+        journal: Option<&mut Journal>,
         prompt: &str,
     ) -> Result<RunOutcome, RunError> {
         ctx.start_run();
@@ -238,17 +275,39 @@ impl Agent {
             agent: self,
             ctx,
             transcript,
+            journal,
+            pending: Vec::new(),
+            unsent: Vec::new(),
             failures: HashMap::new(),
             recorded_bytes: 0,
         };
+        run.record(Item::RunStarted {
+            model: self.model.name(),
+        });
         let result = run.drive(prompt).await;
-        if let Err(e) = &result {
-            run.record(Item::Error {
-                kind: e.kind().to_owned(),
-                message: e.to_string(),
-            });
+        let outcome = match &result {
+            Ok(_) => "answered".to_owned(),
+            Err(e) => {
+                run.record(Item::Error {
+                    kind: e.kind().to_owned(),
+                    message: e.to_string(),
+                });
+                e.kind().to_owned()
+            }
+        };
+        let iterations = run.ctx.iteration;
+        run.record(Item::RunEnded {
+            outcome,
+            iterations,
+        });
+        match (run.commit().await, result) {
+            (Err(e), Ok(_)) => Err(e),
+            (Err(e), Err(first)) => {
+                tracing::warn!(error = %e, "cannot commit the end of a failed run");
+                Err(first)
+            }
+            (Ok(()), result) => result,
         }
-        result
     }
 }
 
@@ -256,6 +315,12 @@ struct Run<'r> {
     agent: &'r Agent,
     ctx: &'r mut RunContext,
     transcript: &'r mut Transcript,
+    /// Where the run is committed; `None` for an in-memory run.
+    journal: Option<&'r mut Journal>,
+    /// What the next commit writes.
+    pending: Vec<Entry>,
+    /// Events the next commit makes visible.
+    unsent: Vec<Event>,
     /// Failed calls per tool in this run: the `retry` a tool sees.
     failures: HashMap<String, u32>,
     /// Bytes of the items this run recorded.
@@ -271,11 +336,40 @@ impl Run<'_> {
             item,
         };
         self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(&event));
-        if let Some(sender) = &self.agent.events {
-            // A dropped receiver only means nobody is watching.
-            let _ = sender.send(event.clone());
+        if self.journal.is_some() {
+            self.pending.push(Entry::Item {
+                event: event.clone(),
+            });
+        }
+        if self.agent.events.is_some() {
+            self.unsent.push(event.clone());
         }
         self.transcript.items.push(event);
+    }
+
+    fn push_message(&mut self, message: Message) {
+        if self.journal.is_some() {
+            self.pending.push(Entry::Message {
+                message: message.clone(),
+            });
+        }
+        self.transcript.messages.push(message);
+    }
+
+    /// Commits what was recorded since the last commit (with the usage
+    /// totals), then sends its events: an event a watcher sees is stored.
+    async fn commit(&mut self) -> Result<(), RunError> {
+        if let Some(journal) = self.journal.as_deref_mut() {
+            let entries = std::mem::take(&mut self.pending);
+            journal.commit(self.ctx, entries).await?;
+        }
+        if let Some(sender) = &self.agent.events {
+            for event in self.unsent.drain(..) {
+                // A dropped receiver only means nobody is watching.
+                let _ = sender.send(event);
+            }
+        }
+        Ok(())
     }
 
     /// Ends the run once its items outgrow the bound. Checked after each
@@ -295,11 +389,11 @@ impl Run<'_> {
         if self.transcript.messages.is_empty()
             && let Some(system) = &agent.options.system_prompt
         {
-            self.transcript.messages.push(Message::System {
+            self.push_message(Message::System {
                 content: system.clone(),
             });
         }
-        self.transcript.messages.push(Message::User {
+        self.push_message(Message::User {
             content: prompt.to_owned(),
         });
         self.record(Item::Message {
@@ -307,6 +401,7 @@ impl Run<'_> {
             content: Some(prompt.to_owned()),
             iteration: 0,
         });
+        self.commit().await?;
 
         let mut iteration = 0;
         loop {
@@ -327,7 +422,7 @@ impl Run<'_> {
             };
             self.ctx.usage.input_tokens += reply.usage.input_tokens;
             self.ctx.usage.output_tokens += reply.usage.output_tokens;
-            self.transcript.messages.push(Message::Assistant {
+            self.push_message(Message::Assistant {
                 content: reply.content.clone(),
                 tool_calls: reply.tool_calls.clone(),
             });
@@ -338,6 +433,7 @@ impl Run<'_> {
                     iteration,
                 });
             }
+            self.commit().await?;
             if reply.tool_calls.is_empty() {
                 return Ok(RunOutcome {
                     answer: reply.content.unwrap_or_default(),
@@ -355,10 +451,10 @@ impl Run<'_> {
         }
     }
 
-    /// Runs one tool call and tells the model how it went. Only
-    /// cancellation ends the run from here.
+    /// Runs one tool call and tells the model how it went: its intent is
+    /// committed first, its output (with its ops and the tool message)
+    /// after. Only cancellation and a failed commit end the run from here.
     async fn dispatch(&mut self, call: &ModelToolCall, iteration: u32) -> Result<(), RunError> {
-        let agent = self.agent;
         self.record(Item::FunctionCall {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -366,6 +462,14 @@ impl Run<'_> {
             iteration,
         });
         self.ctx.usage.tool_calls += 1;
+        self.commit().await?;
+        let result = self.run_call(call).await;
+        self.commit().await?;
+        result
+    }
+
+    async fn run_call(&mut self, call: &ModelToolCall) -> Result<(), RunError> {
+        let agent = self.agent;
         let started = Instant::now();
 
         let mut arguments = call.arguments.clone();
@@ -408,7 +512,7 @@ impl Run<'_> {
         };
         match agent
             .host
-            .call_cancellable(self.ctx, &request, &agent.cancel)
+            .call_counted(self.ctx, &request, &agent.cancel)
             .await
         {
             Ok(outcome) => {
@@ -422,9 +526,12 @@ impl Run<'_> {
                     outcome.output,
                 );
                 if !outcome.updates.is_empty() {
+                    // What is stored and shown: no hidden or secret-looking
+                    // key (the live deps have them all).
+                    let ops = secrets::scrub_ops(&outcome.updates, agent.host.context_rules());
                     self.record(Item::ContextUpdate {
                         call_id: call.id.clone(),
-                        ops: outcome.updates,
+                        ops,
                     });
                 }
                 Ok(())
@@ -487,7 +594,7 @@ impl Run<'_> {
     }
 
     fn tell_model(&mut self, call: &ModelToolCall, content: String, is_error: bool) {
-        self.transcript.messages.push(Message::Tool {
+        self.push_message(Message::Tool {
             call_id: call.id.clone(),
             name: call.name.clone(),
             content,

@@ -6,11 +6,17 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
-use airlock::{CallOutcome, ContextOp, RunContext, ToolCall};
+use std::sync::Arc;
+
+use airlock::sandbox::CancelToken;
+use airlock::session::SessionCallError;
+use airlock::session::secrets::scrub_ops;
+use airlock::{CallOutcome, ContextOp, Host, Session, ToolCall};
 
 use super::terminal::field;
 use super::{
     Failure, RunFlags, load_host, print_json, print_out, report_failure, save_deps, show_json,
+    shown_deps,
 };
 
 #[derive(Debug, Args)]
@@ -30,33 +36,76 @@ pub async fn run(args: CallArgs) -> ExitCode {
         Ok(ctx) => ctx,
         Err(failure) => return fail(&args, &failure, None),
     };
-    match call(&args, &mut ctx).await {
+    let host = match load_host(&args.component, args.flags.config.as_deref()).await {
+        Ok(host) => host,
+        Err(failure) => return fail(&args, &failure, None),
+    };
+    let call = ToolCall::new(args.name.as_str(), args.args.as_str());
+    if args.flags.session.is_some() {
+        return call_in_session(&args, &host, &call).await;
+    }
+    let result = host.call(&mut ctx, &call).await;
+    let deps = shown_deps(&ctx, &host);
+    finish(&args, &host, result.map_err(Failure::from), deps)
+}
+
+/// The call on a stored session: its deps come from the store, and the
+/// call is committed there (intent, then output and ops).
+async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitCode {
+    let opened = async {
+        let store = args.flags.store.open()?;
+        let options = args.flags.session_options(host)?;
+        Ok::<_, Failure>(Session::open(Arc::new(store), options).await?)
+    };
+    let mut session = match opened.await {
+        Ok(session) => session,
+        Err(failure) => return fail(args, &failure, None),
+    };
+    let result = session
+        .call(host, call, &CancelToken::new())
+        .await
+        .map_err(|e| match e {
+            SessionCallError::Call(failure) => Failure::from(failure),
+            SessionCallError::Store(e) => Failure::from(e),
+            other => Failure::input("internal", other.to_string()),
+        });
+    let deps = Value::Object(session.stored_deps());
+    let code = finish(args, host, result, deps);
+    if let Err(e) = session.close().await {
+        tracing::warn!(error = %e, "cannot release the session");
+    }
+    code
+}
+
+fn finish(
+    args: &CallArgs,
+    host: &Host,
+    result: Result<CallOutcome, Failure>,
+    deps: Value,
+) -> ExitCode {
+    match result {
         Ok(outcome) => {
             if let Some(path) = &args.flags.save_deps
-                && let Err(failure) = save_deps(path, &ctx)
+                && let Err(failure) = save_deps(path, &deps)
             {
-                return fail(&args, &failure, Some(&ctx));
+                return fail(args, &failure, Some(deps));
             }
-            print_success(&args, &outcome, &ctx);
+            print_success(args, host, &outcome, deps);
             ExitCode::SUCCESS
         }
-        Err(failure) => fail(&args, &failure, Some(&ctx)),
+        Err(failure) => fail(args, &failure, Some(deps)),
     }
 }
 
-async fn call(args: &CallArgs, ctx: &mut RunContext) -> Result<CallOutcome, Failure> {
-    let host = load_host(&args.component, args.flags.config.as_deref()).await?;
-    let call = ToolCall::new(args.name.as_str(), args.args.as_str());
-    Ok(host.call(ctx, &call).await?)
-}
-
-fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
+fn print_success(args: &CallArgs, host: &Host, outcome: &CallOutcome, deps: Value) {
+    // Ops as they may be shown: none on hidden or secret-looking keys.
+    let updates = scrub_ops(&outcome.updates, host.context_rules());
     if args.flags.json {
         let doc = json!({
             "ok": true,
             "result": outcome.result,
-            "updates": outcome.updates,
-            "deps": ctx.deps(),
+            "updates": updates,
+            "deps": deps,
             "logs": outcome.output.logs,
             "stdout": outcome.output.stdout,
             "stderr": outcome.output.stderr,
@@ -66,10 +115,10 @@ fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
         return;
     }
     let mut text = format!("result: {}\n", show_json(&outcome.result));
-    if outcome.updates.is_empty() {
+    if updates.is_empty() {
         text.push_str("ops:    none\n");
     }
-    for (i, op) in outcome.updates.iter().enumerate() {
+    for (i, op) in updates.iter().enumerate() {
         let label = if i == 0 { "ops:   " } else { "       " };
         text.push_str(&format!("{label} {}\n", describe_op(op)));
     }
@@ -88,10 +137,7 @@ fn print_success(args: &CallArgs, outcome: &CallOutcome, ctx: &RunContext) {
             text.push_str(&format!("{name}: {line}\n"));
         }
     }
-    text.push_str(&format!(
-        "deps:   {}",
-        show_json(&Value::Object(ctx.deps().clone()))
-    ));
+    text.push_str(&format!("deps:   {}", show_json(&deps)));
     print_out(&text);
 }
 
@@ -106,9 +152,8 @@ fn describe_op(op: &ContextOp) -> String {
 }
 
 /// A failed call, with the deps (unchanged; null if they never parsed).
-fn fail(args: &CallArgs, failure: &Failure, ctx: Option<&RunContext>) -> ExitCode {
-    let deps = ctx.map_or(Value::Null, |ctx| Value::Object(ctx.deps().clone()));
+fn fail(args: &CallArgs, failure: &Failure, deps: Option<Value>) -> ExitCode {
     let mut extra = serde_json::Map::new();
-    extra.insert("deps".into(), deps);
+    extra.insert("deps".into(), deps.unwrap_or(Value::Null));
     report_failure(failure, args.flags.json, extra)
 }

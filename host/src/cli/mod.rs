@@ -3,11 +3,13 @@
 //! Exit codes: 0 success; 1 the tool ran and its call failed (a tool
 //! error, a trap, a limit, rejected ops); 2 bad input (usage, a file that
 //! cannot be loaded, JSON that does not parse, an unknown tool, arguments the
-//! tool refused); 3 an internal error.
+//! tool refused, an unknown session); 3 an internal error (the session
+//! store failed); 4 the session is in use by another run.
 
 mod call;
 mod inspect;
 mod run;
+mod sessions;
 mod terminal;
 
 use std::path::{Path, PathBuf};
@@ -18,11 +20,13 @@ use serde_json::{Value, json};
 
 use airlock::context::DepsError;
 use airlock::policy::Policy;
-use airlock::{CallError, CallFailure, Host, LoadError, RunContext};
+use airlock::session::{Durability, SessionError, StoreError};
+use airlock::{CallError, CallFailure, Host, LoadError, RunContext, SessionOptions, SqliteStore};
 
 pub const EXIT_TOOL_FAILED: u8 = 1;
 pub const EXIT_INPUT: u8 = 2;
 pub const EXIT_INTERNAL: u8 = 3;
+pub const EXIT_IN_USE: u8 = 4;
 
 /// Run untrusted LLM-agent tools as sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -40,6 +44,9 @@ enum Command {
     Call(call::CallArgs),
     /// Run an agent: a model that calls the tools until it answers.
     Run(run::RunArgs),
+    /// The session store: list, show, export, import, remove sessions.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
@@ -47,6 +54,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Inspect(args) => inspect::run(args).await,
         Command::Call(args) => call::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Sessions(command) => sessions::run(command).await,
     }
 }
 
@@ -115,6 +123,30 @@ impl From<CallError> for Failure {
     }
 }
 
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        let exit = match e {
+            StoreError::InUse { .. } => EXIT_IN_USE,
+            StoreError::NotFound { .. } | StoreError::AlreadyExists { .. } => EXIT_INPUT,
+            _ => EXIT_INTERNAL,
+        };
+        Self {
+            kind: e.kind(),
+            message: e.to_string(),
+            exit,
+        }
+    }
+}
+
+impl From<SessionError> for Failure {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Store(e) => e.into(),
+            other => Self::input(other.kind(), other.to_string()),
+        }
+    }
+}
+
 impl From<CallFailure> for Failure {
     fn from(f: CallFailure) -> Self {
         f.error.into()
@@ -130,35 +162,128 @@ pub struct RunFlags {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
+    /// On an existing session, these keys are laid over its stored deps.
     #[arg(long, value_name = "FILE_OR_JSON")]
     deps: Option<String>,
-    /// Write the deps at the end to FILE (atomically). Unchanged when a
-    /// call fails.
+    /// Write the deps at the end to FILE (atomically), without hidden or
+    /// secret-looking keys. Unchanged when a call fails.
     #[arg(long, value_name = "FILE")]
     save_deps: Option<PathBuf>,
-    /// Continue this session instead of starting a new one.
-    #[arg(long)]
-    session_id: Option<String>,
-    /// The end user the run is for.
-    #[arg(long)]
-    user_id: Option<String>,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Continue this session (created if it does not exist). `run` always
+    /// works on a session (a new one when not given); `call` only with
+    /// this flag.
+    #[arg(long, alias = "session-id", value_name = "ID")]
+    session: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
 }
 
+/// Which store, and whose sessions in it.
+#[derive(Debug, Args)]
+pub struct StoreFlags {
+    /// The user whose sessions these are. Sessions of one user are never
+    /// visible to another; without it, the anonymous bucket (a bucket of
+    /// its own).
+    #[arg(long, alias = "user-id", value_name = "USER")]
+    user: Option<String>,
+    /// The session store, a SQLite file. Default
+    /// `$AIRLOCK_DATA_DIR/sessions.db`, else
+    /// `~/.local/share/airlock/sessions.db`.
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+}
+
+impl StoreFlags {
+    /// Opens the store. `AIRLOCK_STORE_SYNC=normal` trades the last commits
+    /// before a power cut for faster commits (the default, `full`, keeps
+    /// them).
+    fn open(&self) -> Result<SqliteStore, Failure> {
+        let path = match &self.store {
+            Some(path) => path.clone(),
+            None => airlock::session::default_store_path().ok_or_else(|| {
+                Failure::input(
+                    "no_store",
+                    "no data directory is known: set AIRLOCK_DATA_DIR or pass --store FILE",
+                )
+            })?,
+        };
+        let durability = match std::env::var("AIRLOCK_STORE_SYNC").as_deref() {
+            Err(_) | Ok("full") => Durability::Full,
+            Ok("normal") => Durability::Normal,
+            Ok(_) => {
+                tracing::warn!("AIRLOCK_STORE_SYNC is not `full` or `normal`; using `full`");
+                Durability::Full
+            }
+        };
+        Ok(SqliteStore::open_with(path, durability)?)
+    }
+
+    /// The owner, checked.
+    fn owner(&self) -> Result<Option<&str>, Failure> {
+        if let Some(user) = &self.user {
+            airlock::session::check_user_id(user)
+                .map_err(|e| Failure::input("invalid_id", e.to_string()))?;
+        }
+        Ok(self.user.as_deref())
+    }
+}
+
 impl RunFlags {
-    /// The starting context: deps, session and user.
+    /// The starting deps given by `--deps`, if any.
+    fn deps(&self) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
+        let Some(arg) = self.deps.as_deref() else {
+            return Ok(None);
+        };
+        let ctx = read_deps(arg)?;
+        Ok(Some(ctx.deps().clone()))
+    }
+
+    /// The session to open for this command: the user, the id, the
+    /// starting deps, the lease's length (`AIRLOCK_LEASE_TTL_MS`, default
+    /// 30 s), and `host`'s hidden keys.
+    fn session_options(&self, host: &Host) -> Result<SessionOptions, Failure> {
+        let mut options = SessionOptions {
+            user_id: self.store.owner()?.map(str::to_owned),
+            session_id: self.session.clone(),
+            deps: self.deps()?,
+            rules: std::sync::Arc::new(host.context_rules().clone()),
+            ..SessionOptions::default()
+        };
+        if let Ok(text) = std::env::var("AIRLOCK_LEASE_TTL_MS") {
+            match text.parse::<u64>() {
+                Ok(ms) if ms > 0 => options.lease_ttl = std::time::Duration::from_millis(ms),
+                _ => tracing::warn!(
+                    "AIRLOCK_LEASE_TTL_MS is not a positive whole number; using the default"
+                ),
+            }
+        }
+        Ok(options)
+    }
+
+    /// A context that is not stored: `--deps`, a fresh session id (or the
+    /// one given), and the user.
     fn context(&self) -> Result<RunContext, Failure> {
         let mut ctx = read_deps(self.deps.as_deref().unwrap_or("{}"))?;
-        if let Some(id) = &self.session_id {
+        if let Some(id) = &self.session {
             ctx = ctx.with_session_id(id.as_str());
         }
-        if let Some(id) = &self.user_id {
-            ctx = ctx.with_user_id(id.as_str());
+        if let Some(user) = self.store.owner()? {
+            ctx = ctx.with_user_id(user);
         }
         Ok(ctx)
     }
+}
+
+/// Deps as the CLI shows and saves them: hidden (by `host`'s policy) and
+/// secret-looking keys removed.
+fn shown_deps(ctx: &RunContext, host: &Host) -> Value {
+    Value::Object(airlock::session::secrets::scrub_deps(
+        ctx.deps(),
+        host.context_rules(),
+    ))
 }
 
 /// Reports a failure the way every command does: with `--json`, one object
@@ -181,9 +306,9 @@ fn report_failure(
     ExitCode::from(failure.exit)
 }
 
-/// Writes `ctx`'s deps to `path` as pretty JSON, atomically.
-fn save_deps(path: &Path, ctx: &RunContext) -> Result<(), Failure> {
-    let mut text = serde_json::to_vec_pretty(ctx.deps())
+/// Writes `deps` to `path` as pretty JSON, atomically.
+fn save_deps(path: &Path, deps: &Value) -> Result<(), Failure> {
+    let mut text = serde_json::to_vec_pretty(deps)
         .map_err(|e| Failure::input("save_deps", format!("--save-deps {}: {e}", path.display())))?;
     text.push(b'\n');
     airlock::fs::write_atomic(path, &text)

@@ -10,13 +10,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use airlock::agent::{
-    Agent, AgentOptions, CallStatus, Decision, Event, Item, PendingCall, Role, RunError,
-    RunOutcome, Transcript,
+    Agent, AgentOptions, CallStatus, Decision, Event, Item, PendingCall, Role, RunError, RunOutcome,
 };
 use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
 
 use airlock::sandbox::CancelToken;
-use airlock::{Host, RunContext};
+use airlock::{Host, Session};
 
 use super::{
     EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_json, print_out,
@@ -58,9 +57,14 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
-    let (host, model, mut ctx) = match prepare(&args).await {
+    let json = args.flags.json;
+    let (host, model) = match prepare(&args).await {
         Ok(ready) => ready,
-        Err(failure) => return report_failure(&failure, args.flags.json, serde_json::Map::new()),
+        Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
+    };
+    let mut session = match open_session(&args, &host).await {
+        Ok(session) => session,
+        Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
     let mut events_file = match open_events(args.events.as_deref()) {
         Ok(file) => file,
@@ -75,12 +79,22 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     });
 
-    let progress = !args.flags.json && args.events.as_deref() != Some("-");
+    let progress = !json && args.events.as_deref() != Some("-");
     if progress {
         print_out(&format!(
             "model: {}; tools: {}",
             model.name(),
             host.tool_names().join(", ")
+        ));
+        let state = if session.created() {
+            "new".to_owned()
+        } else {
+            format!("resumed, {} messages", session.transcript().messages.len())
+        };
+        print_out(&format!(
+            "session: {} ({state}) in {}",
+            session.id(),
+            session.location()
         ));
     }
     let options = AgentOptions {
@@ -89,14 +103,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
         ..AgentOptions::default()
     };
     let (sender, mut receiver) = mpsc::unbounded_channel();
-    let mut transcript = Transcript::default();
     let run = async {
-        let agent = Agent::new(host, model)
+        let agent = Agent::new(Arc::clone(&host), model)
             .options(options)
             .approver(Arc::new(TerminalApprover))
             .events(sender)
             .cancel_token(cancel.clone());
-        agent.run(&mut ctx, &mut transcript, &args.prompt).await
+        agent.run_session(&mut session, &args.prompt).await
     };
     let watch = async {
         while let Some(event) = receiver.recv().await {
@@ -115,17 +128,21 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let (result, ()) = tokio::join!(run, watch);
 
+    let deps = Value::Object(session.stored_deps());
     if let Some(path) = &args.flags.save_deps
-        && let Err(failure) = save_deps(path, &ctx)
+        && let Err(failure) = save_deps(path, &deps)
     {
         print_error(&failure.message);
     }
-    finish(&args, &ctx, result)
+    let code = finish(&args, &session, deps, result);
+    if let Err(e) = session.close().await {
+        tracing::warn!(error = %e, "cannot release the session");
+    }
+    code
 }
 
-/// Loads the policy and tools, the model, and the starting context.
-async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, RunContext), Failure> {
-    let ctx = args.flags.context()?;
+/// Loads the policy and tools, and the model.
+async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>), Failure> {
     let policy = super::load_policy(args.flags.config.as_deref())?;
     if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && args.tools.is_empty() {
         return Err(Failure::input(
@@ -133,6 +150,9 @@ async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, RunContex
             "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
         ));
     }
+    // Checked before anything is loaded: a bad id costs no compile.
+    args.flags.deps()?;
+    args.flags.store.owner()?;
     let builder = super::host_builder();
     let mut host = match &policy {
         Some(policy) => builder.build_with_policy(policy).await?,
@@ -164,7 +184,14 @@ async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, RunContex
             ));
         }
     };
-    Ok((Arc::new(host), model, ctx))
+    Ok((Arc::new(host), model))
+}
+
+/// Opens (or creates) the run's session in the store.
+async fn open_session(args: &RunArgs, host: &Host) -> Result<Session, Failure> {
+    let store = args.flags.store.open()?;
+    let options = args.flags.session_options(host)?;
+    Ok(Session::open(Arc::new(store), options).await?)
 }
 
 fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {
@@ -206,6 +233,7 @@ fn show_progress(event: &Event) {
                 CallStatus::Failed => "failed",
                 CallStatus::Rejected => "rejected",
                 CallStatus::Cancelled => "cancelled",
+                CallStatus::Interrupted => "interrupted",
             };
             format!(
                 "         {name} {status} in {:.1} ms: {}",
@@ -234,8 +262,13 @@ fn one_line(text: &str, max: usize) -> String {
     airlock::text::truncate(&flat, max)
 }
 
-fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>) -> ExitCode {
-    let deps = Value::Object(ctx.deps().clone());
+fn finish(
+    args: &RunArgs,
+    session: &Session,
+    deps: Value,
+    result: Result<RunOutcome, RunError>,
+) -> ExitCode {
+    let ctx = session.context();
     let usage = json!(ctx.usage);
     match result {
         Ok(outcome) => {
@@ -248,6 +281,7 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
                     "iterations": outcome.iterations,
                     "session_id": outcome.session_id,
                     "run_id": outcome.run_id,
+                    "store": session.location(),
                 }));
             } else {
                 print_out(&format!(
@@ -272,6 +306,7 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
                     "iterations": ctx.iteration,
                     "session_id": ctx.session_id(),
                     "run_id": ctx.run_id(),
+                    "store": session.location(),
                 }));
             } else {
                 print_error(&error);
@@ -282,6 +317,7 @@ fn finish(args: &RunArgs, ctx: &RunContext, result: Result<RunOutcome, RunError>
                 RunError::Model(airlock::llm::ModelError::Script { .. }) => {
                     ExitCode::from(EXIT_INPUT)
                 }
+                RunError::Store(e) => super::Failure::from(e).exit.into(),
                 _ => ExitCode::from(EXIT_TOOL_FAILED),
             }
         }

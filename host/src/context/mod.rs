@@ -228,7 +228,21 @@ impl Serialize for Usage {
     }
 }
 
-fn new_id(prefix: &str) -> String {
+/// Applies ops that were validated when they were first applied (a
+/// session's journal): no limits or key rules, only the op semantics. An
+/// error means the ops do not fit these deps, which a journal Airlock wrote
+/// never does.
+pub(crate) fn replay(deps: &mut Map<String, Value>, ops: &[ContextOp]) -> Result<(), OpRejected> {
+    let limits = OpLimits {
+        max_ops: usize::MAX,
+        max_key_bytes: usize::MAX,
+        max_op_bytes: usize::MAX,
+        max_deps_bytes: usize::MAX,
+    };
+    ops::apply(deps, 0, ops, &limits, &KeyRules::default()).map(|_| ())
+}
+
+pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
 }
 

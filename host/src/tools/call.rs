@@ -40,8 +40,25 @@ impl Host {
     }
 
     /// [`Host::call`], stopped with [`CallError::Cancelled`] (and `ctx`
-    /// unchanged) as soon as `cancel` fires.
+    /// unchanged but for the count) as soon as `cancel` fires.
+    ///
+    /// Counts the call in `ctx.usage.tool_calls` before it runs, so the
+    /// tool sees itself counted (as it does in the agent loop), whether it
+    /// then succeeds or not.
     pub async fn call_cancellable(
+        &self,
+        ctx: &mut RunContext,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Result<CallOutcome, CallFailure> {
+        ctx.usage.tool_calls = ctx.usage.tool_calls.saturating_add(1);
+        self.call_counted(ctx, call, cancel).await
+    }
+
+    /// [`Host::call_cancellable`] for a caller that has counted the call
+    /// already (the agent loop counts it when the model asks, before
+    /// approval).
+    pub(crate) async fn call_counted(
         &self,
         ctx: &mut RunContext,
         call: &ToolCall,

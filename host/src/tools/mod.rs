@@ -316,6 +316,11 @@ impl Host {
         &self.sandbox
     }
 
+    /// The host-wide context rules: hidden keys and per-key schemas.
+    pub fn context_rules(&self) -> &ContextRules {
+        &self.context_rules
+    }
+
     /// The instance pool's slots in use and calls waiting for room, across
     /// all tools. A tool's calls hold at most half of each kind of slot.
     pub fn pool_usage(&self) -> crate::sandbox::PoolUsage {

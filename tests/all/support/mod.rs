@@ -173,12 +173,30 @@ pub async fn assert_host_still_serves(host: &Host, ctx: &mut RunContext, before:
     assert_eq!(probe.deps()["counters"]["after"], 1);
 }
 
-/// Runs the `airlock` binary with the tests' compile cache, no tracing, and
-/// none of the API keys or secrets the tests use (they pass them in `env`).
-pub fn airlock_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// The data directory the `airlock` binary gets in tests (its session
+/// store), emptied once per test process. Tests that look into a store
+/// pass their own `--store` or `AIRLOCK_DATA_DIR`.
+pub fn data_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = root().join("target/test-data");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create target/test-data");
+        dir
+    })
+    .clone()
+}
+
+/// The `airlock` binary with `args`, the tests' compile cache and data
+/// directory, no tracing, and none of the API keys or secrets the tests
+/// use (they pass them in `env`).
+pub fn airlock_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
     cmd.args(args)
         .env("AIRLOCK_CACHE_DIR", cache_dir())
+        .env("AIRLOCK_DATA_DIR", data_dir())
+        .env_remove("AIRLOCK_STORE_SYNC")
+        .env_remove("AIRLOCK_LEASE_TTL_MS")
         .env_remove("RUST_LOG")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
@@ -186,7 +204,14 @@ pub fn airlock_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("the airlock binary runs")
+    cmd
+}
+
+/// Runs [`airlock_command`] to its end.
+pub fn airlock_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    airlock_command(args, env)
+        .output()
+        .expect("the airlock binary runs")
 }
 
 /// [`airlock_with_env`] with no extra environment.

@@ -1,0 +1,365 @@
+//! `airlock sessions list|show|export|import|rm`: the session store.
+//!
+//! Every command works within one user's sessions (`--user`, or the
+//! anonymous bucket) and names the store it used: on its first line in
+//! text, as `store` in `--json`, on stderr for `export` (whose stdout is
+//! the document).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use airlock::agent::{Item, Role};
+use airlock::context::ContextRules;
+use airlock::llm::Message;
+use airlock::session::export::{ImportError, SessionExport};
+use airlock::session::{SessionStore, SqliteStore, StoreError};
+
+use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// The user's sessions, most recently updated first.
+    List(ListArgs),
+    /// One session: messages, deps, usage, events.
+    Show(IdArgs),
+    /// One session as versioned JSON (`"version": 1`), on stdout or to a
+    /// file.
+    Export(ExportArgs),
+    /// Adds a session from an export file (`-` for stdin), under the user.
+    Import(ImportArgs),
+    /// Removes a session and its journal.
+    Rm(IdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The session's id.
+    id: String,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The session's id.
+    id: String,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Write the export to FILE (atomically) instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The export file, or `-` for stdin.
+    file: PathBuf,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(command: SessionsCommand) -> ExitCode {
+    let json = match &command {
+        SessionsCommand::List(a) => a.json,
+        SessionsCommand::Show(a) | SessionsCommand::Rm(a) => a.json,
+        SessionsCommand::Import(a) => a.json,
+        SessionsCommand::Export(_) => false,
+    };
+    let result = match command {
+        SessionsCommand::List(args) => list(args).await,
+        SessionsCommand::Show(args) => show(args).await,
+        SessionsCommand::Export(args) => export(args).await,
+        SessionsCommand::Import(args) => import(args).await,
+        SessionsCommand::Rm(args) => remove(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => report_failure(&failure, json, serde_json::Map::new()),
+    }
+}
+
+fn open(flags: &StoreFlags) -> Result<(SqliteStore, Option<&str>), Failure> {
+    let owner = flags.owner()?;
+    Ok((flags.open()?, owner))
+}
+
+async fn list(args: ListArgs) -> Result<(), Failure> {
+    let (store, owner) = open(&args.store)?;
+    let sessions = store.list(owner).await?;
+    if args.json {
+        print_json(&json!({"ok": true, "store": store.location(), "sessions": sessions}));
+        return Ok(());
+    }
+    let mut text = format!("store: {}\n", store.location());
+    if sessions.is_empty() {
+        text.push_str("no sessions");
+    }
+    for s in &sessions {
+        let lease = s
+            .leased_until_ms
+            .map(|until| format!("  in use until {}", utc(until)))
+            .unwrap_or_default();
+        text.push_str(&format!(
+            "{}  updated {}  {} records{lease}\n",
+            s.session_id,
+            utc(s.updated_at_ms),
+            s.records
+        ));
+    }
+    print_out(text.trim_end());
+    Ok(())
+}
+
+/// The session as an export: the shape `show --json` prints.
+async fn read(
+    store: &SqliteStore,
+    owner: Option<&str>,
+    id: &str,
+) -> Result<SessionExport, Failure> {
+    let session = store.read(owner, id).await?;
+    SessionExport::new(&session, &ContextRules::default()).map_err(|e| {
+        Failure::from(StoreError::Corrupt {
+            session_id: id.to_owned(),
+            problem: e.to_string(),
+        })
+    })
+}
+
+async fn show(args: IdArgs) -> Result<(), Failure> {
+    let (store, owner) = open(&args.store)?;
+    let export = read(&store, owner, &args.id).await?;
+    if args.json {
+        let mut doc = serde_json::to_value(&export).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut doc {
+            map.insert("store".into(), Value::String(store.location()));
+            map.insert("ok".into(), Value::Bool(true));
+        }
+        print_json(&doc);
+        return Ok(());
+    }
+    let u = &export.usage;
+    let mut text = format!(
+        "store:    {}\nsession:  {}\nuser:     {}\ncreated:  {}\nupdated:  {}\nusage:    {} requests, {} tool calls, {} input + {} output tokens\ndeps:     {}\n\nmessages:\n",
+        store.location(),
+        export.session_id,
+        export.user_id.as_deref().unwrap_or("(anonymous)"),
+        utc(export.created_at_ms),
+        utc(export.updated_at_ms),
+        u.requests,
+        u.tool_calls,
+        u.input_tokens,
+        u.output_tokens,
+        show_json(&Value::Object(export.deps.clone())),
+    );
+    for message in &export.messages {
+        text.push_str(&format!("  {}\n", describe_message(message)));
+    }
+    text.push_str("\nevents:\n");
+    for event in &export.items {
+        text.push_str(&format!("  {} {}\n", event.id, describe_item(&event.item)));
+    }
+    print_out(text.trim_end());
+    Ok(())
+}
+
+fn one_line(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    airlock::text::truncate(&flat, 160)
+}
+
+fn describe_message(message: &Message) -> String {
+    match message {
+        Message::System { content } => format!("system: {}", one_line(content)),
+        Message::User { content } => format!("user: {}", one_line(content)),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut line = format!("model: {}", one_line(content.as_deref().unwrap_or("")));
+            for call in tool_calls {
+                line.push_str(&format!(
+                    " [call {} {}]",
+                    call.name,
+                    one_line(&call.arguments)
+                ));
+            }
+            line
+        }
+        Message::Tool {
+            name,
+            content,
+            is_error,
+            ..
+        } => format!(
+            "tool {name}{}: {}",
+            if *is_error { " (error)" } else { "" },
+            one_line(content)
+        ),
+    }
+}
+
+fn describe_item(item: &Item) -> String {
+    match item {
+        Item::RunStarted { model } => format!("run started ({model})"),
+        Item::RunEnded {
+            outcome,
+            iterations,
+        } => format!("run ended: {outcome} after {iterations} model requests"),
+        Item::Message { role, content, .. } => {
+            let who = if *role == Role::User { "user" } else { "model" };
+            format!("{who}: {}", one_line(content.as_deref().unwrap_or("")))
+        }
+        Item::FunctionCall {
+            name, arguments, ..
+        } => format!("call {name} {}", one_line(arguments)),
+        Item::FunctionCallOutput {
+            name,
+            status,
+            output,
+            ..
+        } => format!("{name} {}: {}", status.as_str(), one_line(output)),
+        Item::ContextUpdate { ops, .. } => {
+            let ops: Vec<String> = ops
+                .iter()
+                .map(|op| format!("{} {}", op.kind(), op.key()))
+                .collect();
+            format!("ops: {}", ops.join(", "))
+        }
+        Item::Error { kind, message } => format!("error ({kind}): {}", one_line(message)),
+        _ => "(an item of a later version)".to_owned(),
+    }
+}
+
+async fn export(args: ExportArgs) -> Result<(), Failure> {
+    let (store, owner) = open(&args.store)?;
+    let export = read(&store, owner, &args.id).await?;
+    let mut text = serde_json::to_vec_pretty(&export)
+        .map_err(|e| Failure::input("internal", format!("export does not serialize: {e}")))?;
+    text.push(b'\n');
+    match &args.output {
+        Some(path) => airlock::fs::write_atomic(path, &text).map_err(|e| {
+            Failure::input("output_file", format!("--output {}: {e}", path.display()))
+        })?,
+        None => print_out(String::from_utf8_lossy(&text).trim_end()),
+    }
+    print_note(&format!(
+        "exported {} from {}",
+        export.session_id,
+        store.location()
+    ));
+    Ok(())
+}
+
+async fn import(args: ImportArgs) -> Result<(), Failure> {
+    let (store, owner) = open(&args.store)?;
+    let shown = args.file.display().to_string();
+    let text = if shown == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(&args.file)
+    }
+    .map_err(|e| Failure::input("file_not_readable", format!("{shown}: {e}")))?;
+    let export = SessionExport::parse(&text, &ContextRules::default()).map_err(|e| {
+        let kind = match e {
+            ImportError::MissingVersion => "missing_version",
+            ImportError::UnsupportedVersion(_) => "unsupported_version",
+            _ => "invalid_session_file",
+        };
+        Failure::input(kind, format!("{shown}: {e}"))
+    })?;
+    if export.user_id.as_deref() != owner {
+        return Err(Failure::input(
+            "wrong_user",
+            format!(
+                "{shown}: the session belongs to {}; import it with {}",
+                export
+                    .user_id
+                    .as_deref()
+                    .map_or("the anonymous bucket".to_owned(), |u| format!("user {u:?}")),
+                export
+                    .user_id
+                    .as_deref()
+                    .map_or("no --user".to_owned(), |u| format!("--user {u:?}")),
+            ),
+        ));
+    }
+    store
+        .insert(&export.header(), &export.journal, export.updated_at_ms)
+        .await?;
+    if args.json {
+        print_json(
+            &json!({"ok": true, "store": store.location(), "session_id": export.session_id}),
+        );
+    } else {
+        print_out(&format!(
+            "imported {} into {}",
+            export.session_id,
+            store.location()
+        ));
+    }
+    Ok(())
+}
+
+async fn remove(args: IdArgs) -> Result<(), Failure> {
+    let (store, owner) = open(&args.store)?;
+    store
+        .remove(owner, &args.id, airlock::session::now_ms())
+        .await?;
+    if args.json {
+        print_json(&json!({"ok": true, "store": store.location(), "session_id": args.id}));
+    } else {
+        print_out(&format!("removed {} from {}", args.id, store.location()));
+    }
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(1_763_900_000_000), "2025-11-23 12:13:20 UTC");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+    }
+}

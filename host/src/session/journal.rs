@@ -1,0 +1,213 @@
+//! The journal: what a session stores, and how its state is folded back.
+//!
+//! A session is a list of [`Record`]s, numbered from 1 without gaps. Each
+//! commit appends one or more records in one transaction. The state of a
+//! session (deps, messages, item log, usage) is the fold of its records:
+//! deps start from the last [`Entry::Deps`] snapshot and take every
+//! [`Item::ContextUpdate`]'s ops in order.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::agent::{CallStatus, Event, Item, Transcript};
+use crate::context::Usage;
+use crate::llm::Message;
+use crate::sandbox::GuestOutput;
+
+/// What a tool message says about a call that was asked for but never
+/// answered: the process died while it ran, or the run ended (cancelled,
+/// `max_iterations`) before it was started.
+pub const INTERRUPTED_MESSAGE: &str =
+    "Tool call was interrupted and not executed. Please retry if needed.";
+
+/// One entry of the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Entry {
+    /// Deps replaced whole: a new session's starting deps, or the
+    /// embedder's change between runs. Hidden and secret-looking keys are
+    /// already removed.
+    Deps {
+        /// The new deps.
+        deps: Map<String, Value>,
+    },
+    /// A message appended to the conversation the model sees.
+    Message {
+        /// The message.
+        message: Message,
+    },
+    /// An item appended to the log. A `context_update` item's ops are
+    /// applied to deps when the journal is folded.
+    Item {
+        /// The item.
+        event: Event,
+    },
+    /// Usage totals and the iteration from here on.
+    Usage {
+        /// The totals.
+        usage: Usage,
+        /// The model request the run is at.
+        iteration: u32,
+    },
+}
+
+/// An entry with its place in the journal. Numbers and times are
+/// Airlock's, never the store's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// 1 for the first record of the session, then one more for each.
+    pub seq: u64,
+    /// When it was committed, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// What it says.
+    #[serde(flatten)]
+    pub entry: Entry,
+}
+
+/// A session's state: the fold of its journal.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Folded {
+    /// Deps after every committed op.
+    pub deps: Map<String, Value>,
+    /// The conversation and the item log.
+    pub transcript: Transcript,
+    /// Usage totals.
+    pub usage: Usage,
+    /// The last model request's number.
+    pub iteration: u32,
+}
+
+/// A journal whose records do not fold: the store holds something Airlock
+/// did not write.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("record {seq}: {problem}")]
+pub struct FoldError {
+    /// The record at fault.
+    pub seq: u64,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl Folded {
+    /// Folds `records` in order. Their numbers must run 1, 2, 3, ...
+    pub fn fold<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Self, FoldError> {
+        let mut state = Folded::default();
+        for (expected, record) in (1..).zip(records) {
+            if record.seq != expected {
+                return Err(FoldError {
+                    seq: record.seq,
+                    problem: format!("out of order: expected record {expected}"),
+                });
+            }
+            state.apply(&record.entry).map_err(|problem| FoldError {
+                seq: record.seq,
+                problem,
+            })?;
+        }
+        Ok(state)
+    }
+
+    /// Applies one entry.
+    pub fn apply(&mut self, entry: &Entry) -> Result<(), String> {
+        match entry {
+            Entry::Deps { deps } => self.deps = deps.clone(),
+            Entry::Message { message } => self.transcript.messages.push(message.clone()),
+            Entry::Item { event } => {
+                if let Item::ContextUpdate { ops, .. } = &event.item {
+                    crate::context::replay(&mut self.deps, ops).map_err(|e| e.to_string())?;
+                }
+                self.transcript.items.push(event.clone());
+            }
+            Entry::Usage { usage, iteration } => {
+                self.usage = *usage;
+                self.iteration = *iteration;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Calls asked for and never answered, in the order asked: (call id,
+/// tool name, whether the model is waiting for a tool message).
+///
+/// Two sources: the model's tool calls that no tool message answers (the
+/// process died mid-turn, or the run ended before it got to them), and
+/// function-call items with no output item (a call outside the agent loop
+/// that never finished). Ids may repeat across turns; an answer closes the
+/// earliest open call with its id.
+pub fn unanswered_calls(transcript: &Transcript) -> Vec<(String, String, bool)> {
+    fn close(open: &mut Vec<(String, String, bool)>, id: &str) {
+        if let Some(at) = open.iter().position(|(open_id, ..)| open_id == id) {
+            open.remove(at);
+        }
+    }
+    let mut asked: Vec<(String, String, bool)> = Vec::new();
+    for message in &transcript.messages {
+        match message {
+            Message::Assistant { tool_calls, .. } => {
+                asked.extend(
+                    tool_calls
+                        .iter()
+                        .map(|c| (c.id.clone(), c.name.clone(), true)),
+                );
+            }
+            Message::Tool { call_id, .. } => close(&mut asked, call_id),
+            Message::User { .. } | Message::System { .. } => {}
+        }
+    }
+    let mut started: Vec<(String, String, bool)> = Vec::new();
+    for event in &transcript.items {
+        match &event.item {
+            Item::FunctionCall { call_id, name, .. } => {
+                started.push((call_id.clone(), name.clone(), false));
+            }
+            Item::FunctionCallOutput { call_id, .. } => close(&mut started, call_id),
+            _ => {}
+        }
+    }
+    for (id, ..) in &asked {
+        close(&mut started, id);
+    }
+    asked.extend(started);
+    asked
+}
+
+/// The entries that answer every unanswered call with
+/// [`INTERRUPTED_MESSAGE`]: an `interrupted` output item each, and a tool
+/// message for each the model waits on. Empty when nothing is
+/// unanswered, so patching twice adds nothing.
+pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<Entry> {
+    let mut next_item = transcript.items.len();
+    let mut entries = Vec::new();
+    for (call_id, name, model_waits) in unanswered_calls(transcript) {
+        next_item += 1;
+        entries.push(Entry::Item {
+            event: Event {
+                id: format!("item_{next_item}"),
+                run_id: run_id.to_owned(),
+                at_ms: now_ms,
+                item: Item::FunctionCallOutput {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    status: CallStatus::Interrupted,
+                    output: INTERRUPTED_MESSAGE.to_owned(),
+                    error_kind: Some("interrupted".to_owned()),
+                    duration_us: 0,
+                    guest: GuestOutput::default(),
+                },
+            },
+        });
+        if model_waits {
+            entries.push(Entry::Message {
+                message: Message::Tool {
+                    call_id,
+                    name,
+                    content: INTERRUPTED_MESSAGE.to_owned(),
+                    is_error: true,
+                },
+            });
+        }
+    }
+    entries
+}

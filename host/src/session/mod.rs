@@ -1,0 +1,582 @@
+//! Sessions (DESIGN §6): a durable journal per conversation.
+//!
+//! A [`Session`] is a conversation the host owns: its deps, messages, item
+//! log and usage, kept in a [`SessionStore`] as an append-only journal
+//! ([`journal`]). The agent loop commits as it goes
+//! ([`crate::Agent::run_session`]):
+//!
+//! - the prompt, and each model reply, as one commit each;
+//! - a tool call's intent before the call runs;
+//! - the call's output item, its ops and the tool message together, in one
+//!   commit, after it ends.
+//!
+//! So there is never a committed output without its ops or the reverse; a
+//! process killed mid-call leaves an intent without an output, and the
+//! next [`Session::open`] answers it with [`INTERRUPTED_MESSAGE`] (once).
+//!
+//! Invariants:
+//!
+//! - One run at a time per session: [`Session::open`] takes a lease that
+//!   another opener cannot take until it is released, expires, or its
+//!   holder is seen to be dead ([`Holder`]). A holder whose lease was
+//!   taken over can never commit again (fencing).
+//! - Users are a hard partition: every store call names its owner, and a
+//!   session of one owner does not exist for another; the anonymous bucket
+//!   (`None`) is an owner of its own.
+//! - Hidden and secret-looking keys ([`secrets`]) are never written: not in
+//!   a deps snapshot, not in an op, not in an export. The live deps of a
+//!   run keep them; a resumed session does not have them.
+
+pub mod export;
+mod holder;
+pub mod journal;
+pub mod secrets;
+mod sqlite;
+mod store;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+pub use holder::Holder;
+pub use journal::{Entry, Folded, INTERRUPTED_MESSAGE, Record};
+pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
+pub use store::{
+    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
+    StoredSession,
+};
+
+use crate::agent::{CallStatus, Event, Item, Transcript};
+use crate::context::{ContextRules, RunContext, Usage};
+use crate::sandbox::CancelToken;
+use crate::tools::{CallError, CallFailure, CallOutcome, Host, ToolCall};
+
+/// How long a lease lasts after its last commit or renewal, unless the
+/// opener says otherwise. A live holder renews it every third of this.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// Longest session id, in bytes.
+pub const MAX_SESSION_ID_BYTES: usize = 128;
+
+/// Longest user id, in bytes.
+pub const MAX_USER_ID_BYTES: usize = 256;
+
+/// Airlock's clock for journal times and leases: milliseconds since the
+/// Unix epoch.
+pub fn now_ms() -> u64 {
+    crate::agent::events::now_ms()
+}
+
+/// The store's file name inside the data directory.
+pub const STORE_FILE: &str = "sessions.db";
+
+/// Where sessions live by default: `$AIRLOCK_DATA_DIR/sessions.db`, else
+/// the user's data directory (`~/.local/share/airlock/sessions.db` on
+/// Linux). `None` when neither is known.
+pub fn default_store_path() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("AIRLOCK_DATA_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join(STORE_FILE));
+    }
+    Some(dirs::data_dir()?.join("airlock").join(STORE_FILE))
+}
+
+/// A session id or user id that cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid {what}: {problem}")]
+pub struct InvalidId {
+    /// `session id` or `user id`.
+    pub what: &'static str,
+    /// What is wrong (never the id itself, which may be anything).
+    pub problem: String,
+}
+
+/// Checks a session id: 1 to [`MAX_SESSION_ID_BYTES`] bytes of ASCII
+/// letters, digits and `_ - . : @`.
+pub fn check_session_id(id: &str) -> Result<(), InvalidId> {
+    let fail = |problem: String| InvalidId {
+        what: "session id",
+        problem,
+    };
+    if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
+        return Err(fail(format!(
+            "it must be 1 to {MAX_SESSION_ID_BYTES} bytes long"
+        )));
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_-.:@".contains(&b))
+    {
+        return Err(fail(
+            "only ASCII letters, digits and _ - . : @ are allowed".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a user id: 1 to [`MAX_USER_ID_BYTES`] bytes, no control
+/// characters.
+pub fn check_user_id(id: &str) -> Result<(), InvalidId> {
+    let fail = |problem: &str| InvalidId {
+        what: "user id",
+        problem: problem.to_owned(),
+    };
+    if id.is_empty() || id.len() > MAX_USER_ID_BYTES {
+        return Err(fail("it must be 1 to 256 bytes long"));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(fail("it must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// What [`Session::open`] failed on.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// A session or user id that cannot be used.
+    #[error(transparent)]
+    InvalidId(#[from] InvalidId),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl SessionError {
+    /// A stable `snake_case` name for the kind of failure.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SessionError::InvalidId(_) => "invalid_id",
+            SessionError::Store(e) => e.kind(),
+        }
+    }
+}
+
+/// A call on a session ([`Session::call`]) that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionCallError {
+    /// The call failed; its failure is committed, no op was applied.
+    #[error(transparent)]
+    Call(CallFailure),
+    /// A commit failed: before the call ran (it did not run), or after
+    /// (its ops are applied to the live deps but not stored).
+    #[error("cannot save the session: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// How to open a session.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The owner; `None` is the anonymous bucket.
+    pub user_id: Option<String>,
+    /// The session to continue or create; `None` creates one with a fresh
+    /// id.
+    pub session_id: Option<String>,
+    /// A new session's starting deps. For an existing session, these keys
+    /// are laid over the stored deps (and that change is committed).
+    pub deps: Option<Map<String, Value>>,
+    /// A new session's metadata (an existing session keeps its own).
+    pub metadata: BTreeMap<String, String>,
+    /// The hidden keys (the policy's `[context] hidden`), never stored.
+    pub rules: Arc<ContextRules>,
+    /// How long the lease lasts without a commit or renewal.
+    pub lease_ttl: Duration,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            user_id: None,
+            session_id: None,
+            deps: None,
+            metadata: BTreeMap::new(),
+            rules: Arc::default(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+        }
+    }
+}
+
+/// The write side of a leased session: numbers records and commits them.
+#[derive(Debug)]
+pub struct Journal {
+    store: Arc<dyn SessionStore>,
+    lease: Lease,
+    head: u64,
+    rules: Arc<ContextRules>,
+    /// The usage and iteration last committed.
+    committed: (Usage, u32),
+    /// Set when the lease is known lost (a commit or a renewal said so).
+    lost: Arc<AtomicBool>,
+    heartbeat: tokio::task::JoinHandle<()>,
+    released: bool,
+}
+
+impl Journal {
+    /// The hidden keys this session never stores.
+    pub fn rules(&self) -> &ContextRules {
+        &self.rules
+    }
+
+    /// Commits `entries`, plus the context's usage when it changed since
+    /// the last commit, as one transaction. Nothing is committed after the
+    /// lease is lost.
+    pub async fn commit(
+        &mut self,
+        ctx: &RunContext,
+        mut entries: Vec<Entry>,
+    ) -> Result<(), StoreError> {
+        let usage = (ctx.usage, ctx.iteration);
+        if usage != self.committed {
+            entries.push(Entry::Usage {
+                usage: usage.0,
+                iteration: usage.1,
+            });
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        if self.lost.load(Ordering::SeqCst) {
+            return Err(self.lost_error());
+        }
+        let now = now_ms();
+        let records: Vec<Record> = entries
+            .into_iter()
+            .zip(self.head + 1..)
+            .map(|(entry, seq)| Record {
+                seq,
+                at_ms: now,
+                entry,
+            })
+            .collect();
+        match self.store.append(&self.lease, &records, now).await {
+            Ok(()) => {
+                self.head += records.len() as u64;
+                self.committed = usage;
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, StoreError::LeaseLost { .. }) {
+                    self.lost.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn lost_error(&self) -> StoreError {
+        StoreError::LeaseLost {
+            session_id: self.lease.session_id.clone(),
+        }
+    }
+
+    /// Gives the lease up now.
+    async fn release(&mut self) -> Result<(), StoreError> {
+        self.heartbeat.abort();
+        self.released = true;
+        self.store.release(&self.lease).await
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+        if self.released {
+            return;
+        }
+        // Not closed: give the lease up in the background if a runtime is
+        // there to do it; otherwise it expires.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = Arc::clone(&self.store);
+            let lease = self.lease.clone();
+            runtime.spawn(async move {
+                if let Err(e) = store.release(&lease).await {
+                    tracing::warn!(error = %e, "cannot release a session lease");
+                }
+            });
+        }
+    }
+}
+
+/// A leased, durable conversation: the context, the transcript, and the
+/// journal that keeps them.
+///
+/// Open one with [`Session::open`], run prompts on it with
+/// [`crate::Agent::run_session`], and [`Session::close`] it to let the next
+/// run in at once (dropping it does the same in the background).
+#[derive(Debug)]
+pub struct Session {
+    /// The live context. Its deps keep hidden and secret-looking keys; the
+    /// store does not.
+    pub(crate) ctx: RunContext,
+    pub(crate) transcript: Transcript,
+    pub(crate) journal: Journal,
+    created: bool,
+    location: String,
+}
+
+impl Session {
+    /// Leases the session `options.session_id` (created when it does not
+    /// exist, or when no id is given) and loads it: deps are the fold of
+    /// its ops, and the messages are the real history. Calls the model
+    /// asked for that were never answered get [`INTERRUPTED_MESSAGE`],
+    /// committed before this returns.
+    ///
+    /// Fails with [`StoreError::InUse`] while another run holds the
+    /// session, and changes nothing then.
+    pub async fn open(
+        store: Arc<dyn SessionStore>,
+        options: SessionOptions,
+    ) -> Result<Session, SessionError> {
+        if let Some(user) = &options.user_id {
+            check_user_id(user)?;
+        }
+        let session_id = match &options.session_id {
+            Some(id) => {
+                check_session_id(id)?;
+                id.clone()
+            }
+            None => crate::context::new_id("sess"),
+        };
+        let holder = Holder::new_identity();
+        let now = now_ms();
+        let header = SessionHeader {
+            session_id: session_id.clone(),
+            user_id: options.user_id.clone(),
+            created_at_ms: now,
+            metadata: options.metadata.clone(),
+        };
+        let first = [Record {
+            seq: 1,
+            at_ms: now,
+            entry: Entry::Deps {
+                deps: secrets::scrub_deps(
+                    options.deps.as_ref().unwrap_or(&Map::new()),
+                    &options.rules,
+                ),
+            },
+        }];
+        let leased = store
+            .lease(LeaseRequest {
+                user_id: options.user_id.as_deref(),
+                session_id: &session_id,
+                holder: &holder,
+                ttl: options.lease_ttl,
+                now_ms: now,
+                create: Some((&header, &first)),
+            })
+            .await?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let heartbeat =
+            spawn_heartbeat(Arc::clone(&store), leased.lease.clone(), Arc::clone(&lost));
+        let location = store.location();
+        let mut journal = Journal {
+            store,
+            lease: leased.lease,
+            head: leased.session.records.last().map_or(0, |r| r.seq),
+            rules: Arc::clone(&options.rules),
+            committed: (Usage::default(), 0),
+            lost,
+            heartbeat,
+            released: false,
+        };
+        let folded = Folded::fold(&leased.session.records).map_err(|e| StoreError::Corrupt {
+            session_id: session_id.clone(),
+            problem: e.to_string(),
+        })?;
+        journal.committed = (folded.usage, folded.iteration);
+
+        let header = leased.session.header;
+        // A new session's live deps are all the opener gave, secrets too;
+        // the store has them without.
+        let deps = match (leased.created, &options.deps) {
+            (true, Some(given)) => given.clone(),
+            _ => folded.deps,
+        };
+        let mut ctx = RunContext::new(deps).with_session_id(&session_id);
+        if let Some(user) = &header.user_id {
+            ctx = ctx.with_user_id(user);
+        }
+        for (key, value) in header.metadata {
+            ctx = ctx.with_metadata(key, value);
+        }
+        ctx.usage = folded.usage;
+        ctx.iteration = folded.iteration;
+        let mut session = Session {
+            ctx,
+            transcript: folded.transcript,
+            journal,
+            created: leased.created,
+            location,
+        };
+        if !session.created
+            && let Some(overlay) = options.deps
+        {
+            session.ctx.deps_mut().extend(overlay);
+            let deps = secrets::scrub_deps(session.ctx.deps(), &options.rules);
+            session.commit(vec![Entry::Deps { deps }]).await?;
+        }
+        session.patch_unanswered().await?;
+        Ok(session)
+    }
+
+    /// Answers every call the model asked for that has no answer with
+    /// [`INTERRUPTED_MESSAGE`], and commits that. Does nothing when every
+    /// call is answered, so calling it again adds nothing.
+    pub async fn patch_unanswered(&mut self) -> Result<(), StoreError> {
+        let entries = journal::patch_entries(&self.transcript, self.ctx.run_id(), now_ms());
+        for entry in &entries {
+            match entry {
+                Entry::Item { event } => self.transcript.items.push(event.clone()),
+                Entry::Message { message } => self.transcript.messages.push(message.clone()),
+                Entry::Deps { .. } | Entry::Usage { .. } => {}
+            }
+        }
+        self.commit(entries).await
+    }
+
+    async fn commit(&mut self, entries: Vec<Entry>) -> Result<(), StoreError> {
+        self.journal.commit(&self.ctx, entries).await
+    }
+
+    /// Replaces deps between runs (the embedder's own change, like
+    /// [`RunContext::deps_mut`]) and commits the new deps, less hidden and
+    /// secret-looking keys.
+    pub async fn set_deps(&mut self, deps: Map<String, Value>) -> Result<(), StoreError> {
+        *self.ctx.deps_mut() = deps;
+        let deps = secrets::scrub_deps(self.ctx.deps(), &self.journal.rules);
+        self.commit(vec![Entry::Deps { deps }]).await
+    }
+
+    /// Calls one tool outside the agent loop (for `airlock call --session`
+    /// and MCP), journaled as the loop journals a call: the intent is
+    /// committed before it runs, its output item and ops together after.
+    /// The call counts in `usage.tool_calls` (and the tool sees itself
+    /// counted).
+    pub async fn call(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Result<CallOutcome, SessionCallError> {
+        let started = std::time::Instant::now();
+        self.ctx.usage.tool_calls = self.ctx.usage.tool_calls.saturating_add(1);
+        let intent = self.record(Item::FunctionCall {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            iteration: self.ctx.iteration,
+        });
+        self.commit(vec![intent]).await?;
+        let result = host.call_counted(&mut self.ctx, call, cancel).await;
+        let (status, output, error_kind, guest, ops) = match &result {
+            Ok(outcome) => (
+                CallStatus::Completed,
+                outcome.result.to_string(),
+                None,
+                outcome.output.clone(),
+                secrets::scrub_ops(&outcome.updates, &self.journal.rules),
+            ),
+            Err(failure) => (
+                match failure.error {
+                    CallError::Cancelled => CallStatus::Cancelled,
+                    _ => CallStatus::Failed,
+                },
+                failure.error.to_string(),
+                Some(failure.kind().to_owned()),
+                failure.output.clone(),
+                Vec::new(),
+            ),
+        };
+        let mut entries = vec![self.record(Item::FunctionCallOutput {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            status,
+            output,
+            error_kind,
+            duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            guest,
+        })];
+        if !ops.is_empty() {
+            entries.push(self.record(Item::ContextUpdate {
+                call_id: call.id.clone(),
+                ops,
+            }));
+        }
+        self.commit(entries).await?;
+        result.map_err(SessionCallError::Call)
+    }
+
+    /// Adds an item to the log and returns it as a journal entry.
+    fn record(&mut self, item: Item) -> Entry {
+        let event = Event {
+            id: format!("item_{}", self.transcript.items.len() + 1),
+            run_id: self.ctx.run_id().to_owned(),
+            at_ms: now_ms(),
+            item,
+        };
+        self.transcript.items.push(event.clone());
+        Entry::Item { event }
+    }
+
+    /// The live context (deps with everything the run has, ids, usage).
+    pub fn context(&self) -> &RunContext {
+        &self.ctx
+    }
+
+    /// The conversation and item log so far.
+    pub fn transcript(&self) -> &Transcript {
+        &self.transcript
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        self.ctx.session_id()
+    }
+
+    /// Whether opening it created it.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Where it is stored ([`SessionStore::location`]).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The deps as stored: hidden and secret-looking keys removed.
+    pub fn stored_deps(&self) -> Map<String, Value> {
+        secrets::scrub_deps(self.ctx.deps(), &self.journal.rules)
+    }
+
+    /// Releases the lease, so the session can be opened again at once.
+    pub async fn close(mut self) -> Result<(), StoreError> {
+        self.journal.release().await
+    }
+}
+
+/// Renews the lease every third of its ttl until aborted or lost.
+fn spawn_heartbeat(
+    store: Arc<dyn SessionStore>,
+    lease: Lease,
+    lost: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = (lease.ttl / 3).max(Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(every).await;
+            match store.renew(&lease, now_ms()).await {
+                Ok(()) => {}
+                Err(StoreError::LeaseLost { .. }) => {
+                    lost.store(true, Ordering::SeqCst);
+                    tracing::warn!(session = %lease.session_id, "lost the session's lease");
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot renew a session lease"),
+            }
+        }
+    })
+}

@@ -1,0 +1,648 @@
+//! The embedded store: one SQLite file (WAL mode), SQLite compiled in.
+//!
+//! Two tables: `sessions` (a row per session: header, last record number,
+//! lease) and `records` (the journal). Every write is one `BEGIN
+//! IMMEDIATE` transaction, so any number of processes may share the file:
+//! a writer waits for another (up to [`BUSY_TIMEOUT`]) instead of failing.
+//!
+//! Cost: a commit is one transaction (an fsync of the WAL with
+//! [`Durability::Full`]); reading a session reads its whole journal.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use super::journal::{Entry, Record};
+use super::store::{
+    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
+    StoredSession,
+};
+use crate::llm::BoxFuture;
+
+/// How long a write waits for another process's transaction.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The schema this version writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// What a commit survives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = FULL`: every commit is on disk before it returns; it
+    /// survives a crash of the process and of the machine. The default.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: a commit survives a crash of the process; a
+    /// power cut may lose the last few.
+    Normal,
+}
+
+impl Durability {
+    /// The name used in `AIRLOCK_STORE_SYNC` and reports: `full`, `normal`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Full => "full",
+            Durability::Normal => "normal",
+        }
+    }
+}
+
+/// Sessions in one SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    path: PathBuf,
+    durability: Durability,
+    connection: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates, with its directory) the store at `path`, with
+    /// [`Durability::Full`]. A new file is readable by its owner only.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, Durability::Full)
+    }
+
+    /// [`SqliteStore::open`] with the given durability.
+    pub fn open_with(path: impl AsRef<Path>, durability: Durability) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let location = format!("sqlite:{}", path.display());
+        let fail = |message: String| StoreError::Backend {
+            location: location.clone(),
+            message,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_private_dir(dir)
+                .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let existed = path.exists();
+        let connection = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        if !existed {
+            restrict_to_owner(&path);
+        }
+        let store = Self {
+            durability,
+            connection: Arc::new(Mutex::new(connection)),
+            path,
+        };
+        store.prepare().map_err(|e| fail(describe(&e)))?;
+        Ok(store)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What a commit survives.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn prepare(&self) -> rusqlite::Result<()> {
+        let mut conn = lock(&self.connection);
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(rusqlite::Error::InvalidParameterName(format!(
+                "cannot use WAL mode (got {mode})"
+            )));
+        }
+        conn.pragma_update(None, "synchronous", self.durability.name())?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(rusqlite::Error::InvalidParameterName(format!(
+                "written by a newer Airlock (schema {version}; this one reads {SCHEMA_VERSION})"
+            )));
+        }
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS sessions (
+                owner TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                metadata TEXT NOT NULL,
+                head INTEGER NOT NULL,
+                lease_holder TEXT,
+                lease_token INTEGER NOT NULL,
+                lease_expires_ms INTEGER NOT NULL,
+                PRIMARY KEY (owner, session_id)
+            ) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS records (
+                owner TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                at_ms INTEGER NOT NULL,
+                entry TEXT NOT NULL,
+                PRIMARY KEY (owner, session_id, seq)
+            ) WITHOUT ROWID;",
+        )?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()
+    }
+
+    /// Runs `work` on the connection on a blocking thread.
+    fn run<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
+    {
+        let connection = Arc::clone(&self.connection);
+        let location = self.location();
+        Box::pin(async move {
+            let task = tokio::task::spawn_blocking(move || work(&mut lock(&connection)));
+            let failed = |message: String| StoreError::Backend {
+                location: location.clone(),
+                message,
+            };
+            match task.await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(Failure::Store(e))) => Err(e),
+                Ok(Err(Failure::Sqlite(e))) => Err(failed(describe(&e))),
+                Err(e) => Err(failed(format!("store task failed: {e}"))),
+            }
+        })
+    }
+}
+
+/// A failure inside a store transaction.
+enum Failure {
+    Store(StoreError),
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(e: rusqlite::Error) -> Self {
+        Failure::Sqlite(e)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
+fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    // A panic while holding the lock leaves no transaction open (it rolls
+    // back on drop), so the connection is still good.
+    connection
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn describe(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::InvalidParameterName(message) => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The partition key: the user id, or `""` for the anonymous bucket (user
+/// ids are never empty).
+fn owner_key(owner: Owner<'_>) -> String {
+    owner.unwrap_or_default().to_owned()
+}
+
+fn owner_of(key: String) -> Option<String> {
+    (!key.is_empty()).then_some(key)
+}
+
+/// Records as rows: (seq, at_ms, entry JSON).
+fn encode(records: &[Record]) -> Result<Vec<(u64, u64, String)>, StoreError> {
+    records
+        .iter()
+        .map(|r| {
+            serde_json::to_string(&r.entry)
+                .map(|json| (r.seq, r.at_ms, json))
+                .map_err(|e| StoreError::Backend {
+                    location: "session record".into(),
+                    message: format!("record {} does not serialize: {e}", r.seq),
+                })
+        })
+        .collect()
+}
+
+fn insert_records(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &str,
+    session_id: &str,
+    rows: &[(u64, u64, String)],
+) -> rusqlite::Result<()> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO records (owner, session_id, seq, at_ms, entry) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (seq, at_ms, entry) in rows {
+        insert.execute(params![owner, session_id, seq, at_ms, entry])?;
+    }
+    Ok(())
+}
+
+/// The session's lease columns.
+struct LeaseRow {
+    holder: Option<String>,
+    token: u64,
+    expires_ms: u64,
+}
+
+impl LeaseRow {
+    /// How long the lease still blocks others, if it does.
+    fn blocks(&self, now_ms: u64) -> Option<u64> {
+        let holder = self.holder.as_deref()?;
+        (self.expires_ms > now_ms && !super::Holder::is_gone(holder))
+            .then(|| self.expires_ms - now_ms)
+    }
+}
+
+fn lease_row(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &str,
+    session_id: &str,
+) -> rusqlite::Result<Option<LeaseRow>> {
+    tx.query_row(
+        "SELECT lease_holder, lease_token, lease_expires_ms FROM sessions
+         WHERE owner = ?1 AND session_id = ?2",
+        params![owner, session_id],
+        |row| {
+            Ok(LeaseRow {
+                holder: row.get(0)?,
+                token: row.get(1)?,
+                expires_ms: row.get(2)?,
+            })
+        },
+    )
+    .optional()
+}
+
+fn read_session(
+    conn: &Connection,
+    owner: &str,
+    session_id: &str,
+) -> Result<StoredSession, Failure> {
+    let found = conn
+        .query_row(
+            "SELECT created_at_ms, updated_at_ms, metadata FROM sessions
+             WHERE owner = ?1 AND session_id = ?2",
+            params![owner, session_id],
+            |row| {
+                Ok((
+                    row.get::<_, u64>(0)?,
+                    row.get::<_, u64>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((created_at_ms, updated_at_ms, metadata)) = found else {
+        return Err(StoreError::NotFound {
+            session_id: session_id.to_owned(),
+        }
+        .into());
+    };
+    let corrupt = |problem: String| StoreError::Corrupt {
+        session_id: session_id.to_owned(),
+        problem,
+    };
+    let metadata = serde_json::from_str(&metadata)
+        .map_err(|e| corrupt(format!("its metadata does not parse: {e}")))?;
+    let mut query = conn.prepare_cached(
+        "SELECT seq, at_ms, entry FROM records WHERE owner = ?1 AND session_id = ?2 ORDER BY seq",
+    )?;
+    let rows = query.query_map(params![owner, session_id], |row| {
+        Ok((
+            row.get::<_, u64>(0)?,
+            row.get::<_, u64>(1)?,
+            row.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut records = Vec::new();
+    for row in rows {
+        let (seq, at_ms, entry) = row?;
+        let entry: Entry = serde_json::from_str(&entry)
+            .map_err(|e| corrupt(format!("record {seq} does not parse: {e}")))?;
+        records.push(Record { seq, at_ms, entry });
+    }
+    Ok(StoredSession {
+        header: SessionHeader {
+            session_id: session_id.to_owned(),
+            user_id: owner_of(owner.to_owned()),
+            created_at_ms,
+            metadata,
+        },
+        updated_at_ms,
+        records,
+    })
+}
+
+impl SessionStore for SqliteStore {
+    fn location(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+
+    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>> {
+        let owner = owner_key(request.user_id);
+        let session_id = request.session_id.to_owned();
+        let holder = request.holder.to_owned();
+        let ttl = request.ttl;
+        let now = request.now_ms;
+        let expires = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let create = match request.create {
+            Some((header, records)) => {
+                match (encode(records), serde_json::to_string(&header.metadata)) {
+                    (Ok(rows), Ok(metadata)) => Some((header.created_at_ms, metadata, rows)),
+                    (Err(e), _) => return Box::pin(async move { Err(e) }),
+                    (_, Err(e)) => {
+                        let e = StoreError::Backend {
+                            location: self.location(),
+                            message: format!("metadata does not serialize: {e}"),
+                        };
+                        return Box::pin(async move { Err(e) });
+                    }
+                }
+            }
+            None => None,
+        };
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let (token, created) = match lease_row(&tx, &owner, &session_id)? {
+                Some(row) => {
+                    if let Some(expires_in_ms) = row.blocks(now) {
+                        return Err(StoreError::InUse {
+                            session_id,
+                            expires_in_ms,
+                        }
+                        .into());
+                    }
+                    let token = row.token + 1;
+                    tx.execute(
+                        "UPDATE sessions SET lease_holder = ?3, lease_token = ?4, lease_expires_ms = ?5
+                         WHERE owner = ?1 AND session_id = ?2",
+                        params![owner, session_id, holder, token, expires],
+                    )?;
+                    (token, false)
+                }
+                None => {
+                    let Some((created_at_ms, metadata, rows)) = create else {
+                        return Err(StoreError::NotFound { session_id }.into());
+                    };
+                    let head = rows.last().map_or(0, |r| r.0);
+                    tx.execute(
+                        "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms,
+                           metadata, head, lease_holder, lease_token, lease_expires_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8)",
+                        params![owner, session_id, created_at_ms, now, metadata, head, holder, expires],
+                    )?;
+                    insert_records(&tx, &owner, &session_id, &rows)?;
+                    (1, true)
+                }
+            };
+            let session = read_session(&tx, &owner, &session_id)?;
+            tx.commit()?;
+            Ok(Leased {
+                lease: Lease {
+                    user_id: owner_of(owner),
+                    session_id,
+                    holder,
+                    token,
+                    ttl,
+                },
+                created,
+                session,
+            })
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        lease: &'a Lease,
+        records: &'a [Record],
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let rows = match encode(records) {
+            Ok(rows) => rows,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let lease = lease.clone();
+        self.run(move |conn| {
+            let Some(first) = rows.first().map(|r| r.0) else {
+                return Ok(());
+            };
+            let last = rows.last().map_or(first, |r| r.0);
+            let owner = owner_key(lease.user_id.as_deref());
+            let expires =
+                now_ms.saturating_add(u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX));
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
+                 WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
+                   AND head = ?5",
+                params![
+                    owner,
+                    lease.session_id,
+                    lease.token,
+                    lease.holder,
+                    first - 1,
+                    last,
+                    now_ms,
+                    expires
+                ],
+            )?;
+            if changed != 1 {
+                return Err(StoreError::LeaseLost {
+                    session_id: lease.session_id,
+                }
+                .into());
+            }
+            insert_records(&tx, &owner, &lease.session_id, &rows)?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+        let lease = lease.clone();
+        self.run(move |conn| {
+            let owner = owner_key(lease.user_id.as_deref());
+            let expires =
+                now_ms.saturating_add(u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX));
+            let changed = conn.execute(
+                "UPDATE sessions SET lease_expires_ms = ?5
+                 WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
+                params![owner, lease.session_id, lease.token, lease.holder, expires],
+            )?;
+            if changed != 1 {
+                return Err(StoreError::LeaseLost {
+                    session_id: lease.session_id,
+                }
+                .into());
+            }
+            Ok(())
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        let lease = lease.clone();
+        self.run(move |conn| {
+            let owner = owner_key(lease.user_id.as_deref());
+            conn.execute(
+                "UPDATE sessions SET lease_holder = NULL, lease_expires_ms = 0
+                 WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
+                params![owner, lease.session_id, lease.token, lease.holder],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        let owner = owner_key(owner);
+        let session_id = session_id.to_owned();
+        self.run(move |conn| {
+            // One read transaction: the header and the journal agree.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let session = read_session(&tx, &owner, &session_id)?;
+            tx.commit()?;
+            Ok(session)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        owner: Owner<'a>,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        let owner = owner_key(owner);
+        self.run(move |conn| {
+            let now = crate::agent::events::now_ms();
+            let mut query = conn.prepare_cached(
+                "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder, lease_token,
+                        lease_expires_ms
+                 FROM sessions WHERE owner = ?1 ORDER BY updated_at_ms DESC, session_id",
+            )?;
+            let rows = query.query_map(params![owner], |row| {
+                let lease = LeaseRow {
+                    holder: row.get(4)?,
+                    token: row.get(5)?,
+                    expires_ms: row.get(6)?,
+                };
+                Ok(SessionSummary {
+                    session_id: row.get(0)?,
+                    created_at_ms: row.get(1)?,
+                    updated_at_ms: row.get(2)?,
+                    records: row.get(3)?,
+                    leased_until_ms: lease.blocks(now).map(|_| lease.expires_ms),
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn insert<'a>(
+        &'a self,
+        header: &'a SessionHeader,
+        records: &'a [Record],
+        updated_at_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let rows = encode(records);
+        let metadata = serde_json::to_string(&header.metadata);
+        let header = header.clone();
+        let location = self.location();
+        self.run(move |conn| {
+            let rows = rows?;
+            let metadata = metadata.map_err(|e| StoreError::Backend {
+                location,
+                message: format!("metadata does not serialize: {e}"),
+            })?;
+            let owner = owner_key(header.user_id.as_deref());
+            let head = rows.last().map_or(0, |r| r.0);
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if lease_row(&tx, &owner, &header.session_id)?.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    session_id: header.session_id,
+                }
+                .into());
+            }
+            tx.execute(
+                "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
+                   head, lease_holder, lease_token, lease_expires_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 0, 0)",
+                params![
+                    owner,
+                    header.session_id,
+                    header.created_at_ms,
+                    updated_at_ms,
+                    metadata,
+                    head
+                ],
+            )?;
+            insert_records(&tx, &owner, &header.session_id, &rows)?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn remove<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let owner = owner_key(owner);
+        let session_id = session_id.to_owned();
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(row) = lease_row(&tx, &owner, &session_id)? else {
+                return Err(StoreError::NotFound { session_id }.into());
+            };
+            if let Some(expires_in_ms) = row.blocks(now_ms) {
+                return Err(StoreError::InUse {
+                    session_id,
+                    expires_in_ms,
+                }
+                .into());
+            }
+            tx.execute(
+                "DELETE FROM records WHERE owner = ?1 AND session_id = ?2",
+                params![owner, session_id],
+            )?;
+            tx.execute(
+                "DELETE FROM sessions WHERE owner = ?1 AND session_id = ?2",
+                params![owner, session_id],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+}
+
+/// Creates `dir` (and its parents) readable by its owner only, when it does
+/// not exist.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Makes a new store file readable and writable by its owner only (SQLite
+/// gives its `-wal` and `-shm` files the same mode).
+fn restrict_to_owner(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot restrict the store file to its owner");
+    }
+}

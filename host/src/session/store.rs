@@ -1,0 +1,242 @@
+//! The [`SessionStore`] trait: what a backend must do for sessions, and
+//! nothing of how.
+//!
+//! Every id, sequence number and timestamp comes from Airlock; a store only
+//! keeps them. A store is partitioned by user: every method takes the
+//! owner, and a session of one owner does not exist for another (the
+//! anonymous bucket, `None`, is an owner of its own).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::journal::Record;
+use crate::llm::BoxFuture;
+
+/// Who a session belongs to: a user id, or `None` for the anonymous bucket.
+pub type Owner<'a> = Option<&'a str>;
+
+/// What a session is, apart from its journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHeader {
+    /// The session's id, unique within its owner's sessions.
+    pub session_id: String,
+    /// The owner (`None`: the anonymous bucket).
+    pub user_id: Option<String>,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Opaque string pairs, fixed at creation.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A session as read from a store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// Its header.
+    pub header: SessionHeader,
+    /// When the last record was committed (the creation time if none).
+    pub updated_at_ms: u64,
+    /// Every record, in order.
+    pub records: Vec<Record>,
+}
+
+/// One line of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionSummary {
+    /// The session's id.
+    pub session_id: String,
+    /// When it was created (ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// When its last record was committed.
+    pub updated_at_ms: u64,
+    /// How many records its journal holds.
+    pub records: u64,
+    /// Until when a run holds it, if one does (it may have died: a lease
+    /// whose holder is gone is taken over before then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leased_until_ms: Option<u64>,
+}
+
+/// The right to append to one session, held by one run at a time.
+///
+/// A lease is taken with a fencing token one higher than the session's
+/// last; a store accepts an append only while the session's token is still
+/// the lease's, so a holder that lost its lease (it expired and another run
+/// took the session) can never commit again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The owner.
+    pub user_id: Option<String>,
+    /// The session.
+    pub session_id: String,
+    /// Who holds it ([`super::Holder`]'s text).
+    pub holder: String,
+    /// The fencing token.
+    pub token: u64,
+    /// How long the lease lasts after each commit or renewal.
+    pub ttl: Duration,
+}
+
+/// A request to lease a session, creating it if it does not exist.
+#[derive(Debug, Clone)]
+pub struct LeaseRequest<'a> {
+    /// The owner.
+    pub user_id: Option<&'a str>,
+    /// The session.
+    pub session_id: &'a str,
+    /// Who asks ([`super::Holder`]'s text).
+    pub holder: &'a str,
+    /// The lease's length.
+    pub ttl: Duration,
+    /// The time now (ms since the Unix epoch), Airlock's clock.
+    pub now_ms: u64,
+    /// The header and first records of the session if it does not exist
+    /// yet; `None` to lease only an existing session.
+    pub create: Option<(&'a SessionHeader, &'a [Record])>,
+}
+
+/// A leased session.
+#[derive(Debug, Clone)]
+pub struct Leased {
+    /// The lease to append with.
+    pub lease: Lease,
+    /// Whether this request created the session.
+    pub created: bool,
+    /// The session as it was when the lease was taken.
+    pub session: StoredSession,
+}
+
+/// A store operation that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another run holds the session's lease.
+    #[error(
+        "session is in use: {session_id} is being run elsewhere (its lease expires in {expires_in_ms} ms unless renewed)"
+    )]
+    InUse {
+        /// The session.
+        session_id: String,
+        /// Until the lease expires, unless its holder renews it.
+        expires_in_ms: u64,
+    },
+    /// The owner has no session with that id.
+    #[error("no session {session_id}")]
+    NotFound {
+        /// The session asked for.
+        session_id: String,
+    },
+    /// The owner already has a session with that id.
+    #[error("session {session_id} already exists")]
+    AlreadyExists {
+        /// The session.
+        session_id: String,
+    },
+    /// The lease expired and another run took the session; nothing more
+    /// was saved.
+    #[error(
+        "lost the lease on session {session_id}: another run took it over; this run's later changes were not saved"
+    )]
+    LeaseLost {
+        /// The session.
+        session_id: String,
+    },
+    /// The stored journal does not fold.
+    #[error("session {session_id} is damaged: {problem}")]
+    Corrupt {
+        /// The session.
+        session_id: String,
+        /// What is wrong, naming the record.
+        problem: String,
+    },
+    /// The backend failed (cannot open, I/O, a full disk, ...).
+    #[error("{location}: {message}")]
+    Backend {
+        /// Where the store is.
+        location: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// A stable `snake_case` name for the kind of failure.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::InUse { .. } => "session_in_use",
+            StoreError::NotFound { .. } => "session_not_found",
+            StoreError::AlreadyExists { .. } => "session_exists",
+            StoreError::LeaseLost { .. } => "lease_lost",
+            StoreError::Corrupt { .. } => "session_damaged",
+            StoreError::Backend { .. } => "store_error",
+        }
+    }
+}
+
+/// Where sessions are kept. Implementations: [`super::SqliteStore`]
+/// (embedded, the default).
+///
+/// Every method is atomic: it does all it says or nothing. Methods that
+/// take an owner never see sessions of another owner.
+pub trait SessionStore: Send + Sync + std::fmt::Debug {
+    /// Where the store is, for messages (`sqlite:/path/sessions.db`).
+    fn location(&self) -> String;
+
+    /// Leases a session (creating it with `request.create` if it does not
+    /// exist and that is given) and reads it. Fails with
+    /// [`StoreError::InUse`] while another holder's lease is current: it
+    /// has not expired and [`super::Holder::is_gone`] does not say its
+    /// holder is gone.
+    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>>;
+
+    /// Appends `records` (numbered on from the session's last) and extends
+    /// the lease to `now_ms` + its ttl. Fails with
+    /// [`StoreError::LeaseLost`], appending nothing, when the session's
+    /// fencing token is no longer the lease's.
+    fn append<'a>(
+        &'a self,
+        lease: &'a Lease,
+        records: &'a [Record],
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Extends the lease to `now_ms` + its ttl; [`StoreError::LeaseLost`]
+    /// if it was lost.
+    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Gives the lease up, so the session can be leased at once. Releasing
+    /// a lost lease does nothing.
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Reads a session without leasing it.
+    fn read<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+
+    /// The owner's sessions, most recently updated first.
+    fn list<'a>(
+        &'a self,
+        owner: Owner<'a>,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>>;
+
+    /// Creates a whole session at once (an import).
+    /// [`StoreError::AlreadyExists`] if the owner has one with that id.
+    fn insert<'a>(
+        &'a self,
+        header: &'a SessionHeader,
+        records: &'a [Record],
+        updated_at_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Removes a session and its journal. [`StoreError::InUse`] while a
+    /// current lease is held on it.
+    fn remove<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}

@@ -1,0 +1,403 @@
+//! Durability proven by killing: the real `airlock` binary is SIGKILLed
+//! at many points of a scripted run (before, during and after tool calls,
+//! one of which spins until its timeout), and each session is then checked
+//! and resumed.
+//!
+//! Kill points are chosen by what the run has printed, never by sleeping:
+//! `--events -` prints an event only once it is committed, so after `k`
+//! lines the store holds at least those `k` items.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock::agent::{CallStatus, Event, Item};
+use airlock::llm::Message;
+use airlock::session::{Folded, INTERRUPTED_MESSAGE, SessionStore, SqliteStore};
+use serde_json::{Value, json};
+
+use crate::support::{airlock_command, guest};
+
+/// The run under test: two turns of calls, one of which spins until its
+/// timeout, then an answer.
+fn scripted_run(dir: &Path) -> (String, String) {
+    let policy = dir.join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 800 }}\n",
+            guest("stateful"),
+            guest("hostile"),
+        ),
+    )
+    .unwrap();
+    let script = dir.join("run.json");
+    let inc = |name: &str| json!({"name": "increment", "arguments": {"name": name}});
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"text": "counting", "tool_calls": [inc("a"), inc("a"), {"name": "spin"}, inc("b")]},
+            {"tool_calls": [{"name": "add_note", "arguments": {"text": "noted"}}, inc("c")]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    (
+        policy.to_str().unwrap().to_owned(),
+        script.to_str().unwrap().to_owned(),
+    )
+}
+
+fn spawn_run(db: &Path, id: &str, policy: &str, script: &str, env: &[(&str, &str)]) -> Child {
+    let args = [
+        "run",
+        "go",
+        "--config",
+        policy,
+        "--script",
+        script,
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        id,
+        "--events",
+        "-",
+    ];
+    airlock_command(&args, env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("airlock runs")
+}
+
+/// Reads `count` event lines from the child, then kills it with SIGKILL.
+/// Returns the events seen (fewer if the run ended first).
+fn kill_after(mut child: Child, count: usize) -> Vec<Event> {
+    let stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if !line.starts_with('{') {
+            // The run's own summary after the events.
+            break;
+        }
+        seen.push(serde_json::from_str::<Event>(&line).unwrap());
+        if seen.len() == count {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    seen
+}
+
+/// What the committed items say deps must be, worked out from the tools'
+/// own results (not from the ops): each counter at its highest reported
+/// value, the notes in order.
+fn expected_deps(items: &[Event]) -> Value {
+    let mut counters = BTreeMap::new();
+    let mut notes = Vec::new();
+    for event in items {
+        if let Item::FunctionCallOutput {
+            name,
+            status: CallStatus::Completed,
+            output,
+            ..
+        } = &event.item
+        {
+            let result: Value = serde_json::from_str(output).unwrap();
+            match name.as_str() {
+                "increment" => {
+                    counters.insert(
+                        result["counter"].as_str().unwrap().to_owned(),
+                        result["value"].clone(),
+                    );
+                }
+                "add_note" => notes.push(result["added"].clone()),
+                _ => {}
+            }
+        }
+    }
+    let mut deps = serde_json::Map::new();
+    if !counters.is_empty() {
+        deps.insert("counters".into(), json!(counters));
+    }
+    if !notes.is_empty() {
+        deps.insert("notes".into(), Value::Array(notes));
+    }
+    Value::Object(deps)
+}
+
+/// Sorted keys, so deps compare whatever order the ops created them in.
+fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<_, _> = map.iter().map(|(k, v)| (k.clone(), sorted(v))).collect();
+            json!(sorted)
+        }
+        other => other.clone(),
+    }
+}
+
+/// Calls the model asked for that no tool message answers.
+fn unanswered(messages: &[Message]) -> Vec<String> {
+    let mut open = Vec::new();
+    for message in messages {
+        match message {
+            Message::Assistant { tool_calls, .. } => {
+                open.extend(tool_calls.iter().map(|c| c.id.clone()));
+            }
+            Message::Tool { call_id, .. } => {
+                let at = open
+                    .iter()
+                    .position(|id| id == call_id)
+                    .expect("answers an open call");
+                open.remove(at);
+            }
+            _ => {}
+        }
+    }
+    open
+}
+
+fn integrity(db: &Path) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let result: String = conn
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(result, "ok");
+}
+
+async fn read(db: &Path, id: &str) -> Folded {
+    let store = SqliteStore::open(db).expect("the store opens cleanly after a kill");
+    let stored = store.read(None, id).await.unwrap();
+    Folded::fold(&stored.records).expect("the journal folds")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_any_point_loses_no_committed_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("crash.db");
+    let (policy, script) = scripted_run(dir.path());
+    let resume_script = dir.path().join("resume.json");
+    std::fs::write(
+        &resume_script,
+        json!({"turns": [{"text": "resumed"}]}).to_string(),
+    )
+    .unwrap();
+
+    // A whole run first: how many events there are to kill between.
+    let full = kill_after(spawn_run(&db, "whole", &policy, &script, &[]), usize::MAX);
+    let total = full.len();
+    assert!(matches!(full.last().unwrap().item, Item::RunEnded { .. }));
+    assert!(total >= 22, "{total} events");
+
+    let mut kills = 0;
+    let mut interrupted_mid_call = 0;
+    // Kill after every event but the last: before, during and after each
+    // call (after the spin call's intent, the tool is spinning).
+    for count in 1..total {
+        let id = format!("crash-{count}");
+        let seen = kill_after(spawn_run(&db, &id, &policy, &script, &[]), count);
+        assert_eq!(seen.len(), count);
+        kills += 1;
+        integrity(&db);
+
+        let before = read(&db, &id).await;
+        let items = &before.transcript.items;
+        assert!(items.len() >= count, "kill {count}: committed items lost");
+        assert_eq!(&items[..count], &seen[..], "kill {count}: items differ");
+        assert_eq!(
+            sorted(&Value::Object(before.deps.clone())),
+            sorted(&expected_deps(items)),
+            "kill {count}: deps are not the fold of the committed calls"
+        );
+        let open = unanswered(&before.transcript.messages);
+        let mid_call = items.iter().any(
+            |e| matches!(&e.item, Item::FunctionCall { call_id, .. } if open.contains(call_id)),
+        );
+        interrupted_mid_call += usize::from(mid_call);
+
+        // Resume at once: the dead holder's lease does not block it.
+        let started = Instant::now();
+        let out = airlock_command(
+            &[
+                "run",
+                "next",
+                "--config",
+                &policy,
+                "--script",
+                resume_script.to_str().unwrap(),
+                "--store",
+                db.to_str().unwrap(),
+                "--session",
+                &id,
+                "--json",
+            ],
+            &[],
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "kill {count}: resume failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(started.elapsed() < Duration::from_secs(25));
+        let after = read(&db, &id).await;
+        assert!(
+            unanswered(&after.transcript.messages).is_empty(),
+            "kill {count}"
+        );
+        let patched: Vec<&Message> = after
+            .transcript
+            .messages
+            .iter()
+            .filter(
+                |m| matches!(m, Message::Tool { content, .. } if content == INTERRUPTED_MESSAGE),
+            )
+            .collect();
+        assert_eq!(
+            patched.len(),
+            open.len(),
+            "kill {count}: one patch per open call"
+        );
+        assert_eq!(
+            sorted(&Value::Object(after.deps.clone())),
+            sorted(&Value::Object(before.deps.clone()))
+        );
+        assert_eq!(&after.transcript.items[..items.len()], &items[..]);
+        // Once more: nothing is patched twice.
+        let again = airlock_command(
+            &[
+                "run",
+                "again",
+                "--config",
+                &policy,
+                "--script",
+                resume_script.to_str().unwrap(),
+                "--store",
+                db.to_str().unwrap(),
+                "--session",
+                &id,
+            ],
+            &[],
+        )
+        .output()
+        .unwrap();
+        assert!(again.status.success());
+        let last = read(&db, &id).await;
+        let patched_again = last
+            .transcript
+            .messages
+            .iter()
+            .filter(
+                |m| matches!(m, Message::Tool { content, .. } if content == INTERRUPTED_MESSAGE),
+            )
+            .count();
+        assert_eq!(patched_again, open.len(), "kill {count}: patched twice");
+    }
+    assert!(kills >= 20, "{kills} kills");
+    assert!(
+        interrupted_mid_call >= 3,
+        "{interrupted_mid_call} kills mid-call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lease.db");
+    let (policy, script) = scripted_run(dir.path());
+    let resume_script = dir.path().join("resume.json");
+    std::fs::write(
+        &resume_script,
+        json!({"turns": [{"text": "took over"}]}).to_string(),
+    )
+    .unwrap();
+    let ttl = [("AIRLOCK_LEASE_TTL_MS", "1000")];
+
+    let mut holder = spawn_run(&db, "stalled", &policy, &script, &ttl);
+    let stdout = holder.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    // Wait for the spin call's intent, then freeze the process.
+    loop {
+        let line = lines.next().expect("the run prints events").unwrap();
+        if line.contains("\"function_call\"") && line.contains("\"spin\"") {
+            break;
+        }
+    }
+    let pid = Pid::from_raw(i32::try_from(holder.id()).unwrap()).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    let before = read(&db, "stalled").await;
+
+    let resume = || {
+        airlock_command(
+            &[
+                "run",
+                "next",
+                "--config",
+                &policy,
+                "--script",
+                resume_script.to_str().unwrap(),
+                "--store",
+                db.to_str().unwrap(),
+                "--session",
+                "stalled",
+                "--json",
+            ],
+            &ttl,
+        )
+        .output()
+        .unwrap()
+    };
+    // While the lease is current: refused, exit 4, nothing changed.
+    let first = resume();
+    let error: Value = serde_json::from_slice(&first.stdout).unwrap();
+    if first.status.code() == Some(4) {
+        assert_eq!(error["error"]["kind"], "session_in_use");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("session is in use")
+        );
+        assert_eq!(read(&db, "stalled").await, before);
+    }
+    // Past its expiry (1 s without renewal), the session is taken over.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let taken = loop {
+        let out = resume();
+        if out.status.success() {
+            break out;
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(4),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(Instant::now() < deadline, "the lease never expired");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let taken: Value = serde_json::from_slice(&taken.stdout).unwrap();
+    assert_eq!(taken["answer"], "took over");
+    let after_takeover = read(&db, "stalled").await;
+
+    // The old holder wakes up: its spin call times out, and its commit is
+    // refused (fenced); the store keeps the new run's state.
+    kill_process(pid, Signal::CONT).unwrap();
+    let out = holder.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lost the lease"), "{stderr}");
+    assert_eq!(read(&db, "stalled").await, after_takeover);
+    let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&db).unwrap());
+    assert!(store.list(None).await.unwrap()[0].leased_until_ms.is_none());
+    integrity(&db);
+}

@@ -1,0 +1,870 @@
+//! Durable sessions: the journal in a real SQLite file, through the
+//! library and the `airlock` binary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+
+use airlock::agent::{Agent, CallStatus, Item, RunError};
+use airlock::context::{ContextRules, KeyPatterns};
+use airlock::llm::{Message, ScriptModel};
+use airlock::sandbox::CancelToken;
+use airlock::session::export::{ImportError, SessionExport};
+use airlock::session::{
+    Folded, INTERRUPTED_MESSAGE, Session, SessionOptions, SessionStore, SqliteStore, StoreError,
+};
+use serde_json::{Value, json};
+
+use crate::support::{airlock_with_env, guest, host, hostile_host, root};
+
+fn store_at(path: &Path) -> Arc<dyn SessionStore> {
+    Arc::new(SqliteStore::open(path).unwrap())
+}
+
+fn options(user: Option<&str>, id: &str) -> SessionOptions {
+    SessionOptions {
+        user_id: user.map(str::to_owned),
+        session_id: Some(id.to_owned()),
+        ..SessionOptions::default()
+    }
+}
+
+/// A script model from `turns` (written to a file in `dir`).
+fn script(dir: &Path, name: &str, turns: Value) -> Arc<ScriptModel> {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+    Arc::new(ScriptModel::load(path).unwrap())
+}
+
+fn vowels() -> Arc<ScriptModel> {
+    Arc::new(ScriptModel::load(root().join("guest-examples/scripts/vowels.json")).unwrap())
+}
+
+fn export_of(text: &str) -> Result<SessionExport, ImportError> {
+    SessionExport::parse(text, &ContextRules::default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_round_trips_through_the_store_and_an_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("a.db"));
+    let mut opening = options(Some("alice"), "trip");
+    opening.deps = Some(json!({"start": {"n": 1}}).as_object().unwrap().clone());
+    opening.metadata = BTreeMap::from([("tenant".to_owned(), "acme".to_owned())]);
+    let mut session = Session::open(Arc::clone(&store), opening).await.unwrap();
+    assert!(session.created());
+    let agent = Agent::new(Arc::clone(host().await), vowels());
+    let outcome = agent
+        .run_session(&mut session, "Count the vowels of 'elephant'.")
+        .await;
+    assert!(outcome.unwrap().answer.contains("3 vowels"));
+    let live = session.context().clone();
+    let transcript = session.transcript().clone();
+    session.close().await.unwrap();
+
+    // Opened again, it is the same conversation, field by field.
+    let again = Session::open(Arc::clone(&store), options(Some("alice"), "trip"))
+        .await
+        .unwrap();
+    assert!(!again.created());
+    assert_eq!(again.context().deps(), live.deps());
+    assert_eq!(again.context().deps()["counters"]["vowels"], 3);
+    assert_eq!(again.context().usage, live.usage);
+    assert_eq!(again.context().usage.tool_calls, 5);
+    assert_eq!(again.context().iteration, live.iteration);
+    assert_eq!(again.context().metadata(), live.metadata());
+    assert_eq!(again.context().user_id(), Some("alice"));
+    assert_eq!(again.context().session_id(), "trip");
+    assert_eq!(again.transcript(), &transcript);
+    again.close().await.unwrap();
+
+    // Export, parse, import into another store: the same session.
+    let stored = store.read(Some("alice"), "trip").await.unwrap();
+    let export = SessionExport::new(&stored, &ContextRules::default()).unwrap();
+    assert_eq!(export.version, 1);
+    assert_eq!(&export.deps, live.deps());
+    assert_eq!(export.usage, live.usage);
+    assert_eq!(export.messages, transcript.messages);
+    assert_eq!(export.items, transcript.items);
+    assert_eq!(export.metadata["tenant"], "acme");
+    assert_eq!(export.created_at_ms, stored.header.created_at_ms);
+    assert_eq!(export.updated_at_ms, stored.updated_at_ms);
+    let text = serde_json::to_string_pretty(&export).unwrap();
+    let parsed = export_of(&text).unwrap();
+    assert_eq!(parsed, export);
+    let other = store_at(&dir.path().join("b.db"));
+    other
+        .insert(&parsed.header(), &parsed.journal, parsed.updated_at_ms)
+        .await
+        .unwrap();
+    assert_eq!(other.read(Some("alice"), "trip").await.unwrap(), stored);
+    // Importing it twice is refused and changes nothing.
+    let twice = other
+        .insert(&parsed.header(), &parsed.journal, parsed.updated_at_ms)
+        .await
+        .unwrap_err();
+    assert!(matches!(twice, StoreError::AlreadyExists { .. }), "{twice}");
+    assert_eq!(other.read(Some("alice"), "trip").await.unwrap(), stored);
+}
+
+#[tokio::test]
+async fn unknown_missing_and_malformed_versions_import_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("s.db"));
+    let session = Session::open(Arc::clone(&store), options(None, "v"))
+        .await
+        .unwrap();
+    session.close().await.unwrap();
+    let stored = store.read(None, "v").await.unwrap();
+    let good = serde_json::to_value(SessionExport::new(&stored, &ContextRules::default()).unwrap())
+        .unwrap();
+
+    let with_version = |version: Option<Value>| {
+        let mut doc = good.clone();
+        match version {
+            Some(v) => doc["version"] = v,
+            None => {
+                doc.as_object_mut().unwrap().remove("version");
+            }
+        }
+        doc.to_string()
+    };
+    for (version, expected) in [
+        (None, "missing or invalid version field"),
+        (Some(json!("1")), "missing or invalid version field"),
+        (Some(json!(-1)), "missing or invalid version field"),
+        (Some(json!(1.5)), "missing or invalid version field"),
+        (Some(json!(null)), "missing or invalid version field"),
+        (Some(json!(2)), "unsupported version: 2"),
+        (Some(json!(0)), "unsupported version: 0"),
+    ] {
+        let error = export_of(&with_version(version.clone())).unwrap_err();
+        assert_eq!(error.to_string(), expected, "version {version:?}");
+    }
+    // A journal edited apart from its fold is refused, not half believed.
+    let mut edited = good.clone();
+    edited["deps"] = json!({"forged": true});
+    let error = export_of(&edited.to_string()).unwrap_err();
+    assert!(error.to_string().contains("`deps`"), "{error}");
+    assert!(export_of("[]").is_err());
+    assert!(export_of("not json").is_err());
+
+    // Through the binary: a clear error, exit 2, nothing imported.
+    let db = dir.path().join("cli.db");
+    let file = dir.path().join("v2.json");
+    std::fs::write(&file, with_version(Some(json!(7)))).unwrap();
+    let out = sessions(&db, &["import", path(&file)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unsupported version: 7"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&file, with_version(None)).unwrap();
+    let out = sessions(&db, &["import", path(&file)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("missing or invalid version field"));
+    let listed = stdout_json(&sessions(&db, &["list", "--json"]));
+    assert_eq!(listed["sessions"], json!([]));
+}
+
+#[tokio::test]
+async fn users_are_a_hard_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("s.db"));
+    let mut opening = options(Some("alice"), "shared-name");
+    opening.deps = Some(json!({"owner": "alice"}).as_object().unwrap().clone());
+    Session::open(Arc::clone(&store), opening)
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let mut anonymous = options(None, "anon-only");
+    anonymous.deps = Some(json!({"owner": "nobody"}).as_object().unwrap().clone());
+    Session::open(Arc::clone(&store), anonymous)
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+
+    for outsider in [Some("bob"), None, Some("Alice"), Some("alice ")] {
+        if outsider.is_some() {
+            assert!(
+                store.list(outsider).await.unwrap().is_empty(),
+                "{outsider:?}"
+            );
+        }
+        let read = store.read(outsider, "shared-name").await.unwrap_err();
+        assert!(
+            matches!(read, StoreError::NotFound { .. }),
+            "{outsider:?}: {read}"
+        );
+        let removed = store
+            .remove(outsider, "shared-name", airlock::session::now_ms())
+            .await;
+        assert!(matches!(removed, Err(StoreError::NotFound { .. })));
+        // Opening the same id is a session of the outsider's own, empty.
+        let own = Session::open(Arc::clone(&store), options(outsider, "shared-name"))
+            .await
+            .unwrap();
+        assert!(own.created(), "{outsider:?} resumed alice's session");
+        assert!(own.context().deps().is_empty());
+        assert!(own.transcript().messages.is_empty());
+        own.close().await.unwrap();
+        store
+            .remove(outsider, "shared-name", airlock::session::now_ms())
+            .await
+            .unwrap();
+    }
+    // The anonymous bucket is its own: alice cannot see its session.
+    let alice = store.list(Some("alice")).await.unwrap();
+    assert_eq!(alice.len(), 1);
+    assert_eq!(alice[0].session_id, "shared-name");
+    assert!(matches!(
+        store.read(Some("alice"), "anon-only").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let anon = store.list(None).await.unwrap();
+    assert_eq!(anon.len(), 1);
+    assert_eq!(anon[0].session_id, "anon-only");
+    // Alice's session is untouched by all of that.
+    let kept = store.read(Some("alice"), "shared-name").await.unwrap();
+    assert_eq!(Folded::fold(&kept.records).unwrap().deps["owner"], "alice");
+
+    // The binary: show, export, rm, import across users are refused.
+    let db = dir.path().join("s.db");
+    for args in [
+        &["show", "shared-name", "--user", "bob"][..],
+        &["export", "shared-name", "--user", "bob"],
+        &["rm", "shared-name", "--user", "bob"],
+        &["show", "shared-name"],
+    ] {
+        let out = sessions(&db, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains("no session shared-name"), "{args:?}");
+    }
+    let exported = sessions(&db, &["export", "shared-name", "--user", "alice"]);
+    assert!(exported.status.success());
+    let file = dir.path().join("alice.json");
+    std::fs::write(&file, &exported.stdout).unwrap();
+    let other_db = dir.path().join("other.db");
+    let out = sessions(&other_db, &["import", path(&file), "--user", "bob"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("import it with --user \"alice\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = sessions(&other_db, &["import", path(&file), "--user", "alice"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("sqlite:{}", other_db.display()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_calls_are_patched_once_with_the_exact_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("s.db"));
+    let model = script(
+        dir.path(),
+        "spin",
+        json!([{"tool_calls": [
+            {"id": "c1", "name": "increment", "arguments": {"name": "a"}},
+            {"id": "c2", "name": "spin"},
+            {"id": "c3", "name": "increment", "arguments": {"name": "b"}}
+        ]}]),
+    );
+    let mut session = Session::open(Arc::clone(&store), options(None, "patch"))
+        .await
+        .unwrap();
+    let cancel = CancelToken::new();
+    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Agent::new(Arc::clone(hostile_host().await), model)
+        .cancel_token(cancel.clone())
+        .events(events);
+    let watcher = tokio::spawn(async move {
+        // Cancel once the spin call's intent is committed.
+        while let Some(event) = seen.recv().await {
+            if matches!(&event.item, Item::FunctionCall { call_id, .. } if call_id == "c2") {
+                cancel.cancel();
+            }
+        }
+    });
+    let result = agent.run_session(&mut session, "go").await;
+    drop(agent);
+    watcher.await.unwrap();
+    assert!(matches!(result, Err(RunError::Cancelled)), "{result:?}");
+    session.close().await.unwrap();
+
+    let reopened = Session::open(Arc::clone(&store), options(None, "patch"))
+        .await
+        .unwrap();
+    let messages = &reopened.transcript().messages;
+    let tools: Vec<(&str, &str, bool)> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => Some((call_id.as_str(), content.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tools[0].0, "c1");
+    assert_eq!(tools[1], ("c2", "Tool call was cancelled.", true));
+    assert_eq!(tools[2], ("c3", INTERRUPTED_MESSAGE, true));
+    assert_eq!(tools.len(), 3);
+    assert_eq!(
+        INTERRUPTED_MESSAGE,
+        "Tool call was interrupted and not executed. Please retry if needed."
+    );
+    let interrupted = reopened
+        .transcript()
+        .items
+        .iter()
+        .filter(|e| {
+            matches!(
+                &e.item,
+                Item::FunctionCallOutput {
+                    status: CallStatus::Interrupted,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(interrupted, 1);
+    assert_eq!(reopened.context().deps()["counters"], json!({"a": 1}));
+    reopened.close().await.unwrap();
+    // Opening again (and patching again) adds nothing.
+    let records = store.read(None, "patch").await.unwrap().records.len();
+    let mut third = Session::open(Arc::clone(&store), options(None, "patch"))
+        .await
+        .unwrap();
+    third.patch_unanswered().await.unwrap();
+    third.close().await.unwrap();
+    assert_eq!(
+        store.read(None, "patch").await.unwrap().records.len(),
+        records
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_sends_the_model_the_real_history() {
+    use crate::support::model_server::{ModelServer, openai_reply};
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("s.db"));
+    let mut session = Session::open(Arc::clone(&store), options(Some("u"), "resume"))
+        .await
+        .unwrap();
+    Agent::new(Arc::clone(host().await), vowels())
+        .run_session(&mut session, "Count the vowels of 'elephant'.")
+        .await
+        .unwrap();
+    let first_messages = session.transcript().messages.clone();
+    session.close().await.unwrap();
+
+    let server = ModelServer::start().await;
+    server
+        .push_json(openai_reply(
+            None,
+            &[("r1", "increment", r#"{"name":"vowels"}"#)],
+            5,
+            1,
+        ))
+        .push_json(openai_reply(Some("now 4"), &[], 5, 1));
+    let model = airlock::llm::OpenAiModel::new(
+        "gpt-test",
+        airlock::llm::ProviderOptions {
+            base_url: Some(server.openai_base()),
+            api_key: Some("sk-test".into()),
+            ..airlock::llm::ProviderOptions::default()
+        },
+    )
+    .unwrap();
+    let mut resumed = Session::open(Arc::clone(&store), options(Some("u"), "resume"))
+        .await
+        .unwrap();
+    let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
+        .run_session(&mut resumed, "One more.")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "now 4");
+    // The same deps carried on: the counter went from 3 to 4.
+    assert_eq!(resumed.context().deps()["counters"]["vowels"], 4);
+    let seen = server.seen();
+    let sent = seen[0].body["messages"].as_array().unwrap();
+    // Everything of the first run, then the new prompt.
+    assert_eq!(sent.len(), first_messages.len() + 1);
+    assert_eq!(sent[0]["content"], "Count the vowels of 'elephant'.");
+    assert_eq!(sent.last().unwrap()["content"], "One more.");
+    assert_eq!(resumed.context().usage.requests, 6);
+    resumed.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_concurrent_opens_exactly_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    Session::open(store_at(&path), options(None, "race"))
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    for round in 0..10 {
+        // Two stores (two connections, as two processes would have).
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let attempt = |store: Arc<dyn SessionStore>| {
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                Session::open(store, options(None, "race")).await
+            })
+        };
+        let a = attempt(store_at(&path));
+        let b = attempt(store_at(&path));
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let (winner, loser) = match (a, b) {
+            (Ok(s), Err(e)) | (Err(e), Ok(s)) => (s, e),
+            (a, b) => panic!("round {round}: {a:?} / {b:?}"),
+        };
+        assert!(
+            loser.to_string().starts_with("session is in use"),
+            "{loser}"
+        );
+        assert_eq!(loser.kind(), "session_in_use");
+        winner.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_commits_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("s.db"));
+    let mut short = options(None, "fence");
+    short.lease_ttl = std::time::Duration::from_millis(1);
+    let mut stale = Session::open(Arc::clone(&store), short).await.unwrap();
+    // The heartbeat cannot keep a 1 ms lease; another opener takes it over
+    // as soon as it has expired.
+    let taker = loop {
+        match Session::open(Arc::clone(&store), options(None, "fence")).await {
+            Ok(session) => break session,
+            Err(e) => assert_eq!(e.kind(), "session_in_use"),
+        }
+    };
+    let before = store.read(None, "fence").await.unwrap();
+    let stale_write = stale
+        .call(
+            host().await,
+            &airlock::ToolCall::new("increment", r#"{"name":"stale"}"#),
+            &CancelToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        stale_write.to_string().contains("lost the lease"),
+        "{stale_write}"
+    );
+    assert_eq!(store.read(None, "fence").await.unwrap(), before);
+    taker.close().await.unwrap();
+    stale.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_outside_the_loop_is_journaled_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_at(&dir.path().join("s.db"));
+    let mut session = Session::open(Arc::clone(&store), options(None, "direct"))
+        .await
+        .unwrap();
+    let probe = airlock::ToolCall::new("read", "{}");
+    let seen = session
+        .call(host().await, &probe, &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(seen.result["usage"]["tool_calls"], 1);
+    session
+        .call(
+            host().await,
+            &airlock::ToolCall::new("increment", r#"{"name":"x"}"#),
+            &CancelToken::new(),
+        )
+        .await
+        .unwrap();
+    session.close().await.unwrap();
+    let folded = Folded::fold(&store.read(None, "direct").await.unwrap().records).unwrap();
+    assert_eq!(folded.deps["counters"]["x"], 1);
+    assert_eq!(folded.usage.tool_calls, 2);
+    assert_eq!(
+        folded.transcript.items.len(),
+        5,
+        "two intents, two outputs, one update"
+    );
+}
+
+/// Secrets given in deps: never in a store's files or the CLI's output.
+const DEPS_MARKERS: [&str; 3] = ["MARK-api-key", "MARK-hidden", "MARK-nested-password"];
+
+/// Secrets a tool's ops put in deps. The model wrote them in the call's
+/// arguments (that is how the probe tool gets them), so the conversation
+/// holds them; no deps snapshot, op or deps output may.
+const OP_MARKERS: [&str; 2] = ["MARK-op-token", "MARK-op-nested"];
+
+/// Asserts that no deps in `records` (snapshots and ops) holds a marker.
+fn assert_no_op_marker_in_deps(records: &[airlock::session::Record]) {
+    for record in records {
+        let text = match &record.entry {
+            airlock::session::Entry::Deps { deps } => Value::Object(deps.clone()).to_string(),
+            airlock::session::Entry::Item { event }
+                if matches!(event.item, Item::ContextUpdate { .. }) =>
+            {
+                serde_json::to_string(event).unwrap()
+            }
+            _ => continue,
+        };
+        for marker in OP_MARKERS.iter().chain(&DEPS_MARKERS) {
+            assert!(
+                !text.contains(marker),
+                "{marker} reached record {}",
+                record.seq
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_and_secret_looking_keys_never_reach_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("secret.db");
+    let store = store_at(&db);
+    let rules = Arc::new(
+        ContextRules::new(KeyPatterns::new(&["internal_*"]).unwrap(), BTreeMap::new()).unwrap(),
+    );
+    let mut host = airlock::Host::builder()
+        .cache(airlock::CompileCache::in_dir(crate::support::cache_dir()))
+        .context_rules((*rules).clone())
+        .build()
+        .unwrap();
+    host.load(guest("context_probe")).await.unwrap();
+    let host = Arc::new(host);
+    let ops = json!({"ops": [
+        {"op": "set", "key": "github_token", "value": "MARK-op-token"},
+        {"op": "merge", "key": "profile", "value": {"name": "ada", "Credentials": {"x": "MARK-op-nested"}}},
+        {"op": "append", "key": "log", "value": {"apiKey": "MARK-op-nested", "ok": 1}},
+    ]});
+    let model = script(
+        dir.path(),
+        "secrets",
+        json!([
+            {"tool_calls": [{"name": "apply", "arguments": ops}]},
+            {"text": "stored"}
+        ]),
+    );
+    let mut opening = options(None, "secrets");
+    opening.rules = Arc::clone(&rules);
+    opening.deps = Some(
+        json!({
+            "api_key": "MARK-api-key",
+            "internal_notes": "MARK-hidden",
+            "profile": {"password": "MARK-nested-password", "name": "x"},
+        })
+        .as_object()
+        .unwrap()
+        .clone(),
+    );
+    let mut session = Session::open(Arc::clone(&store), opening).await.unwrap();
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    Agent::new(Arc::clone(&host), model)
+        .events(sender)
+        .run_session(&mut session, "store it")
+        .await
+        .unwrap();
+    // The live deps keep everything for the embedder.
+    let live = Value::Object(session.context().deps().clone()).to_string();
+    for marker in DEPS_MARKERS.iter().chain(&OP_MARKERS) {
+        assert!(live.contains(marker), "{marker} missing from the live deps");
+    }
+    // Events carry no secret of deps: no context update holds one.
+    let mut updates = 0;
+    while let Ok(event) = receiver.try_recv() {
+        let text = serde_json::to_string(&event).unwrap();
+        assert_no_marker(text.as_bytes(), "an event");
+        if matches!(event.item, Item::ContextUpdate { .. }) {
+            updates += 1;
+            assert_no_op_marker(text.as_bytes(), "a context update");
+        }
+    }
+    assert_eq!(updates, 1);
+    // What is stored is the scrubbed fold.
+    assert_eq!(
+        Value::Object(session.stored_deps()),
+        json!({"profile": {"name": "ada"}, "log": [{"ok": 1}]})
+    );
+    session.close().await.unwrap();
+    let stored = store.read(None, "secrets").await.unwrap();
+    assert_eq!(
+        Value::Object(Folded::fold(&stored.records).unwrap().deps),
+        json!({"profile": {"name": "ada"}, "log": [{"ok": 1}]})
+    );
+    assert_no_op_marker_in_deps(&stored.records);
+    let export = SessionExport::new(&stored, &ContextRules::default()).unwrap();
+    assert_no_op_marker_in_deps(&export.journal);
+    assert_no_op_marker(
+        Value::Object(export.deps.clone()).to_string().as_bytes(),
+        "exported deps",
+    );
+    assert_no_marker(
+        serde_json::to_string(&export).unwrap().as_bytes(),
+        "the export",
+    );
+    drop(store);
+    for file in std::fs::read_dir(dir.path()).unwrap() {
+        let file = file.unwrap().path();
+        if file
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("secret.db")
+        {
+            assert_no_marker(&std::fs::read(&file).unwrap(), &file.display().to_string());
+        }
+    }
+}
+
+#[test]
+fn the_cli_never_prints_or_saves_secret_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[context]\nhidden = [\"internal_*\"]\n[[tool]]\npath = {:?}\n",
+            guest("context_probe")
+        ),
+    )
+    .unwrap();
+    let ops = json!({"ops": [
+        {"op": "set", "key": "github_token", "value": "MARK-op-token"},
+        {"op": "set", "key": "profile", "value": {"name": "ada", "Credentials": "MARK-op-nested"}},
+    ]});
+    let script_file = dir.path().join("s.json");
+    std::fs::write(
+        &script_file,
+        json!({"turns": [{"tool_calls": [{"name": "apply", "arguments": ops}]}, {"text": "ok"}]})
+            .to_string(),
+    )
+    .unwrap();
+    let saved = dir.path().join("deps.json");
+    let events = dir.path().join("events.jsonl");
+    let deps = json!({"api_key": "MARK-api-key", "internal_x": "MARK-hidden", "nested": {"password": "MARK-nested-password"}}).to_string();
+    let out = airlock_with_env(
+        &[
+            "run",
+            "go",
+            "--config",
+            path(&policy),
+            "--script",
+            path(&script_file),
+            "--store",
+            path(&db),
+            "--session",
+            "cli-secrets",
+            "--deps",
+            &deps,
+            "--json",
+            "--save-deps",
+            path(&saved),
+            "--events",
+            path(&events),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["deps"],
+        json!({"nested": {}, "profile": {"name": "ada"}})
+    );
+    for (what, bytes) in [
+        ("stdout", out.stdout.clone()),
+        ("stderr", out.stderr.clone()),
+        ("--save-deps", std::fs::read(&saved).unwrap()),
+        ("--events", std::fs::read(&events).unwrap()),
+    ] {
+        assert_no_marker(&bytes, what);
+    }
+    for (what, bytes) in [
+        ("--json", out.stdout.clone()),
+        ("--save-deps", std::fs::read(&saved).unwrap()),
+    ] {
+        assert_no_op_marker(&bytes, what);
+    }
+    let events = std::fs::read_to_string(&events).unwrap();
+    let updates: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("\"context_update\""))
+        .collect();
+    assert_eq!(updates.len(), 1);
+    assert_no_op_marker(updates[0].as_bytes(), "--events context_update");
+    // `call --session` on the same session: the call's own output too.
+    let out = airlock_with_env(
+        &[
+            "call",
+            path(&guest("context_probe")),
+            "apply",
+            &json!({"ops": [{"op": "set", "key": "db_password", "value": "MARK-op-token"}]})
+                .to_string(),
+            "--config",
+            path(&policy),
+            "--store",
+            path(&db),
+            "--session",
+            "cli-secrets",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["updates"], json!([]));
+    assert_no_op_marker(
+        stdout_json(&out)["deps"].to_string().as_bytes(),
+        "call --json deps",
+    );
+    for args in [
+        &["show", "cli-secrets", "--json"][..],
+        &["export", "cli-secrets"],
+    ] {
+        let out = sessions(&db, args);
+        assert!(out.status.success());
+        assert_no_marker(&out.stdout, "sessions show/export");
+        let doc = stdout_json(&out);
+        assert_no_op_marker(doc["deps"].to_string().as_bytes(), "exported deps");
+        let journal: Vec<airlock::session::Record> =
+            serde_json::from_value(doc["journal"].clone()).unwrap();
+        assert_no_op_marker_in_deps(&journal);
+    }
+    let files = std::fs::read_dir(dir.path()).unwrap();
+    for file in files {
+        let file = file.unwrap().path();
+        if file
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("cli.db")
+        {
+            assert_no_marker(&std::fs::read(&file).unwrap(), &file.display().to_string());
+        }
+    }
+}
+
+fn assert_no_marker(bytes: &[u8], what: &str) {
+    let text = String::from_utf8_lossy(bytes);
+    for marker in DEPS_MARKERS {
+        assert!(!text.contains(marker), "{marker} reached {what}");
+    }
+}
+
+fn assert_no_op_marker(bytes: &[u8], what: &str) {
+    let text = String::from_utf8_lossy(bytes);
+    for marker in OP_MARKERS {
+        assert!(!text.contains(marker), "{marker} reached {what}");
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `airlock sessions ARGS --store DB`.
+fn sessions(db: &Path, args: &[&str]) -> Output {
+    let mut all: Vec<&str> = vec!["sessions"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--store", path(db)]);
+    airlock_with_env(&all, &[])
+}
+
+/// `airlock run` on the vowels script and the example tools, on session
+/// `id` in `db`.
+pub fn run_vowels(db: &Path, id: &str, extra: &[&str]) -> Output {
+    let script = root().join("guest-examples/scripts/vowels.json");
+    let config = root().join("guest-examples/airlock.toml");
+    let mut args = vec![
+        "run",
+        "Count the vowels of 'elephant'.",
+        "--script",
+        path(&script),
+        "--config",
+        path(&config),
+        "--store",
+        path(db),
+        "--session",
+        id,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    airlock_with_env(&args, &[])
+}
+
+#[test]
+fn many_sessions_from_several_processes_stay_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let db: PathBuf = dir.path().join("many.db");
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..6)
+            .map(|i| {
+                let db = &db;
+                scope.spawn(move || run_vowels(db, &format!("proc-{i}"), &[]))
+            })
+            .collect();
+        for run in runs {
+            let out = run.join().unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    });
+    // Each again, resumed: the history and deps carry on.
+    std::thread::scope(|scope| {
+        for i in 0..6 {
+            let db = &db;
+            scope.spawn(move || {
+                let out = run_vowels(db, &format!("proc-{i}"), &[]);
+                assert!(out.status.success(), "{}", stderr(&out));
+                assert_eq!(stdout_json(&out)["deps"]["counters"]["vowels"], 6);
+            });
+        }
+    });
+    let listed = stdout_json(&sessions(&db, &["list", "--json"]));
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 6);
+    for i in 0..6 {
+        let shown = stdout_json(&sessions(&db, &["show", &format!("proc-{i}"), "--json"]));
+        assert_eq!(shown["deps"]["counters"]["vowels"], 6);
+        assert_eq!(shown["usage"]["tool_calls"], 10);
+        assert_eq!(shown["usage"]["total_tokens"], 2 * (2163 + 124));
+        let runs = shown["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["type"] == "run_ended")
+            .count();
+        assert_eq!(runs, 2);
+    }
+    let out = sessions(&db, &["rm", "proc-0"]);
+    assert!(out.status.success());
+    let listed = stdout_json(&sessions(&db, &["list", "--json"]));
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 5);
+    assert_eq!(listed["store"], format!("sqlite:{}", db.display()));
+}
