@@ -868,3 +868,41 @@ fn many_sessions_from_several_processes_stay_intact() {
     assert_eq!(listed["sessions"].as_array().unwrap().len(), 5);
     assert_eq!(listed["store"], format!("sqlite:{}", db.display()));
 }
+
+#[test]
+fn a_reader_that_goes_away_does_not_stop_the_run() {
+    // `airlock run ... | head -1`: stdout closes early; the run goes on
+    // and commits everything.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("pipe.db");
+    let script = root().join("guest-examples/scripts/vowels.json");
+    let config = root().join("guest-examples/airlock.toml");
+    let mut child = crate::support::airlock_command(
+        &[
+            "run",
+            "go",
+            "--script",
+            path(&script),
+            "--config",
+            path(&config),
+            "--store",
+            path(&db),
+            "--session",
+            "piped",
+        ],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = stdout_json(&sessions(&db, &["show", "piped", "--json"]));
+    assert_eq!(shown["deps"]["counters"]["vowels"], 3);
+    assert_eq!(
+        shown["items"].as_array().unwrap().last().unwrap()["type"],
+        "run_ended"
+    );
+}

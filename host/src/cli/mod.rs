@@ -321,28 +321,25 @@ fn save_deps(path: &Path, deps: &Value) -> Result<(), Failure> {
 pub fn print_error(e: &dyn std::fmt::Display) {
     let text = e.to_string();
     let text = terminal::shown(&text).replace('\n', "\n  ");
-    #[allow(clippy::print_stderr)]
-    {
-        eprintln!("error: {text}");
-    }
+    write_line(&mut std::io::stderr(), &format!("error: {text}"));
 }
 
 /// Writes text to stdout, control characters escaped. The one place the CLI
 /// prints results as text.
 pub fn print_out(text: &str) {
-    #[allow(clippy::print_stdout)]
-    {
-        println!("{}", terminal::shown(text));
-    }
+    write_line(&mut std::io::stdout(), &terminal::shown(text));
 }
 
 /// Writes `value` to stdout as one line of JSON (exact JSON, with the
 /// characters a terminal acts on written as escapes).
 pub fn print_json(value: &Value) {
-    #[allow(clippy::print_stdout)]
-    {
-        println!("{}", terminal::json(&value.to_string()));
-    }
+    write_line(&mut std::io::stdout(), &terminal::json(&value.to_string()));
+}
+
+/// Writes one line. A reader that went away (`| head`, a closed pipe) does
+/// not stop the command: a run goes on and commits what it does.
+fn write_line(out: &mut dyn std::io::Write, line: &str) {
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// How long a first compile may take before the CLI says what it is doing.
@@ -434,10 +431,10 @@ fn child_compiler() -> Option<airlock::sandbox::Compiler> {
 
 /// A progress note on stderr.
 fn print_note(text: &str) {
-    #[allow(clippy::print_stderr)]
-    {
-        eprintln!("airlock: {}", terminal::field(text));
-    }
+    write_line(
+        &mut std::io::stderr(),
+        &format!("airlock: {}", terminal::field(text)),
+    );
 }
 
 /// Builds a host and loads the component at `path` under the policy at
