@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,26 +52,77 @@ fn scripted_run(dir: &Path) -> (String, String) {
     )
 }
 
-fn spawn_run(db: &Path, id: &str, policy: &str, script: &str, env: &[(&str, &str)]) -> Child {
-    let args = [
-        "run",
-        "go",
-        "--config",
-        policy,
-        "--script",
-        script,
-        "--store",
-        db.to_str().unwrap(),
-        "--session",
-        id,
-        "--events",
-        "-",
-    ];
-    airlock_command(&args, env)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("airlock runs")
+/// The scripted run and a one-turn script to resume it with, and the
+/// store they use.
+struct Scenario {
+    db: PathBuf,
+    policy: String,
+    script: String,
+    resume: String,
+}
+
+impl Scenario {
+    fn new(dir: &Path, resume_answer: &str) -> Self {
+        let (policy, script) = scripted_run(dir);
+        let resume = dir.join("resume.json");
+        std::fs::write(
+            &resume,
+            json!({"turns": [{"text": resume_answer}]}).to_string(),
+        )
+        .unwrap();
+        Self {
+            db: dir.join("sessions.db"),
+            policy,
+            script,
+            resume: resume.to_str().unwrap().to_owned(),
+        }
+    }
+
+    fn args<'a>(&'a self, script: &'a str, id: &'a str) -> [&'a str; 10] {
+        [
+            "--config",
+            &self.policy,
+            "--script",
+            script,
+            "--store",
+            self.db.to_str().unwrap(),
+            "--session",
+            id,
+            "--events",
+            "-",
+        ]
+    }
+
+    /// The scripted run on session `id`, its events on stdout.
+    fn spawn(&self, id: &str, env: &[(&str, &str)]) -> Child {
+        let mut args = vec!["run", "go"];
+        args.extend(self.args(&self.script, id));
+        airlock_command(&args, env)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("airlock runs")
+    }
+
+    /// A run of the resume script on session `id`, to its end.
+    fn resume(&self, id: &str, env: &[(&str, &str)]) -> Output {
+        let mut args = vec!["run", "next"];
+        args.extend(&self.args(&self.resume, id)[..8]);
+        args.push("--json");
+        airlock_command(&args, env).output().unwrap()
+    }
+
+    async fn read(&self, id: &str) -> Folded {
+        read(&self.db, id).await
+    }
+}
+
+/// How many tool messages answer a call with the interrupted text.
+fn patched(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { content, .. } if content == INTERRUPTED_MESSAGE))
+        .count()
 }
 
 /// Reads `count` event lines from the child, then kills it with SIGKILL.
@@ -181,17 +232,10 @@ async fn read(db: &Path, id: &str) -> Folded {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_any_point_loses_no_committed_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("crash.db");
-    let (policy, script) = scripted_run(dir.path());
-    let resume_script = dir.path().join("resume.json");
-    std::fs::write(
-        &resume_script,
-        json!({"turns": [{"text": "resumed"}]}).to_string(),
-    )
-    .unwrap();
+    let run = Scenario::new(dir.path(), "resumed");
 
     // A whole run first: how many events there are to kill between.
-    let full = kill_after(spawn_run(&db, "whole", &policy, &script, &[]), usize::MAX);
+    let full = kill_after(run.spawn("whole", &[]), usize::MAX);
     let total = full.len();
     assert!(matches!(full.last().unwrap().item, Item::RunEnded { .. }));
     assert!(total >= 22, "{total} events");
@@ -202,12 +246,12 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
     // call (after the spin call's intent, the tool is spinning).
     for count in 1..total {
         let id = format!("crash-{count}");
-        let seen = kill_after(spawn_run(&db, &id, &policy, &script, &[]), count);
+        let seen = kill_after(run.spawn(&id, &[]), count);
         assert_eq!(seen.len(), count);
         kills += 1;
-        integrity(&db);
+        integrity(&run.db);
 
-        let before = read(&db, &id).await;
+        let before = run.read(&id).await;
         let items = &before.transcript.items;
         assert!(items.len() >= count, "kill {count}: committed items lost");
         assert_eq!(&items[..count], &seen[..], "kill {count}: items differ");
@@ -223,46 +267,19 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
         interrupted_mid_call += usize::from(mid_call);
 
         // Resume at once: the dead holder's lease does not block it.
-        let started = Instant::now();
-        let out = airlock_command(
-            &[
-                "run",
-                "next",
-                "--config",
-                &policy,
-                "--script",
-                resume_script.to_str().unwrap(),
-                "--store",
-                db.to_str().unwrap(),
-                "--session",
-                &id,
-                "--json",
-            ],
-            &[],
-        )
-        .output()
-        .unwrap();
+        let out = run.resume(&id, &[]);
         assert!(
             out.status.success(),
             "kill {count}: resume failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(started.elapsed() < Duration::from_secs(25));
-        let after = read(&db, &id).await;
+        let after = run.read(&id).await;
         assert!(
             unanswered(&after.transcript.messages).is_empty(),
             "kill {count}"
         );
-        let patched: Vec<&Message> = after
-            .transcript
-            .messages
-            .iter()
-            .filter(
-                |m| matches!(m, Message::Tool { content, .. } if content == INTERRUPTED_MESSAGE),
-            )
-            .collect();
         assert_eq!(
-            patched.len(),
+            patched(&after.transcript.messages),
             open.len(),
             "kill {count}: one patch per open call"
         );
@@ -272,34 +289,13 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
         );
         assert_eq!(&after.transcript.items[..items.len()], &items[..]);
         // Once more: nothing is patched twice.
-        let again = airlock_command(
-            &[
-                "run",
-                "again",
-                "--config",
-                &policy,
-                "--script",
-                resume_script.to_str().unwrap(),
-                "--store",
-                db.to_str().unwrap(),
-                "--session",
-                &id,
-            ],
-            &[],
-        )
-        .output()
-        .unwrap();
-        assert!(again.status.success());
-        let last = read(&db, &id).await;
-        let patched_again = last
-            .transcript
-            .messages
-            .iter()
-            .filter(
-                |m| matches!(m, Message::Tool { content, .. } if content == INTERRUPTED_MESSAGE),
-            )
-            .count();
-        assert_eq!(patched_again, open.len(), "kill {count}: patched twice");
+        assert!(run.resume(&id, &[]).status.success());
+        let last = run.read(&id).await;
+        assert_eq!(
+            patched(&last.transcript.messages),
+            open.len(),
+            "kill {count}: patched twice"
+        );
     }
     assert!(kills >= 20, "{kills} kills");
     assert!(
@@ -312,17 +308,10 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
 async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit() {
     use rustix::process::{Pid, Signal, kill_process};
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("lease.db");
-    let (policy, script) = scripted_run(dir.path());
-    let resume_script = dir.path().join("resume.json");
-    std::fs::write(
-        &resume_script,
-        json!({"turns": [{"text": "took over"}]}).to_string(),
-    )
-    .unwrap();
+    let run = Scenario::new(dir.path(), "took over");
     let ttl = [("AIRLOCK_LEASE_TTL_MS", "1000")];
 
-    let mut holder = spawn_run(&db, "stalled", &policy, &script, &ttl);
+    let mut holder = run.spawn("stalled", &ttl);
     let stdout = holder.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     // Wait for the spin call's intent, then freeze the process.
@@ -334,32 +323,12 @@ async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit(
     }
     let pid = Pid::from_raw(i32::try_from(holder.id()).unwrap()).unwrap();
     kill_process(pid, Signal::STOP).unwrap();
-    let before = read(&db, "stalled").await;
+    let before = run.read("stalled").await;
 
-    let resume = || {
-        airlock_command(
-            &[
-                "run",
-                "next",
-                "--config",
-                &policy,
-                "--script",
-                resume_script.to_str().unwrap(),
-                "--store",
-                db.to_str().unwrap(),
-                "--session",
-                "stalled",
-                "--json",
-            ],
-            &ttl,
-        )
-        .output()
-        .unwrap()
-    };
     // While the lease is current: refused, exit 4, nothing changed.
-    let first = resume();
-    let error: Value = serde_json::from_slice(&first.stdout).unwrap();
+    let first = run.resume("stalled", &ttl);
     if first.status.code() == Some(4) {
+        let error: Value = serde_json::from_slice(&first.stdout).unwrap();
         assert_eq!(error["error"]["kind"], "session_in_use");
         assert!(
             error["error"]["message"]
@@ -367,12 +336,12 @@ async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit(
                 .unwrap()
                 .starts_with("session is in use")
         );
-        assert_eq!(read(&db, "stalled").await, before);
+        assert_eq!(run.read("stalled").await, before);
     }
     // Past its expiry (1 s without renewal), the session is taken over.
     let deadline = Instant::now() + Duration::from_secs(30);
     let taken = loop {
-        let out = resume();
+        let out = run.resume("stalled", &ttl);
         if out.status.success() {
             break out;
         }
@@ -387,17 +356,18 @@ async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit(
     };
     let taken: Value = serde_json::from_slice(&taken.stdout).unwrap();
     assert_eq!(taken["answer"], "took over");
-    let after_takeover = read(&db, "stalled").await;
+    let after_takeover = run.read("stalled").await;
 
     // The old holder wakes up: its spin call times out, and its commit is
     // refused (fenced); the store keeps the new run's state.
     kill_process(pid, Signal::CONT).unwrap();
     let out = holder.wait_with_output().unwrap();
+    drop(lines);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("lost the lease"), "{stderr}");
-    assert_eq!(read(&db, "stalled").await, after_takeover);
-    let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&db).unwrap());
+    assert_eq!(run.read("stalled").await, after_takeover);
+    let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&run.db).unwrap());
     assert!(store.list(None).await.unwrap()[0].leased_until_ms.is_none());
-    integrity(&db);
+    integrity(&run.db);
 }

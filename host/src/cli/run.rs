@@ -17,6 +17,7 @@ use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
 use airlock::sandbox::CancelToken;
 use airlock::{Host, Session};
 
+use super::terminal::{one_line, op_summary};
 use super::{
     EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_json, print_out,
     report_failure, save_deps, show_json,
@@ -153,6 +154,10 @@ async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>), Failure>
     // Checked before anything is loaded: a bad id costs no compile.
     args.flags.deps()?;
     args.flags.store.owner()?;
+    if let Some(id) = &args.flags.session {
+        airlock::session::check_session_id(id)
+            .map_err(|e| Failure::input("invalid_id", e.to_string()))?;
+    }
     let builder = super::host_builder();
     let mut host = match &policy {
         Some(policy) => builder.build_with_policy(policy).await?,
@@ -241,25 +246,13 @@ fn show_progress(event: &Event) {
                 one_line(output, 160)
             )
         }
-        Item::ContextUpdate { ops, .. } => {
-            let ops: Vec<String> = ops
-                .iter()
-                .map(|op| format!("{} {}", op.kind(), op.key()))
-                .collect();
-            format!("         ops: {}", ops.join(", "))
-        }
+        Item::ContextUpdate { ops, .. } => format!("         ops: {}", op_summary(ops)),
         Item::Error { kind, message } => format!("run failed ({kind}): {message}"),
         // The prompt, and items added by later versions.
         _ => return,
     };
     // Each event is one line, whatever newlines the model or tool put in it.
     print_out(&super::terminal::field(&line));
-}
-
-/// `text` on one line (runs of white space folded), at most `max` bytes.
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    airlock::text::truncate(&flat, max)
 }
 
 fn finish(

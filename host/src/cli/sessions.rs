@@ -181,8 +181,7 @@ async fn show(args: IdArgs) -> Result<(), Failure> {
 }
 
 fn one_line(text: &str) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    airlock::text::truncate(&flat, 160)
+    super::terminal::one_line(text, 160)
 }
 
 fn describe_message(message: &Message) -> String {
@@ -236,13 +235,7 @@ fn describe_item(item: &Item) -> String {
             output,
             ..
         } => format!("{name} {}: {}", status.as_str(), one_line(output)),
-        Item::ContextUpdate { ops, .. } => {
-            let ops: Vec<String> = ops
-                .iter()
-                .map(|op| format!("{} {}", op.kind(), op.key()))
-                .collect();
-            format!("ops: {}", ops.join(", "))
-        }
+        Item::ContextUpdate { ops, .. } => format!("ops: {}", super::terminal::op_summary(ops)),
         Item::Error { kind, message } => format!("error ({kind}): {}", one_line(message)),
         _ => "(an item of a later version)".to_owned(),
     }

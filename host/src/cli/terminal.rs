@@ -65,6 +65,21 @@ pub fn json(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` on one line (runs of white space folded), at most `max` bytes.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    airlock::text::truncate(&flat, max)
+}
+
+/// A call's ops as `set counters, append notes`.
+pub fn op_summary(ops: &[airlock::ContextOp]) -> String {
+    let ops: Vec<String> = ops
+        .iter()
+        .map(|op| format!("{} {}", op.kind(), op.key()))
+        .collect();
+    ops.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -206,6 +206,11 @@ fn describe(e: &rusqlite::Error) -> String {
     }
 }
 
+/// When a lease taken or renewed at `now_ms` expires.
+fn expiry(now_ms: u64, ttl: Duration) -> u64 {
+    now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The partition key: the user id, or `""` for the anonymous bucket (user
 /// ids are never empty).
 fn owner_key(owner: Owner<'_>) -> String {
@@ -353,7 +358,7 @@ impl SessionStore for SqliteStore {
         let holder = request.holder.to_owned();
         let ttl = request.ttl;
         let now = request.now_ms;
-        let expires = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let expires = expiry(now, ttl);
         let create = match request.create {
             Some((header, records)) => {
                 match (encode(records), serde_json::to_string(&header.metadata)) {
@@ -437,8 +442,7 @@ impl SessionStore for SqliteStore {
             };
             let last = rows.last().map_or(first, |r| r.0);
             let owner = owner_key(lease.user_id.as_deref());
-            let expires =
-                now_ms.saturating_add(u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX));
+            let expires = expiry(now_ms, lease.ttl);
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(
                 "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
@@ -471,8 +475,7 @@ impl SessionStore for SqliteStore {
         let lease = lease.clone();
         self.run(move |conn| {
             let owner = owner_key(lease.user_id.as_deref());
-            let expires =
-                now_ms.saturating_add(u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX));
+            let expires = expiry(now_ms, lease.ttl);
             let changed = conn.execute(
                 "UPDATE sessions SET lease_expires_ms = ?5
                  WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
