@@ -202,7 +202,7 @@ impl Default for SessionOptions {
 
 /// The write side of a leased session: numbers records and commits them.
 #[derive(Debug)]
-pub struct Journal {
+pub(crate) struct Journal {
     store: Arc<dyn SessionStore>,
     lease: Lease,
     head: u64,
@@ -216,11 +216,6 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// The hidden keys this session never stores.
-    pub fn rules(&self) -> &ContextRules {
-        &self.rules
-    }
-
     /// Commits `entries`, plus the context's usage when it changed since
     /// the last commit, as one transaction. Nothing is committed after the
     /// lease is lost.
