@@ -104,6 +104,7 @@ pub mod context;
 pub mod fs;
 mod json;
 pub mod llm;
+pub mod mcp;
 pub mod policy;
 pub mod sandbox;
 pub mod session;

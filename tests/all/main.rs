@@ -17,6 +17,7 @@ mod filesystem;
 mod http;
 mod isolation;
 mod limits;
+mod mcp;
 mod ops;
 mod policy;
 mod properties;

@@ -6,12 +6,10 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
-use std::sync::Arc;
-
 use airlock::sandbox::CancelToken;
 use airlock::session::SessionCallError;
 use airlock::session::secrets::scrub_ops;
-use airlock::{CallOutcome, ContextOp, Host, Session, ToolCall};
+use airlock::{CallOutcome, ContextOp, Host, ToolCall};
 
 use super::terminal::field;
 use super::{
@@ -32,7 +30,7 @@ pub struct CallArgs {
 }
 
 pub async fn run(args: CallArgs) -> ExitCode {
-    let mut ctx = match args.flags.context() {
+    let mut ctx = match args.flags.session.context() {
         Ok(ctx) => ctx,
         Err(failure) => return fail(&args, &failure, None),
     };
@@ -41,7 +39,7 @@ pub async fn run(args: CallArgs) -> ExitCode {
         Err(failure) => return fail(&args, &failure, None),
     };
     let call = ToolCall::new(args.name.as_str(), args.args.as_str());
-    if args.flags.session.is_some() {
+    if args.flags.session.id.is_some() {
         return call_in_session(&args, &host, &call).await;
     }
     let result = host.call(&mut ctx, &call).await;
@@ -52,12 +50,7 @@ pub async fn run(args: CallArgs) -> ExitCode {
 /// The call on a stored session: its deps come from the store, and the
 /// call is committed there (intent, then output and ops).
 async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitCode {
-    let opened = async {
-        let store = args.flags.store.open()?;
-        let options = args.flags.session_options(host)?;
-        Ok::<_, Failure>(Session::open(Arc::new(store), options).await?)
-    };
-    let mut session = match opened.await {
+    let mut session = match args.flags.session.open(host).await {
         Ok(session) => session,
         Err(failure) => return fail(args, &failure, None),
     };

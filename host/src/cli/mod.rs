@@ -8,6 +8,7 @@
 
 mod call;
 mod inspect;
+mod mcp;
 mod run;
 mod sessions;
 mod terminal;
@@ -21,7 +22,9 @@ use serde_json::{Value, json};
 use airlock::context::DepsError;
 use airlock::policy::Policy;
 use airlock::session::{Durability, SessionError, StoreError};
-use airlock::{CallError, CallFailure, Host, LoadError, RunContext, SessionOptions, SqliteStore};
+use airlock::{
+    CallError, CallFailure, Host, LoadError, RunContext, Session, SessionOptions, SqliteStore,
+};
 
 pub const EXIT_TOOL_FAILED: u8 = 1;
 pub const EXIT_INPUT: u8 = 2;
@@ -44,6 +47,8 @@ enum Command {
     Call(call::CallArgs),
     /// Run an agent: a model that calls the tools until it answers.
     Run(run::RunArgs),
+    /// Serve the tools to MCP clients (stdio), on a durable session.
+    Mcp(mcp::McpArgs),
     /// The session store: list, show, export, import, remove sessions.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
@@ -54,6 +59,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Inspect(args) => inspect::run(args).await,
         Command::Call(args) => call::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Mcp(args) => mcp::run(args).await,
         Command::Sessions(command) => sessions::run(command).await,
     }
 }
@@ -153,32 +159,39 @@ impl From<CallFailure> for Failure {
     }
 }
 
-/// The flags every command that runs tools takes: the starting context,
-/// the policy, and the output form.
+/// The flags every command that runs tools takes: the policy, the
+/// session, and the output form.
 #[derive(Debug, Args)]
 pub struct RunFlags {
     /// The operator's policy: the tools to load, what each may do, the
     /// context rules. Without it, a tool gets nothing.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
-    /// On an existing session, these keys are laid over its stored deps.
-    #[arg(long, value_name = "FILE_OR_JSON")]
-    deps: Option<String>,
+    #[command(flatten)]
+    session: SessionFlags,
     /// Write the deps at the end to FILE (atomically), without hidden or
     /// secret-looking keys. Unchanged when a call fails.
     #[arg(long, value_name = "FILE")]
     save_deps: Option<PathBuf>,
-    #[command(flatten)]
-    store: StoreFlags,
-    /// Continue this session (created if it does not exist). `run` always
-    /// works on a session (a new one when not given); `call` only with
-    /// this flag.
-    #[arg(long, alias = "session-id", value_name = "ID")]
-    session: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// The session a command works on: its starting deps, its id, the store.
+#[derive(Debug, Args)]
+pub struct SessionFlags {
+    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
+    /// On an existing session, these keys are laid over its stored deps.
+    #[arg(long, value_name = "FILE_OR_JSON")]
+    deps: Option<String>,
+    /// Continue this session (created if it does not exist). `run` and
+    /// `mcp` always work on a session (a new one when not given); `call`
+    /// only with this flag.
+    #[arg(long = "session", alias = "session-id", value_name = "ID")]
+    id: Option<String>,
+    #[command(flatten)]
+    store: StoreFlags,
 }
 
 /// Which store, and whose sessions in it.
@@ -231,7 +244,7 @@ impl StoreFlags {
     }
 }
 
-impl RunFlags {
+impl SessionFlags {
     /// The starting deps given by `--deps`, if any.
     fn deps(&self) -> Result<Option<serde_json::Map<String, Value>>, Failure> {
         let Some(arg) = self.deps.as_deref() else {
@@ -241,13 +254,32 @@ impl RunFlags {
         Ok(Some(ctx.deps().clone()))
     }
 
-    /// The session to open for this command: the user, the id, the
+    /// Checks the flags without opening anything, so that a bad id or bad
+    /// deps cost no compile.
+    fn check(&self) -> Result<(), Failure> {
+        self.deps()?;
+        self.store.owner()?;
+        if let Some(id) = &self.id {
+            airlock::session::check_session_id(id)
+                .map_err(|e| Failure::input("invalid_id", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Opens (or creates) the session in the store: the user, the id, the
     /// starting deps, the lease's length (`AIRLOCK_LEASE_TTL_MS`, default
     /// 30 s), and `host`'s hidden keys.
-    fn session_options(&self, host: &Host) -> Result<SessionOptions, Failure> {
+    async fn open(&self, host: &Host) -> Result<Session, Failure> {
+        let store = self.store.open()?;
+        let options = self.options(host)?;
+        Ok(Session::open(std::sync::Arc::new(store), options).await?)
+    }
+
+    /// The options [`SessionFlags::open`] opens with.
+    fn options(&self, host: &Host) -> Result<SessionOptions, Failure> {
         let mut options = SessionOptions {
             user_id: self.store.owner()?.map(str::to_owned),
-            session_id: self.session.clone(),
+            session_id: self.id.clone(),
             deps: self.deps()?,
             rules: std::sync::Arc::new(host.context_rules().clone()),
             ..SessionOptions::default()
@@ -267,7 +299,7 @@ impl RunFlags {
     /// one given), and the user.
     fn context(&self) -> Result<RunContext, Failure> {
         let mut ctx = read_deps(self.deps.as_deref().unwrap_or("{}"))?;
-        if let Some(id) = &self.session {
+        if let Some(id) = &self.id {
             ctx = ctx.with_session_id(id.as_str());
         }
         if let Some(user) = self.store.owner()? {
@@ -454,6 +486,27 @@ async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> 
             policy.source.display(),
             path.display()
         );
+        host.load(path).await?;
+    }
+    Ok(host)
+}
+
+/// A host with the tools of the policy at `config` and the components at
+/// `extra` (nothing granted). Refuses to build one with no tool at all.
+async fn tools_host(config: Option<&Path>, extra: &[PathBuf]) -> Result<Host, Failure> {
+    let policy = load_policy(config)?;
+    if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && extra.is_empty() {
+        return Err(Failure::input(
+            "no_tools",
+            "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
+        ));
+    }
+    let builder = host_builder();
+    let mut host = match &policy {
+        Some(policy) => builder.build_with_policy(policy).await?,
+        None => builder.build()?,
+    };
+    for path in extra {
         host.load(path).await?;
     }
     Ok(host)

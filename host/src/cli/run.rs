@@ -63,7 +63,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(ready) => ready,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
-    let mut session = match open_session(&args, &host).await {
+    let mut session = match args.flags.session.open(&host).await {
         Ok(session) => session,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
@@ -144,28 +144,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
 /// Loads the policy and tools, and the model.
 async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>), Failure> {
-    let policy = super::load_policy(args.flags.config.as_deref())?;
-    if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && args.tools.is_empty() {
-        return Err(Failure::input(
-            "no_tools",
-            "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
-        ));
-    }
-    // Checked before anything is loaded: a bad id costs no compile.
-    args.flags.deps()?;
-    args.flags.store.owner()?;
-    if let Some(id) = &args.flags.session {
-        airlock::session::check_session_id(id)
-            .map_err(|e| Failure::input("invalid_id", e.to_string()))?;
-    }
-    let builder = super::host_builder();
-    let mut host = match &policy {
-        Some(policy) => builder.build_with_policy(policy).await?,
-        None => builder.build()?,
-    };
-    for path in &args.tools {
-        host.load(path).await?;
-    }
+    args.flags.session.check()?;
+    let host = super::tools_host(args.flags.config.as_deref(), &args.tools).await?;
 
     let model: Arc<dyn Model> = match (&args.script, &args.model) {
         (Some(script), _) => Arc::new(
@@ -190,13 +170,6 @@ async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>), Failure>
         }
     };
     Ok((Arc::new(host), model))
-}
-
-/// Opens (or creates) the run's session in the store.
-async fn open_session(args: &RunArgs, host: &Host) -> Result<Session, Failure> {
-    let store = args.flags.store.open()?;
-    let options = args.flags.session_options(host)?;
-    Ok(Session::open(Arc::new(store), options).await?)
 }
 
 fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {

@@ -549,6 +549,13 @@ impl Session {
 
     /// Releases the lease, so the session can be opened again at once.
     pub async fn close(mut self) -> Result<(), StoreError> {
+        self.release().await
+    }
+
+    /// [`Session::close`] for a session shared behind a lock: releases the
+    /// lease; any later commit fails with [`StoreError::LeaseLost`].
+    pub async fn release(&mut self) -> Result<(), StoreError> {
+        self.journal.lost.store(true, Ordering::SeqCst);
         self.journal.release().await
     }
 }

@@ -1,0 +1,180 @@
+//! `airlock mcp`: the tools served over the Model Context Protocol, over
+//! stdio or streamable HTTP.
+//!
+//! Over stdio, stdout carries the protocol only; notes and logs go to
+//! stderr. The process works on one session (`--session`, created if
+//! missing). Over HTTP, each MCP session gets its own Airlock session, and
+//! a request may name one in `_meta` (`airlock/session`).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use airlock::SessionStore as _;
+use clap::{Args, ValueEnum};
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use airlock::Host;
+use airlock::mcp::{McpServer, SessionOpener};
+
+use super::{Failure, SessionFlags, print_error, print_note};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    /// JSON-RPC on stdin and stdout (desktop and IDE clients launch it).
+    Stdio,
+    /// Streamable HTTP at `http://ADDR/mcp`.
+    Http,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The operator's policy: the tools to serve and what each may do.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Also serve this component, with nothing granted (repeatable).
+    #[arg(long = "tool", value_name = "TOOL.wasm")]
+    tools: Vec<PathBuf>,
+    /// How clients reach the server.
+    #[arg(long, value_enum, default_value_t = Transport::Stdio)]
+    transport: Transport,
+    /// Where the HTTP transport listens (port 0: any free port; the address
+    /// is printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8931")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    session: SessionFlags,
+}
+
+pub async fn run(args: McpArgs) -> ExitCode {
+    let served = async {
+        args.session.check()?;
+        if args.transport == Transport::Http && args.session.id.is_some() {
+            return Err(Failure::input(
+                "usage",
+                "--session is for --transport stdio; over HTTP each MCP session gets its own \
+                 Airlock session, or names one in _meta \"airlock/session\"",
+            ));
+        }
+        let host = Arc::new(super::tools_host(args.config.as_deref(), &args.tools).await?);
+        match args.transport {
+            Transport::Stdio => serve_stdio(&args, host).await,
+            Transport::Http => serve_http(&args, host).await,
+        }
+    };
+    match served.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            print_error(&failure.message);
+            ExitCode::from(failure.exit)
+        }
+    }
+}
+
+async fn serve_stdio(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
+    let session = args.session.open(&host).await?;
+    print_note(&format!(
+        "serving {} tools over MCP (stdio) on session {} in {}",
+        host.tool_names().len(),
+        session.id(),
+        session.location()
+    ));
+    let server = McpServer::new(host, session, None);
+    let Some(session) = server.session() else {
+        return Ok(());
+    };
+    let result = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|reason| tracing::debug!(?reason, "the MCP client went away"))
+            .map_err(|e| Failure::input("mcp", format!("the MCP service failed: {e}"))),
+        Err(e) => Err(Failure::input(
+            "mcp",
+            format!("MCP initialization failed: {e}"),
+        )),
+    };
+    if let Err(e) = session.lock().await.release().await {
+        tracing::warn!(error = %e, "cannot release the session");
+    }
+    result
+}
+
+async fn serve_http(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
+    let store = args.session.store.open()?;
+    let location = store.location();
+    let opener = SessionOpener::new(Arc::new(store), args.session.options(&host)?);
+    let mut config = StreamableHttpServerConfig::default();
+    // Host-header checks (DNS rebinding) allow loopback names, and the
+    // address the server was told to listen on.
+    config.allowed_hosts.push(args.listen.ip().to_string());
+    let stop = config.cancellation_token.clone();
+    let tools = host.tool_names().len();
+    let service = Arc::new(StreamableHttpService::new(
+        move || Ok(McpServer::lazy(Arc::clone(&host), opener.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    ));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
+    print_note(&format!(
+        "serving {tools} tools over MCP at http://{bound}/mcp (sessions in {location})"
+    ));
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    continue;
+                }
+            },
+            _ = tokio::signal::ctrl_c() => break,
+        };
+        let service = Arc::clone(&service);
+        tokio::spawn(async move {
+            let handler = hyper::service::service_fn(move |request: hyper::Request<_>| {
+                let service = Arc::clone(&service);
+                async move {
+                    if request.uri().path() != "/mcp" {
+                        return Ok::<_, Infallible>(not_found());
+                    }
+                    Ok(service
+                        .handle(request)
+                        .await
+                        .map(http_body_util::Either::Left))
+                }
+            });
+            let io = wasmtime_wasi_http::io::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, handler)
+                .await
+            {
+                tracing::debug!(error = %e, "an MCP connection ended");
+            }
+        });
+    }
+    stop.cancel();
+    Ok(())
+}
+
+type Body = http_body_util::Either<
+    http_body_util::combinators::BoxBody<bytes::Bytes, Infallible>,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+fn not_found() -> hyper::Response<Body> {
+    let mut response = hyper::Response::new(http_body_util::Either::Right(
+        http_body_util::Full::new(bytes::Bytes::from_static(b"MCP is served at /mcp\n")),
+    ));
+    *response.status_mut() = hyper::StatusCode::NOT_FOUND;
+    response
+}

@@ -1,0 +1,309 @@
+//! Serving the loaded tools over the Model Context Protocol (DESIGN §7).
+//!
+//! [`McpServer`] answers `tools/list` from the components' `describe` and
+//! `tools/call` through exactly the path of `airlock run`: the same
+//! sandbox, policy, argument check and op validation, on a durable
+//! [`Session`]. Every failure of a call (unknown tool, bad arguments, a
+//! trap, a timeout, a limit, rejected ops, an approval the client cannot
+//! give) is a tool result with `isError: true` and the message, never a
+//! protocol error.
+//!
+//! One server works on one session: the ops of one call are committed and
+//! seen by the next, and the session's deps (less hidden and
+//! secret-looking keys) are the resource [`DEPS_URI`]. Calls on one session
+//! run one at a time, in the order they arrive.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, RequestMetaObject, Resource, ResourceContents,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::agent::REJECTED_MESSAGE;
+use crate::policy::Approval;
+use crate::sandbox::CancelToken;
+use crate::session::{Session, SessionCallError, SessionError, SessionOptions, SessionStore};
+use crate::tools::{Host, ToolCall};
+
+/// The resource that shows the session's deps.
+pub const DEPS_URI: &str = "airlock://session/deps";
+
+/// The `_meta` key with which a request names the Airlock session it works
+/// on (for clients of the stateless protocol revision, which has no MCP
+/// session): `{"_meta": {"airlock/session": "ID"}}`. The session is opened
+/// (created if missing) for the request and released after it.
+pub const SESSION_META_KEY: &str = "airlock/session";
+
+/// Opens Airlock sessions for an MCP server: the store, the owner, the
+/// starting deps and the hidden keys; the id is the caller's.
+#[derive(Debug, Clone)]
+pub struct SessionOpener {
+    store: Arc<dyn SessionStore>,
+    options: SessionOptions,
+}
+
+impl SessionOpener {
+    /// Sessions in `store` opened with `options` (its `session_id` is
+    /// replaced by each caller's).
+    pub fn new(store: Arc<dyn SessionStore>, options: SessionOptions) -> Self {
+        Self { store, options }
+    }
+
+    /// Opens (or creates) session `id`; a fresh one when `None`.
+    pub async fn open(&self, id: Option<String>) -> Result<Session, SessionError> {
+        let mut options = self.options.clone();
+        options.session_id = id;
+        Session::open(Arc::clone(&self.store), options).await
+    }
+}
+
+/// An MCP server for the tools of one host, on one session.
+#[derive(Debug)]
+pub struct McpServer {
+    host: Arc<Host>,
+    /// The server's session: given (stdio's `--session`), or opened by
+    /// `opener` at the first request that needs it (one per MCP session
+    /// over HTTP).
+    session: OnceCell<Arc<Mutex<Session>>>,
+    /// Opens the server's session, and sessions named in a request's
+    /// `_meta`; `None` refuses those.
+    opener: Option<SessionOpener>,
+}
+
+impl McpServer {
+    /// Serves `host`'s tools on `session`; a request's `_meta` may name
+    /// another session of `named`'s store and owner.
+    pub fn new(host: Arc<Host>, session: Session, named: Option<SessionOpener>) -> Self {
+        Self {
+            host,
+            session: OnceCell::new_with(Some(Arc::new(Mutex::new(session)))),
+            opener: named,
+        }
+    }
+
+    /// Serves `host`'s tools on a session `opener` creates at the first
+    /// request that needs one (or the session a request's `_meta` names).
+    pub fn lazy(host: Arc<Host>, opener: SessionOpener) -> Self {
+        Self {
+            host,
+            session: OnceCell::new(),
+            opener: Some(opener),
+        }
+    }
+
+    /// The session, once there is one, to release it when serving ends.
+    pub fn session(&self) -> Option<Arc<Mutex<Session>>> {
+        self.session.get().cloned()
+    }
+
+    /// The session a request works on: the one its `_meta` names (leased
+    /// for this request), or the server's.
+    async fn session_for(&self, meta: &RequestMetaObject) -> Result<Working, String> {
+        if let Some(named) = meta.get(SESSION_META_KEY) {
+            let Some(id) = named.as_str() else {
+                return Err(format!(
+                    "_meta {SESSION_META_KEY:?} must be a session id (a string)"
+                ));
+            };
+            let Some(opener) = &self.opener else {
+                return Err(format!(
+                    "this server works on one session; _meta {SESSION_META_KEY:?} cannot name another"
+                ));
+            };
+            let session = opener
+                .open(Some(id.to_owned()))
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(Working::Named(Arc::new(Mutex::new(session))));
+        }
+        let opener = self.opener.as_ref();
+        self.session
+            .get_or_try_init(|| async {
+                let opener = opener.ok_or("this server has no session")?;
+                let session = opener.open(None).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(Arc::new(Mutex::new(session)))
+            })
+            .await
+            .map(|s| Working::Shared(Arc::clone(s)))
+    }
+
+    /// The tools as MCP lists them: name, description, the JSON Schema of
+    /// the arguments (as `describe` gave it).
+    fn tools(&self) -> Vec<Tool> {
+        self.host
+            .tools()
+            .map(|spec| {
+                let schema = match &spec.parameters {
+                    Value::Object(map) => map.clone(),
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(spec.name.clone(), spec.description.clone(), schema)
+            })
+            .collect()
+    }
+
+    /// One call, on the session, as a tool result.
+    async fn call(
+        &self,
+        session: &Working,
+        name: &str,
+        arguments: String,
+        id: String,
+        cancel: CancelToken,
+    ) -> CallToolResult {
+        if self
+            .host
+            .component_for(name)
+            .is_some_and(|c| c.approval() == Approval::Ask)
+        {
+            return error_result(format!(
+                "{REJECTED_MESSAGE} ({name} needs approval, and this client cannot ask its user)"
+            ));
+        }
+        let call = ToolCall {
+            id,
+            name: name.to_owned(),
+            arguments,
+            retry: 0,
+        };
+        let mut session = session.handle().lock().await;
+        match session.call(&self.host, &call, &cancel).await {
+            Ok(outcome) => match outcome.result {
+                Value::Object(_) => CallToolResult::structured(outcome.result),
+                other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
+            },
+            Err(SessionCallError::Call(failure)) => {
+                error_result(format!("Error ({}): {}", failure.kind(), failure.error))
+            }
+            Err(e) => error_result(e.to_string()),
+        }
+    }
+}
+
+/// The session one request works on.
+enum Working {
+    /// The server's own.
+    Shared(Arc<Mutex<Session>>),
+    /// One the request named, leased for the request.
+    Named(Arc<Mutex<Session>>),
+}
+
+impl Working {
+    fn handle(&self) -> &Arc<Mutex<Session>> {
+        match self {
+            Working::Shared(session) | Working::Named(session) => session,
+        }
+    }
+
+    /// Releases a named session's lease at once.
+    async fn done(self) {
+        if let Working::Named(session) = self
+            && let Err(e) = session.lock().await.release().await
+        {
+            tracing::warn!(error = %e, "cannot release a session");
+        }
+    }
+}
+
+fn error_result(text: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        let mut info = ServerConfig::new(capabilities);
+        info.server_info = Implementation::new("airlock", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Sandboxed WebAssembly tools. Their shared state (deps) persists in this session; \
+             read it as the resource airlock://session/deps."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
+        // The client's cancellation stops the tool through its epoch
+        // deadline, as Ctrl-C does for `airlock run`.
+        let cancel = CancelToken::new();
+        let on_cancel = cancel.clone();
+        let client_cancel = context.ct.clone();
+        let watcher = tokio::spawn(async move {
+            client_cancel.cancelled().await;
+            on_cancel.cancel();
+        });
+        let id = format!("mcp_{}", context.id);
+        let result = match self.session_for(&context.meta).await {
+            Ok(session) => {
+                let result = self
+                    .call(&session, &request.name, arguments, id, cancel)
+                    .await;
+                session.done().await;
+                result
+            }
+            Err(message) => error_result(message),
+        };
+        watcher.abort();
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let deps = Resource::new(DEPS_URI, "deps")
+            .with_description(
+                "The tools' shared state in this session (hidden and secret-looking keys removed)",
+            )
+            .with_mime_type("application/json");
+        Ok(ListResourcesResult::with_all_items(vec![deps]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if request.uri != DEPS_URI {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {:?}; this server has {DEPS_URI}", request.uri),
+                None,
+            ));
+        }
+        let session = self
+            .session_for(&context.meta)
+            .await
+            .map_err(|message| ErrorData::internal_error(message, None))?;
+        let deps = Value::Object(session.handle().lock().await.stored_deps());
+        session.done().await;
+        let mut contents = ResourceContents::text(deps.to_string(), DEPS_URI);
+        if let ResourceContents::TextResourceContents { mime_type, .. } = &mut contents {
+            *mime_type = Some("application/json".into());
+        }
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+}

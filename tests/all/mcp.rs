@@ -1,0 +1,376 @@
+//! `airlock mcp` as a child process, driven by a real MCP client (rmcp's)
+//! over stdio.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use airlock::session::{Folded, SessionStore, SqliteStore};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::support::{airlock_command, guest, host};
+
+type Client = RunningService<RoleClient, ()>;
+
+/// A policy with the stateful tool, the hostile one (a short timeout, but
+/// `spin_long` calls are cancelled long before theirs) and an approval tool.
+fn policy(dir: &Path) -> String {
+    let path = dir.join("airlock.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 500 }}\n\n\
+             [[tool]]\npath = {:?}\napproval = \"ask\"\n",
+            guest("stateful"),
+            guest("hostile"),
+            guest("context_probe"),
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// Starts `airlock mcp` with `args` and connects; also returns its pid.
+async fn connect(args: &[&str]) -> (Client, u32) {
+    let mut all = vec!["mcp"];
+    all.extend_from_slice(args);
+    let command = tokio::process::Command::from(airlock_command(&all, &[]));
+    let transport = TokioChildProcess::new(command).unwrap();
+    let pid = transport.id().unwrap();
+    (().serve(transport).await.expect("initialize"), pid)
+}
+
+async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
+        .await
+        .expect("a tools/call is answered, never a protocol error")
+}
+
+fn text(result: &CallToolResult) -> String {
+    serde_json::to_value(&result.content).unwrap()[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn deps(client: &Client) -> Value {
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("airlock://session/deps"))
+        .await
+        .unwrap();
+    let doc = serde_json::to_value(&read.contents).unwrap();
+    serde_json::from_str(doc[0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// Waits (up to 30 s) for a process to be gone.
+fn wait_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    {
+        assert!(Instant::now() < deadline, "airlock mcp did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_tools_calls_failures_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mcp.db");
+    let config = policy(dir.path());
+    let args = [
+        "--config",
+        &config,
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        "desk",
+    ];
+    let (client, pid) = connect(&args).await;
+    let info = client.peer_info().unwrap();
+    assert_eq!(info.server_info.as_ref().unwrap().name, "airlock");
+
+    // tools/list is the components' describe, schemas and all.
+    let listed = client.list_all_tools().await.unwrap();
+    let expected: Vec<Value> = host()
+        .await
+        .tools()
+        .filter(|t| t.name == "increment" || t.name == "read")
+        .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.parameters}))
+        .collect();
+    for tool in &expected {
+        let found = listed
+            .iter()
+            .find(|t| t.name == tool["name"].as_str().unwrap())
+            .unwrap();
+        let found = serde_json::to_value(found).unwrap();
+        assert_eq!(found["description"], tool["description"]);
+        assert_eq!(found["inputSchema"], tool["inputSchema"]);
+    }
+    assert!(listed.iter().any(|t| t.name == "spin"));
+
+    // Three increments: the third reads 3; structured content for objects.
+    for n in 1..=3 {
+        let result = call(&client, "increment", json!({"name": "vowels"})).await;
+        assert_eq!(result.is_error, Some(false));
+        assert_eq!(result.structured_content.as_ref().unwrap()["value"], n);
+    }
+    assert_eq!(deps(&client).await, json!({"counters": {"vowels": 3}}));
+
+    // Failures are results with isError, and the next call works.
+    for (tool, args, needle) in [
+        ("panic", json!({}), "Error (trap)"),
+        ("spin", json!({}), "Error (timeout)"),
+        ("nope", json!({}), "Error (unknown_tool)"),
+        ("increment", json!({"name": 7}), "Error (bad_arguments)"),
+        (
+            "read",
+            json!({}),
+            "Tool call was rejected by approval handler.",
+        ),
+    ] {
+        let result = call(&client, tool, args).await;
+        assert_eq!(result.is_error, Some(true), "{tool}");
+        assert!(text(&result).contains(needle), "{tool}: {}", text(&result));
+        assert_eq!(
+            deps(&client).await,
+            json!({"counters": {"vowels": 3}}),
+            "{tool}"
+        );
+    }
+    let result = call(&client, "increment", json!({"name": "vowels"})).await;
+    assert_eq!(result.structured_content.unwrap()["value"], 4);
+
+    // Restart the server process: the session's deps are still there.
+    client.cancel().await.unwrap();
+    wait_gone(pid);
+    let (client, _) = connect(&args).await;
+    assert_eq!(deps(&client).await, json!({"counters": {"vowels": 4}}));
+    let result = call(&client, "increment", json!({"name": "vowels"})).await;
+    assert_eq!(result.structured_content.unwrap()["value"], 5);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stops_and_the_next_one_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cancel.db");
+    let path = dir.path().join("airlock.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 60000 }}\n[[tool]]\npath = {:?}\n",
+            guest("hostile"),
+            guest("stateful")
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--config",
+        path.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        "c",
+    ];
+    let (client, _) = connect(&args).await;
+    let peer = client.peer().clone();
+    let started = Instant::now();
+    let spinning =
+        tokio::spawn(async move { peer.call_tool(CallToolRequestParams::new("spin")).await });
+    // Once its intent is committed, the call is running; then the client
+    // gives up on it (dropping the request sends notifications/cancelled).
+    let store = SqliteStore::open(&db).unwrap();
+    loop {
+        let records = store
+            .read(None, "c")
+            .await
+            .map(|s| s.records)
+            .unwrap_or_default();
+        let folded = Folded::fold(&records).unwrap();
+        if folded
+            .transcript
+            .items
+            .iter()
+            .any(|e| serde_json::to_value(e).unwrap()["name"] == "spin")
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the spin call never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    spinning.abort();
+    // The next call runs as soon as the spinning one is stopped: well
+    // before its 60 s timeout.
+    let result = call(&client, "increment", json!({"name": "after"})).await;
+    assert_eq!(result.structured_content.unwrap()["value"], 1);
+    assert!(started.elapsed() < Duration::from_secs(50));
+    let folded = Folded::fold(&store.read(None, "c").await.unwrap().records).unwrap();
+    let outputs: Vec<Value> = folded
+        .transcript
+        .items
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["type"] == "function_call_output")
+        .collect();
+    assert_eq!(outputs[0]["name"], "spin");
+    assert_eq!(outputs[0]["status"], "cancelled");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_are_isolated_and_one_session_has_one_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("two.db");
+    let config = policy(dir.path());
+    let store = db.to_str().unwrap();
+    let (a, _) = connect(&["--config", &config, "--store", store, "--session", "a"]).await;
+    let (b, _) = connect(&[
+        "--config",
+        &config,
+        "--store",
+        store,
+        "--session",
+        "b",
+        "--user",
+        "u",
+    ])
+    .await;
+    let (first, second) = tokio::join!(
+        call(&a, "increment", json!({"name": "x"})),
+        call(&b, "increment", json!({"name": "y"})),
+    );
+    assert_eq!(first.is_error, Some(false));
+    assert_eq!(second.is_error, Some(false));
+    assert_eq!(deps(&a).await, json!({"counters": {"x": 1}}));
+    assert_eq!(deps(&b).await, json!({"counters": {"y": 1}}));
+
+    // A second server on a session in use: a clear error, exit 4.
+    let out = airlock_command(
+        &[
+            "mcp",
+            "--config",
+            &config,
+            "--store",
+            store,
+            "--session",
+            "a",
+        ],
+        &[],
+    )
+    .stdin(std::process::Stdio::null())
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("session is in use"));
+    assert!(out.stdout.is_empty(), "stdout is the protocol's only");
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+/// `airlock mcp --transport http` on a free port; the child and its URL.
+fn serve_http(config: &str, db: &Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = airlock_command(
+        &[
+            "mcp",
+            "--transport",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            config,
+            "--store",
+            db.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .stdin(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let line = lines
+        .next()
+        .expect("the server says where it listens")
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, url)
+}
+
+async fn http_client(url: &str) -> Client {
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+    ().serve(transport).await.expect("initialize over HTTP")
+}
+
+async fn call_in(client: &Client, session: &str, name: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
+    let mut meta = serde_json::Map::new();
+    meta.insert("airlock/session".into(), json!(session));
+    params.meta = Some(meta.into());
+    client.call_tool(params).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sessions_are_isolated_and_a_request_can_name_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("http.db");
+    let config = policy(dir.path());
+    let (mut server, url) = serve_http(&config, &db);
+    let a = http_client(&url).await;
+    let b = http_client(&url).await;
+
+    // Each MCP session works on its own Airlock session.
+    for n in 1..=3 {
+        let result = call(&a, "increment", json!({"name": "x"})).await;
+        assert_eq!(result.structured_content.unwrap()["value"], n);
+    }
+    let result = call(&b, "increment", json!({"name": "x"})).await;
+    assert_eq!(result.structured_content.unwrap()["value"], 1);
+    assert_eq!(deps(&a).await, json!({"counters": {"x": 3}}));
+    assert_eq!(deps(&b).await, json!({"counters": {"x": 1}}));
+
+    // A trap is a result with isError; the next call works.
+    let trapped = call(&a, "panic", json!({})).await;
+    assert_eq!(trapped.is_error, Some(true));
+    assert!(text(&trapped).contains("Error (trap)"));
+    let result = call(&a, "increment", json!({"name": "x"})).await;
+    assert_eq!(result.structured_content.unwrap()["value"], 4);
+
+    // A request may name its Airlock session in _meta: both clients share it.
+    let first = call_in(&a, "named", "increment", json!({"name": "s"})).await;
+    let second = call_in(&b, "named", "increment", json!({"name": "s"})).await;
+    assert_eq!(first.structured_content.unwrap()["value"], 1);
+    assert_eq!(second.structured_content.unwrap()["value"], 2);
+    assert_eq!(deps(&a).await, json!({"counters": {"x": 4}}));
+
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let store = SqliteStore::open(&db).unwrap();
+    let sessions = store.list(None).await.unwrap();
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    let named = Folded::fold(&store.read(None, "named").await.unwrap().records).unwrap();
+    assert_eq!(named.deps["counters"]["s"], 2);
+}
