@@ -16,8 +16,9 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    ElicitationAction, ElicitationSchema, Implementation, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, RequestMetaObject, Resource, ResourceContents,
     ServerCapabilities, ServerConfig, Tool,
 };
@@ -134,6 +135,48 @@ impl McpServer {
             .map(|s| Working::Shared(Arc::clone(s)))
     }
 
+    /// Asks the client's user about a call of an `approval = "ask"` tool
+    /// (MCP elicitation). `Err` is the tool result's text: the loop's
+    /// rejection message, and why when the client could not ask.
+    async fn approve(
+        &self,
+        name: &str,
+        arguments: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), String> {
+        let asks = self
+            .host
+            .component_for(name)
+            .is_some_and(|c| c.approval() == Approval::Ask);
+        if !asks {
+            return Ok(());
+        }
+        let can_ask = context
+            .peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.elicitation.is_some());
+        if !can_ask {
+            return Err(format!(
+                "{REJECTED_MESSAGE} ({name} needs approval, and this client cannot ask its user)"
+            ));
+        }
+        let question = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!(
+                "Allow the tool {name} to run with {}?",
+                crate::text::truncate(arguments, 2000)
+            ),
+            requested_schema: ElicitationSchema::new(std::collections::BTreeMap::new()),
+        };
+        match context.peer.create_elicitation(question).await {
+            Ok(answer) if answer.action == ElicitationAction::Accept => Ok(()),
+            Ok(_) => Err(REJECTED_MESSAGE.to_owned()),
+            Err(e) => Err(format!(
+                "{REJECTED_MESSAGE} (the client could not ask: {e})"
+            )),
+        }
+    }
+
     /// The tools as MCP lists them: name, description, the JSON Schema of
     /// the arguments (as `describe` gave it).
     fn tools(&self) -> Vec<Tool> {
@@ -158,15 +201,6 @@ impl McpServer {
         id: String,
         cancel: CancelToken,
     ) -> CallToolResult {
-        if self
-            .host
-            .component_for(name)
-            .is_some_and(|c| c.approval() == Approval::Ask)
-        {
-            return error_result(format!(
-                "{REJECTED_MESSAGE} ({name} needs approval, and this client cannot ask its user)"
-            ));
-        }
         let call = ToolCall {
             id,
             name: name.to_owned(),
@@ -186,6 +220,9 @@ impl McpServer {
         }
     }
 }
+
+/// How often a call with a progress token reports.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The session one request works on.
 enum Working {
@@ -246,15 +283,40 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
+        if let Err(refused) = self.approve(&request.name, &arguments, &context).await {
+            return Ok(error_result(refused).into());
+        }
         // The client's cancellation stops the tool through its epoch
-        // deadline, as Ctrl-C does for `airlock run`.
+        // deadline, as Ctrl-C does for `airlock run`. A client that sent a
+        // progress token hears from the call every second until it ends.
         let cancel = CancelToken::new();
         let on_cancel = cancel.clone();
         let client_cancel = context.ct.clone();
+        let progress = context.meta.get_progress_token();
+        let peer = context.peer.clone();
+        let tool = request.name.to_string();
         let watcher = tokio::spawn(async move {
-            client_cancel.cancelled().await;
-            on_cancel.cancel();
+            let mut tick = tokio::time::interval(PROGRESS_EVERY);
+            let mut seconds = 0u32;
+            loop {
+                tokio::select! {
+                    () = client_cancel.cancelled() => {
+                        on_cancel.cancel();
+                        return;
+                    }
+                    _ = tick.tick() => {
+                        let Some(token) = &progress else { continue };
+                        let note = ProgressNotificationParam::new(token.clone(), f64::from(seconds))
+                            .with_message(format!("{tool} running ({seconds} s)"));
+                        if peer.notify_progress(note).await.is_err() {
+                            tracing::debug!("cannot send a progress notification");
+                        }
+                        seconds += 1;
+                    }
+                }
+            }
         });
+
         let id = format!("mcp_{}", context.id);
         let result = match self.session_for(&context.meta).await {
             Ok(session) => {

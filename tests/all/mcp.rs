@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use airlock::session::{Folded, SessionStore, SqliteStore};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
-use rmcp::service::RunningService;
+use rmcp::service::{Peer, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -43,7 +43,7 @@ async fn connect(args: &[&str]) -> (Client, u32) {
     (().serve(transport).await.expect("initialize"), pid)
 }
 
-async fn call(client: &Client, name: &str, args: Value) -> CallToolResult {
+async fn call(client: &Peer<RoleClient>, name: &str, args: Value) -> CallToolResult {
     let Value::Object(args) = args else {
         panic!("arguments must be an object")
     };
@@ -60,7 +60,7 @@ fn text(result: &CallToolResult) -> String {
         .to_owned()
 }
 
-async fn deps(client: &Client) -> Value {
+async fn deps(client: &Peer<RoleClient>) -> Value {
     let read = client
         .read_resource(ReadResourceRequestParams::new("airlock://session/deps"))
         .await
@@ -320,7 +320,12 @@ async fn http_client(url: &str) -> Client {
     ().serve(transport).await.expect("initialize over HTTP")
 }
 
-async fn call_in(client: &Client, session: &str, name: &str, args: Value) -> CallToolResult {
+async fn call_in(
+    client: &Peer<RoleClient>,
+    session: &str,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
     let Value::Object(args) = args else {
         panic!("arguments must be an object")
     };
@@ -373,4 +378,97 @@ async fn http_sessions_are_isolated_and_a_request_can_name_one() {
     assert_eq!(sessions.len(), 3, "{sessions:?}");
     let named = Folded::fold(&store.read(None, "named").await.unwrap().records).unwrap();
     assert_eq!(named.deps["counters"]["s"], 2);
+}
+
+/// A client whose user answers every question with `answer`, and which
+/// records the questions and the progress it hears.
+#[derive(Clone)]
+struct AskingClient {
+    answer: rmcp::model::ElicitationAction,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    progress: std::sync::Arc<std::sync::Mutex<Vec<f64>>>,
+}
+
+impl rmcp::ClientHandler for AskingClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut config = rmcp::model::ClientConfig::default();
+        config.capabilities.elicitation = Some(Default::default());
+        config
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().unwrap().push(message);
+        }
+        Ok(rmcp::model::ElicitResult::new(self.answer.clone()))
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params.progress);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
+    use rmcp::model::ElicitationAction;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ask.db");
+    let config = policy(dir.path());
+    for (answer, approved) in [
+        (ElicitationAction::Accept, true),
+        (ElicitationAction::Decline, false),
+    ] {
+        let handler = AskingClient {
+            answer,
+            asked: Default::default(),
+            progress: Default::default(),
+        };
+        let mut all = vec!["mcp", "--config", &config, "--store", db.to_str().unwrap()];
+        all.extend(["--session", if approved { "yes" } else { "no" }]);
+        let command = tokio::process::Command::from(airlock_command(&all, &[]));
+        let client = handler
+            .clone()
+            .serve(TokioChildProcess::new(command).unwrap())
+            .await
+            .unwrap();
+        // `read` (the context probe) has approval = "ask".
+        let result = call(&client, "read", json!({})).await;
+        let asked = handler.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert!(
+            asked[0].starts_with("Allow the tool read to run with {}"),
+            "{asked:?}"
+        );
+        if approved {
+            assert_eq!(result.is_error, Some(false), "{}", text(&result));
+        } else {
+            assert_eq!(result.is_error, Some(true));
+            assert_eq!(text(&result), "Tool call was rejected by approval handler.");
+        }
+        if approved {
+            // A call that runs for a while (spin, to its 500 ms timeout)
+            // with a progress token reports at least its start.
+            let mut params = CallToolRequestParams::new("spin");
+            let mut meta = serde_json::Map::new();
+            meta.insert("progressToken".into(), json!("p1"));
+            params.meta = Some(meta.into());
+            let result = client.call_tool(params).await.unwrap();
+            assert_eq!(result.is_error, Some(true));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while handler.progress.lock().unwrap().is_empty() {
+                assert!(Instant::now() < deadline, "no progress notification");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(handler.progress.lock().unwrap()[0], 0.0);
+        }
+        client.cancel().await.unwrap();
+    }
 }
