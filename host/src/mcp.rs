@@ -22,7 +22,7 @@ use rmcp::model::{
     ReadResourceResponse, ReadResourceResult, RequestMetaObject, Resource, ResourceContents,
     ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell};
@@ -65,10 +65,58 @@ impl SessionOpener {
     }
 }
 
+/// The tools a server serves: a host that can be replaced while serving
+/// (a changed component reloaded), and the clients to tell when it is.
+#[derive(Debug)]
+pub struct ToolSet {
+    host: std::sync::RwLock<Arc<Host>>,
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+impl ToolSet {
+    /// Serves `host`'s tools.
+    pub fn new(host: Arc<Host>) -> Arc<Self> {
+        Arc::new(Self {
+            host: std::sync::RwLock::new(host),
+            peers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The host serving now. A call keeps the host it started with.
+    pub fn current(&self) -> Arc<Host> {
+        let host = self
+            .host
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(&host)
+    }
+
+    /// Serves `host` from now on and sends every connected client
+    /// `notifications/tools/list_changed` (forgetting those gone).
+    pub async fn replace(&self, host: Arc<Host>) {
+        *self
+            .host
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = host;
+        let mut peers = self.peers.lock().await;
+        let mut live = Vec::with_capacity(peers.len());
+        for peer in peers.drain(..) {
+            if peer.notify_tool_list_changed().await.is_ok() {
+                live.push(peer);
+            }
+        }
+        *peers = live;
+    }
+
+    async fn register(&self, peer: Peer<RoleServer>) {
+        self.peers.lock().await.push(peer);
+    }
+}
+
 /// An MCP server for the tools of one host, on one session.
 #[derive(Debug)]
 pub struct McpServer {
-    host: Arc<Host>,
+    tools: Arc<ToolSet>,
     /// The server's session: given (stdio's `--session`), or opened by
     /// `opener` at the first request that needs it (one per MCP session
     /// over HTTP).
@@ -81,9 +129,9 @@ pub struct McpServer {
 impl McpServer {
     /// Serves `host`'s tools on `session`; a request's `_meta` may name
     /// another session of `named`'s store and owner.
-    pub fn new(host: Arc<Host>, session: Session, named: Option<SessionOpener>) -> Self {
+    pub fn new(tools: Arc<ToolSet>, session: Session, named: Option<SessionOpener>) -> Self {
         Self {
-            host,
+            tools,
             session: OnceCell::new_with(Some(Arc::new(Mutex::new(session)))),
             opener: named,
         }
@@ -91,9 +139,9 @@ impl McpServer {
 
     /// Serves `host`'s tools on a session `opener` creates at the first
     /// request that needs one (or the session a request's `_meta` names).
-    pub fn lazy(host: Arc<Host>, opener: SessionOpener) -> Self {
+    pub fn lazy(tools: Arc<ToolSet>, opener: SessionOpener) -> Self {
         Self {
-            host,
+            tools,
             session: OnceCell::new(),
             opener: Some(opener),
         }
@@ -145,7 +193,8 @@ impl McpServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<(), String> {
         let asks = self
-            .host
+            .tools
+            .current()
             .component_for(name)
             .is_some_and(|c| c.approval() == Approval::Ask);
         if !asks {
@@ -179,8 +228,9 @@ impl McpServer {
 
     /// The tools as MCP lists them: name, description, the JSON Schema of
     /// the arguments (as `describe` gave it).
-    fn tools(&self) -> Vec<Tool> {
-        self.host
+    fn tool_list(&self) -> Vec<Tool> {
+        self.tools
+            .current()
             .tools()
             .map(|spec| {
                 let schema = match &spec.parameters {
@@ -208,7 +258,8 @@ impl McpServer {
             retry: 0,
         };
         let mut session = session.handle().lock().await;
-        match session.call(&self.host, &call, &cancel).await {
+        let host = self.tools.current();
+        match session.call(&host, &call, &cancel).await {
             Ok(outcome) => match outcome.result {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
@@ -257,6 +308,7 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_resources()
             .build();
         let mut info = ServerConfig::new(capabilities);
@@ -269,12 +321,16 @@ impl ServerHandler for McpServer {
         info
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.tools.register(context.peer).await;
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        Ok(ListToolsResult::with_all_items(self.tool_list()))
     }
 
     async fn call_tool(

@@ -472,3 +472,102 @@ async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
         client.cancel().await.unwrap();
     }
 }
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Watching {
+    changes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Watching {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Replaces `to` with a copy of `from`, atomically (a new inode).
+fn replace_file(from: &Path, to: &Path) {
+    let staged = to.with_extension("staged");
+    std::fs::copy(from, &staged).unwrap();
+    std::fs::rename(&staged, to).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let tool = dir.path().join("tool.wasm");
+    std::fs::copy(guest("stateful"), &tool).unwrap();
+    let config = dir.path().join("airlock.toml");
+    std::fs::write(&config, "[[tool]]\npath = \"tool.wasm\"\n").unwrap();
+    let db = dir.path().join("reload.db");
+    let watching = Watching::default();
+    let args = [
+        "mcp",
+        "--config",
+        config.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        "r",
+    ];
+    let command = tokio::process::Command::from(airlock_command(&args, &[]));
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The server's notes, line by line.
+    let (notes, mut noted) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = notes.send(line);
+        }
+    });
+    let client = watching.clone().serve(transport).await.unwrap();
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.to_string()).collect()
+    };
+    assert!(names(client.list_all_tools().await.unwrap()).contains(&"increment".to_owned()));
+    let result = call(&client, "increment", json!({"name": "kept"})).await;
+    assert_eq!(result.is_error, Some(false));
+
+    // The component changes: the client is told, and the new tools serve.
+    replace_file(&guest("context_probe"), &tool);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while watching.changes.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no tools/list_changed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed = names(client.list_all_tools().await.unwrap());
+    assert!(listed.contains(&"read".to_owned()), "{listed:?}");
+    assert!(!listed.contains(&"increment".to_owned()));
+    // The session's deps carry over to the new version.
+    let read = call(&client, "read", json!({"keys": ["counters"]})).await;
+    assert_eq!(
+        read.structured_content.unwrap()["values"]["counters"]["kept"],
+        1
+    );
+
+    // A broken version does not load: no notice, the previous one serves.
+    let broken = dir.path().join("broken.wasm");
+    std::fs::write(&broken, b"\0asm broken").unwrap();
+    replace_file(&broken, &tool);
+    // The server says why; the clients are not told of a change.
+    loop {
+        let note = tokio::time::timeout(Duration::from_secs(60), noted.recv())
+            .await
+            .expect("a note on the broken component")
+            .expect("the server is running");
+        if note.contains("did not load; the previous tools keep serving") {
+            assert!(note.contains("tool.wasm"), "{note}");
+            break;
+        }
+    }
+    assert_eq!(watching.changes.load(Ordering::SeqCst), 1);
+    let read = call(&client, "read", json!({})).await;
+    assert_eq!(read.is_error, Some(false), "{}", text(&read));
+    client.cancel().await.unwrap();
+}

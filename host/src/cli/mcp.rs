@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -18,8 +18,8 @@ use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use airlock::Host;
-use airlock::mcp::{McpServer, SessionOpener};
+use airlock::mcp::{McpServer, SessionOpener, ToolSet};
+use airlock::sandbox::FileStamp;
 
 use super::{Failure, SessionFlags, print_error, print_note};
 
@@ -61,10 +61,18 @@ pub async fn run(args: McpArgs) -> ExitCode {
             ));
         }
         let host = Arc::new(super::tools_host(args.config.as_deref(), &args.tools).await?);
-        match args.transport {
-            Transport::Stdio => serve_stdio(&args, host).await,
-            Transport::Http => serve_http(&args, host).await,
-        }
+        let tools = ToolSet::new(host);
+        let reloader = tokio::spawn(reload_on_change(
+            Arc::clone(&tools),
+            args.config.clone(),
+            args.tools.clone(),
+        ));
+        let served = match args.transport {
+            Transport::Stdio => serve_stdio(&args, tools).await,
+            Transport::Http => serve_http(&args, tools).await,
+        };
+        reloader.abort();
+        served
     };
     match served.await {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,7 +83,8 @@ pub async fn run(args: McpArgs) -> ExitCode {
     }
 }
 
-async fn serve_stdio(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
+async fn serve_stdio(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure> {
+    let host = tools.current();
     let session = args.session.open(&host).await?;
     print_note(&format!(
         "serving {} tools over MCP (stdio) on session {} in {}",
@@ -83,7 +92,7 @@ async fn serve_stdio(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
         session.id(),
         session.location()
     ));
-    let server = McpServer::new(host, session, None);
+    let server = McpServer::new(tools, session, None);
     let Some(session) = server.session() else {
         return Ok(());
     };
@@ -104,7 +113,8 @@ async fn serve_stdio(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
     result
 }
 
-async fn serve_http(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
+async fn serve_http(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure> {
+    let host = tools.current();
     let store = args.session.store.open()?;
     let location = store.location();
     let opener = SessionOpener::new(Arc::new(store), args.session.options(&host)?);
@@ -113,9 +123,9 @@ async fn serve_http(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
     // address the server was told to listen on.
     config.allowed_hosts.push(args.listen.ip().to_string());
     let stop = config.cancellation_token.clone();
-    let tools = host.tool_names().len();
+    let count = host.tool_names().len();
     let service = Arc::new(StreamableHttpService::new(
-        move || Ok(McpServer::lazy(Arc::clone(&host), opener.clone())),
+        move || Ok(McpServer::lazy(Arc::clone(&tools), opener.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     ));
@@ -126,7 +136,7 @@ async fn serve_http(args: &McpArgs, host: Arc<Host>) -> Result<(), Failure> {
         .local_addr()
         .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
     print_note(&format!(
-        "serving {tools} tools over MCP at http://{bound}/mcp (sessions in {location})"
+        "serving {count} tools over MCP at http://{bound}/mcp (sessions in {location})"
     ));
     loop {
         let (stream, _) = tokio::select! {
@@ -177,4 +187,53 @@ fn not_found() -> hyper::Response<Body> {
     ));
     *response.status_mut() = hyper::StatusCode::NOT_FOUND;
     response
+}
+
+/// How often `airlock mcp` looks for changed components and policy.
+const RELOAD_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The files whose change reloads the tools: the policy, its components,
+/// and the `--tool`s.
+fn watched(config: Option<&Path>, extra: &[PathBuf]) -> Vec<PathBuf> {
+    let mut files = extra.to_vec();
+    if let Some(config) = config {
+        files.push(config.to_path_buf());
+        if let Ok(Some(policy)) = super::load_policy(Some(config)) {
+            files.extend(policy.tools.iter().map(|tool| tool.path.clone()));
+        }
+    }
+    files
+}
+
+fn stamps(files: &[PathBuf]) -> Vec<Option<FileStamp>> {
+    files.iter().map(|file| FileStamp::of(file)).collect()
+}
+
+/// Rebuilds the tools when a watched file changes, and tells the clients.
+/// A change that does not load keeps the previous tools serving, says why
+/// on stderr, and is tried again at the next change.
+async fn reload_on_change(tools: Arc<ToolSet>, config: Option<PathBuf>, extra: Vec<PathBuf>) {
+    let mut files = watched(config.as_deref(), &extra);
+    let mut seen = stamps(&files);
+    loop {
+        tokio::time::sleep(RELOAD_POLL).await;
+        let now = stamps(&files);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match super::tools_host(config.as_deref(), &extra).await {
+            Ok(host) => {
+                let names = host.tool_names().join(", ");
+                tools.replace(Arc::new(host)).await;
+                print_note(&format!("reloaded the tools: {names}"));
+                files = watched(config.as_deref(), &extra);
+                seen = stamps(&files);
+            }
+            Err(failure) => print_note(&format!(
+                "a changed component did not load; the previous tools keep serving: {}",
+                failure.message
+            )),
+        }
+    }
 }
