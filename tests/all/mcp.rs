@@ -44,11 +44,25 @@ async fn connect(args: &[&str]) -> (Client, u32) {
 }
 
 async fn call(client: &Peer<RoleClient>, name: &str, args: Value) -> CallToolResult {
+    call_with(client, serde_json::Map::new(), name, args).await
+}
+
+/// A `tools/call` whose `_meta` is `meta`.
+async fn call_with(
+    client: &Peer<RoleClient>,
+    meta: serde_json::Map<String, Value>,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
     let Value::Object(args) = args else {
         panic!("arguments must be an object")
     };
+    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
+    if !meta.is_empty() {
+        params.meta = Some(meta.into());
+    }
     client
-        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
+        .call_tool(params)
         .await
         .expect("a tools/call is answered, never a protocol error")
 }
@@ -158,11 +172,9 @@ async fn stdio_tools_calls_failures_and_a_restart() {
     client.cancel().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_call_stops_and_the_next_one_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("cancel.db");
-    let path = dir.path().join("airlock.toml");
+/// A policy whose `spin` would run for a minute.
+fn long_spin_policy(dir: &Path) -> String {
+    let path = dir.join("long.toml");
     std::fs::write(
         &path,
         format!(
@@ -172,50 +184,46 @@ async fn a_cancelled_call_stops_and_the_next_one_runs() {
         ),
     )
     .unwrap();
-    let args = [
-        "--config",
-        path.to_str().unwrap(),
-        "--store",
-        db.to_str().unwrap(),
-        "--session",
-        "c",
-    ];
-    let (client, _) = connect(&args).await;
+    path.to_str().unwrap().to_owned()
+}
+
+/// Starts `spin`, waits until its intent is committed in the only session
+/// of `db`, drops the request (rmcp then sends notifications/cancelled),
+/// and checks that the next call runs at once and the spin call ended
+/// cancelled.
+async fn cancel_a_spinning_call(client: &Client, db: &Path) {
     let peer = client.peer().clone();
     let started = Instant::now();
     let spinning =
         tokio::spawn(async move { peer.call_tool(CallToolRequestParams::new("spin")).await });
-    // Once its intent is committed, the call is running; then the client
-    // gives up on it (dropping the request sends notifications/cancelled).
-    let store = SqliteStore::open(&db).unwrap();
-    loop {
-        let records = store
-            .read(None, "c")
-            .await
-            .map(|s| s.records)
-            .unwrap_or_default();
-        let folded = Folded::fold(&records).unwrap();
-        if folded
-            .transcript
-            .items
-            .iter()
-            .any(|e| serde_json::to_value(e).unwrap()["name"] == "spin")
-        {
-            break;
+    let store = SqliteStore::open(db).unwrap();
+    let session = loop {
+        let listed = store.list(None).await.unwrap();
+        if let Some(summary) = listed.first() {
+            let records = store.read(None, &summary.session_id).await.unwrap().records;
+            let folded = Folded::fold(&records).unwrap();
+            if folded
+                .transcript
+                .items
+                .iter()
+                .any(|e| serde_json::to_value(e).unwrap()["name"] == "spin")
+            {
+                break summary.session_id.clone();
+            }
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "the spin call never started"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
     spinning.abort();
     // The next call runs as soon as the spinning one is stopped: well
     // before its 60 s timeout.
-    let result = call(&client, "increment", json!({"name": "after"})).await;
+    let result = call(client, "increment", json!({"name": "after"})).await;
     assert_eq!(result.structured_content.unwrap()["value"], 1);
     assert!(started.elapsed() < Duration::from_secs(50));
-    let folded = Folded::fold(&store.read(None, "c").await.unwrap().records).unwrap();
+    let folded = Folded::fold(&store.read(None, &session).await.unwrap().records).unwrap();
     let outputs: Vec<Value> = folded
         .transcript
         .items
@@ -225,7 +233,38 @@ async fn a_cancelled_call_stops_and_the_next_one_runs() {
         .collect();
     assert_eq!(outputs[0]["name"], "spin");
     assert_eq!(outputs[0]["status"], "cancelled");
+    assert_eq!(outputs[0]["error_kind"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stops_and_the_next_one_runs_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cancel.db");
+    let config = long_spin_policy(dir.path());
+    let args = [
+        "--config",
+        &config,
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        "c",
+    ];
+    let (client, _) = connect(&args).await;
+    cancel_a_spinning_call(&client, &db).await;
     client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stops_and_the_next_one_runs_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cancel.db");
+    let config = long_spin_policy(dir.path());
+    let (mut server, url) = serve_http(&config, &db);
+    let client = http_client(&url).await;
+    cancel_a_spinning_call(&client, &db).await;
+    client.cancel().await.unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,20 +359,15 @@ async fn http_client(url: &str) -> Client {
     ().serve(transport).await.expect("initialize over HTTP")
 }
 
+/// A `tools/call` on the Airlock session its `_meta` names.
 async fn call_in(
     client: &Peer<RoleClient>,
     session: &str,
     name: &str,
     args: Value,
 ) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
-    let mut meta = serde_json::Map::new();
-    meta.insert("airlock/session".into(), json!(session));
-    params.meta = Some(meta.into());
-    client.call_tool(params).await.unwrap()
+    let meta = json!({"airlock/session": session});
+    call_with(client, meta.as_object().unwrap().clone(), name, args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,11 +490,14 @@ async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
         if approved {
             // A call that runs for a while (spin, to its 500 ms timeout)
             // with a progress token reports at least its start.
-            let mut params = CallToolRequestParams::new("spin");
-            let mut meta = serde_json::Map::new();
-            meta.insert("progressToken".into(), json!("p1"));
-            params.meta = Some(meta.into());
-            let result = client.call_tool(params).await.unwrap();
+            let meta = json!({"progressToken": "p1"});
+            let result = call_with(
+                &client,
+                meta.as_object().unwrap().clone(),
+                "spin",
+                json!({}),
+            )
+            .await;
             assert_eq!(result.is_error, Some(true));
             let deadline = Instant::now() + Duration::from_secs(10);
             while handler.progress.lock().unwrap().is_empty() {
@@ -570,4 +607,51 @@ async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
     let read = call(&client, "read", json!({})).await;
     assert_eq!(read.is_error, Some(false), "{}", text(&read));
     client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stateless_revision_names_its_session_in_meta() {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stateless.db");
+    let config = policy(dir.path());
+    let (mut server, url) = serve_http(&config, &db);
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+    let client = ()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("server/discover");
+    let version = client.peer_info().unwrap().protocol_version.clone();
+    assert_eq!(version, ProtocolVersion::V_2026_07_28);
+    assert!(
+        client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .any(|t| t.name == "increment")
+    );
+
+    // Without a name, each request gets a fresh session.
+    for _ in 0..2 {
+        let result = call(&client, "increment", json!({"name": "n"})).await;
+        assert_eq!(result.structured_content.unwrap()["value"], 1);
+    }
+    // Named in _meta, requests share one.
+    for n in 1..=2 {
+        let result = call_in(&client, "kept", "increment", json!({"name": "n"})).await;
+        assert_eq!(result.structured_content.unwrap()["value"], n);
+    }
+    client.cancel().await.unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let store = SqliteStore::open(&db).unwrap();
+    let kept = Folded::fold(&store.read(None, "kept").await.unwrap().records).unwrap();
+    assert_eq!(kept.deps["counters"]["n"], 2);
 }
