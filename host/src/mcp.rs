@@ -8,10 +8,15 @@
 //! give) is a tool result with `isError: true` and the message, never a
 //! protocol error.
 //!
-//! One server works on one session: the ops of one call are committed and
-//! seen by the next, and the session's deps (less hidden and
-//! secret-looking keys) are the resource [`DEPS_URI`]. Calls on one session
-//! run one at a time, in the order they arrive.
+//! A server works on one session (given, as stdio's `--session`, or
+//! opened at the first request that needs it, one per MCP session over
+//! HTTP); a request may name another in `_meta` ([`SESSION_META_KEY`]).
+//! The ops of one call are committed and seen by the next, and the
+//! session's deps (less hidden and secret-looking keys) are the resource
+//! [`DEPS_URI`]. Calls on one session run one at a time, in the order they
+//! arrive; calls on different sessions run concurrently. The tools
+//! ([`ToolSet`]) can be replaced while serving; clients are told with
+//! `notifications/tools/list_changed`.
 
 use std::sync::Arc;
 
@@ -108,8 +113,12 @@ impl ToolSet {
         *peers = live;
     }
 
+    /// Remembers a client to notify, forgetting those whose connection
+    /// has closed (so the list stays as long as the live clients).
     async fn register(&self, peer: Peer<RoleServer>) {
-        self.peers.lock().await.push(peer);
+        let mut peers = self.peers.lock().await;
+        peers.retain(|known| !known.is_transport_closed());
+        peers.push(peer);
     }
 }
 
