@@ -47,7 +47,8 @@ enum Command {
     Call(call::CallArgs),
     /// Run an agent: a model that calls the tools until it answers.
     Run(run::RunArgs),
-    /// Serve the tools to MCP clients (stdio), on a durable session.
+    /// Serve the tools to MCP clients (stdio or streamable HTTP), on durable
+    /// sessions.
     Mcp(mcp::McpArgs),
     /// The session store: list, show, export, import, remove sessions.
     #[command(subcommand)]
