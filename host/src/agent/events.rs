@@ -22,6 +22,18 @@ pub struct Event {
     pub item: Item,
 }
 
+impl Event {
+    /// The `n`th item of a transcript (`item_<n>`, counted from 1).
+    pub fn numbered(n: usize, run_id: &str, at_ms: u64, item: Item) -> Self {
+        Self {
+            id: format!("item_{n}"),
+            run_id: run_id.to_owned(),
+            at_ms,
+            item,
+        }
+    }
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -329,12 +329,12 @@ struct Run<'r> {
 
 impl Run<'_> {
     fn record(&mut self, item: Item) {
-        let event = Event {
-            id: format!("item_{}", self.transcript.items.len() + 1),
-            run_id: self.ctx.run_id().to_owned(),
-            at_ms: events::now_ms(),
+        let event = Event::numbered(
+            self.transcript.items.len() + 1,
+            self.ctx.run_id(),
+            events::now_ms(),
             item,
-        };
+        );
         self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(&event));
         if self.journal.is_some() {
             self.pending.push(Entry::Item {

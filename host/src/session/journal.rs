@@ -183,11 +183,11 @@ pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<
     for (call_id, name, model_waits) in unanswered_calls(transcript) {
         next_item += 1;
         entries.push(Entry::Item {
-            event: Event {
-                id: format!("item_{next_item}"),
-                run_id: run_id.to_owned(),
-                at_ms: now_ms,
-                item: Item::FunctionCallOutput {
+            event: Event::numbered(
+                next_item,
+                run_id,
+                now_ms,
+                Item::FunctionCallOutput {
                     call_id: call_id.clone(),
                     name: name.clone(),
                     status: CallStatus::Interrupted,
@@ -196,7 +196,7 @@ pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<
                     duration_us: 0,
                     guest: GuestOutput::default(),
                 },
-            },
+            ),
         });
         if model_waits {
             entries.push(Entry::Message {

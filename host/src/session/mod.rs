@@ -507,12 +507,12 @@ impl Session {
 
     /// Adds an item to the log and returns it as a journal entry.
     fn record(&mut self, item: Item) -> Entry {
-        let event = Event {
-            id: format!("item_{}", self.transcript.items.len() + 1),
-            run_id: self.ctx.run_id().to_owned(),
-            at_ms: now_ms(),
+        let event = Event::numbered(
+            self.transcript.items.len() + 1,
+            self.ctx.run_id(),
+            now_ms(),
             item,
-        };
+        );
         self.transcript.items.push(event.clone());
         Entry::Item { event }
     }

@@ -236,6 +236,64 @@ fn encode(records: &[Record]) -> Result<Vec<(u64, u64, String)>, StoreError> {
         .collect()
 }
 
+/// A session's row and journal, encoded for inserting.
+struct NewSession {
+    owner: String,
+    session_id: String,
+    created_at_ms: u64,
+    metadata: String,
+    rows: Vec<(u64, u64, String)>,
+}
+
+impl NewSession {
+    fn of(header: &SessionHeader, records: &[Record]) -> Result<Self, StoreError> {
+        let metadata = header
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        Ok(Self {
+            owner: owner_key(header.user_id.as_deref()),
+            session_id: header.session_id.clone(),
+            created_at_ms: header.created_at_ms,
+            metadata: serde_json::Value::Object(metadata).to_string(),
+            rows: encode(records)?,
+        })
+    }
+
+    /// Inserts the row and the journal; `lease` is (holder, token,
+    /// expiry) when the session is created leased.
+    fn insert(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        updated_at_ms: u64,
+        lease: Option<(&str, u64, u64)>,
+    ) -> rusqlite::Result<()> {
+        let (holder, token, expires) = match lease {
+            Some((holder, token, expires)) => (Some(holder), token, expires),
+            None => (None, 0, 0),
+        };
+        let head = self.rows.last().map_or(0, |r| r.0);
+        tx.execute(
+            "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
+               head, lease_holder, lease_token, lease_expires_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                self.owner,
+                self.session_id,
+                self.created_at_ms,
+                updated_at_ms,
+                self.metadata,
+                head,
+                holder,
+                token,
+                expires
+            ],
+        )?;
+        insert_records(tx, &self.owner, &self.session_id, &self.rows)
+    }
+}
+
 fn insert_records(
     tx: &rusqlite::Transaction<'_>,
     owner: &str,
@@ -359,23 +417,11 @@ impl SessionStore for SqliteStore {
         let ttl = request.ttl;
         let now = request.now_ms;
         let expires = expiry(now, ttl);
-        let create = match request.create {
-            Some((header, records)) => {
-                match (encode(records), serde_json::to_string(&header.metadata)) {
-                    (Ok(rows), Ok(metadata)) => Some((header.created_at_ms, metadata, rows)),
-                    (Err(e), _) => return Box::pin(async move { Err(e) }),
-                    (_, Err(e)) => {
-                        let e = StoreError::Backend {
-                            location: self.location(),
-                            message: format!("metadata does not serialize: {e}"),
-                        };
-                        return Box::pin(async move { Err(e) });
-                    }
-                }
-            }
-            None => None,
-        };
+        let create = request
+            .create
+            .map(|(header, records)| NewSession::of(header, records));
         self.run(move |conn| {
+            let create = create.transpose()?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let (token, created) = match lease_row(&tx, &owner, &session_id)? {
                 Some(row) => {
@@ -395,17 +441,10 @@ impl SessionStore for SqliteStore {
                     (token, false)
                 }
                 None => {
-                    let Some((created_at_ms, metadata, rows)) = create else {
+                    let Some(new) = create else {
                         return Err(StoreError::NotFound { session_id }.into());
                     };
-                    let head = rows.last().map_or(0, |r| r.0);
-                    tx.execute(
-                        "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms,
-                           metadata, head, lease_holder, lease_token, lease_expires_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8)",
-                        params![owner, session_id, created_at_ms, now, metadata, head, holder, expires],
-                    )?;
-                    insert_records(&tx, &owner, &session_id, &rows)?;
+                    new.insert(&tx, now, Some((&holder, 1, expires)))?;
                     (1, true)
                 }
             };
@@ -556,39 +595,17 @@ impl SessionStore for SqliteStore {
         records: &'a [Record],
         updated_at_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let rows = encode(records);
-        let metadata = serde_json::to_string(&header.metadata);
-        let header = header.clone();
-        let location = self.location();
+        let new = NewSession::of(header, records);
         self.run(move |conn| {
-            let rows = rows?;
-            let metadata = metadata.map_err(|e| StoreError::Backend {
-                location,
-                message: format!("metadata does not serialize: {e}"),
-            })?;
-            let owner = owner_key(header.user_id.as_deref());
-            let head = rows.last().map_or(0, |r| r.0);
+            let new = new?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            if lease_row(&tx, &owner, &header.session_id)?.is_some() {
+            if lease_row(&tx, &new.owner, &new.session_id)?.is_some() {
                 return Err(StoreError::AlreadyExists {
-                    session_id: header.session_id,
+                    session_id: new.session_id,
                 }
                 .into());
             }
-            tx.execute(
-                "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
-                   head, lease_holder, lease_token, lease_expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, 0, 0)",
-                params![
-                    owner,
-                    header.session_id,
-                    header.created_at_ms,
-                    updated_at_ms,
-                    metadata,
-                    head
-                ],
-            )?;
-            insert_records(&tx, &owner, &header.session_id, &rows)?;
+            new.insert(&tx, updated_at_ms, None)?;
             tx.commit()?;
             Ok(())
         })
