@@ -35,7 +35,8 @@ fn options(server_base: String) -> ProviderOptions {
     }
 }
 
-fn openai(server: &ModelServer) -> OpenAiModel {
+/// An OpenAI-compatible model on `server` (also used by the sessions tests).
+pub fn openai(server: &ModelServer) -> OpenAiModel {
     OpenAiModel::new("gpt-test", options(server.openai_base())).unwrap()
 }
 

@@ -378,15 +378,7 @@ async fn a_resumed_run_sends_the_model_the_real_history() {
             1,
         ))
         .push_json(openai_reply(Some("now 4"), &[], 5, 1));
-    let model = airlock::llm::OpenAiModel::new(
-        "gpt-test",
-        airlock::llm::ProviderOptions {
-            base_url: Some(server.openai_base()),
-            api_key: Some("sk-test".into()),
-            ..airlock::llm::ProviderOptions::default()
-        },
-    )
-    .unwrap();
+    let model = crate::agent::openai(&server);
     let mut resumed = Session::open(Arc::clone(&store), options(Some("u"), "resume"))
         .await
         .unwrap();
