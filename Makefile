@@ -4,8 +4,9 @@
 #
 # Everything a fresh machine lacks is installed here, pinned, and skipped
 # when already present: the wasm32-wasip2 target, a Python venv with
-# componentize-py, the JS packages (the committed npm lock), Debian's clang/wasi-libc, and
-# wit-bindgen-cli and wasm-tools (cargo install, once per machine).
+# componentize-py, the JS packages (the committed npm lock), Debian's clang/wasi-libc,
+# wit-bindgen-cli and wasm-tools (cargo install, once per machine), and
+# Debian's PostgreSQL server for the tests of the shared session store.
 
 CARGO        ?= cargo
 GUEST_TARGET := wasm32-wasip2
@@ -29,7 +30,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench setup guests guests-rust guests-python guests-js guests-c c-toolchain build build-host build-bin lint test demo
+.PHONY: all bench setup postgres guests guests-rust guests-python guests-js guests-c c-toolchain build build-host build-bin lint test demo
 
 all: build
 
@@ -113,8 +114,19 @@ lint: setup
 	$(CARGO) clippy --release --target $(GUEST_TARGET) \
 	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS) -- -D warnings
 
-test: build lint
-	$(CARGO) test
+# Debian's PostgreSQL (server, client, and pg_virtualenv from
+# postgresql-common), for the Postgres store's tests.
+postgres:
+	@command -v pg_virtualenv >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; }
+
+# The tests run against a throwaway Postgres cluster that pg_virtualenv
+# creates (as an unprivileged user, in a temporary directory, listening on
+# localhost only), and drops when they end, passed or not.
+PG_TEST_URL := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
+
+test: build lint postgres
+	pg_virtualenv -t sh -c 'AIRLOCK_TEST_POSTGRES="$(PG_TEST_URL)" exec $(CARGO) test'
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
 # build; a few minutes).

@@ -1,8 +1,9 @@
-//! Durable sessions: the journal in a real SQLite file, through the
-//! library and the `airlock` binary.
+//! Durable sessions: the journal in a real SQLite file and in a real
+//! Postgres database (one suite, both stores), through the library and the
+//! `airlock` binary.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
@@ -12,15 +13,12 @@ use airlock::llm::{Message, ScriptModel};
 use airlock::sandbox::CancelToken;
 use airlock::session::export::{ImportError, SessionExport};
 use airlock::session::{
-    Folded, INTERRUPTED_MESSAGE, Session, SessionOptions, SessionStore, SqliteStore, StoreError,
+    Folded, INTERRUPTED_MESSAGE, Session, SessionOptions, SessionStore, StoreError,
 };
 use serde_json::{Value, json};
 
+use crate::support::stores::{Backend, TestStore};
 use crate::support::{airlock_with_env, guest, host, hostile_host, root};
-
-fn store_at(path: &Path) -> Arc<dyn SessionStore> {
-    Arc::new(SqliteStore::open(path).unwrap())
-}
 
 fn options(user: Option<&str>, id: &str) -> SessionOptions {
     SessionOptions {
@@ -45,10 +43,9 @@ fn export_of(text: &str) -> Result<SessionExport, ImportError> {
     SessionExport::parse(text, &ContextRules::default())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_field_round_trips_through_the_store_and_an_export() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("a.db"));
+async fn every_field_round_trips_through_the_store_and_an_export(backend: Backend) {
+    let db = TestStore::new(backend, "trip").await;
+    let store = db.open().await;
     let mut opening = options(Some("alice"), "trip");
     opening.deps = Some(json!({"start": {"n": 1}}).as_object().unwrap().clone());
     opening.metadata = BTreeMap::from([("tenant".to_owned(), "acme".to_owned())]);
@@ -93,7 +90,8 @@ async fn every_field_round_trips_through_the_store_and_an_export() {
     let text = serde_json::to_string_pretty(&export).unwrap();
     let parsed = export_of(&text).unwrap();
     assert_eq!(parsed, export);
-    let other = store_at(&dir.path().join("b.db"));
+    let other_db = TestStore::new(backend, "trip-import").await;
+    let other = other_db.open().await;
     other
         .insert(&parsed.header(), &parsed.journal, parsed.updated_at_ms)
         .await
@@ -108,10 +106,10 @@ async fn every_field_round_trips_through_the_store_and_an_export() {
     assert_eq!(other.read(Some("alice"), "trip").await.unwrap(), stored);
 }
 
-#[tokio::test]
-async fn unknown_missing_and_malformed_versions_import_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("s.db"));
+async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend) {
+    let db = TestStore::new(backend, "s").await;
+    let store = db.open().await;
+    let dir = &db.dir;
     let session = Session::open(Arc::clone(&store), options(None, "v"))
         .await
         .unwrap();
@@ -151,10 +149,10 @@ async fn unknown_missing_and_malformed_versions_import_nothing() {
     assert!(export_of("not json").is_err());
 
     // Through the binary: a clear error, exit 2, nothing imported.
-    let db = dir.path().join("cli.db");
+    let cli = TestStore::new(backend, "versions-cli").await;
     let file = dir.path().join("v2.json");
     std::fs::write(&file, with_version(Some(json!(7)))).unwrap();
-    let out = sessions(&db, &["import", path(&file)]);
+    let out = sessions(&cli.spec, &["import", path(&file)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("unsupported version: 7"),
@@ -162,17 +160,17 @@ async fn unknown_missing_and_malformed_versions_import_nothing() {
         stderr(&out)
     );
     std::fs::write(&file, with_version(None)).unwrap();
-    let out = sessions(&db, &["import", path(&file)]);
+    let out = sessions(&cli.spec, &["import", path(&file)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("missing or invalid version field"));
-    let listed = stdout_json(&sessions(&db, &["list", "--json"]));
+    let listed = stdout_json(&sessions(&cli.spec, &["list", "--json"]));
     assert_eq!(listed["sessions"], json!([]));
 }
 
-#[tokio::test]
-async fn users_are_a_hard_partition() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("s.db"));
+async fn users_are_a_hard_partition(backend: Backend) {
+    let db = TestStore::new(backend, "s").await;
+    let store = db.open().await;
+    let dir = &db.dir;
     let mut opening = options(Some("alice"), "shared-name");
     opening.deps = Some(json!({"owner": "alice"}).as_object().unwrap().clone());
     Session::open(Arc::clone(&store), opening)
@@ -235,40 +233,41 @@ async fn users_are_a_hard_partition() {
     assert_eq!(Folded::fold(&kept.records).unwrap().deps["owner"], "alice");
 
     // The binary: show, export, rm, import across users are refused.
-    let db = dir.path().join("s.db");
     for args in [
         &["show", "shared-name", "--user", "bob"][..],
         &["export", "shared-name", "--user", "bob"],
         &["rm", "shared-name", "--user", "bob"],
         &["show", "shared-name"],
     ] {
-        let out = sessions(&db, args);
+        let out = sessions(&db.spec, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains("no session shared-name"), "{args:?}");
     }
-    let exported = sessions(&db, &["export", "shared-name", "--user", "alice"]);
+    let exported = sessions(&db.spec, &["export", "shared-name", "--user", "alice"]);
     assert!(exported.status.success());
     let file = dir.path().join("alice.json");
     std::fs::write(&file, &exported.stdout).unwrap();
-    let other_db = dir.path().join("other.db");
-    let out = sessions(&other_db, &["import", path(&file), "--user", "bob"]);
+    let other = TestStore::new(backend, "partition-import").await;
+    let out = sessions(&other.spec, &["import", path(&file), "--user", "bob"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("import it with --user \"alice\""),
         "{}",
         stderr(&out)
     );
-    let out = sessions(&other_db, &["import", path(&file), "--user", "alice"]);
+    let out = sessions(&other.spec, &["import", path(&file), "--user", "alice"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&format!("sqlite:{}", other_db.display()))
-    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&other.location()), "{said}");
+    if let Some(password) = other.password() {
+        assert!(!said.contains(password), "the password was printed: {said}");
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unanswered_calls_are_patched_once_with_the_exact_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("s.db"));
+async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend) {
+    let db = TestStore::new(backend, "s").await;
+    let store = db.open().await;
+    let dir = &db.dir;
     let model = script(
         dir.path(),
         "spin",
@@ -354,11 +353,10 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resumed_run_sends_the_model_the_real_history() {
+async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
     use crate::support::model_server::{ModelServer, openai_reply};
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("s.db"));
+    let db = TestStore::new(backend, "s").await;
+    let store = db.open().await;
     let mut session = Session::open(Arc::clone(&store), options(Some("u"), "resume"))
         .await
         .unwrap();
@@ -399,11 +397,9 @@ async fn a_resumed_run_sends_the_model_the_real_history() {
     resumed.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn of_two_concurrent_opens_exactly_one_wins() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    Session::open(store_at(&path), options(None, "race"))
+async fn of_two_concurrent_opens_exactly_one_wins(backend: Backend) {
+    let db = TestStore::new(backend, "race").await;
+    Session::open(db.open().await, options(None, "race"))
         .await
         .unwrap()
         .close()
@@ -419,8 +415,8 @@ async fn of_two_concurrent_opens_exactly_one_wins() {
                 Session::open(store, options(None, "race")).await
             })
         };
-        let a = attempt(store_at(&path));
-        let b = attempt(store_at(&path));
+        let a = attempt(db.open().await);
+        let b = attempt(db.open().await);
         let (a, b) = (a.await.unwrap(), b.await.unwrap());
         let (winner, loser) = match (a, b) {
             (Ok(s), Err(e)) | (Err(e), Ok(s)) => (s, e),
@@ -435,10 +431,9 @@ async fn of_two_concurrent_opens_exactly_one_wins() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lease_commits_nothing_more() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("s.db"));
+async fn a_lost_lease_commits_nothing_more(backend: Backend) {
+    let db = TestStore::new(backend, "s").await;
+    let store = db.open().await;
     let mut short = options(None, "fence");
     short.lease_ttl = std::time::Duration::from_millis(1);
     let mut stale = Session::open(Arc::clone(&store), short).await.unwrap();
@@ -468,10 +463,9 @@ async fn a_lost_lease_commits_nothing_more() {
     stale.close().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_call_outside_the_loop_is_journaled_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store_at(&dir.path().join("s.db"));
+async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
+    let db = TestStore::new(backend, "s").await;
+    let store = db.open().await;
     let mut session = Session::open(Arc::clone(&store), options(None, "direct"))
         .await
         .unwrap();
@@ -530,11 +524,10 @@ fn assert_no_op_marker_in_deps(records: &[airlock::session::Record]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hidden_and_secret_looking_keys_never_reach_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("secret.db");
-    let store = store_at(&db);
+async fn hidden_and_secret_looking_keys_never_reach_the_store(backend: Backend) {
+    let db = TestStore::new(backend, "secret").await;
+    let store = db.open().await;
+    let dir = &db.dir;
     let rules = Arc::new(
         ContextRules::new(KeyPatterns::new(&["internal_*"]).unwrap(), BTreeMap::new()).unwrap(),
     );
@@ -616,23 +609,12 @@ async fn hidden_and_secret_looking_keys_never_reach_the_store() {
         "the export",
     );
     drop(store);
-    for file in std::fs::read_dir(dir.path()).unwrap() {
-        let file = file.unwrap().path();
-        if file
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("secret.db")
-        {
-            assert_no_marker(&std::fs::read(&file).unwrap(), &file.display().to_string());
-        }
-    }
+    assert_no_marker(&db.raw_bytes(), &db.location());
 }
 
-#[test]
-fn the_cli_never_prints_or_saves_secret_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("cli.db");
+async fn the_cli_never_prints_or_saves_secret_keys(backend: Backend) {
+    let db = TestStore::new(backend, "cli").await;
+    let dir = &db.dir;
     let policy = dir.path().join("airlock.toml");
     std::fs::write(
         &policy,
@@ -665,7 +647,7 @@ fn the_cli_never_prints_or_saves_secret_keys() {
             "--script",
             path(&script_file),
             "--store",
-            path(&db),
+            &db.spec,
             "--session",
             "cli-secrets",
             "--deps",
@@ -715,7 +697,7 @@ fn the_cli_never_prints_or_saves_secret_keys() {
             "--config",
             path(&policy),
             "--store",
-            path(&db),
+            &db.spec,
             "--session",
             "cli-secrets",
             "--json",
@@ -732,7 +714,7 @@ fn the_cli_never_prints_or_saves_secret_keys() {
         &["show", "cli-secrets", "--json"][..],
         &["export", "cli-secrets"],
     ] {
-        let out = sessions(&db, args);
+        let out = sessions(&db.spec, args);
         assert!(out.status.success());
         assert_no_marker(&out.stdout, "sessions show/export");
         let doc = stdout_json(&out);
@@ -741,18 +723,7 @@ fn the_cli_never_prints_or_saves_secret_keys() {
             serde_json::from_value(doc["journal"].clone()).unwrap();
         assert_no_op_marker_in_deps(&journal);
     }
-    let files = std::fs::read_dir(dir.path()).unwrap();
-    for file in files {
-        let file = file.unwrap().path();
-        if file
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("cli.db")
-        {
-            assert_no_marker(&std::fs::read(&file).unwrap(), &file.display().to_string());
-        }
-    }
+    assert_no_marker(&db.raw_bytes(), &db.location());
 }
 
 fn assert_no_marker(bytes: &[u8], what: &str) {
@@ -782,17 +753,17 @@ fn stdout_json(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-/// `airlock sessions ARGS --store DB`.
-fn sessions(db: &Path, args: &[&str]) -> Output {
+/// `airlock sessions ARGS --store STORE`.
+fn sessions(store: &str, args: &[&str]) -> Output {
     let mut all: Vec<&str> = vec!["sessions"];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--store", path(db)]);
+    all.extend_from_slice(&["--store", store]);
     airlock_with_env(&all, &[])
 }
 
 /// `airlock run` on the vowels script and the example tools, on session
-/// `id` in `db`.
-pub fn run_vowels(db: &Path, id: &str, extra: &[&str]) -> Output {
+/// `id` in `store` (a file or a URL).
+fn run_vowels(store: &str, id: &str, extra: &[&str]) -> Output {
     let script = root().join("guest-examples/scripts/vowels.json");
     let config = root().join("guest-examples/airlock.toml");
     let mut args = vec![
@@ -803,7 +774,7 @@ pub fn run_vowels(db: &Path, id: &str, extra: &[&str]) -> Output {
         "--config",
         path(&config),
         "--store",
-        path(db),
+        store,
         "--session",
         id,
         "--json",
@@ -812,16 +783,12 @@ pub fn run_vowels(db: &Path, id: &str, extra: &[&str]) -> Output {
     airlock_with_env(&args, &[])
 }
 
-#[test]
-fn many_sessions_from_several_processes_stay_intact() {
-    let dir = tempfile::tempdir().unwrap();
-    let db: PathBuf = dir.path().join("many.db");
+async fn many_sessions_from_several_processes_stay_intact(backend: Backend) {
+    let store = TestStore::new(backend, "many").await;
+    let db = store.spec.as_str();
     std::thread::scope(|scope| {
         let runs: Vec<_> = (0..6)
-            .map(|i| {
-                let db = &db;
-                scope.spawn(move || run_vowels(db, &format!("proc-{i}"), &[]))
-            })
+            .map(|i| scope.spawn(move || run_vowels(db, &format!("proc-{i}"), &[])))
             .collect();
         for run in runs {
             let out = run.join().unwrap();
@@ -831,7 +798,6 @@ fn many_sessions_from_several_processes_stay_intact() {
     // Each again, resumed: the history and deps carry on.
     std::thread::scope(|scope| {
         for i in 0..6 {
-            let db = &db;
             scope.spawn(move || {
                 let out = run_vowels(db, &format!("proc-{i}"), &[]);
                 assert!(out.status.success(), "{}", stderr(&out));
@@ -839,10 +805,10 @@ fn many_sessions_from_several_processes_stay_intact() {
             });
         }
     });
-    let listed = stdout_json(&sessions(&db, &["list", "--json"]));
+    let listed = stdout_json(&sessions(db, &["list", "--json"]));
     assert_eq!(listed["sessions"].as_array().unwrap().len(), 6);
     for i in 0..6 {
-        let shown = stdout_json(&sessions(&db, &["show", &format!("proc-{i}"), "--json"]));
+        let shown = stdout_json(&sessions(db, &["show", &format!("proc-{i}"), "--json"]));
         assert_eq!(shown["deps"]["counters"]["vowels"], 6);
         assert_eq!(shown["usage"]["tool_calls"], 10);
         assert_eq!(shown["usage"]["total_tokens"], 2 * (2163 + 124));
@@ -854,19 +820,17 @@ fn many_sessions_from_several_processes_stay_intact() {
             .count();
         assert_eq!(runs, 2);
     }
-    let out = sessions(&db, &["rm", "proc-0"]);
+    let out = sessions(db, &["rm", "proc-0"]);
     assert!(out.status.success());
-    let listed = stdout_json(&sessions(&db, &["list", "--json"]));
+    let listed = stdout_json(&sessions(db, &["list", "--json"]));
     assert_eq!(listed["sessions"].as_array().unwrap().len(), 5);
-    assert_eq!(listed["store"], format!("sqlite:{}", db.display()));
+    assert_eq!(listed["store"], store.location());
 }
 
-#[test]
-fn a_reader_that_goes_away_does_not_stop_the_run() {
+async fn a_reader_that_goes_away_does_not_stop_the_run(backend: Backend) {
     // `airlock run ... | head -1`: stdout closes early; the run goes on
     // and commits everything.
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("pipe.db");
+    let db = TestStore::new(backend, "pipe").await;
     let script = root().join("guest-examples/scripts/vowels.json");
     let config = root().join("guest-examples/airlock.toml");
     let mut child = crate::support::airlock_command(
@@ -878,7 +842,7 @@ fn a_reader_that_goes_away_does_not_stop_the_run() {
             "--config",
             path(&config),
             "--store",
-            path(&db),
+            &db.spec,
             "--session",
             "piped",
         ],
@@ -891,10 +855,25 @@ fn a_reader_that_goes_away_does_not_stop_the_run() {
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    let shown = stdout_json(&sessions(&db, &["show", "piped", "--json"]));
+    let shown = stdout_json(&sessions(&db.spec, &["show", "piped", "--json"]));
     assert_eq!(shown["deps"]["counters"]["vowels"], 3);
     assert_eq!(
         shown["items"].as_array().unwrap().last().unwrap()["type"],
         "run_ended"
     );
 }
+
+crate::on_both_stores!(
+    every_field_round_trips_through_the_store_and_an_export,
+    unknown_missing_and_malformed_versions_import_nothing,
+    users_are_a_hard_partition,
+    unanswered_calls_are_patched_once_with_the_exact_text,
+    a_resumed_run_sends_the_model_the_real_history,
+    of_two_concurrent_opens_exactly_one_wins,
+    a_lost_lease_commits_nothing_more,
+    a_call_outside_the_loop_is_journaled_and_counted,
+    hidden_and_secret_looking_keys_never_reach_the_store,
+    the_cli_never_prints_or_saves_secret_keys,
+    many_sessions_from_several_processes_stay_intact,
+    a_reader_that_goes_away_does_not_stop_the_run,
+);

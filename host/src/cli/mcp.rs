@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use airlock::SessionStore as _;
 use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -115,9 +114,9 @@ async fn serve_stdio(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure>
 
 async fn serve_http(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure> {
     let host = tools.current();
-    let store = args.session.store.open()?;
+    let store = args.session.store.open().await?;
     let location = store.location();
-    let opener = SessionOpener::new(Arc::new(store), args.session.options(&host)?);
+    let opener = SessionOpener::new(store, args.session.options(&host)?);
     let mut config = StreamableHttpServerConfig::default();
     // Host-header checks (DNS rebinding) allow loopback names, and the
     // address the server was told to listen on.

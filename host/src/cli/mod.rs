@@ -15,13 +15,16 @@ mod terminal;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 
 use airlock::context::DepsError;
 use airlock::policy::Policy;
-use airlock::session::{Durability, SessionError, StoreError};
+use airlock::session::{
+    Durability, PostgresStore, SessionError, SessionStore, StoreError, is_postgres_url,
+};
 use airlock::{
     CallError, CallFailure, Host, LoadError, RunContext, Session, SessionOptions, SqliteStore,
 };
@@ -203,20 +206,29 @@ pub struct StoreFlags {
     /// its own).
     #[arg(long, alias = "user-id", value_name = "USER")]
     user: Option<String>,
-    /// The session store, a SQLite file. Default
-    /// `$AIRLOCK_DATA_DIR/sessions.db`, else
+    /// The session store: a SQLite file, or a Postgres database that
+    /// several hosts share (`postgres://user:password@host:port/db`).
+    /// Default `$AIRLOCK_DATA_DIR/sessions.db`, else
     /// `~/.local/share/airlock/sessions.db`.
-    #[arg(long, value_name = "FILE")]
-    store: Option<PathBuf>,
+    #[arg(
+        long,
+        env = "AIRLOCK_STORE",
+        value_name = "FILE_OR_URL",
+        hide_env_values = true
+    )]
+    store: Option<String>,
 }
 
 impl StoreFlags {
-    /// Opens the store. `AIRLOCK_STORE_SYNC=normal` trades the last commits
-    /// before a power cut for faster commits (the default, `full`, keeps
-    /// them).
-    fn open(&self) -> Result<SqliteStore, Failure> {
+    /// Opens the store. For SQLite, `AIRLOCK_STORE_SYNC=normal` trades the
+    /// last commits before a power cut for faster commits (the default,
+    /// `full`, keeps them); Postgres commits as its server is configured.
+    async fn open(&self) -> Result<Arc<dyn SessionStore>, Failure> {
+        if let Some(url) = self.store.as_deref().filter(|s| is_postgres_url(s)) {
+            return Ok(Arc::new(PostgresStore::connect(url).await?));
+        }
         let path = match &self.store {
-            Some(path) => path.clone(),
+            Some(path) => PathBuf::from(path),
             None => airlock::session::default_store_path().ok_or_else(|| {
                 Failure::input(
                     "no_store",
@@ -232,7 +244,7 @@ impl StoreFlags {
                 Durability::Full
             }
         };
-        Ok(SqliteStore::open_with(path, durability)?)
+        Ok(Arc::new(SqliteStore::open_with(path, durability)?))
     }
 
     /// The owner, checked.
@@ -271,9 +283,9 @@ impl SessionFlags {
     /// starting deps, the lease's length (`AIRLOCK_LEASE_TTL_MS`, default
     /// 30 s), and `host`'s hidden keys.
     async fn open(&self, host: &Host) -> Result<Session, Failure> {
-        let store = self.store.open()?;
+        let store = self.store.open().await?;
         let options = self.options(host)?;
-        Ok(Session::open(std::sync::Arc::new(store), options).await?)
+        Ok(Session::open(store, options).await?)
     }
 
     /// The options [`SessionFlags::open`] opens with.

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -15,7 +16,7 @@ use airlock::agent::{Item, Role};
 use airlock::context::ContextRules;
 use airlock::llm::Message;
 use airlock::session::export::{ImportError, SessionExport};
-use airlock::session::{SessionStore, SqliteStore, StoreError};
+use airlock::session::{SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
 
@@ -96,13 +97,13 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
     }
 }
 
-fn open(flags: &StoreFlags) -> Result<(SqliteStore, Option<&str>), Failure> {
+async fn open(flags: &StoreFlags) -> Result<(Arc<dyn SessionStore>, Option<&str>), Failure> {
     let owner = flags.owner()?;
-    Ok((flags.open()?, owner))
+    Ok((flags.open().await?, owner))
 }
 
 async fn list(args: ListArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store)?;
+    let (store, owner) = open(&args.store).await?;
     let sessions = store.list(owner).await?;
     if args.json {
         print_json(&json!({"ok": true, "store": store.location(), "sessions": sessions}));
@@ -130,7 +131,7 @@ async fn list(args: ListArgs) -> Result<(), Failure> {
 
 /// The session as an export: the shape `show --json` prints.
 async fn read(
-    store: &SqliteStore,
+    store: &dyn SessionStore,
     owner: Option<&str>,
     id: &str,
 ) -> Result<SessionExport, Failure> {
@@ -144,8 +145,8 @@ async fn read(
 }
 
 async fn show(args: IdArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store)?;
-    let export = read(&store, owner, &args.id).await?;
+    let (store, owner) = open(&args.store).await?;
+    let export = read(store.as_ref(), owner, &args.id).await?;
     if args.json {
         let mut doc = serde_json::to_value(&export).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut doc {
@@ -242,8 +243,8 @@ fn describe_item(item: &Item) -> String {
 }
 
 async fn export(args: ExportArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store)?;
-    let export = read(&store, owner, &args.id).await?;
+    let (store, owner) = open(&args.store).await?;
+    let export = read(store.as_ref(), owner, &args.id).await?;
     let mut text = serde_json::to_vec_pretty(&export)
         .map_err(|e| Failure::input("internal", format!("export does not serialize: {e}")))?;
     text.push(b'\n');
@@ -262,7 +263,7 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
 }
 
 async fn import(args: ImportArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store)?;
+    let (store, owner) = open(&args.store).await?;
     let shown = args.file.display().to_string();
     let text = if shown == "-" {
         std::io::read_to_string(std::io::stdin())
@@ -312,7 +313,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
 }
 
 async fn remove(args: IdArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store)?;
+    let (store, owner) = open(&args.store).await?;
     store
         .remove(owner, &args.id, airlock::session::now_ms())
         .await?;

@@ -30,6 +30,8 @@
 pub mod export;
 mod holder;
 pub mod journal;
+mod postgres;
+mod rows;
 pub mod secrets;
 mod sqlite;
 mod store;
@@ -44,6 +46,7 @@ use serde_json::{Map, Value};
 
 pub use holder::Holder;
 pub use journal::{Entry, Folded, INTERRUPTED_MESSAGE, Record};
+pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,

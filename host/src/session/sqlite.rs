@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use super::journal::{Entry, Record};
+use super::journal::Record;
+use super::rows::{
+    HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
+};
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
     StoredSession,
@@ -206,123 +209,50 @@ fn describe(e: &rusqlite::Error) -> String {
     }
 }
 
-/// When a lease taken or renewed at `now_ms` expires.
-fn expiry(now_ms: u64, ttl: Duration) -> u64 {
-    now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The partition key: the user id, or `""` for the anonymous bucket (user
-/// ids are never empty).
-fn owner_key(owner: Owner<'_>) -> String {
-    owner.unwrap_or_default().to_owned()
-}
-
-fn owner_of(key: String) -> Option<String> {
-    (!key.is_empty()).then_some(key)
-}
-
-/// Records as rows: (seq, at_ms, entry JSON).
-fn encode(records: &[Record]) -> Result<Vec<(u64, u64, String)>, StoreError> {
-    records
-        .iter()
-        .map(|r| {
-            serde_json::to_string(&r.entry)
-                .map(|json| (r.seq, r.at_ms, json))
-                .map_err(|e| StoreError::Backend {
-                    location: "session record".into(),
-                    message: format!("record {} does not serialize: {e}", r.seq),
-                })
-        })
-        .collect()
-}
-
-/// A session's row and journal, encoded for inserting.
-struct NewSession {
-    owner: String,
-    session_id: String,
-    created_at_ms: u64,
-    metadata: String,
-    rows: Vec<(u64, u64, String)>,
-}
-
-impl NewSession {
-    fn of(header: &SessionHeader, records: &[Record]) -> Result<Self, StoreError> {
-        let metadata = header
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        Ok(Self {
-            owner: owner_key(header.user_id.as_deref()),
-            session_id: header.session_id.clone(),
-            created_at_ms: header.created_at_ms,
-            metadata: serde_json::Value::Object(metadata).to_string(),
-            rows: encode(records)?,
-        })
-    }
-
-    /// Inserts the row and the journal; `lease` is (holder, token,
-    /// expiry) when the session is created leased.
-    fn insert(
-        &self,
-        tx: &rusqlite::Transaction<'_>,
-        updated_at_ms: u64,
-        lease: Option<(&str, u64, u64)>,
-    ) -> rusqlite::Result<()> {
-        let (holder, token, expires) = match lease {
-            Some((holder, token, expires)) => (Some(holder), token, expires),
-            None => (None, 0, 0),
-        };
-        let head = self.rows.last().map_or(0, |r| r.0);
-        tx.execute(
-            "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
+/// Inserts a session's row and journal; `lease` is (holder, token,
+/// expiry) when the session is created leased.
+fn insert_session(
+    new: &NewSession,
+    tx: &rusqlite::Transaction<'_>,
+    updated_at_ms: u64,
+    lease: Option<(&str, u64, u64)>,
+) -> rusqlite::Result<()> {
+    let (holder, token, expires) = match lease {
+        Some((holder, token, expires)) => (Some(holder), token, expires),
+        None => (None, 0, 0),
+    };
+    tx.execute(
+        "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
                head, lease_holder, lease_token, lease_expires_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                self.owner,
-                self.session_id,
-                self.created_at_ms,
-                updated_at_ms,
-                self.metadata,
-                head,
-                holder,
-                token,
-                expires
-            ],
-        )?;
-        insert_records(tx, &self.owner, &self.session_id, &self.rows)
-    }
+        params![
+            new.owner,
+            new.session_id,
+            new.created_at_ms,
+            updated_at_ms,
+            new.metadata,
+            new.head(),
+            holder,
+            token,
+            expires
+        ],
+    )?;
+    insert_records(tx, &new.owner, &new.session_id, &new.rows)
 }
 
 fn insert_records(
     tx: &rusqlite::Transaction<'_>,
     owner: &str,
     session_id: &str,
-    rows: &[(u64, u64, String)],
+    rows: &[Row],
 ) -> rusqlite::Result<()> {
     let mut insert = tx.prepare_cached(
         "INSERT INTO records (owner, session_id, seq, at_ms, entry) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    for (seq, at_ms, entry) in rows {
-        insert.execute(params![owner, session_id, seq, at_ms, entry])?;
+    for row in rows {
+        insert.execute(params![owner, session_id, row.seq, row.at_ms, row.entry])?;
     }
     Ok(())
-}
-
-/// The session's lease columns.
-struct LeaseRow {
-    holder: Option<String>,
-    token: u64,
-    expires_ms: u64,
-}
-
-impl LeaseRow {
-    /// How long the lease still blocks others, if it does.
-    fn blocks(&self, now_ms: u64) -> Option<u64> {
-        let holder = self.holder.as_deref()?;
-        (self.expires_ms > now_ms && !super::Holder::is_gone(holder))
-            .then(|| self.expires_ms - now_ms)
-    }
 }
 
 fn lease_row(
@@ -350,59 +280,39 @@ fn read_session(
     owner: &str,
     session_id: &str,
 ) -> Result<StoredSession, Failure> {
-    let found = conn
+    let header = conn
         .query_row(
             "SELECT created_at_ms, updated_at_ms, metadata FROM sessions
              WHERE owner = ?1 AND session_id = ?2",
             params![owner, session_id],
             |row| {
-                Ok((
-                    row.get::<_, u64>(0)?,
-                    row.get::<_, u64>(1)?,
-                    row.get::<_, String>(2)?,
-                ))
+                Ok(HeaderRow {
+                    created_at_ms: row.get(0)?,
+                    updated_at_ms: row.get(1)?,
+                    metadata: row.get(2)?,
+                })
             },
         )
         .optional()?;
-    let Some((created_at_ms, updated_at_ms, metadata)) = found else {
+    let Some(header) = header else {
         return Err(StoreError::NotFound {
             session_id: session_id.to_owned(),
         }
         .into());
     };
-    let corrupt = |problem: String| StoreError::Corrupt {
-        session_id: session_id.to_owned(),
-        problem,
-    };
-    let metadata = serde_json::from_str(&metadata)
-        .map_err(|e| corrupt(format!("its metadata does not parse: {e}")))?;
     let mut query = conn.prepare_cached(
         "SELECT seq, at_ms, entry FROM records WHERE owner = ?1 AND session_id = ?2 ORDER BY seq",
     )?;
-    let rows = query.query_map(params![owner, session_id], |row| {
-        Ok((
-            row.get::<_, u64>(0)?,
-            row.get::<_, u64>(1)?,
-            row.get::<_, String>(2)?,
-        ))
-    })?;
-    let mut records = Vec::new();
-    for row in rows {
-        let (seq, at_ms, entry) = row?;
-        let entry: Entry = serde_json::from_str(&entry)
-            .map_err(|e| corrupt(format!("record {seq} does not parse: {e}")))?;
-        records.push(Record { seq, at_ms, entry });
-    }
-    Ok(StoredSession {
-        header: SessionHeader {
-            session_id: session_id.to_owned(),
-            user_id: owner_of(owner.to_owned()),
-            created_at_ms,
-            metadata,
-        },
-        updated_at_ms,
-        records,
-    })
+    let rows = query
+        .query_map(params![owner, session_id], |row| {
+            Ok(Row {
+                seq: row.get(0)?,
+                at_ms: row.get(1)?,
+                entry: row.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(decode_session(owner, session_id, header, rows)?)
 }
 
 impl SessionStore for SqliteStore {
@@ -425,13 +335,7 @@ impl SessionStore for SqliteStore {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let (token, created) = match lease_row(&tx, &owner, &session_id)? {
                 Some(row) => {
-                    if let Some(expires_in_ms) = row.blocks(now) {
-                        return Err(StoreError::InUse {
-                            session_id,
-                            expires_in_ms,
-                        }
-                        .into());
-                    }
+                    row.check_free(&session_id, now)?;
                     let token = row.token + 1;
                     tx.execute(
                         "UPDATE sessions SET lease_holder = ?3, lease_token = ?4, lease_expires_ms = ?5
@@ -444,7 +348,7 @@ impl SessionStore for SqliteStore {
                     let Some(new) = create else {
                         return Err(StoreError::NotFound { session_id }.into());
                     };
-                    new.insert(&tx, now, Some((&holder, 1, expires)))?;
+                    insert_session(&new, &tx, now, Some((&holder, 1, expires)))?;
                     (1, true)
                 }
             };
@@ -476,10 +380,10 @@ impl SessionStore for SqliteStore {
         };
         let lease = lease.clone();
         self.run(move |conn| {
-            let Some(first) = rows.first().map(|r| r.0) else {
+            let Some(first) = rows.first().map(|r| r.seq) else {
                 return Ok(());
             };
-            let last = rows.last().map_or(first, |r| r.0);
+            let last = rows.last().map_or(first, |r| r.seq);
             let owner = owner_key(lease.user_id.as_deref());
             let expires = expiry(now_ms, lease.ttl);
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -605,7 +509,7 @@ impl SessionStore for SqliteStore {
                 }
                 .into());
             }
-            new.insert(&tx, updated_at_ms, None)?;
+            insert_session(&new, &tx, updated_at_ms, None)?;
             tx.commit()?;
             Ok(())
         })
@@ -624,13 +528,7 @@ impl SessionStore for SqliteStore {
             let Some(row) = lease_row(&tx, &owner, &session_id)? else {
                 return Err(StoreError::NotFound { session_id }.into());
             };
-            if let Some(expires_in_ms) = row.blocks(now_ms) {
-                return Err(StoreError::InUse {
-                    session_id,
-                    expires_in_ms,
-                }
-                .into());
-            }
+            row.check_free(&session_id, now_ms)?;
             tx.execute(
                 "DELETE FROM records WHERE owner = ?1 AND session_id = ?2",
                 params![owner, session_id],

@@ -175,7 +175,8 @@ impl StoreError {
 }
 
 /// Where sessions are kept. Implementations: [`super::SqliteStore`]
-/// (embedded, the default).
+/// (embedded, the default) and [`super::PostgresStore`] (shared by many
+/// hosts).
 ///
 /// Every method is atomic: it does all it says or nothing. Methods that
 /// take an owner never see sessions of another owner.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub mod loopback;
 pub mod model_server;
+pub mod stores;
 
 use airlock::context::ContextRules;
 use airlock::{

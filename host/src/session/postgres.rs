@@ -1,0 +1,701 @@
+//! The shared store for many hosts: PostgreSQL, through a pool of
+//! `tokio-postgres` connections (`deadpool-postgres`).
+//!
+//! The same two tables as the embedded store, prefixed so they can live
+//! in a database the operator already has: `airlock_sessions` (a row per
+//! session: header, last record number, lease) and `airlock_records` (the
+//! journal). What makes several hosts safe is Postgres's, not ours:
+//!
+//! - taking a lease locks the session's row (`SELECT … FOR UPDATE`), so of
+//!   two hosts leasing one session at once one waits and then sees the
+//!   other's lease;
+//! - an append is one statement that moves the session's head and inserts
+//!   the records only if the session still has the lease's fencing token
+//!   and the head the appender expects; a host that lost its lease (it
+//!   expired, another host took the session) inserts nothing, whatever its
+//!   timing;
+//! - the schema is created and migrated under a transaction-scoped
+//!   advisory lock, so hosts starting together migrate once.
+//!
+//! Lease expiry uses Airlock's clock (the `now_ms` each request carries),
+//! like every store: hosts' clocks must agree to well within the lease's
+//! ttl (NTP does). A skewed clock can only make a lease end early (its
+//! holder then fails with [`StoreError::LeaseLost`], saving nothing more);
+//! the fencing token keeps the journal whole either way.
+//!
+//! Cost: an append is one round trip and one transaction (an fsync of the
+//! server's WAL); taking a lease is four round trips and reads the whole
+//! journal. Connections are opened as needed, up to the pool's size.
+//!
+//! Not yet: TLS to the server (the connection is plain TCP or a Unix
+//! socket; use a private network or an SSH/stunnel hop) and journal
+//! snapshots (a lease reads every record).
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::{Config, IsolationLevel, NoTls};
+
+use super::journal::Record;
+use super::rows::{
+    HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
+};
+use super::store::{
+    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
+    StoredSession,
+};
+use crate::llm::BoxFuture;
+
+/// The schema this version writes (`airlock_schema.version`).
+const SCHEMA_VERSION: i32 = 1;
+
+/// The advisory lock key under which the schema is migrated (any constant
+/// no other program uses: "airlock" in ASCII).
+const MIGRATION_LOCK: i64 = 0x0061_6972_6c6f_636b;
+
+/// How many connections a store opens at most, unless told otherwise.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How long connecting to the server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request waits for a free connection of the pool.
+const POOL_WAIT: Duration = Duration::from_secs(30);
+
+/// The schema, version 1. Columns as in the embedded store; entries are
+/// `text`, kept byte for byte (key order is part of deps).
+const SCHEMA_V1: &str = "
+CREATE TABLE airlock_sessions (
+    owner text NOT NULL,
+    session_id text NOT NULL,
+    created_at_ms bigint NOT NULL,
+    updated_at_ms bigint NOT NULL,
+    metadata text NOT NULL,
+    head bigint NOT NULL,
+    lease_holder text,
+    lease_token bigint NOT NULL,
+    lease_expires_ms bigint NOT NULL,
+    PRIMARY KEY (owner, session_id)
+);
+CREATE INDEX airlock_sessions_by_update ON airlock_sessions (owner, updated_at_ms DESC);
+CREATE TABLE airlock_records (
+    owner text NOT NULL,
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    at_ms bigint NOT NULL,
+    entry text NOT NULL,
+    PRIMARY KEY (owner, session_id, seq),
+    FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
+);
+";
+
+/// Sessions in a PostgreSQL database, shared by every host that uses it.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    location: String,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("location", &self.location)
+            .field("pool", &self.pool.status())
+            .finish()
+    }
+}
+
+/// Whether `text` names a Postgres store (`postgres://…` or
+/// `postgresql://…`) rather than a SQLite file.
+pub fn is_postgres_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`,
+    /// or libpq's `key=value` form) with a pool of [`DEFAULT_POOL_SIZE`]
+    /// connections, and creates or migrates the schema. Errors never show
+    /// the password.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, DEFAULT_POOL_SIZE).await
+    }
+
+    /// [`PostgresStore::connect`] with at most `pool_size` connections.
+    pub async fn connect_with(url: &str, pool_size: usize) -> Result<Self, StoreError> {
+        let mut config: Config = url.parse().map_err(|e| StoreError::Backend {
+            location: "postgres".into(),
+            message: format!("invalid Postgres URL: {}", describe(&e)),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("airlock");
+        }
+        let location = describe_config(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::Backend {
+                location: location.clone(),
+                message: e.to_string(),
+            })?;
+        let store = Self { pool, location };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    fn fail(&self, message: String) -> StoreError {
+        StoreError::Backend {
+            location: self.location.clone(),
+            message,
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| {
+            self.fail(match e {
+                deadpool_postgres::PoolError::Backend(e) => describe(&e),
+                other => other.to_string(),
+            })
+        })
+    }
+
+    /// Creates the schema, or checks it is one this version reads. Hosts
+    /// starting together take turns on the advisory lock.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let db = |e: tokio_postgres::Error| self.fail(describe(&e));
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(db)?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS airlock_schema (version integer NOT NULL)")
+            .await
+            .map_err(db)?;
+        let version: Option<i32> = tx
+            .query_one("SELECT max(version) FROM airlock_schema", &[])
+            .await
+            .map_err(db)?
+            .get(0);
+        let version = version.unwrap_or(0);
+        if version > SCHEMA_VERSION {
+            return Err(self.fail(format!(
+                "written by a newer Airlock (schema {version}; this one reads {SCHEMA_VERSION})"
+            )));
+        }
+        if version < 1 {
+            tx.batch_execute(SCHEMA_V1).await.map_err(db)?;
+        }
+        if version < SCHEMA_VERSION {
+            tx.execute("DELETE FROM airlock_schema", &[])
+                .await
+                .map_err(db)?;
+            tx.execute(
+                "INSERT INTO airlock_schema (version) VALUES ($1)",
+                &[&SCHEMA_VERSION],
+            )
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)
+    }
+
+    /// Runs `work` and turns a database error into [`StoreError::Backend`].
+    async fn run<T>(
+        &self,
+        work: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<T, StoreError> {
+        match work.await {
+            Ok(value) => Ok(value),
+            Err(Failure::Store(e)) => Err(e),
+            Err(Failure::Db(e)) => Err(self.fail(describe(&e))),
+        }
+    }
+}
+
+/// The store's address for messages: no password.
+fn describe_config(config: &Config) -> String {
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or(user);
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    format!("postgres://{at}{host}:{port}/{db}")
+}
+
+/// A database error as one line: the server's message (never the values of
+/// the row at fault), or the client's with its cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(inner) = cause {
+        text = format!("{text}: {inner}");
+        cause = inner.source();
+    }
+    text
+}
+
+/// A failure inside a store operation.
+enum Failure {
+    Store(StoreError),
+    Db(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Failure::Db(e)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
+/// A number as Postgres's `bigint` (every id, time and count Airlock keeps
+/// fits; larger saturates).
+fn big(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A `bigint` back (a negative one, which Airlock never writes, as 0).
+fn num(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// Inserts a session's row and journal unless the owner already has one
+/// with its id; whether it did. `lease` is (holder, token, expiry) when the
+/// session is created leased.
+async fn insert_session(
+    tx: &impl GenericClient,
+    new: &NewSession,
+    updated_at_ms: u64,
+    lease: Option<(&str, u64, u64)>,
+) -> Result<bool, tokio_postgres::Error> {
+    let (holder, token, expires) = match lease {
+        Some((holder, token, expires)) => (Some(holder), token, expires),
+        None => (None, 0, 0),
+    };
+    let inserted = tx
+        .execute(
+            "INSERT INTO airlock_sessions (owner, session_id, created_at_ms, updated_at_ms,
+               metadata, head, lease_holder, lease_token, lease_expires_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (owner, session_id) DO NOTHING",
+            &[
+                &new.owner,
+                &new.session_id,
+                &big(new.created_at_ms),
+                &big(updated_at_ms),
+                &new.metadata,
+                &big(new.head()),
+                &holder,
+                &big(token),
+                &big(expires),
+            ],
+        )
+        .await?;
+    if inserted != 1 {
+        return Ok(false);
+    }
+    insert_records(tx, &new.owner, &new.session_id, &new.rows).await?;
+    Ok(true)
+}
+
+/// The columns of `rows`, as the arrays `INSERT … SELECT … FROM unnest`
+/// takes: one statement for any number of records.
+fn columns(rows: &[Row]) -> (Vec<i64>, Vec<i64>, Vec<&str>) {
+    (
+        rows.iter().map(|r| big(r.seq)).collect(),
+        rows.iter().map(|r| big(r.at_ms)).collect(),
+        rows.iter().map(|r| r.entry.as_str()).collect(),
+    )
+}
+
+async fn insert_records(
+    tx: &impl GenericClient,
+    owner: &str,
+    session_id: &str,
+    rows: &[Row],
+) -> Result<(), tokio_postgres::Error> {
+    let (seqs, times, entries) = columns(rows);
+    tx.execute(
+        "INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry)
+         SELECT $1, $2, r.seq, r.at_ms, r.entry
+         FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS r(seq, at_ms, entry)",
+        &[&owner, &session_id, &seqs, &times, &entries],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The session's lease, its row locked until the transaction ends.
+async fn lock_lease(
+    tx: &impl GenericClient,
+    owner: &str,
+    session_id: &str,
+) -> Result<Option<LeaseRow>, tokio_postgres::Error> {
+    let row = tx
+        .query_opt(
+            "SELECT lease_holder, lease_token, lease_expires_ms FROM airlock_sessions
+             WHERE owner = $1 AND session_id = $2 FOR UPDATE",
+            &[&owner, &session_id],
+        )
+        .await?;
+    Ok(row.map(|row| LeaseRow {
+        holder: row.get(0),
+        token: num(row.get(1)),
+        expires_ms: num(row.get(2)),
+    }))
+}
+
+async fn read_session(
+    tx: &impl GenericClient,
+    owner: &str,
+    session_id: &str,
+) -> Result<StoredSession, Failure> {
+    let header = tx
+        .query_opt(
+            "SELECT created_at_ms, updated_at_ms, metadata FROM airlock_sessions
+             WHERE owner = $1 AND session_id = $2",
+            &[&owner, &session_id],
+        )
+        .await?;
+    let Some(header) = header else {
+        return Err(StoreError::NotFound {
+            session_id: session_id.to_owned(),
+        }
+        .into());
+    };
+    let header = HeaderRow {
+        created_at_ms: num(header.get(0)),
+        updated_at_ms: num(header.get(1)),
+        metadata: header.get(2),
+    };
+    let rows = tx
+        .query(
+            "SELECT seq, at_ms, entry FROM airlock_records
+             WHERE owner = $1 AND session_id = $2 ORDER BY seq",
+            &[&owner, &session_id],
+        )
+        .await?
+        .into_iter()
+        .map(|row| Row {
+            seq: num(row.get(0)),
+            at_ms: num(row.get(1)),
+            entry: row.get(2),
+        });
+    Ok(decode_session(owner, session_id, header, rows)?)
+}
+
+/// How many times a lease retries after losing a race to create the same
+/// new session (the second attempt finds it; more covers a remove between).
+const CREATE_ATTEMPTS: usize = 3;
+
+impl SessionStore for PostgresStore {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(request.user_id);
+            let session_id = request.session_id;
+            let now = request.now_ms;
+            let expires = expiry(now, request.ttl);
+            let create = request
+                .create
+                .map(|(header, records)| NewSession::of(header, records))
+                .transpose()?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let mut attempts = 0;
+            let (token, created) = loop {
+                attempts += 1;
+                if let Some(row) = lock_lease(&tx, &owner, session_id).await? {
+                    row.check_free(session_id, now)?;
+                    let token = row.token + 1;
+                    tx.execute(
+                        "UPDATE airlock_sessions
+                         SET lease_holder = $3, lease_token = $4, lease_expires_ms = $5
+                         WHERE owner = $1 AND session_id = $2",
+                        &[
+                            &owner,
+                            &session_id,
+                            &request.holder,
+                            &big(token),
+                            &big(expires),
+                        ],
+                    )
+                    .await?;
+                    break (token, false);
+                }
+                let Some(new) = &create else {
+                    return Err(StoreError::NotFound {
+                        session_id: session_id.to_owned(),
+                    }
+                    .into());
+                };
+                if insert_session(&tx, new, now, Some((request.holder, 1, expires))).await? {
+                    break (1, true);
+                }
+                // Another host created it between our look and our insert
+                // (the insert waited for its commit): look again.
+                if attempts == CREATE_ATTEMPTS {
+                    return Err(self
+                        .fail(format!(
+                            "session {session_id} kept appearing and disappearing while being created"
+                        ))
+                        .into());
+                }
+            };
+            let session = read_session(&tx, &owner, session_id).await?;
+            tx.commit().await?;
+            Ok(Leased {
+                lease: Lease {
+                    user_id: owner_of(owner),
+                    session_id: session_id.to_owned(),
+                    holder: request.holder.to_owned(),
+                    token,
+                    ttl: request.ttl,
+                },
+                created,
+                session,
+            })
+        }))
+    }
+
+    fn append<'a>(
+        &'a self,
+        lease: &'a Lease,
+        records: &'a [Record],
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.run(async move {
+            let rows = encode(records)?;
+            let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+                return Ok(());
+            };
+            let owner = owner_key(lease.user_id.as_deref());
+            let (seqs, times, entries) = columns(&rows);
+            let client = self.client().await?;
+            // One statement, so one transaction: the head moves and the
+            // records go in only while the lease's token is the session's
+            // and the head is where this holder left it.
+            let statement = client
+                .prepare_cached(
+                    "WITH moved AS (
+                       UPDATE airlock_sessions
+                       SET head = $6, updated_at_ms = $7, lease_expires_ms = $8
+                       WHERE owner = $1 AND session_id = $2 AND lease_token = $3
+                         AND lease_holder = $4 AND head = $5
+                       RETURNING 1)
+                     INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry)
+                     SELECT $1, $2, r.seq, r.at_ms, r.entry
+                     FROM unnest($9::bigint[], $10::bigint[], $11::text[]) AS r(seq, at_ms, entry)
+                     WHERE EXISTS (SELECT 1 FROM moved)",
+                )
+                .await?;
+            let inserted = client
+                .execute(
+                    &statement,
+                    &[
+                        &owner,
+                        &lease.session_id,
+                        &big(lease.token),
+                        &lease.holder,
+                        &big(first.seq.saturating_sub(1)),
+                        &big(last.seq),
+                        &big(now_ms),
+                        &big(expiry(now_ms, lease.ttl)),
+                        &seqs,
+                        &times,
+                        &entries,
+                    ],
+                )
+                .await?;
+            if inserted as usize != rows.len() {
+                return Err(StoreError::LeaseLost {
+                    session_id: lease.session_id.clone(),
+                }
+                .into());
+            }
+            Ok(())
+        }))
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(lease.user_id.as_deref());
+            let client = self.client().await?;
+            let changed = client
+                .execute(
+                    "UPDATE airlock_sessions SET lease_expires_ms = $5
+                     WHERE owner = $1 AND session_id = $2 AND lease_token = $3
+                       AND lease_holder = $4",
+                    &[
+                        &owner,
+                        &lease.session_id,
+                        &big(lease.token),
+                        &lease.holder,
+                        &big(expiry(now_ms, lease.ttl)),
+                    ],
+                )
+                .await?;
+            if changed != 1 {
+                return Err(StoreError::LeaseLost {
+                    session_id: lease.session_id.clone(),
+                }
+                .into());
+            }
+            Ok(())
+        }))
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(lease.user_id.as_deref());
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE airlock_sessions SET lease_holder = NULL, lease_expires_ms = 0
+                     WHERE owner = $1 AND session_id = $2 AND lease_token = $3
+                       AND lease_holder = $4",
+                    &[&owner, &lease.session_id, &big(lease.token), &lease.holder],
+                )
+                .await?;
+            Ok(())
+        }))
+    }
+
+    fn read<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(owner);
+            let mut client = self.client().await?;
+            // One snapshot: the header and the journal agree.
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let session = read_session(&tx, &owner, session_id).await?;
+            tx.commit().await?;
+            Ok(session)
+        }))
+    }
+
+    fn list<'a>(
+        &'a self,
+        owner: Owner<'a>,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(owner);
+            let now = crate::agent::events::now_ms();
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder,
+                            lease_token, lease_expires_ms
+                     FROM airlock_sessions WHERE owner = $1
+                     ORDER BY updated_at_ms DESC, session_id",
+                    &[&owner],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|row| {
+                    let lease = LeaseRow {
+                        holder: row.get(4),
+                        token: num(row.get(5)),
+                        expires_ms: num(row.get(6)),
+                    };
+                    SessionSummary {
+                        session_id: row.get(0),
+                        created_at_ms: num(row.get(1)),
+                        updated_at_ms: num(row.get(2)),
+                        records: num(row.get(3)),
+                        leased_until_ms: lease.blocks(now).map(|_| lease.expires_ms),
+                    }
+                })
+                .collect())
+        }))
+    }
+
+    fn insert<'a>(
+        &'a self,
+        header: &'a SessionHeader,
+        records: &'a [Record],
+        updated_at_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.run(async move {
+            let new = NewSession::of(header, records)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            if !insert_session(&tx, &new, updated_at_ms, None).await? {
+                return Err(StoreError::AlreadyExists {
+                    session_id: new.session_id,
+                }
+                .into());
+            }
+            tx.commit().await?;
+            Ok(())
+        }))
+    }
+
+    fn remove<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(owner);
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let Some(row) = lock_lease(&tx, &owner, session_id).await? else {
+                return Err(StoreError::NotFound {
+                    session_id: session_id.to_owned(),
+                }
+                .into());
+            };
+            row.check_free(session_id, now_ms)?;
+            // The journal goes with the row (ON DELETE CASCADE).
+            tx.execute(
+                "DELETE FROM airlock_sessions WHERE owner = $1 AND session_id = $2",
+                &[&owner, &session_id],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        }))
+    }
+}

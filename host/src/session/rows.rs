@@ -1,0 +1,160 @@
+//! What the SQL stores share: the partition key, records and headers as
+//! column values, the lease columns and when they block, and a session
+//! decoded back from its rows. No SQL here: each store writes its own.
+
+use std::time::Duration;
+
+use super::journal::{Entry, Record};
+use super::store::{Owner, SessionHeader, StoreError, StoredSession};
+
+/// When a lease taken or renewed at `now_ms` expires.
+pub(crate) fn expiry(now_ms: u64, ttl: Duration) -> u64 {
+    now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The partition key: the user id, or `""` for the anonymous bucket (user
+/// ids are never empty).
+pub(crate) fn owner_key(owner: Owner<'_>) -> String {
+    owner.unwrap_or_default().to_owned()
+}
+
+/// The owner a partition key stands for.
+pub(crate) fn owner_of(key: String) -> Option<String> {
+    (!key.is_empty()).then_some(key)
+}
+
+/// One journal record as columns: its number, time and entry (JSON text,
+/// kept byte for byte: key order is part of deps).
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub seq: u64,
+    pub at_ms: u64,
+    pub entry: String,
+}
+
+/// Records as rows.
+pub(crate) fn encode(records: &[Record]) -> Result<Vec<Row>, StoreError> {
+    records
+        .iter()
+        .map(|r| {
+            serde_json::to_string(&r.entry)
+                .map(|entry| Row {
+                    seq: r.seq,
+                    at_ms: r.at_ms,
+                    entry,
+                })
+                .map_err(|e| StoreError::Backend {
+                    location: "session record".into(),
+                    message: format!("record {} does not serialize: {e}", r.seq),
+                })
+        })
+        .collect()
+}
+
+/// A session's row and journal, encoded for inserting.
+#[derive(Debug)]
+pub(crate) struct NewSession {
+    pub owner: String,
+    pub session_id: String,
+    pub created_at_ms: u64,
+    /// The metadata as a JSON object of strings.
+    pub metadata: String,
+    pub rows: Vec<Row>,
+}
+
+impl NewSession {
+    pub(crate) fn of(header: &SessionHeader, records: &[Record]) -> Result<Self, StoreError> {
+        let metadata = header
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        Ok(Self {
+            owner: owner_key(header.user_id.as_deref()),
+            session_id: header.session_id.clone(),
+            created_at_ms: header.created_at_ms,
+            metadata: serde_json::Value::Object(metadata).to_string(),
+            rows: encode(records)?,
+        })
+    }
+
+    /// The number of the last record (0 for none).
+    pub(crate) fn head(&self) -> u64 {
+        self.rows.last().map_or(0, |r| r.seq)
+    }
+}
+
+/// A session's lease columns.
+#[derive(Debug)]
+pub(crate) struct LeaseRow {
+    pub holder: Option<String>,
+    pub token: u64,
+    pub expires_ms: u64,
+}
+
+impl LeaseRow {
+    /// How long the lease still blocks others, if it does: it has a holder,
+    /// has not expired, and its holder is not known to be gone.
+    pub(crate) fn blocks(&self, now_ms: u64) -> Option<u64> {
+        let holder = self.holder.as_deref()?;
+        (self.expires_ms > now_ms && !super::Holder::is_gone(holder))
+            .then(|| self.expires_ms - now_ms)
+    }
+
+    /// The lease blocking a request at `now_ms`, as the error to return.
+    pub(crate) fn check_free(&self, session_id: &str, now_ms: u64) -> Result<(), StoreError> {
+        match self.blocks(now_ms) {
+            Some(expires_in_ms) => Err(StoreError::InUse {
+                session_id: session_id.to_owned(),
+                expires_in_ms,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A session's header columns.
+#[derive(Debug)]
+pub(crate) struct HeaderRow {
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub metadata: String,
+}
+
+/// A session from its header row and its records' rows (in order);
+/// [`StoreError::Corrupt`] names what does not parse.
+pub(crate) fn decode_session(
+    owner: &str,
+    session_id: &str,
+    header: HeaderRow,
+    rows: impl IntoIterator<Item = Row>,
+) -> Result<StoredSession, StoreError> {
+    let corrupt = |problem: String| StoreError::Corrupt {
+        session_id: session_id.to_owned(),
+        problem,
+    };
+    let metadata = serde_json::from_str(&header.metadata)
+        .map_err(|e| corrupt(format!("its metadata does not parse: {e}")))?;
+    let records = rows
+        .into_iter()
+        .map(|row| {
+            let entry: Entry = serde_json::from_str(&row.entry)
+                .map_err(|e| corrupt(format!("record {} does not parse: {e}", row.seq)))?;
+            Ok(Record {
+                seq: row.seq,
+                at_ms: row.at_ms,
+                entry,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(StoredSession {
+        header: SessionHeader {
+            session_id: session_id.to_owned(),
+            user_id: owner_of(owner.to_owned()),
+            created_at_ms: header.created_at_ms,
+            metadata,
+        },
+        updated_at_ms: header.updated_at_ms,
+        records,
+    })
+}
