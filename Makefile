@@ -126,7 +126,7 @@ postgres:
 PG_TEST_URL := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
 test: build lint postgres
-	pg_virtualenv -t sh -c 'AIRLOCK_TEST_POSTGRES="$(PG_TEST_URL)" exec $(CARGO) test'
+	pg_virtualenv -t -o max_connections=200 sh -c 'AIRLOCK_TEST_POSTGRES="$(PG_TEST_URL)" exec $(CARGO) test'
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
 # build; a few minutes).

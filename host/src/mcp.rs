@@ -47,6 +47,15 @@ pub const DEPS_URI: &str = "airlock://session/deps";
 /// (created if missing) for the request and released after it.
 pub const SESSION_META_KEY: &str = "airlock/session";
 
+/// The `_meta` key with which a request names its call, so that a retry
+/// runs it at most once: `{"_meta": {"airlock/call": "KEY"}}`. When the
+/// session already holds a completed call with that key (the client never
+/// got the answer: the connection dropped, the host died), the committed
+/// result is returned and the tool does not run again; on any host of a
+/// shared store. A key is the call's id in the journal: 1 to 128 printable
+/// ASCII characters, used again only for the same tool and arguments.
+pub const CALL_META_KEY: &str = "airlock/call";
+
 /// Opens Airlock sessions for an MCP server: the store, the owner, the
 /// starting deps and the hidden keys; the id is the caller's.
 #[derive(Debug, Clone)]
@@ -251,24 +260,23 @@ impl McpServer {
             .collect()
     }
 
-    /// One call, on the session, as a tool result.
+    /// One call, on the session, as a tool result; at most once per id
+    /// when the client keyed it.
     async fn call(
         &self,
         session: &Working,
-        name: &str,
-        arguments: String,
-        id: String,
+        call: ToolCall,
+        keyed: bool,
         cancel: CancelToken,
     ) -> CallToolResult {
-        let call = ToolCall {
-            id,
-            name: name.to_owned(),
-            arguments,
-            retry: 0,
-        };
         let mut session = session.handle().lock().await;
         let host = self.tools.current();
-        match session.call(&host, &call, &cancel).await {
+        let result = if keyed {
+            session.call_once(&host, &call, &cancel).await
+        } else {
+            session.call(&host, &call, &cancel).await
+        };
+        match result {
             Ok(outcome) => match outcome.result {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
@@ -306,6 +314,24 @@ impl Working {
         {
             tracing::warn!(error = %e, "cannot release a session");
         }
+    }
+}
+
+/// The call key a request's `_meta` gives ([`CALL_META_KEY`]), checked.
+fn call_key(meta: &RequestMetaObject) -> Result<Option<String>, String> {
+    let Some(key) = meta.get(CALL_META_KEY) else {
+        return Ok(None);
+    };
+    match key.as_str() {
+        Some(key)
+            if (1..=128).contains(&key.len())
+                && key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') =>
+        {
+            Ok(Some(key.to_owned()))
+        }
+        _ => Err(format!(
+            "_meta {CALL_META_KEY:?} must be 1 to 128 printable ASCII characters"
+        )),
     }
 }
 
@@ -382,16 +408,22 @@ impl ServerHandler for McpServer {
             }
         });
 
-        let id = format!("mcp_{}", context.id);
-        let result = match self.session_for(&context.meta).await {
-            Ok(session) => {
-                let result = self
-                    .call(&session, &request.name, arguments, id, cancel)
-                    .await;
-                session.done().await;
-                result
-            }
+        let result = match call_key(&context.meta) {
             Err(message) => error_result(message),
+            Ok(key) => match self.session_for(&context.meta).await {
+                Ok(session) => {
+                    let call = ToolCall {
+                        id: key.clone().unwrap_or_else(|| format!("mcp_{}", context.id)),
+                        name: request.name.to_string(),
+                        arguments,
+                        retry: 0,
+                    };
+                    let result = self.call(&session, call, key.is_some(), cancel).await;
+                    session.done().await;
+                    result
+                }
+                Err(message) => error_result(message),
+            },
         };
         watcher.abort();
         Ok(result.into())

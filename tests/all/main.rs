@@ -21,6 +21,7 @@ mod mcp;
 mod ops;
 mod policy;
 mod properties;
+mod scale;
 mod script;
 mod sessions;
 mod stateful;

@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 
 use crate::support::{airlock_command, guest, host};
 
-type Client = RunningService<RoleClient, ()>;
+pub type Client = RunningService<RoleClient, ()>;
 
 /// A policy with the stateful tool, the hostile one (a short timeout, but
 /// `spin_long` calls are cancelled long before theirs) and an approval tool.
-fn policy(dir: &Path) -> String {
+pub fn policy(dir: &Path) -> String {
     let path = dir.join("airlock.toml");
     std::fs::write(
         &path,
@@ -48,7 +48,7 @@ async fn call(client: &Peer<RoleClient>, name: &str, args: Value) -> CallToolRes
 }
 
 /// A `tools/call` whose `_meta` is `meta`.
-async fn call_with(
+pub async fn call_with(
     client: &Peer<RoleClient>,
     meta: serde_json::Map<String, Value>,
     name: &str,
@@ -259,7 +259,7 @@ async fn a_cancelled_call_stops_and_the_next_one_runs_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cancel.db");
     let config = long_spin_policy(dir.path());
-    let (mut server, url) = serve_http(&config, &db);
+    let (mut server, url) = serve_http(&config, db.to_str().unwrap());
     let client = http_client(&url).await;
     cancel_a_spinning_call(&client, &db).await;
     client.cancel().await.unwrap();
@@ -317,8 +317,9 @@ async fn two_sessions_are_isolated_and_one_session_has_one_server() {
     b.cancel().await.unwrap();
 }
 
-/// `airlock mcp --transport http` on a free port; the child and its URL.
-fn serve_http(config: &str, db: &Path) -> (std::process::Child, String) {
+/// `airlock mcp --transport http` on a free port, its sessions in `store`
+/// (a file or a URL); the child and its URL.
+pub fn serve_http(config: &str, store: &str) -> (std::process::Child, String) {
     use std::io::BufRead;
     let mut child = airlock_command(
         &[
@@ -330,7 +331,7 @@ fn serve_http(config: &str, db: &Path) -> (std::process::Child, String) {
             "--config",
             config,
             "--store",
-            db.to_str().unwrap(),
+            store,
         ],
         &[],
     )
@@ -354,7 +355,7 @@ fn serve_http(config: &str, db: &Path) -> (std::process::Child, String) {
     (child, url)
 }
 
-async fn http_client(url: &str) -> Client {
+pub async fn http_client(url: &str) -> Client {
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
     ().serve(transport).await.expect("initialize over HTTP")
 }
@@ -375,7 +376,7 @@ async fn http_sessions_are_isolated_and_a_request_can_name_one() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("http.db");
     let config = policy(dir.path());
-    let (mut server, url) = serve_http(&config, &db);
+    let (mut server, url) = serve_http(&config, db.to_str().unwrap());
     let a = http_client(&url).await;
     let b = http_client(&url).await;
 
@@ -616,7 +617,7 @@ async fn the_stateless_revision_names_its_session_in_meta() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("stateless.db");
     let config = policy(dir.path());
-    let (mut server, url) = serve_http(&config, &db);
+    let (mut server, url) = serve_http(&config, db.to_str().unwrap());
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
     let client = ()
         .serve_with_lifecycle(
@@ -654,4 +655,66 @@ async fn the_stateless_revision_names_its_session_in_meta() {
     let store = SqliteStore::open(&db).unwrap();
     let kept = Folded::fold(&store.read(None, "kept").await.unwrap().records).unwrap();
     assert_eq!(kept.deps["counters"]["n"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_call_runs_at_most_once_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keyed.db");
+    let config = policy(dir.path());
+    let args = [
+        "--config",
+        &config,
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        "keyed",
+    ];
+    let keyed = |key: &str| json!({"airlock/call": key}).as_object().unwrap().clone();
+    let (client, pid) = connect(&args).await;
+    let first = call_with(&client, keyed("k-1"), "increment", json!({"name": "x"})).await;
+    assert_eq!(first.structured_content.clone().unwrap()["value"], 1);
+    // The answer was lost; the client retries with the same key, on a new
+    // server process: the committed answer, the tool not run again.
+    client.cancel().await.unwrap();
+    wait_gone(pid);
+    let (client, _) = connect(&args).await;
+    let again = call_with(&client, keyed("k-1"), "increment", json!({"name": "x"})).await;
+    assert_eq!(again.structured_content, first.structured_content);
+    assert_eq!(deps(&client).await, json!({"counters": {"x": 1}}));
+    // A new key runs; an unkeyed call always runs.
+    let next = call_with(&client, keyed("k-2"), "increment", json!({"name": "x"})).await;
+    assert_eq!(next.structured_content.unwrap()["value"], 2);
+    let unkeyed = call(&client, "increment", json!({"name": "x"})).await;
+    assert_eq!(unkeyed.structured_content.unwrap()["value"], 3);
+    // A key used for other arguments, or a bad key: an error, nothing runs.
+    let reused = call_with(&client, keyed("k-1"), "increment", json!({"name": "y"})).await;
+    assert_eq!(reused.is_error, Some(true));
+    assert!(
+        text(&reused).contains("call id k-1 was already used"),
+        "{}",
+        text(&reused)
+    );
+    for bad in [
+        json!(""),
+        json!(7),
+        json!("x".repeat(129)),
+        json!("tab\there"),
+    ] {
+        let meta = json!({"airlock/call": bad}).as_object().unwrap().clone();
+        let refused = call_with(&client, meta, "increment", json!({"name": "x"})).await;
+        assert_eq!(refused.is_error, Some(true), "{bad}");
+        assert!(
+            text(&refused).contains("airlock/call"),
+            "{}",
+            text(&refused)
+        );
+    }
+    // A failed call committed no op, so its key runs again.
+    let trapped = call_with(&client, keyed("k-3"), "panic", json!({})).await;
+    assert_eq!(trapped.is_error, Some(true));
+    let trapped = call_with(&client, keyed("k-3"), "panic", json!({})).await;
+    assert!(text(&trapped).contains("Error (trap)"));
+    assert_eq!(deps(&client).await, json!({"counters": {"x": 3}}));
+    client.cancel().await.unwrap();
 }

@@ -494,6 +494,76 @@ async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
     );
 }
 
+/// A host on another machine that stops renewing: its lease blocks others
+/// until it expires (nothing on this machine can prove it dead), then
+/// another host takes the session and the first can commit nothing more.
+/// Time is the store's `now_ms`, so nothing here waits.
+async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
+    use airlock::session::{LeaseRequest, SessionHeader};
+    let db = TestStore::new(backend, "remote").await;
+    let (host_a, host_b) = (db.open().await, db.open().await);
+    let header = SessionHeader {
+        session_id: "far".into(),
+        user_id: Some("u".into()),
+        created_at_ms: 1_000,
+        metadata: BTreeMap::new(),
+    };
+    let ttl = std::time::Duration::from_millis(30_000);
+    let remote = "boot=another-machine;pidns=pid:[1];pid=1;start=1;lease=x";
+    let request = |holder, now_ms| LeaseRequest {
+        user_id: Some("u"),
+        session_id: "far",
+        holder,
+        ttl,
+        now_ms,
+        create: Some((&header, &[])),
+    };
+    let first = host_a.lease(request(remote, 1_000)).await.unwrap();
+    assert!(first.created);
+    let record = |seq| airlock::session::Record {
+        seq,
+        at_ms: 1_000,
+        entry: airlock::session::Entry::Message {
+            message: Message::User {
+                content: format!("message {seq}"),
+            },
+        },
+    };
+    host_a
+        .append(&first.lease, &[record(1)], 2_000)
+        .await
+        .unwrap();
+    // Within its ttl (counted from its last commit), the lease holds.
+    let local = airlock::session::Holder::new_identity();
+    let refused = host_b.lease(request(&local, 31_999)).await.unwrap_err();
+    match &refused {
+        StoreError::InUse { expires_in_ms, .. } => assert_eq!(*expires_in_ms, 1),
+        other => panic!("{other}"),
+    }
+    // Once expired, another host takes it, with the journal intact.
+    let second = host_b.lease(request(&local, 32_000)).await.unwrap();
+    assert!(!second.created);
+    assert_eq!(second.lease.token, first.lease.token + 1);
+    assert_eq!(second.session.records, vec![record(1)]);
+    // The first holder comes back: its append and renewal are refused.
+    let late = host_a.append(&first.lease, &[record(2)], 32_001).await;
+    assert!(
+        matches!(late, Err(StoreError::LeaseLost { .. })),
+        "{late:?}"
+    );
+    let renewed = host_a.renew(&first.lease, 32_001).await;
+    assert!(matches!(renewed, Err(StoreError::LeaseLost { .. })));
+    host_a.release(&first.lease).await.unwrap();
+    // The new holder appends on from the same head.
+    host_b
+        .append(&second.lease, &[record(2)], 32_002)
+        .await
+        .unwrap();
+    let stored = host_a.read(Some("u"), "far").await.unwrap();
+    assert_eq!(stored.records, vec![record(1), record(2)]);
+    assert_eq!(stored.updated_at_ms, 32_002);
+}
+
 /// Secrets given in deps: never in a store's files or the CLI's output.
 const DEPS_MARKERS: [&str; 3] = ["MARK-api-key", "MARK-hidden", "MARK-nested-password"];
 
@@ -864,6 +934,7 @@ async fn a_reader_that_goes_away_does_not_stop_the_run(backend: Backend) {
 }
 
 crate::on_both_stores!(
+    a_remote_holders_lease_blocks_until_it_expires,
     every_field_round_trips_through_the_store_and_an_export,
     unknown_missing_and_malformed_versions_import_nothing,
     users_are_a_hard_partition,

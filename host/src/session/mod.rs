@@ -169,6 +169,25 @@ pub enum SessionCallError {
     /// (its ops are applied to the live deps but not stored).
     #[error("cannot save the session: {0}")]
     Store(#[from] StoreError),
+    /// [`Session::call_once`] was given the id of an earlier call of
+    /// another tool or other arguments; nothing ran.
+    #[error(
+        "call id {call_id} was already used in this session for another call (another tool or other arguments)"
+    )]
+    IdReused {
+        /// The id.
+        call_id: String,
+    },
+}
+
+/// What a session holds of an earlier call with a given id.
+enum Earlier {
+    /// Nothing completed.
+    None,
+    /// It completed: its committed outcome.
+    Completed(Box<CallOutcome>),
+    /// The id was used for another tool or other arguments.
+    Reused,
 }
 
 /// How to open a session.
@@ -506,6 +525,71 @@ impl Session {
         }
         self.commit(entries).await?;
         result.map_err(SessionCallError::Call)
+    }
+
+    /// [`Session::call`], at most once per call id: when this session
+    /// already holds a completed call with `call.id`, its outcome (result,
+    /// ops, guest output, as committed) is returned and nothing runs. A
+    /// client that lost the answer (a dropped connection, a host that died)
+    /// retries with the same id, on any host, and its ops apply once. A
+    /// call that failed, was cancelled or interrupted committed no op, so
+    /// it runs again. The id must name the same tool and arguments
+    /// ([`SessionCallError::IdReused`] otherwise).
+    ///
+    /// Cost: a scan of the session's item log.
+    pub async fn call_once(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Result<CallOutcome, SessionCallError> {
+        match self.earlier_call(call) {
+            Earlier::Completed(done) => Ok(*done),
+            Earlier::Reused => Err(SessionCallError::IdReused {
+                call_id: call.id.clone(),
+            }),
+            Earlier::None => self.call(host, call, cancel).await,
+        }
+    }
+
+    /// What this session already holds of a call with `call`'s id.
+    fn earlier_call(&self, call: &ToolCall) -> Earlier {
+        let items = &self.transcript.items;
+        let same_id = |id: &str| id == call.id;
+        let reused = items.iter().any(|e| {
+            matches!(&e.item, Item::FunctionCall { call_id, name, arguments, .. }
+                if same_id(call_id) && (name != &call.name || arguments != &call.arguments))
+        });
+        if reused {
+            return Earlier::Reused;
+        }
+        let Some((output, guest, duration_us)) = items.iter().rev().find_map(|e| match &e.item {
+            Item::FunctionCallOutput {
+                call_id,
+                status: CallStatus::Completed,
+                output,
+                guest,
+                duration_us,
+                ..
+            } if same_id(call_id) => Some((output, guest, *duration_us)),
+            _ => None,
+        }) else {
+            return Earlier::None;
+        };
+        let updates = items
+            .iter()
+            .filter_map(|e| match &e.item {
+                Item::ContextUpdate { call_id, ops } if same_id(call_id) => Some(ops.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        Earlier::Completed(Box::new(CallOutcome {
+            result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
+            updates,
+            output: guest.clone(),
+            duration: std::time::Duration::from_micros(duration_us),
+        }))
     }
 
     /// Adds an item to the log and returns it as a journal entry.

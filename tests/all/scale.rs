@@ -1,0 +1,253 @@
+//! Scale-out: several `airlock mcp --transport http` hosts share one real
+//! Postgres; a driver spreads the calls of many sessions across them and
+//! one host is SIGKILLed mid-run. No acknowledged update is lost, none is
+//! applied twice, and every session resumes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use airlock::agent::{CallStatus, Item};
+use airlock::session::{Folded, Session, SessionOptions};
+use rmcp::RoleClient;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::Peer;
+use serde_json::{Value, json};
+
+use crate::mcp::{http_client, policy, serve_http};
+use crate::support::stores::{Backend, TestStore};
+
+const HOSTS: usize = 3;
+const SESSIONS: usize = 16;
+const INCREMENTS: u64 = 30;
+/// The host that is killed, once a third of the increments are
+/// acknowledged.
+const VICTIM: usize = 0;
+
+/// How one attempt at a call ended.
+enum Attempt {
+    /// The tool's result.
+    Answered(CallToolResult),
+    /// No answer: the connection failed or the answer never came.
+    Lost(String),
+}
+
+/// One `tools/call` of `increment` on `session`, keyed so that a retry
+/// runs at most once. Abandoned (as a load balancer whose health check
+/// failed would) once `down` says the host is gone.
+async fn attempt(
+    client: &Peer<RoleClient>,
+    session: &str,
+    key: &str,
+    mut down: tokio::sync::watch::Receiver<bool>,
+) -> Attempt {
+    let mut params = CallToolRequestParams::new("increment").with_arguments(
+        json!({"name": "n"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let meta = json!({"airlock/session": session, "airlock/call": key});
+    params.meta = meta.as_object().cloned().map(Into::into);
+    let answer = tokio::time::timeout(Duration::from_secs(60), client.call_tool(params));
+    tokio::select! {
+        answer = answer => match answer {
+            Ok(Ok(result)) => Attempt::Answered(result),
+            Ok(Err(e)) => Attempt::Lost(e.to_string()),
+            Err(_) => Attempt::Lost("no answer in 60 s".into()),
+        },
+        () = async {
+            if down.wait_for(|down| *down).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        } => Attempt::Lost("the host was killed".into()),
+    }
+}
+
+fn text(result: &CallToolResult) -> String {
+    serde_json::to_value(&result.content).unwrap_or(Value::Null)[0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What the driver saw.
+#[derive(Default)]
+struct Tally {
+    acknowledged: AtomicUsize,
+    /// Attempts that got no answer, per host.
+    lost: [AtomicUsize; HOSTS],
+    /// Attempts answered "session is in use" (a dead host's lease).
+    busy: AtomicUsize,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_on_one_postgres_lose_no_update_when_one_is_killed() {
+    let started = Instant::now();
+    let db = TestStore::new(Backend::Postgres, "scale").await;
+    let config = policy(db.dir.path());
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..HOSTS {
+        let (child, url) = serve_http(&config, &db.spec);
+        servers.push(child);
+        clients.push(http_client(&url).await);
+    }
+    let peers: Arc<Vec<Peer<RoleClient>>> =
+        Arc::new(clients.iter().map(|c| c.peer().clone()).collect());
+    let dead: Arc<[AtomicBool; HOSTS]> = Arc::new(Default::default());
+    // Whether each host is down, as a health check would tell.
+    let (kill, down) = tokio::sync::watch::channel(false);
+    let (_never, up) = tokio::sync::watch::channel(false);
+    let tally = Arc::new(Tally::default());
+    let third = Arc::new(tokio::sync::Notify::new());
+
+    let mut drivers = tokio::task::JoinSet::new();
+    for s in 0..SESSIONS {
+        {
+            let (peers, dead, tally, third) = (
+                Arc::clone(&peers),
+                Arc::clone(&dead),
+                Arc::clone(&tally),
+                Arc::clone(&third),
+            );
+            let (down, up) = (down.clone(), up.clone());
+            drivers.spawn(async move {
+                let session = format!("scale-{s}");
+                for i in 0..INCREMENTS {
+                    let key = format!("{session}-call-{i}");
+                    // Spread over the hosts; after a failure, the next one.
+                    let mut host = (s + i as usize) % HOSTS;
+                    let value = loop {
+                        if dead[host].load(Ordering::SeqCst) {
+                            host = (host + 1) % HOSTS;
+                            continue;
+                        }
+                        let health = if host == VICTIM { &down } else { &up };
+                        match attempt(&peers[host], &session, &key, health.clone()).await {
+                            Attempt::Answered(result) if result.is_error != Some(true) => {
+                                break result.structured_content.unwrap_or_default()["value"]
+                                    .clone();
+                            }
+                            Attempt::Answered(result) => {
+                                let said = text(&result);
+                                assert!(
+                                    said.contains("session is in use"),
+                                    "{session} call {i} on host {host}: {said}"
+                                );
+                                tally.busy.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            Attempt::Lost(why) => {
+                                tally.lost[host].fetch_add(1, Ordering::SeqCst);
+                                assert_eq!(host, VICTIM, "a live host failed: {why}");
+                                dead[host].store(true, Ordering::SeqCst);
+                            }
+                        }
+                    };
+                    // Calls of a session are sequential and each applies
+                    // once: the i-th acknowledged increment says i + 1,
+                    // whether it ran now or was answered from the journal.
+                    assert_eq!(value, json!(i + 1), "{session} call {i}");
+                    let done = tally.acknowledged.fetch_add(1, Ordering::SeqCst) + 1;
+                    if done == SESSIONS * INCREMENTS as usize / 3 {
+                        third.notify_one();
+                    }
+                }
+            });
+        }
+    }
+
+    // Until a third is acknowledged; a driver that fails fails the test.
+    loop {
+        tokio::select! {
+            () = third.notified() => break,
+            done = drivers.join_next() => match done {
+                Some(done) => done.unwrap(),
+                None => break,
+            },
+        }
+    }
+    let killed_after = tally.acknowledged.load(Ordering::SeqCst);
+    servers[VICTIM].kill().unwrap();
+    servers[VICTIM].wait().unwrap();
+    kill.send_replace(true);
+    let all_done = async {
+        while let Some(done) = drivers.join_next().await {
+            done.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(240), all_done)
+        .await
+        .expect("the drivers finish in bounded time");
+    let acknowledged = tally.acknowledged.load(Ordering::SeqCst);
+    assert_eq!(acknowledged, SESSIONS * INCREMENTS as usize);
+    let lost = tally.lost[VICTIM].load(Ordering::SeqCst);
+    assert!(lost >= 1, "host {VICTIM} was killed while calls went to it");
+
+    // The store: each session's counter is its acknowledged increments;
+    // no call completed twice; every session folds and resumes.
+    let store = db.open().await;
+    let mut interrupted = 0;
+    for s in 0..SESSIONS {
+        let session = format!("scale-{s}");
+        let stored = store.read(None, &session).await.unwrap();
+        let folded = Folded::fold(&stored.records).unwrap();
+        assert_eq!(folded.deps["counters"]["n"], json!(INCREMENTS), "{session}");
+        let mut completed = std::collections::BTreeMap::<String, usize>::new();
+        for event in &folded.transcript.items {
+            if let Item::FunctionCallOutput {
+                call_id, status, ..
+            } = &event.item
+            {
+                match status {
+                    CallStatus::Completed => *completed.entry(call_id.clone()).or_default() += 1,
+                    CallStatus::Interrupted => interrupted += 1,
+                    other => panic!("{session} {call_id}: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(completed.len(), INCREMENTS as usize, "{session}");
+        assert!(
+            completed.values().all(|&n| n == 1),
+            "{session}: {completed:?}"
+        );
+
+        let options = SessionOptions {
+            session_id: Some(session.clone()),
+            ..SessionOptions::default()
+        };
+        let resumed = Session::open(Arc::clone(&store), options).await.unwrap();
+        assert_eq!(resumed.context().deps()["counters"]["n"], json!(INCREMENTS));
+        resumed.close().await.unwrap();
+    }
+    // A surviving host serves the next call of a session the dead one had.
+    let survivor = (VICTIM + 1) % HOSTS;
+    match attempt(&peers[survivor], "scale-0", "after-the-kill", up.clone()).await {
+        Attempt::Answered(result) => {
+            assert_eq!(
+                result.structured_content.unwrap_or_default()["value"],
+                json!(INCREMENTS + 1)
+            );
+        }
+        Attempt::Lost(why) => panic!("{why}"),
+    }
+
+    for (i, server) in servers.iter_mut().enumerate() {
+        if i != VICTIM {
+            server.kill().unwrap();
+            server.wait().unwrap();
+        }
+    }
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!(
+            "scale: {HOSTS} hosts on one Postgres, {SESSIONS} sessions x {INCREMENTS} increments: \
+             {acknowledged} acknowledged, each counter = its acknowledged increments; host {VICTIM} \
+             SIGKILLed after {killed_after}; {lost} attempts lost with it and retried elsewhere, \
+             {} answered 'in use', {interrupted} interrupted calls patched; {:.1} s",
+            tally.busy.load(Ordering::SeqCst),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
