@@ -120,18 +120,19 @@ postgres:
 	@command -v pg_virtualenv >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; }
 
-# The tests run against a throwaway Postgres cluster that pg_virtualenv
-# creates (as an unprivileged user, in a temporary directory, listening on
-# localhost only), and drops when they end, passed or not.
-PG_TEST_URL := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
+# The tests and benches run against a throwaway Postgres cluster that
+# pg_virtualenv creates (as an unprivileged user, in a temporary directory,
+# listening on localhost only) and drops when they end, passed or not.
+WITH_POSTGRES := pg_virtualenv -t -o max_connections=200 sh -c
+PG_URL        := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
 test: build lint postgres
-	pg_virtualenv -t -o max_connections=200 sh -c 'AIRLOCK_TEST_POSTGRES="$(PG_TEST_URL)" exec $(CARGO) test'
+	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" exec $(CARGO) test'
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
 # build; a few minutes).
-bench: guests
-	$(CARGO) bench --bench airlock
+bench: guests postgres
+	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" exec $(CARGO) bench --bench airlock'
 
 DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.
 

@@ -837,20 +837,7 @@ async fn mcp_round_trip(b: &Bench, out: &mut String) {
     .await;
     client.cancel().await.unwrap();
 
-    let mut http_server = server("http", "http.db")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines =
-        std::io::BufRead::lines(std::io::BufReader::new(http_server.stderr.take().unwrap()));
-    let line = lines.next().unwrap().unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_owned();
-    std::thread::spawn(move || lines.for_each(drop));
+    let (mut http_server, url) = serve_http(server("http", "http.db"));
     let client = ()
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
             url,
@@ -887,6 +874,164 @@ async fn mcp_round_trip(b: &Bench, out: &mut String) {
             us(took.saturating_sub(journaled))
         )
         .unwrap();
+    }
+    writeln!(out).unwrap();
+}
+
+/// Starts `airlock mcp --transport http` from `command`; the child and the
+/// URL it says it serves at.
+fn serve_http(mut command: Command) -> (std::process::Child, String) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let line = lines.next().unwrap().unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, url)
+}
+
+/// A fresh database on the Postgres server `make bench` starts
+/// (`AIRLOCK_BENCH_POSTGRES`, a URL without a database); its URL.
+async fn fresh_postgres_database(server: &str, name: &str) -> String {
+    let (client, connection) =
+        tokio_postgres::connect(&format!("{server}/postgres"), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"
+        ))
+        .await
+        .unwrap();
+    drop(client);
+    let _ = driver.await;
+    format!("{server}/{name}")
+}
+
+async fn scale_out(b: &Bench, out: &mut String) {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    writeln!(out, "## 9. Scale-out: hosts on one store\n").unwrap();
+    let Some(server) = std::env::var("AIRLOCK_BENCH_POSTGRES")
+        .ok()
+        .filter(|s| !s.is_empty())
+    else {
+        writeln!(
+            out,
+            "Not measured: no Postgres server (`make bench` starts one; `AIRLOCK_BENCH_POSTGRES`).\n"
+        )
+        .unwrap();
+        return;
+    };
+    let server = server.trim_end_matches('/').to_owned();
+    let dir = tempfile::tempdir_in(root().join("target")).unwrap();
+    let stateful = component("wasm32-wasip2/release/stateful.wasm");
+    let sessions = 16;
+    let per_session = if b.quick { 5 } else { 40 };
+    let mut rows = Vec::new();
+    for (name, hosts, postgres) in [
+        ("SQLite (WAL, `synchronous = FULL`), 1 host", 1, false),
+        ("Postgres, 1 host", 1, true),
+        ("Postgres, 2 hosts", 2, true),
+        ("Postgres, 4 hosts", 4, true),
+    ] {
+        let store = if postgres {
+            fresh_postgres_database(&server, &format!("airlock_bench_{hosts}")).await
+        } else {
+            dir.path().join("scale.db").display().to_string()
+        };
+        let mut children = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..hosts {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+            command
+                .args([
+                    "mcp",
+                    "--transport",
+                    "http",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--tool",
+                ])
+                .arg(&stateful)
+                .args(["--store", &store])
+                .env("AIRLOCK_CACHE_DIR", &b.cache)
+                .env_remove("RUST_LOG");
+            let (child, url) = serve_http(command);
+            children.push(child);
+            clients.push(
+                ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                    url,
+                ))
+                .await
+                .unwrap(),
+            );
+        }
+        let peers: Arc<Vec<_>> = Arc::new(clients.iter().map(|c| c.peer().clone()).collect());
+        let call = |peer: rmcp::service::Peer<rmcp::RoleClient>, session: String, key: String| async move {
+            let mut params = CallToolRequestParams::new("increment")
+                .with_arguments(json!({"name": "n"}).as_object().unwrap().clone());
+            params.meta = Some(
+                json!({"airlock/session": session, "airlock/call": key})
+                    .as_object()
+                    .unwrap()
+                    .clone()
+                    .into(),
+            );
+            let result = peer.call_tool(params).await.unwrap();
+            assert_ne!(result.is_error, Some(true), "{result:?}");
+        };
+        // Warm-up: every host serves once.
+        for (h, peer) in peers.iter().enumerate() {
+            call(peer.clone(), format!("warm-{h}"), "w".into()).await;
+        }
+        let started = Instant::now();
+        let mut drivers = tokio::task::JoinSet::new();
+        for s in 0..sessions {
+            let peers = Arc::clone(&peers);
+            drivers.spawn(async move {
+                for i in 0..per_session {
+                    let peer = peers[(s + i) % peers.len()].clone();
+                    call(peer, format!("s{s}"), format!("s{s}-{i}")).await;
+                }
+            });
+        }
+        while let Some(done) = drivers.join_next().await {
+            done.unwrap();
+        }
+        let took = started.elapsed();
+        for client in clients {
+            client.cancel().await.unwrap();
+        }
+        for mut child in children {
+            child.kill().unwrap();
+            let _ = child.wait();
+        }
+        rows.push((name, (sessions * per_session) as f64 / took.as_secs_f64()));
+    }
+    writeln!(
+        out,
+        "Committed tool calls per second: {sessions} sessions at once, {per_session} `increment` calls each, \
+         one at a time per session, spread round-robin over `airlock mcp --transport http` hosts (release \
+         build) that share the store; each call names its session and a call key in `_meta`, so each is a \
+         lease, an intent commit, the call, an output commit and a release. The hosts, the Postgres server \
+         (`pg_virtualenv`, fsync on) and the driver all share this machine's cores, so more hosts add \
+         capacity only up to what the cores give; on separate machines each host brings its own.\n"
+    )
+    .unwrap();
+    writeln!(out, "| store and hosts | calls/s | vs SQLite, 1 host |").unwrap();
+    writeln!(out, "|---|---|---|").unwrap();
+    let base = rows[0].1;
+    for (name, rate) in &rows {
+        writeln!(out, "| {name} | {rate:.0} | {:.2}× |", rate / base).unwrap();
     }
     writeln!(out).unwrap();
 }
@@ -941,6 +1086,7 @@ fn main() {
         agent_loop(&bench, &mut out).await;
         durability(&bench, &mut out).await;
         mcp_round_trip(&bench, &mut out).await;
+        scale_out(&bench, &mut out).await;
         out
     });
     let date = Command::new("date")
