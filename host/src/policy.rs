@@ -19,6 +19,11 @@
 //! secrets = [{ env = "WEATHER_KEY", origins = ["https://api.weather.example"] }]
 //! limits = { timeout_ms = 2000 }
 //! context = { read = ["city", "units"], write = ["forecast"] }
+//! idempotent = true               # safe to run twice: may run speculatively
+//!
+//! [turn]                          # a model turn's calls (optional)
+//! parallel = true                 # concurrent, committed in the model's order
+//! max_parallel = 8                # at most this many at once
 //! ```
 //!
 //! Anything not granted is denied. A file that names an unknown key, a
@@ -69,6 +74,36 @@ pub struct ToolConfig {
     pub access: KeyAccess,
     /// Whether a person approves each call.
     pub approval: Approval,
+    /// Whether running a call twice does no harm although it has effectful
+    /// grants (an HTTP GET-only fetcher): its calls may then run alongside
+    /// earlier calls of the turn, and again if what they read changed.
+    pub idempotent: bool,
+}
+
+/// How the agent loop runs the calls of one model turn (`[turn]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnPolicy {
+    /// Run a turn's calls concurrently, committed as if one after another
+    /// in the model's order. Default `true`.
+    pub parallel: bool,
+    /// At most this many calls of one turn at once. Default
+    /// [`TurnPolicy::DEFAULT_MAX_PARALLEL`].
+    pub max_parallel: usize,
+}
+
+impl TurnPolicy {
+    /// The default per-turn concurrency: enough for a turn of I/O-bound
+    /// calls; CPU-bound ones are bounded by the cores anyway.
+    pub const DEFAULT_MAX_PARALLEL: usize = 8;
+}
+
+impl Default for TurnPolicy {
+    fn default() -> Self {
+        Self {
+            parallel: true,
+            max_parallel: Self::DEFAULT_MAX_PARALLEL,
+        }
+    }
 }
 
 /// A loaded, validated policy.
@@ -80,6 +115,8 @@ pub struct Policy {
     pub tools: Vec<ToolPolicy>,
     /// Hidden keys and per-key schemas, for every tool.
     pub context: ContextRules,
+    /// How a model turn's calls run (`[turn]`).
+    pub turn: TurnPolicy,
 }
 
 /// What the policy says about one component.
@@ -160,10 +197,31 @@ impl Policy {
             tools.push(tool.resolve(base, &defaults, &at)?);
         }
         refuse_grants_inside_writable(&tools).map_err(|m| at(None, m))?;
+        let turn = match file.turn {
+            None => TurnPolicy::default(),
+            Some(turn) => {
+                let span = turn.span();
+                let turn = turn.into_inner();
+                let max_parallel = turn
+                    .max_parallel
+                    .unwrap_or(TurnPolicy::DEFAULT_MAX_PARALLEL);
+                if max_parallel == 0 {
+                    return Err(at(
+                        Some(span),
+                        "[turn] max_parallel must be at least 1 (use parallel = false to run calls one at a time)".into(),
+                    ));
+                }
+                TurnPolicy {
+                    parallel: turn.parallel,
+                    max_parallel,
+                }
+            }
+        };
         Ok(Self {
             source: source.to_path_buf(),
             tools,
             context,
+            turn,
         })
     }
 
@@ -179,6 +237,7 @@ impl Policy {
             source: self.source.clone(),
             tools: self.for_component(path).cloned().into_iter().collect(),
             context: self.context.clone(),
+            turn: self.turn,
         }
     }
 
@@ -234,6 +293,19 @@ struct PolicyFile {
     context: ContextFile,
     #[serde(default, rename = "tool")]
     tools: Vec<ToolFile>,
+    turn: Option<Spanned<TurnFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnFile {
+    #[serde(default = "yes")]
+    parallel: bool,
+    max_parallel: Option<usize>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -252,6 +324,8 @@ struct ToolFile {
     name: Option<String>,
     #[serde(default)]
     approval: Approval,
+    #[serde(default)]
+    idempotent: bool,
     #[serde(default)]
     env: Vec<Spanned<String>>,
     #[serde(default)]
@@ -387,6 +461,7 @@ impl ToolFile {
             name,
             config: ToolConfig {
                 approval: self.approval,
+                idempotent: self.idempotent,
                 limits,
                 grants: Grants {
                     dirs,

@@ -110,7 +110,14 @@ async fn openai_multi_turn_run_with_tool_calls_and_ops() {
         .collect();
     assert_eq!(
         tools,
-        ["add_note", "apply", "increment", "read", "show_state"]
+        [
+            "add_note",
+            "apply",
+            "derive",
+            "increment",
+            "read",
+            "show_state"
+        ]
     );
     assert_eq!(seen[0].body["tools"][0]["type"], "function");
     // The second request carries the assistant's calls and one tool message

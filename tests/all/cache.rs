@@ -62,7 +62,7 @@ async fn a_changed_file_is_never_served_from_the_cache() {
         airlock::sandbox::CacheOutcome::Hit
     );
     std::fs::copy(guest("context_probe"), &tool).unwrap();
-    let outcome = load(&["apply", "read"]).await;
+    let outcome = load(&["apply", "derive", "read"]).await;
     assert_eq!(outcome, airlock::sandbox::CacheOutcome::Compiled);
 }
 

@@ -20,11 +20,18 @@ async fn unknown_tool_lists_the_available_ones() {
     assert_eq!(name, "incremnt");
     assert_eq!(
         available,
-        &["add_note", "apply", "increment", "read", "show_state"]
+        &[
+            "add_note",
+            "apply",
+            "derive",
+            "increment",
+            "read",
+            "show_state"
+        ]
     );
     assert!(
         err.to_string()
-            .contains("available: add_note, apply, increment"),
+            .contains("available: add_note, apply, derive, increment"),
         "{err}"
     );
     assert_eq!(err.kind(), "unknown_tool");

@@ -26,4 +26,5 @@ mod script;
 mod sessions;
 mod stateful;
 mod support;
+mod turns;
 mod view;

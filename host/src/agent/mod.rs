@@ -14,7 +14,7 @@
 
 pub mod events;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,11 +25,11 @@ pub use events::{CallStatus, Event, Item, Role};
 
 use crate::context::{RunContext, Usage};
 use crate::llm::{BoxFuture, Message, Model, ModelError, ModelToolCall};
-use crate::policy::Approval;
+use crate::policy::{Approval, TurnPolicy};
 use crate::sandbox::{CancelToken, GuestOutput};
 use crate::session::{Entry, Journal, Session, StoreError, secrets};
 use crate::spec::ToolSpec;
-use crate::tools::{CallError, CallFailure, Host, ToolCall};
+use crate::tools::{CallError, CallFailure, CallOutcome, Host, Ran, ToolCall};
 
 /// What the model is told when the approval handler rejects a call.
 pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
@@ -47,6 +47,11 @@ pub struct AgentOptions {
     /// tools return. Past it the run ends with
     /// [`RunError::TranscriptTooLarge`]. Default 64 MiB.
     pub max_transcript_bytes: usize,
+    /// How the calls of one model turn run: by default concurrently (at
+    /// most [`TurnPolicy::max_parallel`] at once), with exactly the deps,
+    /// results and events of running them one after another in the
+    /// model's order. `parallel: false` runs them one after another.
+    pub turn: TurnPolicy,
 }
 
 impl Default for AgentOptions {
@@ -55,6 +60,7 @@ impl Default for AgentOptions {
             max_iterations: 10,
             system_prompt: None,
             max_transcript_bytes: 64 << 20,
+            turn: TurnPolicy::default(),
         }
     }
 }
@@ -443,18 +449,144 @@ impl Run<'_> {
                     session_id: self.ctx.session_id().to_owned(),
                 });
             }
-            for call in &reply.tool_calls {
+            self.run_turn(&reply.tool_calls, iteration).await?;
+            self.check_size()?;
+        }
+    }
+
+    /// Runs the calls of one model turn, as if one after another in the
+    /// model's order (DESIGN §3, optimistic execution).
+    ///
+    /// In parallel mode, every call that may run twice (no approval, and no
+    /// effectful grant unless marked idempotent) starts at once against
+    /// the deps as the turn began, seeing the usage and retry count it would
+    /// see in order; at most `max_parallel` run together. Then, in order,
+    /// each call is settled: its intent committed (as in sequential mode),
+    /// then a speculative one whose reads (through `get`, `keys`, `retry`)
+    /// no earlier call of the turn changed is taken as it ran, its ops
+    /// checked against the deps as they are now; one that read a changed
+    /// key runs again now. Any other call runs in its turn, once every
+    /// earlier call has committed, as in sequential mode. The deps,
+    /// results, events and commits are those of the sequential run; only a
+    /// speculative call may have started before its intent was committed
+    /// (it has no effect to recover from, or is idempotent).
+    async fn run_turn(&mut self, calls: &[ModelToolCall], iteration: u32) -> Result<(), RunError> {
+        let turn = self.agent.options.turn;
+        if !turn.parallel || turn.max_parallel < 2 || calls.len() < 2 {
+            for call in calls {
                 self.check_size()?;
                 self.dispatch(call, iteration).await?;
             }
-            self.check_size()?;
+            return Ok(());
         }
+        let mut speculations = self.speculate(calls, turn.max_parallel);
+        let mut written = BTreeSet::new();
+        for (k, call) in calls.iter().enumerate() {
+            self.check_size()?;
+            // The intent is committed as in sequential mode: when every
+            // earlier call has settled, whether or not this one runs yet.
+            self.record_intent(call, iteration);
+            self.commit().await?;
+            let ran = match speculations.take(k) {
+                Some((task, retry)) => task.await.ok().map(|ran| (ran, retry)),
+                None => None,
+            };
+            let current_retry = self.retry_of(&call.name);
+            let still_valid = |ran: &Ran, retry: u32| {
+                !self.agent.cancel.is_cancelled()
+                    && !ran.reads.depends_on(&written)
+                    && (!ran.reads.read_retry() || retry == current_retry)
+            };
+            let settled = match ran {
+                Some((ran, retry)) if still_valid(&ran, retry) => {
+                    let request = ToolCall {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        retry,
+                    };
+                    let took = u64::try_from(ran.duration.as_micros()).unwrap_or(u64::MAX);
+                    let result = self.agent.host.apply_ran(self.ctx, &request, ran);
+                    self.settle(call, result, took)
+                }
+                _ => self.run_call(call).await,
+            };
+            self.commit().await?;
+            written.extend(settled?);
+        }
+        Ok(())
+    }
+
+    /// Starts the calls of a turn that may run speculatively.
+    fn speculate(&self, calls: &[ModelToolCall], max_parallel: usize) -> Speculations {
+        let agent = self.agent;
+        let limit = Arc::new(tokio::sync::Semaphore::new(max_parallel));
+        let tasks = calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| {
+                let may = agent
+                    .host
+                    .component_for(&call.name)
+                    .is_none_or(|c| c.approval() == Approval::Never && c.may_rerun());
+                if !may {
+                    return None;
+                }
+                // What the call would see in order: counted with the calls
+                // before it, and the retry count as the turn began.
+                let mut view = self.ctx.clone();
+                let before = u32::try_from(k).unwrap_or(u32::MAX);
+                view.usage.tool_calls = view
+                    .usage
+                    .tool_calls
+                    .saturating_add(before)
+                    .saturating_add(1);
+                let retry = self.retry_of(&call.name);
+                let request = ToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    retry,
+                };
+                let (host, cancel, limit) = (
+                    Arc::clone(&agent.host),
+                    agent.cancel.clone(),
+                    Arc::clone(&limit),
+                );
+                let task = tokio::spawn(async move {
+                    // The semaphore is never closed.
+                    let _permit = limit.acquire_owned().await;
+                    host.run_only(&view, &request, &cancel).await
+                });
+                Some((task, retry))
+            })
+            .collect();
+        Speculations { tasks }
+    }
+
+    /// The retry count a call of `tool` sees now.
+    fn retry_of(&self, tool: &str) -> u32 {
+        self.failures.get(tool).copied().unwrap_or(0)
     }
 
     /// Runs one tool call and tells the model how it went: its intent is
     /// committed first, its output (with its ops and the tool message)
     /// after. Only cancellation and a failed commit end the run from here.
-    async fn dispatch(&mut self, call: &ModelToolCall, iteration: u32) -> Result<(), RunError> {
+    /// The keys it wrote.
+    async fn dispatch(
+        &mut self,
+        call: &ModelToolCall,
+        iteration: u32,
+    ) -> Result<BTreeSet<String>, RunError> {
+        self.record_intent(call, iteration);
+        self.commit().await?;
+        let result = self.run_call(call).await;
+        self.commit().await?;
+        result
+    }
+
+    /// Records that the model's call is about to be settled, and counts it.
+    fn record_intent(&mut self, call: &ModelToolCall, iteration: u32) {
         self.record(Item::FunctionCall {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -462,13 +594,9 @@ impl Run<'_> {
             iteration,
         });
         self.ctx.usage.tool_calls += 1;
-        self.commit().await?;
-        let result = self.run_call(call).await;
-        self.commit().await?;
-        result
     }
 
-    async fn run_call(&mut self, call: &ModelToolCall) -> Result<(), RunError> {
+    async fn run_call(&mut self, call: &ModelToolCall) -> Result<BTreeSet<String>, RunError> {
         let agent = self.agent;
         let started = Instant::now();
 
@@ -496,10 +624,10 @@ impl Run<'_> {
                         CallStatus::Rejected,
                         REJECTED_MESSAGE.to_owned(),
                         None,
-                        started,
+                        micros(started),
                         GuestOutput::default(),
                     );
-                    return Ok(());
+                    return Ok(BTreeSet::new());
                 }
             }
         }
@@ -508,13 +636,25 @@ impl Run<'_> {
             id: call.id.clone(),
             name: call.name.clone(),
             arguments,
-            retry: self.failures.get(&call.name).copied().unwrap_or(0),
+            retry: self.retry_of(&call.name),
         };
-        match agent
+        let result = agent
             .host
             .call_counted(self.ctx, &request, &agent.cancel)
-            .await
-        {
+            .await;
+        self.settle(call, result, micros(started))
+    }
+
+    /// Records how a call ended (and its ops) and tells the model; the
+    /// keys it wrote. Cancellation ends the run.
+    fn settle(
+        &mut self,
+        call: &ModelToolCall,
+        result: Result<CallOutcome, CallFailure>,
+        took: u64,
+    ) -> Result<BTreeSet<String>, RunError> {
+        let agent = self.agent;
+        match result {
             Ok(outcome) => {
                 let text = outcome.result.to_string();
                 self.answer(
@@ -522,7 +662,7 @@ impl Run<'_> {
                     CallStatus::Completed,
                     text,
                     None,
-                    started,
+                    took,
                     outcome.output,
                 );
                 if !outcome.updates.is_empty() {
@@ -534,7 +674,11 @@ impl Run<'_> {
                         ops,
                     });
                 }
-                Ok(())
+                Ok(outcome
+                    .updates
+                    .iter()
+                    .map(|op| op.key().to_owned())
+                    .collect())
             }
             Err(CallFailure {
                 error: CallError::Cancelled,
@@ -545,7 +689,7 @@ impl Run<'_> {
                     CallStatus::Cancelled,
                     "Tool call was cancelled.".into(),
                     Some("cancelled"),
-                    started,
+                    took,
                     output,
                 );
                 Err(RunError::Cancelled)
@@ -563,10 +707,10 @@ impl Run<'_> {
                     CallStatus::Failed,
                     text,
                     Some(error.kind()),
-                    started,
+                    took,
                     output,
                 );
-                Ok(())
+                Ok(BTreeSet::new())
             }
         }
     }
@@ -578,7 +722,7 @@ impl Run<'_> {
         status: CallStatus,
         output: String,
         kind: Option<&str>,
-        started: Instant,
+        duration_us: u64,
         guest: GuestOutput,
     ) {
         self.record(Item::FunctionCallOutput {
@@ -587,7 +731,7 @@ impl Run<'_> {
             status,
             output: output.clone(),
             error_kind: kind.map(str::to_owned),
-            duration_us: micros(started),
+            duration_us,
             guest,
         });
         self.tell_model(call, output, status != CallStatus::Completed);
@@ -600,6 +744,27 @@ impl Run<'_> {
             content,
             is_error,
         });
+    }
+}
+
+/// The speculative calls of a turn, by position (`None`: runs in its
+/// turn), with the retry count each saw. Those not yet taken are stopped
+/// when this is dropped (the run ended early).
+struct Speculations {
+    tasks: Vec<Option<(tokio::task::JoinHandle<Ran>, u32)>>,
+}
+
+impl Speculations {
+    fn take(&mut self, k: usize) -> Option<(tokio::task::JoinHandle<Ran>, u32)> {
+        self.tasks.get_mut(k).and_then(Option::take)
+    }
+}
+
+impl Drop for Speculations {
+    fn drop(&mut self) {
+        for (task, _) in self.tasks.iter().flatten() {
+            task.abort();
+        }
     }
 }
 

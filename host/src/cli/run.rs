@@ -49,6 +49,11 @@ pub struct RunArgs {
     /// A system prompt for the model.
     #[arg(long)]
     system: Option<String>,
+    /// Run the calls of a model turn one after another (the policy's
+    /// `[turn] parallel = false`). By default they run concurrently, with
+    /// the results of running them in order.
+    #[arg(long)]
+    sequential: bool,
     /// Write the item log as JSON lines to FILE, or `-` for stdout (then
     /// progress is not printed).
     #[arg(long, value_name = "FILE")]
@@ -98,9 +103,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
             session.location()
         ));
     }
+    let mut turn = match super::load_policy(args.flags.config.as_deref()) {
+        Ok(policy) => policy.map(|p| p.turn).unwrap_or_default(),
+        Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
+    };
+    if args.sequential {
+        turn.parallel = false;
+    }
     let options = AgentOptions {
         max_iterations: args.max_iterations,
         system_prompt: args.system.clone(),
+        turn,
         ..AgentOptions::default()
     };
     let (sender, mut receiver) = mpsc::unbounded_channel();

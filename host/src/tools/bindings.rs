@@ -1,7 +1,7 @@
 //! Host bindings for `wit/tool.wit` and the host side of its imports:
 //! the read-only `run-context` view and the `log` sink.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wasmtime::component::{HasSelf, Linker, Resource};
 
@@ -38,6 +38,50 @@ pub struct ContextView {
     tool_call_id: String,
     retry: u32,
     rules: KeyRules,
+    reads: Reads,
+}
+
+/// What a call read through its view that another call of the same turn
+/// could change: the deps keys it asked for (`get`), whether it listed the
+/// keys (`keys`: that depends on every key), and whether it asked for its
+/// retry count. Everything else a view shows is fixed for a turn.
+///
+/// Bounded: past [`Reads::MAX_KEYS`] distinct keys it counts as having read
+/// everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reads {
+    keys: BTreeSet<String>,
+    everything: bool,
+    retry: bool,
+}
+
+impl Reads {
+    /// How many keys are remembered one by one.
+    pub const MAX_KEYS: usize = 1024;
+
+    fn key(&mut self, key: &str) {
+        if self.everything || self.keys.contains(key) {
+            return;
+        }
+        if self.keys.len() >= Self::MAX_KEYS {
+            self.everything = true;
+            self.keys.clear();
+        } else {
+            self.keys.insert(key.to_owned());
+        }
+    }
+
+    /// Whether what was read could differ once `written` keys have been
+    /// written.
+    pub fn depends_on(&self, written: &BTreeSet<String>) -> bool {
+        !written.is_empty()
+            && (self.everything || self.keys.iter().any(|key| written.contains(key)))
+    }
+
+    /// Whether the call asked for its retry count.
+    pub fn read_retry(&self) -> bool {
+        self.retry
+    }
 }
 
 impl ContextView {
@@ -53,7 +97,13 @@ impl ContextView {
             tool_call_id: tool_call_id.to_owned(),
             retry,
             rules,
+            reads: Reads::default(),
         }
+    }
+
+    /// What the tool has read so far.
+    pub fn reads(&self) -> &Reads {
+        &self.reads
     }
 }
 
@@ -71,6 +121,10 @@ impl context::Host for CallState {}
 impl CallState {
     fn view(&self, handle: &Resource<ContextView>) -> wasmtime::Result<&ContextView> {
         Ok(self.table.get(handle)?)
+    }
+
+    fn view_mut(&mut self, handle: &Resource<ContextView>) -> wasmtime::Result<&mut ContextView> {
+        Ok(self.table.get_mut(handle)?)
     }
 }
 
@@ -92,7 +146,9 @@ impl context::HostRunContext for CallState {
     }
 
     fn retry(&mut self, this: Resource<ContextView>) -> wasmtime::Result<u32> {
-        Ok(self.view(&this)?.retry)
+        let view = self.view_mut(&this)?;
+        view.reads.retry = true;
+        Ok(view.retry)
     }
 
     fn iteration(&mut self, this: Resource<ContextView>) -> wasmtime::Result<u32> {
@@ -114,15 +170,17 @@ impl context::HostRunContext for CallState {
         this: Resource<ContextView>,
         key: String,
     ) -> wasmtime::Result<Option<String>> {
-        let view = self.view(&this)?;
+        let view = self.view_mut(&this)?;
         if !view.rules.can_read(&key) {
             return Ok(None);
         }
+        view.reads.key(&key);
         Ok(view.deps.get(&key).map(|value| value.to_string()))
     }
 
     fn keys(&mut self, this: Resource<ContextView>) -> wasmtime::Result<Vec<String>> {
-        let view = self.view(&this)?;
+        let view = self.view_mut(&this)?;
+        view.reads.everything = true;
         Ok(view
             .deps
             .keys()

@@ -5,13 +5,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tracing::Instrument;
 use wasmtime::{Store, Trap};
 
+use super::bindings::Reads;
 use super::{
     CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, LoadedComponent, ToolCall,
     guest,
 };
 use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
+
+/// A call that ran without changing the context ([`Host::run_only`]).
+#[derive(Debug)]
+pub(crate) struct Ran {
+    /// The checked output and what the guest wrote, or how it failed.
+    pub(crate) outcome: Result<(ParsedOutput, GuestOutput), CallFailure>,
+    /// What it read through its view.
+    pub(crate) reads: Reads,
+    /// How long it took.
+    pub(crate) duration: Duration,
+}
 use crate::sandbox::{
     CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
     ResourceHit, ToolGate,
@@ -64,36 +77,77 @@ impl Host {
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, CallFailure> {
-        let component = self.component_of(&call.name)?;
-        check_arguments(
-            &call.arguments,
-            component.validators.get(&call.name).map(Arc::as_ref),
-        )?;
+        let ran = self.run_only(ctx, call, cancel).await;
+        self.apply_ran(ctx, call, ran)
+    }
+
+    /// Runs a call against `ctx` without changing it: what the tool
+    /// returned (checked, not applied) or how it failed, and what it read.
+    /// [`Host::apply_ran`] applies it; run and applied at once, it is
+    /// [`Host::call_counted`].
+    pub(crate) async fn run_only(
+        &self,
+        ctx: &RunContext,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Ran {
         let started = Instant::now();
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
-        let _enter = span.enter();
+        let mut reads = Reads::default();
+        let outcome = async {
+            let component = self.component_of(&call.name)?;
+            check_arguments(
+                &call.arguments,
+                component.validators.get(&call.name).map(Arc::as_ref),
+            )?;
+            let (returned, output, read) = tokio::select! {
+                done = self.invoke(component, ctx, call, cancel) => done?,
+                () = cancel.cancelled() => return Err(CallError::Cancelled.into()),
+            };
+            reads = read;
+            let parsed = returned
+                .and_then(|out| check_output(out, &component.limits))
+                .map_err(|error| CallFailure {
+                    error,
+                    output: output.clone(),
+                })?;
+            Ok((parsed, output))
+        }
+        .instrument(span)
+        .await;
+        Ran {
+            outcome,
+            reads,
+            duration: started.elapsed(),
+        }
+    }
 
-        let (returned, output) = tokio::select! {
-            done = self.invoke(component, ctx, call, cancel) => done?,
-            () = cancel.cancelled() => return Err(CallError::Cancelled.into()),
-        };
-        let fail = |error: CallError| CallFailure {
-            error,
-            output: output.clone(),
-        };
-        let parsed = returned
-            .and_then(|out| check_output(out, &component.limits))
-            .map_err(fail)?;
+    /// Applies a call [`Host::run_only`] ran to `ctx`: its ops checked
+    /// against `ctx` as it is now and applied all or none. `ctx` is
+    /// unchanged on `Err`.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the result every call path returns (Host::call's)"
+    )]
+    pub(crate) fn apply_ran(
+        &self,
+        ctx: &mut RunContext,
+        call: &ToolCall,
+        ran: Ran,
+    ) -> Result<CallOutcome, CallFailure> {
+        let (parsed, output) = ran.outcome?;
+        let component = self.component_of(&call.name)?;
         ctx.apply_with_rules(&parsed.ops, &component.limits.ops, &component.rules)
-            .map_err(|e| fail(e.into()))?;
-
-        let duration = started.elapsed();
-        tracing::debug!(ops = parsed.ops.len(), ?duration, "tool call applied");
+            .map_err(|e| CallFailure {
+                error: e.into(),
+                output: output.clone(),
+            })?;
+        tracing::debug!(tool = %call.name, ops = parsed.ops.len(), duration = ?ran.duration, "tool call applied");
         Ok(CallOutcome {
             result: parsed.result,
             updates: parsed.ops,
             output,
-            duration,
+            duration: ran.duration,
         })
     }
 
@@ -108,12 +162,13 @@ impl Host {
         ctx: &RunContext,
         call: &ToolCall,
         cancel: &CancelToken,
-    ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput), CallFailure> {
+    ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput, Reads), CallFailure> {
         let limits = &component.limits;
         let mut store = self
             .new_store(limits, &component.grants, &component.gate, cancel.clone())
             .await?;
         let view = push_view(&mut store, component, ctx, call)?;
+        let view_rep = view.rep();
         let run = instantiate_and_call(&mut store, component, view, call);
         let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
         let returned = match outcome {
@@ -133,8 +188,16 @@ impl Host {
             }),
         };
         let output = store.data_mut().take_output();
+        let reads = store
+            .data()
+            .table
+            .get(&wasmtime::component::Resource::<ContextView>::new_borrow(
+                view_rep,
+            ))
+            .map(|view| view.reads().clone())
+            .unwrap_or_default();
         drop(store);
-        Ok((returned, output))
+        Ok((returned, output, reads))
     }
 
     /// A store for one call of a tool whose share of the instance pool is

@@ -49,6 +49,7 @@ impl Host {
             grants,
             access,
             approval,
+            idempotent,
         } = config;
         let path = path.as_ref().to_path_buf();
         if limits.fuel.is_some() && !self.sandbox.fuel_metering() {
@@ -121,6 +122,7 @@ impl Host {
                 context: Arc::clone(&self.context_rules),
             },
             approval,
+            idempotent,
             specs,
             validators,
             cache: cache_outcome,

@@ -18,8 +18,9 @@ use serde::Serialize;
 use serde_json::Value;
 use wasmtime::component::{Component, Linker};
 
-pub use bindings::ContextView;
+pub use bindings::{ContextView, Reads};
 pub use call::MAX_ERROR_MESSAGE_BYTES;
+pub(crate) use call::Ran;
 pub use error::{CallError, CallFailure, LoadError};
 use load::CompileHook;
 pub use load::CompileProgress;
@@ -85,6 +86,7 @@ pub struct LoadedComponent {
     grants: Arc<Grants>,
     rules: KeyRules,
     approval: Approval,
+    idempotent: bool,
     specs: Vec<ToolSpec>,
     /// One compiled argument schema per tool, by name.
     validators: BTreeMap<String, Arc<jsonschema::Validator>>,
@@ -133,6 +135,14 @@ impl LoadedComponent {
     /// Whether its calls need approval (the policy's setting).
     pub fn approval(&self) -> Approval {
         self.approval
+    }
+
+    /// Whether its calls may run speculatively, alongside earlier calls of
+    /// a turn and again if what they read changed: it has no effectful
+    /// grant ([`Grants::effectful`]), or the operator marked it
+    /// `idempotent`.
+    pub fn may_rerun(&self) -> bool {
+        self.idempotent || !self.grants.effectful()
     }
 
     /// Whether loading compiled the component or took it from the cache.

@@ -8,6 +8,11 @@
 //! - `read {keys: [..], metadata: [..]}` returns the values it reads through
 //!   the view, which keys are missing, every key the view lists, the
 //!   requested metadata, and every identity field of the view.
+//! - `derive {read: [..], ops: [{op, key, value?, from?}], retry?}` reads
+//!   only the `read` keys (with `get`), returns them as its result (`null`
+//!   when missing; its retry count too when `retry` is true), and returns
+//!   the ops, where an op's `from` names a read key whose value (or `null`)
+//!   becomes the op's value: what it writes depends on what it read.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -38,6 +43,20 @@ impl exports::airlock::tool::tool::Guest for Probe {
                 .to_string(),
             },
             ToolSpec {
+                name: "derive".into(),
+                description: "Read some keys; return them and ops built from them.".into(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "read": {"type": "array", "items": {"type": "string"}},
+                        "ops": {"type": "array", "items": {"type": "object"}},
+                        "retry": {"type": "boolean"}
+                    },
+                    "required": ["read", "ops"]
+                })
+                .to_string(),
+            },
+            ToolSpec {
                 name: "read".into(),
                 description: "Read keys and every identity field through the view.".into(),
                 parameters: json!({
@@ -57,6 +76,7 @@ impl exports::airlock::tool::tool::Guest for Probe {
             .map_err(|e| ToolError::InvalidArgs(format!("arguments are not JSON: {e}")))?;
         match name.as_str() {
             "apply" => apply(&args),
+            "derive" => derive(ctx, &args),
             "read" => Ok(ToolOutput {
                 result: read(ctx, &args)?.to_string(),
                 updates: vec![],
@@ -82,6 +102,47 @@ fn apply(args: &Value) -> Result<ToolOutput, ToolError> {
         (_, None) => "{}".into(),
     };
     Ok(ToolOutput { result, updates })
+}
+
+fn derive(ctx: &RunContext, args: &Value) -> Result<ToolOutput, ToolError> {
+    let mut read = Map::new();
+    for key in args["read"].as_array().into_iter().flatten() {
+        let key = key
+            .as_str()
+            .ok_or_else(|| ToolError::InvalidArgs("`read` holds key names".into()))?;
+        let value = match ctx.get(key) {
+            Some(text) => serde_json::from_str(&text).map_err(|e| {
+                ToolError::Failed(format!("the host gave non-JSON for {key:?}: {e}"))
+            })?,
+            None => Value::Null,
+        };
+        read.insert(key.to_owned(), value);
+    }
+    let updates = args["ops"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, op)| {
+            let op = match op.get("from").and_then(Value::as_str) {
+                Some(from) => {
+                    let mut op = op.clone();
+                    op["value"] = read.get(from).cloned().unwrap_or(Value::Null);
+                    op
+                }
+                None => op.clone(),
+            };
+            to_op(&op).map_err(|e| ToolError::InvalidArgs(format!("ops[{i}]: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut result = json!({ "read": read });
+    if args["retry"].as_bool() == Some(true) {
+        result["retry"] = json!(ctx.retry());
+    }
+    Ok(ToolOutput {
+        result: result.to_string(),
+        updates,
+    })
 }
 
 fn to_op(op: &Value) -> Result<ContextOp, String> {

@@ -103,6 +103,13 @@ impl Grants {
         Self::default()
     }
 
+    /// Whether a call can change something outside Airlock: it may send
+    /// HTTP requests or write a directory. Reading files and the
+    /// environment is not an effect.
+    pub fn effectful(&self) -> bool {
+        !self.http.allowed().is_empty() || self.dirs.iter().any(|d| d.mode() == DirMode::Rw)
+    }
+
     /// Step 2 for every grant: links WASI (whose interfaces serve only what
     /// a call was prepared with) and each grant's own interfaces.
     pub(crate) fn link(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {

@@ -1,0 +1,348 @@
+//! Parallel tool calls with sequential results (DESIGN §3): the calls of a
+//! model turn run concurrently and commit as if one after another, in the
+//! model's order. Real components, the real agent loop, a script model.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use airlock::agent::{Agent, AgentOptions, Event, Transcript};
+use airlock::context::ContextRules;
+use airlock::llm::{Message, ScriptModel};
+use airlock::policy::TurnPolicy;
+use airlock::sandbox::grants::{HostPattern, HttpGrant};
+use airlock::{Host, RunContext, ToolConfig};
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+use sha2::Digest as _;
+
+use crate::support::loopback::Loopback;
+use crate::support::{host, host_with};
+
+fn parallel(max_parallel: usize) -> AgentOptions {
+    AgentOptions {
+        turn: TurnPolicy {
+            parallel: true,
+            max_parallel,
+        },
+        ..AgentOptions::default()
+    }
+}
+
+fn sequential() -> AgentOptions {
+    AgentOptions {
+        turn: TurnPolicy {
+            parallel: false,
+            ..TurnPolicy::default()
+        },
+        ..AgentOptions::default()
+    }
+}
+
+/// Runs a script of `turns` (then "done") on `deps`, in session `turns`;
+/// the context and the transcript at the end.
+async fn run(
+    host: &Arc<Host>,
+    dir: &Path,
+    turns: &[Value],
+    deps: &Map<String, Value>,
+    options: AgentOptions,
+) -> (RunContext, Transcript) {
+    let mut script = turns.to_vec();
+    script.push(json!({"text": "done"}));
+    // Named by its content: both modes play the same file (the model's
+    // name, in the events, is the script's path).
+    let text = json!({ "turns": script }).to_string();
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let path = dir.join(format!("{}.json", hex::encode(&digest[..8])));
+    std::fs::write(&path, text).unwrap();
+    let model = Arc::new(ScriptModel::load(&path).unwrap());
+    let mut ctx = RunContext::new(deps.clone()).with_session_id("turns");
+    let mut transcript = Transcript::default();
+    let outcome = Agent::new(Arc::clone(host), model)
+        .options(options)
+        .run(&mut ctx, &mut transcript, "go")
+        .await;
+    outcome.unwrap();
+    (ctx, transcript)
+}
+
+/// A run's messages and events, less what differs between two runs by
+/// nature: the run id (which the `read` tool also shows), the clock, and
+/// how long calls took.
+fn comparable(ctx: &RunContext, transcript: &Transcript) -> (String, Vec<Value>) {
+    let unrun = |text: String| text.replace(ctx.run_id(), "RUN");
+    let messages = unrun(serde_json::to_string(&transcript.messages).unwrap());
+    let events = transcript
+        .items
+        .iter()
+        .map(|event: &Event| {
+            let mut value: Value =
+                serde_json::from_str(&unrun(serde_json::to_string(event).unwrap())).unwrap();
+            let map = value.as_object_mut().unwrap();
+            for field in ["at_ms", "duration_us"] {
+                map.remove(field);
+            }
+            value
+        })
+        .collect();
+    (messages, events)
+}
+
+/// What the model was told, call by call.
+fn tool_messages(transcript: &Transcript) -> Vec<(String, String, bool)> {
+    transcript
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => Some((call_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Asserts that parallel mode ended exactly where sequential mode did.
+async fn assert_same_as_sequential(
+    host: &Arc<Host>,
+    dir: &Path,
+    turns: &[Value],
+    deps: &Map<String, Value>,
+    max_parallel: usize,
+) {
+    let (seq_ctx, seq) = run(host, dir, turns, deps, sequential()).await;
+    let (par_ctx, par) = run(host, dir, turns, deps, parallel(max_parallel)).await;
+    assert_eq!(
+        serde_json::to_string(par_ctx.deps()).unwrap(),
+        serde_json::to_string(seq_ctx.deps()).unwrap(),
+        "deps"
+    );
+    let (par_messages, par_events) = comparable(&par_ctx, &par);
+    let (seq_messages, seq_events) = comparable(&seq_ctx, &seq);
+    assert_eq!(par_messages, seq_messages, "results");
+    assert_eq!(par_events, seq_events, "events");
+    assert_eq!(par_ctx.usage, seq_ctx.usage);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_increments_in_one_turn_leave_three() {
+    let dir = tempfile::tempdir().unwrap();
+    let increment = json!({"name": "increment", "arguments": {"name": "c"}});
+    let turns = [json!({"tool_calls": [increment, increment, increment]})];
+    let (ctx, transcript) = run(host().await, dir.path(), &turns, &Map::new(), parallel(8)).await;
+    assert_eq!(ctx.deps()["counters"], json!({"c": 3}));
+    let values: Vec<Value> = tool_messages(&transcript)
+        .iter()
+        .map(|(_, content, _)| serde_json::from_str::<Value>(content).unwrap()["value"].clone())
+        .collect();
+    assert_eq!(values, [json!(1), json!(2), json!(3)]);
+    assert_same_as_sequential(host().await, dir.path(), &turns, &Map::new(), 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn independent_calls_run_once_and_dependent_ones_see_earlier_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    // b is copied from a after a is set in the same turn; c is untouched.
+    let turns = [json!({"tool_calls": [
+        {"id": "w", "name": "derive", "arguments": {"read": [], "ops": [{"op": "set", "key": "a", "value": 7}]}},
+        {"id": "copy", "name": "derive", "arguments": {"read": ["a"], "ops": [{"op": "set", "key": "b", "from": "a"}]}},
+        {"id": "other", "name": "derive", "arguments": {"read": ["c"], "ops": [{"op": "append", "key": "log", "value": 1}]}},
+        {"id": "retry", "name": "derive", "arguments": {"read": [], "ops": [{"op": "bogus", "key": "x"}]}},
+        {"id": "sees", "name": "derive", "arguments": {"read": [], "ops": [], "retry": true}}
+    ]})];
+    let deps = json!({"a": 1, "c": "kept"}).as_object().unwrap().clone();
+    let (ctx, transcript) = run(host().await, dir.path(), &turns, &deps, parallel(8)).await;
+    assert_eq!(
+        Value::Object(ctx.deps().clone()),
+        json!({"a": 7, "c": "kept", "b": 7, "log": [1]})
+    );
+    let told = tool_messages(&transcript);
+    assert_eq!(told[1].1, r#"{"read":{"a":7}}"#);
+    assert_eq!(told[2].1, r#"{"read":{"c":"kept"}}"#);
+    assert!(told[3].2, "the bogus op fails the call");
+    assert_eq!(
+        told[4].1, r#"{"read":{},"retry":1}"#,
+        "it sees the failure before it"
+    );
+    assert_same_as_sequential(host().await, dir.path(), &turns, &deps, 8).await;
+}
+
+/// Keys from a small alphabet, so calls collide.
+fn key() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec!["a", "b", "c", "d"])
+}
+
+fn small_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        (-3i64..4).prop_map(|n| json!(n)),
+        Just(json!({"x": 1})),
+        Just(json!([1])),
+        Just(Value::Null),
+    ]
+}
+
+/// One op of `derive`: a set, merge, append or delete, its value given or
+/// copied from a key the call read.
+fn derive_op() -> impl Strategy<Value = Value> {
+    (
+        prop::sample::select(vec!["set", "merge", "append", "delete"]),
+        key(),
+        prop_oneof![small_value().prop_map(Some), Just(None)],
+        key(),
+    )
+        .prop_map(|(op, key, value, from)| match (op, value) {
+            ("delete", _) => json!({"op": "delete", "key": key}),
+            (op, Some(value)) => json!({"op": op, "key": key, "value": value}),
+            (op, None) => json!({"op": op, "key": key, "from": from}),
+        })
+}
+
+/// A call: `derive` (random reads and ops; sometimes a bad op, which fails
+/// it and bumps the retry count later calls see), `increment`, or `read`
+/// of the whole view.
+fn call() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        6 => (
+            prop::collection::vec(key(), 0..3),
+            prop::collection::vec(derive_op(), 0..3),
+            any::<bool>(),
+            prop::bool::weighted(0.1),
+        )
+            .prop_map(|(read, mut ops, retry, bad)| {
+                if bad {
+                    ops.push(json!({"op": "bogus", "key": "a"}));
+                }
+                json!({"name": "derive", "arguments": {"read": read, "ops": ops, "retry": retry}})
+            }),
+        2 => key().prop_map(|k| json!({"name": "increment", "arguments": {"name": k}})),
+        1 => Just(json!({"name": "read", "arguments": {"keys": ["a"]}})),
+    ]
+}
+
+fn turns() -> impl Strategy<Value = Vec<Value>> {
+    prop::collection::vec(
+        prop::collection::vec(call(), 1..7).prop_map(|calls| {
+            let calls: Vec<Value> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut call)| {
+                    call["id"] = json!(format!("c{i}"));
+                    call
+                })
+                .collect();
+            json!({"tool_calls": calls})
+        }),
+        1..3,
+    )
+}
+
+fn deps() -> impl Strategy<Value = Map<String, Value>> {
+    prop::collection::vec((key(), small_value()), 0..4).prop_map(|entries| {
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect()
+    })
+}
+
+/// Random turns of calls over the context-probe tool (random reads and
+/// ops), the stateful tool and the full view: parallel mode ends with
+/// byte-identical deps, results and events (less run ids, clocks and
+/// durations) to sequential mode.
+#[test]
+fn parallel_turns_equal_sequential_turns() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let host = runtime.block_on(host());
+    let dir = tempfile::tempdir().unwrap();
+    let config = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(turns in turns(), deps in deps(), max_parallel in 2usize..9)| {
+        runtime.block_on(assert_same_as_sequential(host, dir.path(), &turns, &deps, max_parallel));
+    });
+}
+
+/// A fetcher granted the loopback server, idempotent or not; the stateful
+/// and context-probe tools beside it.
+async fn fetch_host(server: &Loopback, idempotent: bool) -> Arc<Host> {
+    let mut fetch = ToolConfig::default();
+    fetch.grants.http = HttpGrant::new(vec![HostPattern::parse(&server.url("")).unwrap()]);
+    fetch.idempotent = idempotent;
+    let mut host = host_with(&[("http_fetch", fetch)], ContextRules::default()).await;
+    host.load(crate::support::guest("context_probe"))
+        .await
+        .unwrap();
+    Arc::new(host)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn effectful_tools_never_run_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    for idempotent in [false, true] {
+        let server = Loopback::start().await;
+        let host = fetch_host(&server, idempotent).await;
+        let fetch = |n: u32| json!({"name": "fetch", "arguments": {"url": server.url(&format!("/hello?{n}"))}});
+        // Writes between the fetches: every later speculative call that read
+        // a written key runs again; the fetches must not.
+        let turns = [json!({"tool_calls": [
+            fetch(1),
+            {"name": "derive", "arguments": {"read": ["a"], "ops": [{"op": "set", "key": "a", "value": 1}]}},
+            fetch(2),
+            {"name": "increment", "arguments": {"name": "a"}},
+            {"name": "read", "arguments": {"keys": ["a"]}},
+            fetch(3)
+        ]})];
+        let (ctx, transcript) = run(&host, dir.path(), &turns, &Map::new(), parallel(8)).await;
+        let paths: Vec<String> = server.requests().iter().map(|r| r.path.clone()).collect();
+        assert_eq!(paths.len(), 3, "idempotent = {idempotent}: {paths:?}");
+        assert_eq!(ctx.deps()["a"], 1);
+        let told = tool_messages(&transcript);
+        assert!(told.iter().all(|(_, _, error)| !error), "{told:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_of_a_turn_run_at_once() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    // Answers only once three requests wait together (or, failing that,
+    // after 20 s, "alone"): a turn of three fetches gets "together" only
+    // if its calls run at once.
+    let barrier = Arc::new(tokio::sync::Barrier::new(3));
+    let served = crate::support::serve(move |_request| {
+        let barrier = Arc::clone(&barrier);
+        async move {
+            let met = tokio::time::timeout(std::time::Duration::from_secs(20), barrier.wait())
+                .await
+                .is_ok();
+            let body = if met { "together" } else { "alone" };
+            Ok(hyper::Response::new(Full::new(Bytes::from(body))))
+        }
+    })
+    .await;
+    let origin = format!("http://{}", served.addr);
+    let mut fetch = ToolConfig::default();
+    fetch.grants.http = HttpGrant::new(vec![HostPattern::parse(&origin).unwrap()]);
+    fetch.idempotent = true;
+    let host = Arc::new(host_with(&[("http_fetch", fetch)], ContextRules::default()).await);
+    let calls: Vec<Value> = (0..3)
+        .map(|i| json!({"name": "fetch", "arguments": {"url": format!("{origin}/{i}")}}))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let turns = [json!({ "tool_calls": calls })];
+    let (_, transcript) = run(&host, dir.path(), &turns, &Map::new(), parallel(8)).await;
+    let told = tool_messages(&transcript);
+    assert_eq!(told.len(), 3);
+    for (id, content, error) in told {
+        assert!(!error && content.contains("together"), "{id}: {content}");
+    }
+}
