@@ -1057,6 +1057,148 @@ async fn scale_out(b: &Bench, out: &mut String) {
     .unwrap();
 }
 
+/// A loopback HTTP server that answers every request after `delay`; its
+/// origin. Serves until the runtime ends.
+async fn slow_server(delay: Duration) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_request| async move {
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"slow hello")),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(wasmtime_wasi_http::io::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The median time of an agent run whose one turn makes `calls`, in
+/// parallel or sequential mode (`runs` runs).
+async fn turn_time(
+    host: &Arc<Host>,
+    dir: &Path,
+    calls: &[Value],
+    parallel: bool,
+    runs: usize,
+) -> Duration {
+    let script = dir.join(format!("turn-{}-{parallel}.json", calls.len()));
+    let turns = json!({"turns": [{"tool_calls": calls}, {"text": "done"}]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let options = airlock::agent::AgentOptions {
+        turn: airlock::policy::TurnPolicy {
+            parallel,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let model = Arc::new(ScriptModel::load(&script).unwrap());
+        let agent = Agent::new(Arc::clone(host), model).options(options.clone());
+        let mut ctx = RunContext::default();
+        let mut transcript = Transcript::default();
+        let t = Instant::now();
+        agent.run(&mut ctx, &mut transcript, "go").await.unwrap();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+async fn parallel_turns(b: &Bench, out: &mut String) {
+    writeln!(out, "## 10. Parallel tool calls\n").unwrap();
+    let dir = tempfile::tempdir_in(root().join("target")).unwrap();
+    let origin = slow_server(Duration::from_millis(100)).await;
+    let mut fetch = airlock::ToolConfig::default();
+    fetch.grants.http = airlock::sandbox::grants::HttpGrant::new(vec![
+        airlock::sandbox::grants::HostPattern::parse(&origin).unwrap(),
+    ]);
+    fetch.idempotent = true;
+    let mut host = Host::builder()
+        .cache(CompileCache::in_dir(&b.cache))
+        .build()
+        .unwrap();
+    host.load_with(component("wasm32-wasip2/release/http_fetch.wasm"), fetch)
+        .await
+        .unwrap();
+    host.load(component("python-stateful.wasm")).await.unwrap();
+    let host = Arc::new(host);
+
+    let fetches = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"name": "fetch", "arguments": {"url": format!("{origin}/{i}")}}))
+            .collect()
+    };
+    let runs = if b.quick { 3 } else { 9 };
+    let one = turn_time(&host, dir.path(), &fetches(1), false, runs).await;
+    let http_seq = turn_time(&host, dir.path(), &fetches(8), false, runs).await;
+    let http_par = turn_time(&host, dir.path(), &fetches(8), true, runs).await;
+
+    let same = |name: &str, args: Value| -> Vec<Value> {
+        (0..8)
+            .map(|_| json!({"name": name, "arguments": args.clone()}))
+            .collect()
+    };
+    let runs = if b.quick { 3 } else { 21 };
+    let reads = same("show_state", json!({}));
+    let writes = same("increment", json!({"name": "n"}));
+    let reads_seq = turn_time(&host, dir.path(), &reads, false, runs).await;
+    let reads_par = turn_time(&host, dir.path(), &reads, true, runs).await;
+    let writes_seq = turn_time(&host, dir.path(), &writes, false, runs).await;
+    let writes_par = turn_time(&host, dir.path(), &writes, true, runs).await;
+
+    let target = ratio(http_par, one);
+    writeln!(
+        out,
+        "One model turn of 8 calls through the agent loop (a script model), the calls one after \
+         another (`--sequential`) or at once with the results of running them in order (the \
+         default; at most 8 at once). Median of {runs} runs (9 for HTTP). HTTP: the Rust \
+         `http-fetch` tool, marked `idempotent`, against a loopback server that answers after \
+         100 ms. Python: componentize-py components on {} cores; `show_state` calls only read, \
+         so none re-runs; 8 `increment`s of one counter each read what the one before wrote, \
+         so every speculative run after the first is discarded and the call runs again: the \
+         worst case.\n",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    )
+    .unwrap();
+    writeln!(out, "| turn | sequential | parallel | speedup |").unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    writeln!(out, "| 1 HTTP fetch (100 ms) | {} | | |", us(one)).unwrap();
+    for (name, seq, par) in [
+        ("8 HTTP fetches (100 ms each)", http_seq, http_par),
+        ("8 Python `show_state` (independent)", reads_seq, reads_par),
+        (
+            "8 Python `increment` of one counter (all dependent)",
+            writes_seq,
+            writes_par,
+        ),
+    ] {
+        writeln!(
+            out,
+            "| {name} | {} | {} | {:.2}× |",
+            us(seq),
+            us(par),
+            ratio(seq, par)
+        )
+        .unwrap();
+    }
+    writeln!(
+        out,
+        "\nTarget: the parallel turn of 8 fetches within 1.5× of one fetch: {:.2}× ({}).\n",
+        target,
+        verdict(target <= 1.5)
+    )
+    .unwrap();
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -1108,6 +1250,7 @@ fn main() {
         durability(&bench, &mut out).await;
         mcp_round_trip(&bench, &mut out).await;
         scale_out(&bench, &mut out).await;
+        parallel_turns(&bench, &mut out).await;
         out
     });
     let date = Command::new("date")
