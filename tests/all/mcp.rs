@@ -33,6 +33,19 @@ pub fn policy(dir: &Path) -> String {
     path.to_str().unwrap().to_owned()
 }
 
+/// `airlock mcp`'s arguments for the tools of `config`, on session `id` in
+/// the SQLite file `db`.
+fn on_session<'a>(config: &'a str, db: &'a Path, id: &'a str) -> [&'a str; 6] {
+    [
+        "--config",
+        config,
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        id,
+    ]
+}
+
 /// Starts `airlock mcp` with `args` and connects; also returns its pid.
 async fn connect(args: &[&str]) -> (Client, u32) {
     let mut all = vec!["mcp"];
@@ -99,14 +112,7 @@ async fn stdio_tools_calls_failures_and_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("mcp.db");
     let config = policy(dir.path());
-    let args = [
-        "--config",
-        &config,
-        "--store",
-        db.to_str().unwrap(),
-        "--session",
-        "desk",
-    ];
+    let args = on_session(&config, &db, "desk");
     let (client, pid) = connect(&args).await;
     let info = client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "airlock");
@@ -662,14 +668,7 @@ async fn a_keyed_call_runs_at_most_once_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keyed.db");
     let config = policy(dir.path());
-    let args = [
-        "--config",
-        &config,
-        "--store",
-        db.to_str().unwrap(),
-        "--session",
-        "keyed",
-    ];
+    let args = on_session(&config, &db, "keyed");
     let keyed = |key: &str| json!({"airlock/call": key}).as_object().unwrap().clone();
     let (client, pid) = connect(&args).await;
     let first = call_with(&client, keyed("k-1"), "increment", json!({"name": "x"})).await;

@@ -18,7 +18,7 @@ use airlock::session::{
 use serde_json::{Value, json};
 
 use crate::support::stores::{Backend, TestStore};
-use crate::support::{airlock_with_env, guest, host, hostile_host, root};
+use crate::support::{airlock_with_env, guest, host, hostile_host, root, tool_messages};
 
 fn options(user: Option<&str>, id: &str) -> SessionOptions {
     SessionOptions {
@@ -302,22 +302,11 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
     let reopened = Session::open(Arc::clone(&store), options(None, "patch"))
         .await
         .unwrap();
-    let messages = &reopened.transcript().messages;
-    let tools: Vec<(&str, &str, bool)> = messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-                ..
-            } => Some((call_id.as_str(), content.as_str(), *is_error)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(tools[0].0, "c1");
-    assert_eq!(tools[1], ("c2", "Tool call was cancelled.", true));
-    assert_eq!(tools[2], ("c3", INTERRUPTED_MESSAGE, true));
+    let tools = tool_messages(&reopened.transcript().messages);
+    let told = |i: usize| (tools[i].0.as_str(), tools[i].1.as_str(), tools[i].2);
+    assert_eq!(told(0).0, "c1");
+    assert_eq!(told(1), ("c2", "Tool call was cancelled.", true));
+    assert_eq!(told(2), ("c3", INTERRUPTED_MESSAGE, true));
     assert_eq!(tools.len(), 3);
     assert_eq!(
         INTERRUPTED_MESSAGE,

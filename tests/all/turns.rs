@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use airlock::agent::{Agent, AgentOptions, Event, Transcript};
 use airlock::context::ContextRules;
-use airlock::llm::{Message, ScriptModel};
+use airlock::llm::ScriptModel;
 use airlock::policy::TurnPolicy;
 use airlock::sandbox::grants::{HostPattern, HttpGrant};
 use airlock::{Host, RunContext, ToolConfig};
@@ -17,6 +17,11 @@ use sha2::Digest as _;
 
 use crate::support::loopback::Loopback;
 use crate::support::{host, host_with};
+
+/// What the model was told, call by call.
+fn tool_messages(transcript: &Transcript) -> Vec<(String, String, bool)> {
+    crate::support::tool_messages(&transcript.messages)
+}
 
 fn parallel(max_parallel: usize) -> AgentOptions {
     AgentOptions {
@@ -86,23 +91,6 @@ fn comparable(ctx: &RunContext, transcript: &Transcript) -> (String, Vec<Value>)
         })
         .collect();
     (messages, events)
-}
-
-/// What the model was told, call by call.
-fn tool_messages(transcript: &Transcript) -> Vec<(String, String, bool)> {
-    transcript
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-                ..
-            } => Some((call_id.clone(), content.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Asserts that parallel mode ended exactly where sequential mode did.

@@ -39,7 +39,7 @@ use tokio_postgres::{Config, IsolationLevel, NoTls};
 
 use super::journal::Record;
 use super::rows::{
-    HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
+    self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
@@ -220,7 +220,7 @@ impl PostgresStore {
         match work.await {
             Ok(value) => Ok(value),
             Err(Failure::Store(e)) => Err(e),
-            Err(Failure::Db(e)) => Err(self.fail(describe(&e))),
+            Err(Failure::Backend(e)) => Err(self.fail(describe(&e))),
         }
     }
 }
@@ -258,21 +258,11 @@ fn describe(e: &tokio_postgres::Error) -> String {
     text
 }
 
-/// A failure inside a store operation.
-enum Failure {
-    Store(StoreError),
-    Db(tokio_postgres::Error),
-}
+type Failure = rows::Failure<tokio_postgres::Error>;
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
-        Failure::Db(e)
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Self {
-        Failure::Store(e)
+        Failure::Backend(e)
     }
 }
 

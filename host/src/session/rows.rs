@@ -7,6 +7,19 @@ use std::time::Duration;
 use super::journal::{Entry, Record};
 use super::store::{Owner, SessionHeader, StoreError, StoredSession};
 
+/// A failure inside a store operation: the store's own verdict, or its
+/// backend's error `E` (which the store turns into [`StoreError::Backend`]).
+pub(crate) enum Failure<E> {
+    Store(StoreError),
+    Backend(E),
+}
+
+impl<E> From<StoreError> for Failure<E> {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
 /// When a lease taken or renewed at `now_ms` expires.
 pub(crate) fn expiry(now_ms: u64, ttl: Duration) -> u64 {
     now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))

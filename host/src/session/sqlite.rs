@@ -16,7 +16,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use super::journal::Record;
 use super::rows::{
-    HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
+    self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
@@ -169,28 +169,18 @@ impl SqliteStore {
             match task.await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(Failure::Store(e))) => Err(e),
-                Ok(Err(Failure::Sqlite(e))) => Err(failed(describe(&e))),
+                Ok(Err(Failure::Backend(e))) => Err(failed(describe(&e))),
                 Err(e) => Err(failed(format!("store task failed: {e}"))),
             }
         })
     }
 }
 
-/// A failure inside a store transaction.
-enum Failure {
-    Store(StoreError),
-    Sqlite(rusqlite::Error),
-}
+type Failure = rows::Failure<rusqlite::Error>;
 
 impl From<rusqlite::Error> for Failure {
     fn from(e: rusqlite::Error) -> Self {
-        Failure::Sqlite(e)
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Self {
-        Failure::Store(e)
+        Failure::Backend(e)
     }
 }
 

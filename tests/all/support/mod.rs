@@ -96,6 +96,22 @@ pub async fn host() -> &'static Arc<Host> {
     .await
 }
 
+/// The tool messages among `messages`: (call id, content, is error).
+pub fn tool_messages(messages: &[airlock::llm::Message]) -> Vec<(String, String, bool)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            airlock::llm::Message::Tool {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => Some((call_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Limits for hostile guests: default, but a short timeout so that the
 /// looping attacks end quickly.
 pub fn hostile_limits() -> Limits {
