@@ -30,7 +30,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench setup postgres guests guests-rust guests-python guests-js guests-c c-toolchain build build-host build-bin lint test demo
+.PHONY: all bench peers setup postgres guests guests-rust guests-python guests-js guests-c c-toolchain build build-host build-bin lint test demo
 
 all: build
 
@@ -131,8 +131,23 @@ test: build lint postgres
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
 # build; a few minutes).
-bench: guests postgres
-	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" exec $(CARGO) bench --bench airlock'
+# The peers the bench measures Airlock beside (peers/: Extism and the
+# increment plugin), in their own workspace and target dir: never built by
+# `make test` or `make demo`.
+PEERS_DIR     := target/peers
+PEERS_PLUGIN  := $(PEERS_DIR)/wasm32-unknown-unknown/release/increment_plugin.wasm
+PEERS_HARNESS := $(PEERS_DIR)/release/peers-harness
+
+peers: setup
+	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+	cd peers && $(CARGO) build --locked --release -p increment-plugin \
+	  --target wasm32-unknown-unknown --target-dir ../$(PEERS_DIR)
+	cd peers && $(CARGO) build --locked --release -p peers-harness --target-dir ../$(PEERS_DIR)
+
+bench: guests postgres peers
+	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" \
+	  AIRLOCK_PEERS_HARNESS="$(CURDIR)/$(PEERS_HARNESS)" AIRLOCK_PEERS_PLUGIN="$(CURDIR)/$(PEERS_PLUGIN)" \
+	  exec $(CARGO) bench --bench airlock'
 
 DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.
 

@@ -73,9 +73,15 @@ const LANGS: [Lang; 4] = [
 struct Bench {
     quick: bool,
     cache: PathBuf,
+    /// The paired ratios of this run, for the next run to compare with.
+    ratios: std::sync::Mutex<Vec<Value>>,
 }
 
 impl Bench {
+    fn keep(&self, record: Value) {
+        self.ratios.lock().unwrap().push(record);
+    }
+
     fn iters(&self, n: usize) -> usize {
         if self.quick { (n / 20).max(3) } else { n }
     }
@@ -117,6 +123,123 @@ fn us(d: Duration) -> String {
     } else {
         format!("{us:.1} µs")
     }
+}
+
+/// A ratio measured robustly on a noisy machine: its two sides run in
+/// alternating small batches on this thread (A then B, then B then A, ...),
+/// and each pair of batches gives one ratio of per-op times. The report
+/// gives the median of those ratios with its interquartile range, next to
+/// each side's median.
+struct Paired {
+    a: Vec<f64>,
+    b: Vec<f64>,
+    ratios: Vec<f64>,
+}
+
+/// Runs `pairs` pairs of batches; each side runs one batch and returns its
+/// per-op time.
+async fn paired<A, B>(pairs: usize, mut a: A, mut b: B) -> Paired
+where
+    A: AsyncFnMut() -> Duration,
+    B: AsyncFnMut() -> Duration,
+{
+    a().await;
+    b().await;
+    let mut result = Paired {
+        a: Vec::with_capacity(pairs),
+        b: Vec::with_capacity(pairs),
+        ratios: Vec::with_capacity(pairs),
+    };
+    for i in 0..pairs {
+        let (ta, tb) = if i % 2 == 0 {
+            let ta = a().await;
+            (ta, b().await)
+        } else {
+            let tb = b().await;
+            (a().await, tb)
+        };
+        result.a.push(ta.as_secs_f64());
+        result.b.push(tb.as_secs_f64());
+        result.ratios.push(ratio(ta, tb));
+    }
+    result
+}
+
+/// The `q` quantile of `values` (nearest rank).
+fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted.get(rank).copied().unwrap_or(f64::NAN)
+}
+
+impl Paired {
+    fn a(&self) -> Duration {
+        Duration::from_secs_f64(quantile(&self.a, 0.5))
+    }
+
+    fn b(&self) -> Duration {
+        Duration::from_secs_f64(quantile(&self.b, 0.5))
+    }
+
+    fn ratio(&self) -> f64 {
+        quantile(&self.ratios, 0.5)
+    }
+
+    fn spread(&self) -> (f64, f64) {
+        (quantile(&self.ratios, 0.25), quantile(&self.ratios, 0.75))
+    }
+
+    /// `1.02× (IQR 0.98–1.05, 31 pairs)`.
+    fn cell(&self) -> String {
+        let (q1, q3) = self.spread();
+        format!(
+            "{:.2}× (IQR {q1:.2}–{q3:.2}, {} pairs)",
+            self.ratio(),
+            self.ratios.len()
+        )
+    }
+
+    /// Against "at most `target`": met when the whole spread is at or
+    /// under it, not met when the whole spread is over it, else not
+    /// settled.
+    fn at_most(&self, target: f64) -> &'static str {
+        let (q1, q3) = self.spread();
+        if q3 <= target {
+            "met"
+        } else if q1 > target {
+            "**not met**"
+        } else {
+            "not settled"
+        }
+    }
+
+    /// Against "at least `target`", as [`Paired::at_most`].
+    fn at_least(&self, target: f64) -> &'static str {
+        let (q1, q3) = self.spread();
+        if q1 >= target {
+            "met"
+        } else if q3 < target {
+            "**not met**"
+        } else {
+            "not settled"
+        }
+    }
+
+    /// The ratio as a record for the next run's comparison.
+    fn record(&self, name: &str) -> Value {
+        let (q1, q3) = self.spread();
+        json!({"name": name, "ratio": self.ratio(), "q1": q1, "q3": q3})
+    }
+}
+
+/// Times `n` runs of `f`; the per-op time.
+async fn batch<F: AsyncFnMut()>(n: usize, mut f: F) -> Duration {
+    let started = Instant::now();
+    for _ in 0..n {
+        f().await;
+    }
+    started.elapsed() / n.max(1) as u32
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
@@ -213,7 +336,7 @@ async fn per_call(b: &Bench, out: &mut String) {
          - **subprocess**: the Python interpreter started per call (`python -c`), reading the deps as JSON on stdin.\n"
     )
     .unwrap();
-    writeln!(out, "| tool | full host path | raw floor | full / floor | reused instance | native | subprocess |").unwrap();
+    writeln!(out, "| tool | full host path | raw floor | full / floor (paired) | reused instance | native | subprocess |").unwrap();
     writeln!(out, "|---|---|---|---|---|---|---|").unwrap();
     let deps = json!({"counters": {"vowels": 2}});
     let base = RunContext::from_value(deps.clone()).unwrap();
@@ -227,37 +350,47 @@ async fn per_call(b: &Bench, out: &mut String) {
     let mut checks = Vec::new();
     for lang in &LANGS {
         let host = b.host(&[component(lang.file)]).await;
-        let n = b.iters(if lang.name == "Python" || lang.name == "JavaScript" {
-            400
-        } else {
-            4000
-        });
-        let full = median(n, async || {
-            let mut ctx = base.clone();
-            host.call(&mut ctx, &call).await.unwrap();
-        })
+        let interpreted = lang.name == "Python" || lang.name == "JavaScript";
+        let per_batch = if interpreted { 8 } else { 100 };
+        let pairs = if b.quick { 5 } else { 41 };
+        let measured = paired(
+            pairs,
+            async || {
+                batch(per_batch, async || {
+                    let mut ctx = base.clone();
+                    host.call(&mut ctx, &call).await.unwrap();
+                })
+                .await
+            },
+            async || {
+                batch(per_batch, async || {
+                    host.bench_raw_call(&base, &call).await.unwrap();
+                })
+                .await
+            },
+        )
         .await;
-        let floor = median(n, async || host.bench_raw_call(&base, &call).await.unwrap()).await;
+        let (full, floor) = (measured.a(), measured.b());
         let reuse_n = b.iters(2000) as u32;
         let reused = host
             .bench_reused_calls(&base, &call, reuse_n)
             .await
             .unwrap()
             / reuse_n;
-        let r = ratio(full, floor);
         writeln!(
             out,
-            "| {} | {} | {} | {:.2}× | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             lang.name,
             us(full),
             us(floor),
-            r,
+            measured.cell(),
             us(reused),
             us(native),
             us(subprocess)
         )
         .unwrap();
-        checks.push((lang.name, r, full));
+        b.keep(measured.record(&format!("{} full path / raw floor", lang.name)));
+        checks.push((lang.name, measured, full));
         eprintln!(
             "per-call {}: full {} floor {}",
             lang.name,
@@ -274,12 +407,12 @@ async fn per_call(b: &Bench, out: &mut String) {
     )
     .unwrap();
     writeln!(out, "Targets:\n").unwrap();
-    for (name, r, full) in &checks {
+    for (name, measured, full) in &checks {
         writeln!(
             out,
-            "- {name}: full path ≤ 1.5× the raw floor: {:.2}× — {}",
-            r,
-            verdict(*r <= 1.5)
+            "- {name}: full path within 1.1× of the raw floor: {} — {}",
+            measured.cell(),
+            measured.at_most(1.1)
         )
         .unwrap();
         if *name == "Python" || *name == "JavaScript" {
@@ -562,7 +695,46 @@ async fn concurrency(b: &Bench, out: &mut String) {
         .unwrap();
         eprintln!("concurrency {n}: {per_sec:.0}/s");
     }
-    writeln!(out).unwrap();
+    // 1 → 2 sessions, paired: a batch of calls from one session, then the
+    // same number from two sessions at once (half each), alternating.
+    let calls = if b.quick { 200 } else { 2000 };
+    let sessions = |n: usize| {
+        let host = Arc::clone(&host);
+        async move {
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..n)
+                .map(|s| {
+                    let host = Arc::clone(&host);
+                    tokio::spawn(async move {
+                        let mut ctx = RunContext::default().with_session_id(format!("p{s}"));
+                        let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+                        for _ in 0..calls / n {
+                            host.call(&mut ctx, &call).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+            started.elapsed() / calls as u32
+        }
+    };
+    let scaling = paired(
+        if b.quick { 5 } else { 31 },
+        async || sessions(1).await,
+        async || sessions(2).await,
+    )
+    .await;
+    b.keep(scaling.record("1 → 2 sessions throughput"));
+    writeln!(
+        out,
+        "\n1 → 2 sessions, paired ({calls} calls a batch, from one session or split over two): \
+         throughput {} — target at least 1.8× on {cores} cores: {}.\n",
+        scaling.cell(),
+        scaling.at_least(1.8)
+    )
+    .unwrap();
 }
 
 async fn agent_loop(b: &Bench, out: &mut String) {
@@ -917,8 +1089,6 @@ async fn fresh_postgres_database(server: &str, name: &str) -> String {
 }
 
 async fn scale_out(b: &Bench, out: &mut String) {
-    use rmcp::ServiceExt;
-    use rmcp::model::CallToolRequestParams;
     writeln!(out, "## 9. Scale-out: hosts on one store\n").unwrap();
     let Some(server) = std::env::var("AIRLOCK_BENCH_POSTGRES")
         .ok()
@@ -935,8 +1105,8 @@ async fn scale_out(b: &Bench, out: &mut String) {
     let dir = tempfile::tempdir_in(root().join("target")).unwrap();
     let stateful = component("wasm32-wasip2/release/stateful.wasm");
     let sessions = 16;
-    let per_session = if b.quick { 5 } else { 40 };
-    let mut rows = Vec::new();
+    let per_session = if b.quick { 3 } else { 10 };
+    let mut sets = Vec::new();
     for (name, hosts, postgres) in [
         ("SQLite (WAL, `synchronous = FULL`), 1 host", 1, false),
         ("Postgres, 1 host", 1, true),
@@ -948,100 +1118,59 @@ async fn scale_out(b: &Bench, out: &mut String) {
         } else {
             dir.path().join("scale.db").display().to_string()
         };
-        let mut children = Vec::new();
-        let mut clients = Vec::new();
-        for _ in 0..hosts {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
-            command
-                .args([
-                    "mcp",
-                    "--transport",
-                    "http",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--tool",
-                ])
-                .arg(&stateful)
-                .args(["--store", &store])
-                .env("AIRLOCK_CACHE_DIR", &b.cache)
-                .env_remove("RUST_LOG");
-            let (child, url) = serve_http(command);
-            children.push(child);
-            clients.push(
-                ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
-                    url,
-                ))
-                .await
-                .unwrap(),
-            );
-        }
-        let peers: Arc<Vec<_>> = Arc::new(clients.iter().map(|c| c.peer().clone()).collect());
-        let call = |peer: rmcp::service::Peer<rmcp::RoleClient>, session: String, key: String| async move {
-            let mut params = CallToolRequestParams::new("increment")
-                .with_arguments(json!({"name": "n"}).as_object().unwrap().clone());
-            params.meta = Some(
-                json!({"airlock/session": session, "airlock/call": key})
-                    .as_object()
-                    .unwrap()
-                    .clone()
-                    .into(),
-            );
-            let result = peer.call_tool(params).await.unwrap();
-            assert_ne!(result.is_error, Some(true), "{result:?}");
-        };
-        // Warm-up: every host serves as many sessions at once as the run
-        // will, so its connections to the store are open.
-        let mut warm = tokio::task::JoinSet::new();
-        for (h, peer) in peers.iter().enumerate() {
-            for s in 0..sessions {
-                warm.spawn(call(peer.clone(), format!("warm-{h}-{s}"), "w".into()));
-            }
-        }
-        while let Some(done) = warm.join_next().await {
-            done.unwrap();
-        }
-        let started = Instant::now();
-        let mut drivers = tokio::task::JoinSet::new();
-        for s in 0..sessions {
-            let peers = Arc::clone(&peers);
-            drivers.spawn(async move {
-                for i in 0..per_session {
-                    let peer = peers[(s + i) % peers.len()].clone();
-                    call(peer, format!("s{s}"), format!("s{s}-{i}")).await;
-                }
-            });
-        }
-        while let Some(done) = drivers.join_next().await {
-            done.unwrap();
-        }
-        let took = started.elapsed();
-        for client in clients {
-            client.cancel().await.unwrap();
-        }
-        for mut child in children {
-            child.kill().unwrap();
-            let _ = child.wait();
-        }
-        rows.push((name, (sessions * per_session) as f64 / took.as_secs_f64()));
+        sets.push((
+            name,
+            HostSet::start(b, &stateful, &store, hosts, sessions).await,
+        ));
+    }
+    let pairs = if b.quick { 3 } else { 15 };
+    let mut rows = Vec::new();
+    for (name, set) in &sets[1..] {
+        let sqlite = &sets[0].1;
+        // SQLite's time over this set's: this set's throughput over SQLite's.
+        let measured = paired(
+            pairs,
+            async || sqlite.batch(sessions, per_session).await,
+            async || set.batch(sessions, per_session).await,
+        )
+        .await;
+        b.keep(measured.record(&format!("throughput of {name} / SQLite, 1 host")));
+        rows.push((*name, measured));
+    }
+    for (_, set) in sets {
+        set.stop().await;
     }
     writeln!(
         out,
-        "Committed tool calls per second: {sessions} sessions at once, {per_session} `increment` calls each, \
-         one at a time per session, spread round-robin over `airlock mcp --transport http` hosts (release \
-         build) that share the store; each call names its session and a call key in `_meta`, so each is a \
-         lease, an intent commit, the call, an output commit and a release. The hosts, the Postgres server \
-         (`pg_virtualenv`, fsync on) and the driver all share this machine's cores, so more hosts add \
-         capacity only up to what the cores give; on separate machines each host brings its own.\n"
+        "Committed tool calls per second: {sessions} sessions at once, {per_session} `increment` calls each \
+         a batch, one at a time per session, spread round-robin over `airlock mcp --transport http` hosts \
+         (release build) that share the store; each call names its session and a call key in `_meta`, so \
+         each is a lease, an intent commit, the call, an output commit and a release. All the host sets run \
+         at once and each Postgres set's batches alternate with the SQLite host's ({pairs} pairs). The \
+         hosts, the Postgres server (`pg_virtualenv`, fsync on) and the driver all share this machine's \
+         cores, so more hosts add capacity only up to what the cores give; on separate machines each host \
+         brings its own.\n"
     )
     .unwrap();
-    writeln!(out, "| store and hosts | calls/s | vs SQLite, 1 host |").unwrap();
-    writeln!(out, "|---|---|---|").unwrap();
-    let base = rows[0].1;
-    for (name, rate) in &rows {
-        writeln!(out, "| {name} | {rate:.0} | {:.2}× |", rate / base).unwrap();
+    writeln!(
+        out,
+        "| store and hosts | calls/s | SQLite, 1 host, beside it | throughput vs SQLite (paired) |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    let rate = |d: Duration| 1.0 / d.as_secs_f64();
+    for (name, measured) in &rows {
+        writeln!(
+            out,
+            "| {name} | {:.0} | {:.0} | {} |",
+            rate(measured.b()),
+            rate(measured.a()),
+            measured.cell()
+        )
+        .unwrap();
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (one, four) = (rows[1].1, rows[3].1);
+    let (one, four) = (rows[0].1.ratio(), rows[2].1.ratio());
     writeln!(
         out,
         "\nPostgres with 4 hosts runs at {:.2}× its 1-host rate on {cores} cores. {}\n",
@@ -1055,6 +1184,96 @@ async fn scale_out(b: &Bench, out: &mut String) {
         }
     )
     .unwrap();
+}
+
+/// `airlock mcp --transport http` hosts sharing one store, and a client of
+/// each.
+struct HostSet {
+    children: Vec<std::process::Child>,
+    clients: Vec<rmcp::service::RunningService<rmcp::RoleClient, ()>>,
+    batches: std::sync::atomic::AtomicUsize,
+}
+
+impl HostSet {
+    async fn start(b: &Bench, stateful: &Path, store: &str, hosts: usize, sessions: usize) -> Self {
+        use rmcp::ServiceExt;
+        let mut children = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..hosts {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+            command
+                .args([
+                    "mcp",
+                    "--transport",
+                    "http",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--tool",
+                ])
+                .arg(stateful)
+                .args(["--store", store])
+                .env("AIRLOCK_CACHE_DIR", &b.cache)
+                .env_remove("RUST_LOG");
+            let (child, url) = serve_http(command);
+            children.push(child);
+            clients.push(
+                ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                    url,
+                ))
+                .await
+                .unwrap(),
+            );
+        }
+        let set = Self {
+            children,
+            clients,
+            batches: std::sync::atomic::AtomicUsize::new(0),
+        };
+        // Warm-up: every host serves as many sessions at once as a batch
+        // will, so its connections to the store are open.
+        set.batch(sessions * hosts, 1).await;
+        set
+    }
+
+    /// `sessions` new sessions at once, `per_session` keyed calls each,
+    /// round-robin over the hosts; the time per call.
+    async fn batch(&self, sessions: usize, per_session: usize) -> Duration {
+        use rmcp::model::CallToolRequestParams;
+        let batch = self
+            .batches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let peers: Vec<_> = self.clients.iter().map(|c| c.peer().clone()).collect();
+        let started = Instant::now();
+        let mut drivers = tokio::task::JoinSet::new();
+        for s in 0..sessions {
+            let peers = peers.clone();
+            drivers.spawn(async move {
+                for i in 0..per_session {
+                    let peer = &peers[(s + i) % peers.len()];
+                    let mut params = CallToolRequestParams::new("increment")
+                        .with_arguments(json!({"name": "n"}).as_object().unwrap().clone());
+                    let meta = json!({"airlock/session": format!("b{batch}-s{s}"), "airlock/call": i.to_string()});
+                    params.meta = Some(meta.as_object().unwrap().clone().into());
+                    let result = peer.call_tool(params).await.unwrap();
+                    assert_ne!(result.is_error, Some(true), "{result:?}");
+                }
+            });
+        }
+        while let Some(done) = drivers.join_next().await {
+            done.unwrap();
+        }
+        started.elapsed() / (sessions * per_session) as u32
+    }
+
+    async fn stop(self) {
+        for client in self.clients {
+            client.cancel().await.unwrap();
+        }
+        for mut child in self.children {
+            child.kill().unwrap();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// A loopback HTTP server that answers every request after `delay`; its
@@ -1080,15 +1299,9 @@ async fn slow_server(delay: Duration) -> String {
     format!("http://{addr}")
 }
 
-/// The median time of an agent run whose one turn makes `calls`, in
-/// parallel or sequential mode (`runs` runs).
-async fn turn_time(
-    host: &Arc<Host>,
-    dir: &Path,
-    calls: &[Value],
-    parallel: bool,
-    runs: usize,
-) -> Duration {
+/// The time of an agent run whose one turn makes `calls`, in parallel or
+/// sequential mode.
+async fn turn_time(host: &Arc<Host>, dir: &Path, calls: &[Value], parallel: bool) -> Duration {
     let script = dir.join(format!("turn-{}-{parallel}.json", calls.len()));
     let turns = json!({"turns": [{"tool_calls": calls}, {"text": "done"}]});
     std::fs::write(&script, turns.to_string()).unwrap();
@@ -1099,18 +1312,13 @@ async fn turn_time(
         },
         ..Default::default()
     };
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let model = Arc::new(ScriptModel::load(&script).unwrap());
-        let agent = Agent::new(Arc::clone(host), model).options(options.clone());
-        let mut ctx = RunContext::default();
-        let mut transcript = Transcript::default();
-        let t = Instant::now();
-        agent.run(&mut ctx, &mut transcript, "go").await.unwrap();
-        times.push(t.elapsed());
-    }
-    times.sort();
-    times[times.len() / 2]
+    let model = Arc::new(ScriptModel::load(&script).unwrap());
+    let agent = Agent::new(Arc::clone(host), model).options(options);
+    let mut ctx = RunContext::default();
+    let mut transcript = Transcript::default();
+    let t = Instant::now();
+    agent.run(&mut ctx, &mut transcript, "go").await.unwrap();
+    t.elapsed()
 }
 
 async fn parallel_turns(b: &Bench, out: &mut String) {
@@ -1137,100 +1345,338 @@ async fn parallel_turns(b: &Bench, out: &mut String) {
             .map(|i| json!({"name": "fetch", "arguments": {"url": format!("{origin}/{i}")}}))
             .collect()
     };
-    let runs = if b.quick { 3 } else { 9 };
-    let one = turn_time(&host, dir.path(), &fetches(1), false, runs).await;
-    let http_seq = turn_time(&host, dir.path(), &fetches(8), false, runs).await;
-    let http_par = turn_time(&host, dir.path(), &fetches(8), true, runs).await;
+    let pairs = if b.quick { 3 } else { 9 };
+    let turn = |calls: Vec<Value>, parallel: bool| {
+        let (host, dir) = (&host, dir.path());
+        async move || turn_time(host, dir, &calls, parallel).await
+    };
+    // The target: a parallel turn of 8 fetches against a turn of one.
+    let http_one = paired(pairs, turn(fetches(8), true), turn(fetches(1), false)).await;
+    let http = paired(pairs, turn(fetches(8), false), turn(fetches(8), true)).await;
 
     let same = |name: &str, args: Value| -> Vec<Value> {
         (0..8)
             .map(|_| json!({"name": name, "arguments": args.clone()}))
             .collect()
     };
-    let runs = if b.quick { 3 } else { 21 };
+    let pairs = if b.quick { 3 } else { 21 };
     let reads = same("show_state", json!({}));
     let writes = same("increment", json!({"name": "n"}));
-    let reads_seq = turn_time(&host, dir.path(), &reads, false, runs).await;
-    let reads_par = turn_time(&host, dir.path(), &reads, true, runs).await;
-    let writes_seq = turn_time(&host, dir.path(), &writes, false, runs).await;
-    let writes_par = turn_time(&host, dir.path(), &writes, true, runs).await;
+    let independent = paired(pairs, turn(reads.clone(), false), turn(reads.clone(), true)).await;
+    let dependent = paired(
+        pairs,
+        turn(writes.clone(), false),
+        turn(writes.clone(), true),
+    )
+    .await;
     // The ceiling outside the loop: 8 `show_state` calls from 8 tasks at
-    // once, straight through `Host::call`.
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let t = Instant::now();
-        let mut set = tokio::task::JoinSet::new();
-        for _ in 0..8 {
-            let host = Arc::clone(&host);
-            set.spawn(async move {
+    // once, straight through `Host::call`, against 8 in sequence.
+    let eight = |together: bool| {
+        let host = Arc::clone(&host);
+        async move || {
+            let t = Instant::now();
+            if together {
+                let mut set = tokio::task::JoinSet::new();
+                for _ in 0..8 {
+                    let host = Arc::clone(&host);
+                    set.spawn(async move {
+                        let mut ctx = RunContext::default();
+                        host.call(&mut ctx, &ToolCall::new("show_state", "{}"))
+                            .await
+                            .unwrap();
+                    });
+                }
+                while let Some(done) = set.join_next().await {
+                    done.unwrap();
+                }
+            } else {
                 let mut ctx = RunContext::default();
-                host.call(&mut ctx, &ToolCall::new("show_state", "{}"))
-                    .await
-                    .unwrap();
-            });
+                for _ in 0..8 {
+                    host.call(&mut ctx, &ToolCall::new("show_state", "{}"))
+                        .await
+                        .unwrap();
+                }
+            }
+            t.elapsed()
         }
-        while let Some(done) = set.join_next().await {
-            done.unwrap();
-        }
-        times.push(t.elapsed());
-    }
-    times.sort();
-    let direct_par = times[times.len() / 2];
+    };
+    let direct = paired(pairs, eight(false), eight(true)).await;
 
-    let target = ratio(http_par, one);
     writeln!(
         out,
         "One model turn of 8 calls through the agent loop (a script model), the calls one after \
          another (`--sequential`) or at once with the results of running them in order (the \
-         default; at most 8 at once). Median of {runs} runs (9 for HTTP). HTTP: the Rust \
-         `http-fetch` tool, marked `idempotent`, against a loopback server that answers after \
-         100 ms. Python: componentize-py components on {} cores; `show_state` calls only read, \
-         so none re-runs; 8 `increment`s of one counter each read what the one before wrote, \
-         so every speculative run after the first is discarded and the call runs again: the \
-         worst case.\n",
+         default; at most 8 at once), paired turn for turn ({pairs} pairs; 9 for HTTP). HTTP: \
+         the Rust `http-fetch` tool, marked `idempotent`, against a loopback server that answers \
+         after 100 ms. Python: componentize-py components on {} cores; `show_state` calls only \
+         read, so none re-runs; 8 `increment`s of one counter each read what the one before \
+         wrote, so every speculative run after the first is discarded and the call runs again: \
+         the worst case.\n",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     )
     .unwrap();
-    writeln!(out, "| turn | sequential | parallel | speedup |").unwrap();
+    writeln!(
+        out,
+        "| 8 calls | sequential | parallel | speedup (paired) |"
+    )
+    .unwrap();
     writeln!(out, "|---|---|---|---|").unwrap();
-    writeln!(out, "| 1 HTTP fetch (100 ms) | {} | | |", us(one)).unwrap();
-    for (name, seq, par) in [
-        ("8 HTTP fetches (100 ms each)", http_seq, http_par),
-        ("8 Python `show_state` (independent)", reads_seq, reads_par),
+    for (name, measured) in [
+        ("HTTP fetches (100 ms each)", &http),
+        ("Python `show_state` (independent)", &independent),
         (
-            "8 Python `increment` of one counter (all dependent)",
-            writes_seq,
-            writes_par,
+            "Python `increment` of one counter (all dependent)",
+            &dependent,
+        ),
+        (
+            "Python `show_state` from 8 tasks, `Host::call` (no loop)",
+            &direct,
         ),
     ] {
         writeln!(
             out,
-            "| {name} | {} | {} | {:.2}× |",
-            us(seq),
-            us(par),
-            ratio(seq, par)
+            "| {name} | {} | {} | {} |",
+            us(measured.a()),
+            us(measured.b()),
+            measured.cell()
         )
         .unwrap();
+        b.keep(measured.record(&format!("sequential / parallel: {name}")));
+    }
+    b.keep(http_one.record("parallel 8 fetches / one fetch"));
+    writeln!(
+        out,
+        "\nTarget: the parallel turn of 8 fetches ({}) within 1.5× of a turn of one ({}): {} — {}.\n\n\
+         The Python rows are bound by the host, not the turn: 8 Python calls from 8 tasks \
+         straight through `Host::call` are {} as fast as 8 in sequence, so a fresh Python \
+         instance does not yet run faster on two cores than on one (the Rust tool does: §5); \
+         what parallel mode adds on top is the re-run of dependent calls.\n",
+        us(http_one.a()),
+        us(http_one.b()),
+        http_one.cell(),
+        http_one.at_most(1.5),
+        direct.cell(),
+    )
+    .unwrap();
+}
+
+/// The peers harness (`peers/harness`): Extism running the increment
+/// plugin, one batch per request.
+struct Harness {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Harness {
+    fn start(exe: &str, plugin: &str) -> Self {
+        let mut child = Command::new(exe)
+            .arg(plugin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{exe}: {e}"));
+        let input = child.stdin.take().unwrap();
+        let output = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        Self {
+            child,
+            input,
+            output,
+        }
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.input, "{line}").unwrap();
+        self.input.flush().unwrap();
+        self.output.next().unwrap().unwrap()
+    }
+
+    /// One batch of `n` calls in `mode`; the per-call time (timed inside
+    /// the harness, so the pipe is not counted).
+    fn batch(&mut self, mode: &str, n: usize) -> Duration {
+        let nanos: u64 = self.ask(&format!("{mode} {n}")).parse().unwrap();
+        Duration::from_nanos(nanos) / n.max(1) as u32
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn peers(b: &Bench, out: &mut String) {
+    writeln!(out, "## 11. Peers: Extism beside Airlock\n").unwrap();
+    let (Ok(exe), Ok(plugin)) = (
+        std::env::var("AIRLOCK_PEERS_HARNESS"),
+        std::env::var("AIRLOCK_PEERS_PLUGIN"),
+    ) else {
+        writeln!(
+            out,
+            "Not measured: the peers harness was not built (`make bench` builds it).\n"
+        )
+        .unwrap();
+        return;
+    };
+    let mut extism = Harness::start(&exe, &plugin);
+    let host = b
+        .host(&[component("wasm32-wasip2/release/stateful.wasm")])
+        .await;
+    let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+    // The same JSON in, the same JSON out: both see no counters yet.
+    let ours = host.call(&mut RunContext::default(), &call).await.unwrap();
+    let theirs: Value = serde_json::from_str(&extism.ask("check")).unwrap();
+    assert_eq!(theirs["result"], ours.result, "Extism and Airlock disagree");
+
+    let pairs = if b.quick { 5 } else { 41 };
+    let mut ctx = RunContext::default();
+    let mut rows = Vec::new();
+    for (mode, name, per_batch) in [
+        ("reused", "Extism, reused plugin", 200),
+        ("fresh", "Extism, fresh plugin per call (compiled once)", 40),
+        (
+            "bytes",
+            "Extism, fresh plugin per call (from the wasm bytes)",
+            4,
+        ),
+    ] {
+        let ours_n = if mode == "bytes" { 200 } else { per_batch };
+        // Extism's time over Airlock's: how many times faster Airlock is.
+        let measured = paired(
+            pairs,
+            async || extism.batch(mode, per_batch),
+            async || {
+                batch(ours_n, async || {
+                    host.call(&mut ctx, &call).await.unwrap();
+                })
+                .await
+            },
+        )
+        .await;
+        rows.push((mode, name, measured));
     }
     writeln!(
         out,
-        "| 8 Python `show_state` from 8 tasks, `Host::call` (no loop) | | {} | |",
-        us(direct_par)
+        "The Rust `increment` tool's work as an Extism plugin (`peers/plugin`, extism-pdk, \
+         wasm32-unknown-unknown) on Extism 1.30.0 (the newest that builds with this rustc; 1.41 needs \
+         wasmtime 49 and rustc 1.96), run by `peers/harness`; the same JSON in and out (checked: both \
+         return `{}`). Airlock's side is `Host::call`: a fresh instance, the context view, the ops \
+         validated and applied. Each pair alternates a batch of Extism calls (timed inside the \
+         harness) with a batch of Airlock calls; the ratio is Extism's time over Airlock's: how many \
+         times faster Airlock is.\n",
+        ours.result
     )
     .unwrap();
     writeln!(
         out,
-        "\nTarget: the parallel turn of 8 fetches within 1.5× of one fetch: {:.2}× ({}).\n\n\
-         The Python rows are bound by the host, not the turn: 8 Python calls from 8 tasks \
-         straight through `Host::call` take {} against {} for 8 in sequence, so a fresh Python \
-         instance does not yet run faster on two cores than on one (the Rust tool does: §5); \
-         what parallel mode adds on top is the re-run of dependent calls.\n",
-        target,
-        verdict(target <= 1.5),
-        us(direct_par),
-        us(reads_seq),
+        "| Extism mode | Extism per call | Airlock per call | Extism / Airlock (paired) |"
     )
     .unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    for (mode, name, measured) in &rows {
+        writeln!(
+            out,
+            "| {name} | {} | {} | {} |",
+            us(measured.a()),
+            us(measured.b()),
+            measured.cell()
+        )
+        .unwrap();
+        b.keep(measured.record(&format!("Extism {mode} / Airlock")));
+    }
+    let (reused, fresh, bytes) = (&rows[0].2, &rows[1].2, &rows[2].2);
+    writeln!(
+        out,
+        "\nTargets:\n\n\
+         - Airlock's fresh-instance call at or below an Extism reused plugin call (Extism / Airlock \
+         at least 1): {} — {}\n\
+         - at least 20× faster than an Extism fresh plugin: compiled once, {} — {}; from the wasm \
+         bytes, {} — {}\n",
+        reused.cell(),
+        reused.at_least(1.0),
+        fresh.cell(),
+        fresh.at_least(20.0),
+        bytes.cell(),
+        bytes.at_least(20.0),
+    )
+    .unwrap();
+}
+
+/// This run's paired ratios beside the previous run's (read from `path`,
+/// then replaced with this run's): two runs agree on a ratio when their
+/// interquartile ranges overlap.
+fn run_to_run(records: &[Value], path: &Path) -> String {
+    let previous: Vec<Value> = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|doc| doc["ratios"].as_array().cloned())
+        .unwrap_or_default();
+    let when = previous_run_date(path);
+    let doc = json!({"generated": utc_now(), "ratios": records});
+    if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap()) {
+        eprintln!("cannot keep the ratios in {}: {e}", path.display());
+    }
+    let mut out = String::from("## Run to run\n\n");
+    if previous.is_empty() {
+        out.push_str(
+            "No earlier run's ratios to compare with (the next `make bench` compares with this one).\n",
+        );
+        return out;
+    }
+    let cell = |r: &Value| {
+        format!(
+            "{:.2}× (IQR {:.2}–{:.2})",
+            r["ratio"].as_f64().unwrap_or(f64::NAN),
+            r["q1"].as_f64().unwrap_or(f64::NAN),
+            r["q3"].as_f64().unwrap_or(f64::NAN)
+        )
+    };
+    writeln!(
+        out,
+        "Every paired ratio of this run beside the previous `make bench` ({when}). They agree when \
+         their interquartile ranges overlap.\n"
+    )
+    .unwrap();
+    out.push_str("| ratio | this run | previous run | agree |\n|---|---|---|---|\n");
+    let (mut agreed, mut compared) = (0, 0);
+    for record in records {
+        let Some(before) = previous.iter().find(|p| p["name"] == record["name"]) else {
+            continue;
+        };
+        let overlap = record["q1"].as_f64() <= before["q3"].as_f64()
+            && before["q1"].as_f64() <= record["q3"].as_f64();
+        compared += 1;
+        agreed += usize::from(overlap);
+        writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            record["name"].as_str().unwrap_or_default(),
+            cell(record),
+            cell(before),
+            if overlap { "yes" } else { "**no**" }
+        )
+        .unwrap();
+    }
+    writeln!(out, "\n{agreed} of {compared} ratios agree.\n").unwrap();
+    out
+}
+
+fn utc_now() -> String {
+    Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn previous_run_date(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|doc| doc["generated"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown date".into())
 }
 
 fn machine() -> String {
@@ -1266,8 +1712,14 @@ fn main() {
     let quick = std::env::var_os("AIRLOCK_BENCH_QUICK").is_some();
     let out_path = std::env::var_os("AIRLOCK_BENCH_OUT")
         .map_or_else(|| root().join("docs/benchmarks.md"), PathBuf::from);
+    // This run's paired ratios, kept for the next run to compare with.
+    let ratios_path = out_path.with_extension("ratios.json");
     let cache = root().join("target/bench-cache");
-    let bench = Bench { quick, cache };
+    let bench = Bench {
+        quick,
+        cache,
+        ratios: std::sync::Mutex::new(Vec::new()),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1285,18 +1737,20 @@ fn main() {
         mcp_round_trip(&bench, &mut out).await;
         scale_out(&bench, &mut out).await;
         parallel_turns(&bench, &mut out).await;
+        peers(&bench, &mut out).await;
         out
     });
-    let date = Command::new("date")
-        .arg("-u")
-        .arg("+%Y-%m-%d %H:%M UTC")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
+    let records = std::mem::take(&mut *bench.ratios.lock().unwrap());
+    let body = body + &run_to_run(&records, &ratios_path);
+    let date = utc_now();
     let report = format!(
         "# Benchmarks\n\nGenerated by `make bench` on {date}{}, in {:.0} s.\n\nMachine: {}.\n\n\
          Medians of repeated runs; the machine is shared and noisy (±30% between runs is normal), so \
-         compare numbers within one report, not across reports. No timing is asserted in `make test`.\n\n{body}",
+         compare numbers within one report, not across reports. The ratios a target is checked against \
+         are **paired**: their two sides alternate in small batches on one thread, and the report gives \
+         the median of the per-pair ratios with its interquartile range (IQR); a target whose IQR \
+         straddles it is \"not settled\", not met. The last section compares them with the previous \
+         run's. No timing is asserted in `make test`.\n\n{body}",
         if quick {
             " (quick mode: fewer iterations)"
         } else {
