@@ -351,7 +351,7 @@ async fn per_call(b: &Bench, out: &mut String) {
     for lang in &LANGS {
         let host = b.host(&[component(lang.file)]).await;
         let interpreted = lang.name == "Python" || lang.name == "JavaScript";
-        let per_batch = if interpreted { 8 } else { 100 };
+        let per_batch = if interpreted { 8 } else { 400 };
         let pairs = if b.quick { 5 } else { 41 };
         let measured = paired(
             pairs,
@@ -1532,16 +1532,23 @@ async fn peers(b: &Bench, out: &mut String) {
     let pairs = if b.quick { 5 } else { 41 };
     let mut ctx = RunContext::default();
     let mut rows = Vec::new();
-    for (mode, name, per_batch) in [
-        ("reused", "Extism, reused plugin", 200),
-        ("fresh", "Extism, fresh plugin per call (compiled once)", 40),
+    // Batches of about the same length on both sides (a few ms), so that
+    // neither side always runs in the other's wake.
+    for (mode, name, per_batch, ours_n) in [
+        ("reused", "Extism, reused plugin", 200, 200),
+        (
+            "fresh",
+            "Extism, fresh plugin per call (compiled once)",
+            20,
+            400,
+        ),
         (
             "bytes",
             "Extism, fresh plugin per call (from the wasm bytes)",
-            4,
+            2,
+            600,
         ),
     ] {
-        let ours_n = if mode == "bytes" { 200 } else { per_batch };
         // Extism's time over Airlock's: how many times faster Airlock is.
         let measured = paired(
             pairs,
