@@ -226,6 +226,16 @@ impl Paired {
         }
     }
 
+    /// A table row: `name`, each side's median per op, the ratio.
+    fn row(&self, name: &str) -> String {
+        format!(
+            "| {name} | {} | {} | {} |",
+            us(self.a()),
+            us(self.b()),
+            self.cell()
+        )
+    }
+
     /// The ratio as a record for the next run's comparison.
     fn record(&self, name: &str) -> Value {
         let (q1, q3) = self.spread();
@@ -1433,14 +1443,7 @@ async fn parallel_turns(b: &Bench, out: &mut String) {
             &direct,
         ),
     ] {
-        writeln!(
-            out,
-            "| {name} | {} | {} | {} |",
-            us(measured.a()),
-            us(measured.b()),
-            measured.cell()
-        )
-        .unwrap();
+        writeln!(out, "{}", measured.row(name)).unwrap();
         b.keep(measured.record(&format!("sequential / parallel: {name}")));
     }
     b.keep(http_one.record("parallel 8 fetches / one fetch"));
@@ -1582,14 +1585,7 @@ async fn peers(b: &Bench, out: &mut String) {
     .unwrap();
     writeln!(out, "|---|---|---|---|").unwrap();
     for (mode, name, measured) in &rows {
-        writeln!(
-            out,
-            "| {name} | {} | {} | {} |",
-            us(measured.a()),
-            us(measured.b()),
-            measured.cell()
-        )
-        .unwrap();
+        writeln!(out, "{}", measured.row(name)).unwrap();
         b.keep(measured.record(&format!("Extism {mode} / Airlock")));
     }
     let (reused, fresh, bytes) = (&rows[0].2, &rows[1].2, &rows[2].2);

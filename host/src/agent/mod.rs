@@ -556,7 +556,7 @@ impl Run<'_> {
                 let task = tokio::spawn(async move {
                     // The semaphore is never closed.
                     let _permit = limit.acquire_owned().await;
-                    host.run_only(&view, &request, &cancel).await
+                    host.run_only(&view, &request, &cancel, true).await
                 });
                 Some((task, retry))
             })

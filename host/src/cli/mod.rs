@@ -507,15 +507,19 @@ async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> 
 /// A host with the tools of the policy at `config` and the components at
 /// `extra` (nothing granted). Refuses to build one with no tool at all.
 async fn tools_host(config: Option<&Path>, extra: &[PathBuf]) -> Result<Host, Failure> {
-    let policy = load_policy(config)?;
-    if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && extra.is_empty() {
+    tools_host_of(load_policy(config)?.as_ref(), extra).await
+}
+
+/// [`tools_host`] for a policy already loaded.
+async fn tools_host_of(policy: Option<&Policy>, extra: &[PathBuf]) -> Result<Host, Failure> {
+    if policy.is_none_or(|p| p.tools.is_empty()) && extra.is_empty() {
         return Err(Failure::input(
             "no_tools",
             "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
         ));
     }
     let builder = host_builder();
-    let mut host = match &policy {
+    let mut host = match policy {
         Some(policy) => builder.build_with_policy(policy).await?,
         None => builder.build()?,
     };

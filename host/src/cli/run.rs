@@ -14,6 +14,7 @@ use airlock::agent::{
 };
 use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
 
+use airlock::policy::TurnPolicy;
 use airlock::sandbox::CancelToken;
 use airlock::{Host, Session};
 
@@ -64,7 +65,7 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> ExitCode {
     let json = args.flags.json;
-    let (host, model) = match prepare(&args).await {
+    let (host, model, mut turn) = match prepare(&args).await {
         Ok(ready) => ready,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
@@ -103,10 +104,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
             session.location()
         ));
     }
-    let mut turn = match super::load_policy(args.flags.config.as_deref()) {
-        Ok(policy) => policy.map(|p| p.turn).unwrap_or_default(),
-        Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
-    };
     if args.sequential {
         turn.parallel = false;
     }
@@ -155,10 +152,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     code
 }
 
-/// Loads the policy and tools, and the model.
-async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>), Failure> {
+/// Loads the policy and tools, and the model; the policy's `[turn]`.
+async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, TurnPolicy), Failure> {
     args.flags.session.check()?;
-    let host = super::tools_host(args.flags.config.as_deref(), &args.tools).await?;
+    let policy = super::load_policy(args.flags.config.as_deref())?;
+    let host = super::tools_host_of(policy.as_ref(), &args.tools).await?;
+    let turn = policy.map(|p| p.turn).unwrap_or_default();
 
     let model: Arc<dyn Model> = match (&args.script, &args.model) {
         (Some(script), _) => Arc::new(
@@ -182,7 +181,7 @@ async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>), Failure>
             ));
         }
     };
-    Ok((Arc::new(host), model))
+    Ok((Arc::new(host), model, turn))
 }
 
 fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {

@@ -25,7 +25,7 @@ impl Host {
                 CancelToken::new(),
             )
             .await?;
-        let view = push_view(&mut store, component, ctx, call)?;
+        let view = push_view(&mut store, component, ctx, call, false)?;
         match instantiate_and_call(&mut store, component, view, call).await {
             Ok(_) => Ok(()),
             Err(e) => Err(classify(e, &store, &component.limits)),
@@ -58,7 +58,7 @@ impl Host {
         };
         let started = Instant::now();
         for _ in 0..n {
-            let view = push_view(&mut store, component, ctx, call)?;
+            let view = push_view(&mut store, component, ctx, call, false)?;
             let rep = view.rep();
             if let Err(e) = instance
                 .airlock_tool_tool()

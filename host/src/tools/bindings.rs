@@ -38,7 +38,9 @@ pub struct ContextView {
     tool_call_id: String,
     retry: u32,
     rules: KeyRules,
-    reads: Reads,
+    /// What the tool read, when asked to record it (a speculative call of
+    /// a parallel turn); `None` keeps the plain call path free of it.
+    reads: Option<Reads>,
 }
 
 /// What a call read through its view that another call of the same turn
@@ -85,7 +87,13 @@ impl Reads {
 }
 
 impl ContextView {
-    pub(crate) fn new(ctx: &RunContext, tool_call_id: &str, retry: u32, rules: KeyRules) -> Self {
+    pub(crate) fn new(
+        ctx: &RunContext,
+        tool_call_id: &str,
+        retry: u32,
+        rules: KeyRules,
+        record_reads: bool,
+    ) -> Self {
         Self {
             deps: ctx.deps_snapshot(),
             run_id: ctx.run_id().to_owned(),
@@ -97,13 +105,13 @@ impl ContextView {
             tool_call_id: tool_call_id.to_owned(),
             retry,
             rules,
-            reads: Reads::default(),
+            reads: record_reads.then(Reads::default),
         }
     }
 
-    /// What the tool has read so far.
-    pub fn reads(&self) -> &Reads {
-        &self.reads
+    /// What the tool has read so far, if the view records it.
+    pub fn reads(&self) -> Option<&Reads> {
+        self.reads.as_ref()
     }
 }
 
@@ -147,7 +155,9 @@ impl context::HostRunContext for CallState {
 
     fn retry(&mut self, this: Resource<ContextView>) -> wasmtime::Result<u32> {
         let view = self.view_mut(&this)?;
-        view.reads.retry = true;
+        if let Some(reads) = &mut view.reads {
+            reads.retry = true;
+        }
         Ok(view.retry)
     }
 
@@ -174,13 +184,17 @@ impl context::HostRunContext for CallState {
         if !view.rules.can_read(&key) {
             return Ok(None);
         }
-        view.reads.key(&key);
+        if let Some(reads) = &mut view.reads {
+            reads.key(&key);
+        }
         Ok(view.deps.get(&key).map(|value| value.to_string()))
     }
 
     fn keys(&mut self, this: Resource<ContextView>) -> wasmtime::Result<Vec<String>> {
         let view = self.view_mut(&this)?;
-        view.reads.everything = true;
+        if let Some(reads) = &mut view.reads {
+            reads.everything = true;
+        }
         Ok(view
             .deps
             .keys()

@@ -14,21 +14,21 @@ use super::{
     guest,
 };
 use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
+use crate::sandbox::{
+    CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
+    ResourceHit, ToolGate,
+};
 
 /// A call that ran without changing the context ([`Host::run_only`]).
 #[derive(Debug)]
 pub(crate) struct Ran {
     /// The checked output and what the guest wrote, or how it failed.
     pub(crate) outcome: Result<(ParsedOutput, GuestOutput), CallFailure>,
-    /// What it read through its view.
+    /// What it read through its view (empty unless asked to record it).
     pub(crate) reads: Reads,
     /// How long it took.
     pub(crate) duration: Duration,
 }
-use crate::sandbox::{
-    CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
-    ResourceHit, ToolGate,
-};
 
 impl Host {
     pub(super) fn component_of(&self, name: &str) -> Result<&LoadedComponent, CallError> {
@@ -77,12 +77,13 @@ impl Host {
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, CallFailure> {
-        let ran = self.run_only(ctx, call, cancel).await;
+        let ran = self.run_only(ctx, call, cancel, false).await;
         self.apply_ran(ctx, call, ran)
     }
 
     /// Runs a call against `ctx` without changing it: what the tool
-    /// returned (checked, not applied) or how it failed, and what it read.
+    /// returned (checked, not applied) or how it failed, and, with
+    /// `record_reads`, what it read through its view.
     /// [`Host::apply_ran`] applies it; run and applied at once, it is
     /// [`Host::call_counted`].
     pub(crate) async fn run_only(
@@ -90,6 +91,7 @@ impl Host {
         ctx: &RunContext,
         call: &ToolCall,
         cancel: &CancelToken,
+        record_reads: bool,
     ) -> Ran {
         let started = Instant::now();
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
@@ -101,7 +103,7 @@ impl Host {
                 component.validators.get(&call.name).map(Arc::as_ref),
             )?;
             let (returned, output, read) = tokio::select! {
-                done = self.invoke(component, ctx, call, cancel) => done?,
+                done = self.invoke(component, ctx, call, cancel, record_reads) => done?,
                 () = cancel.cancelled() => return Err(CallError::Cancelled.into()),
             };
             reads = read;
@@ -135,6 +137,7 @@ impl Host {
         call: &ToolCall,
         ran: Ran,
     ) -> Result<CallOutcome, CallFailure> {
+        let applying = Instant::now();
         let (parsed, output) = ran.outcome?;
         let component = self.component_of(&call.name)?;
         ctx.apply_with_rules(&parsed.ops, &component.limits.ops, &component.rules)
@@ -142,12 +145,13 @@ impl Host {
                 error: e.into(),
                 output: output.clone(),
             })?;
-        tracing::debug!(tool = %call.name, ops = parsed.ops.len(), duration = ?ran.duration, "tool call applied");
+        let duration = ran.duration + applying.elapsed();
+        tracing::debug!(tool = %call.name, ops = parsed.ops.len(), ?duration, "tool call applied");
         Ok(CallOutcome {
             result: parsed.result,
             updates: parsed.ops,
             output,
-            duration: ran.duration,
+            duration,
         })
     }
 
@@ -162,12 +166,13 @@ impl Host {
         ctx: &RunContext,
         call: &ToolCall,
         cancel: &CancelToken,
+        record_reads: bool,
     ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput, Reads), CallFailure> {
         let limits = &component.limits;
         let mut store = self
             .new_store(limits, &component.grants, &component.gate, cancel.clone())
             .await?;
-        let view = push_view(&mut store, component, ctx, call)?;
+        let view = push_view(&mut store, component, ctx, call, record_reads)?;
         let view_rep = view.rep();
         let run = instantiate_and_call(&mut store, component, view, call);
         let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
@@ -194,7 +199,8 @@ impl Host {
             .get(&wasmtime::component::Resource::<ContextView>::new_borrow(
                 view_rep,
             ))
-            .map(|view| view.reads().clone())
+            .ok()
+            .and_then(|view| view.reads().cloned())
             .unwrap_or_default();
         drop(store);
         Ok((returned, output, reads))
@@ -248,15 +254,22 @@ fn bounded_message(message: String) -> String {
 /// How much of a crashed guest's stderr an error carries.
 const STDERR_TAIL_BYTES: usize = 2048;
 
-/// Puts the call's read-only context view into the store's table; the
-/// guest gets a borrow of it.
+/// Puts the call's read-only context view into the store's table (recording
+/// what the tool reads when `record_reads`); the guest gets a borrow of it.
 pub(super) fn push_view(
     store: &mut Store<CallState>,
     component: &LoadedComponent,
     ctx: &RunContext,
     call: &ToolCall,
+    record_reads: bool,
 ) -> Result<wasmtime::component::Resource<ContextView>, CallError> {
-    let view = ContextView::new(ctx, &call.id, call.retry, component.rules.clone());
+    let view = ContextView::new(
+        ctx,
+        &call.id,
+        call.retry,
+        component.rules.clone(),
+        record_reads,
+    );
     store
         .data_mut()
         .table
