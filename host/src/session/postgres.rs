@@ -633,7 +633,7 @@ impl SessionStore for PostgresStore {
                         created_at_ms: num(row.get(1)),
                         updated_at_ms: num(row.get(2)),
                         records: num(row.get(3)),
-                        leased_until_ms: lease.blocks(now).map(|_| lease.expires_ms),
+                        leased_until_ms: lease.blocking_until(now),
                     }
                 })
                 .collect())

@@ -114,6 +114,12 @@ impl LeaseRow {
             .then(|| self.expires_ms - now_ms)
     }
 
+    /// Until when the lease blocks others, if it does at `now_ms` (what a
+    /// listing shows).
+    pub(crate) fn blocking_until(&self, now_ms: u64) -> Option<u64> {
+        self.blocks(now_ms).map(|_| self.expires_ms)
+    }
+
     /// The lease blocking a request at `now_ms`, as the error to return.
     pub(crate) fn check_free(&self, session_id: &str, now_ms: u64) -> Result<(), StoreError> {
         match self.blocks(now_ms) {

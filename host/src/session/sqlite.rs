@@ -476,7 +476,7 @@ impl SessionStore for SqliteStore {
                     created_at_ms: row.get(1)?,
                     updated_at_ms: row.get(2)?,
                     records: row.get(3)?,
-                    leased_until_ms: lease.blocks(now).map(|_| lease.expires_ms),
+                    leased_until_ms: lease.blocking_until(now),
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
