@@ -66,6 +66,19 @@ async fn infinite_loop_times_out() {
     assert!(started.elapsed() >= Duration::from_millis(500));
 }
 
+/// A guest blocked in a host call runs no wasm, so epoch interruption
+/// cannot stop it: the host's own timer must, at the same deadline.
+#[tokio::test]
+async fn a_guest_asleep_in_the_host_is_stopped_at_its_deadline() {
+    let started = Instant::now();
+    let err = attack("sleep").await;
+    assert!(
+        matches!(err, CallError::Timeout { limit } if limit == hostile_limits().timeout),
+        "{err}"
+    );
+    assert!(started.elapsed() >= hostile_limits().timeout);
+}
+
 #[tokio::test]
 async fn memory_bomb_hits_the_memory_limit() {
     let err = attack("memory_bomb").await;
@@ -449,6 +462,40 @@ async fn spinning_calls_do_not_hold_the_runtime_workers() {
         assert!(matches!(out, Err(CallError::Cancelled)), "{out:?}");
         assert_eq!(deps, r#"{"keep":1}"#);
     }
+}
+
+/// Cancelling a call whose guest is blocked in the host (asleep on a
+/// clock; its timeout is an hour, so nothing else can end it) ends it as
+/// cancelled, deps unchanged, and the host serves the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_asleep_in_the_host_is_stopped_when_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ToolConfig::default();
+    config.limits.timeout = Duration::from_secs(3600);
+    config.grants.dirs = vec![
+        airlock::sandbox::grants::DirGrant::new(
+            dir.path(),
+            "/signal",
+            airlock::sandbox::grants::DirMode::Rw,
+        )
+        .unwrap(),
+    ];
+    let host =
+        std::sync::Arc::new(host_with(&[("hostile", config)], ContextRules::default()).await);
+    let cancel = airlock::sandbox::CancelToken::new();
+    let sleeper = spawn_call(&host, "sleep", json!({"path": "/signal/asleep"}), &cancel);
+    // Blocking wait on this (non-worker) thread until the guest is about
+    // to sleep.
+    while !dir.path().join("asleep").exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cancel.cancel();
+    let (out, deps) = sleeper.await.unwrap();
+    assert!(matches!(out, Err(CallError::Cancelled)), "{out:?}");
+    assert_eq!(deps, r#"{"keep":1}"#);
+    let mut ctx = RunContext::from_value(json!({"counters": {"a": 1}})).unwrap();
+    let before = snapshot(&ctx);
+    assert_host_still_serves(&host, &mut ctx, &before).await;
 }
 
 /// Issue 12 item 12 (and issue 17 item 4): what `describe` returns is

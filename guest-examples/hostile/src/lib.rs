@@ -25,6 +25,10 @@ const ATTACKS: &[(&str, &str)] = &[
     ("spin", "Loop forever."),
     ("spin_after_output", "Print some output, then loop forever."),
     (
+        "sleep",
+        "Write {path} if given, then sleep for an hour: blocked in the host on a clock, not running wasm.",
+    ),
+    (
         "write_then_spin",
         "Write {path} (a signal that it runs), then loop forever.",
     ),
@@ -102,6 +106,16 @@ impl exports::airlock::tool::tool::Guest for Hostile {
             "panic" => panic!("hostile tool panicked on purpose"),
             "unreachable" => unreachable_trap(),
             "spin" => spin(),
+            "sleep" => {
+                let path = arg("path");
+                if !path.is_empty()
+                    && let Err(e) = std::fs::write(&path, "sleeping")
+                {
+                    return Err(ToolError::Failed(format!("write {path}: {e}")));
+                }
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                ("{}".into(), pwned())
+            }
             "spin_after_output" => {
                 println!("partial output before the loop");
                 spin()

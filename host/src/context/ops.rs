@@ -384,8 +384,9 @@ fn entry_len(key: &str, value: Option<&Value>) -> usize {
 /// Applies `ops` in order to `deps`, whose JSON text is `deps_bytes` long,
 /// all or nothing; returns the new length.
 ///
-/// Each touched key is staged as a copy of its current value; untouched keys
-/// are never copied, so the cost is that of the values the ops touch, not of
+/// Each touched key is staged as a copy of its current value (none when
+/// its first op is a set or a delete, which replace it); untouched keys are
+/// never copied, so the cost is that of the values the ops touch, not of
 /// deps. `deps` is modified only after every op has succeeded.
 pub(crate) fn apply(
     deps: &mut Map<String, Value>,
@@ -437,7 +438,13 @@ pub(crate) fn apply(
             }));
         }
         let slot = *slot_of.entry(key).or_insert_with(|| {
-            staged.push((key, deps.get(key).cloned(), index));
+            // A set or a delete replaces whatever the key held: only a
+            // merge or an append needs a copy of it.
+            let current = match op {
+                ContextOp::Set { .. } | ContextOp::Delete { .. } => None,
+                ContextOp::Merge { .. } | ContextOp::Append { .. } => deps.get(key).cloned(),
+            };
+            staged.push((key, current, index));
             staged.len() - 1
         });
         apply_one(&mut staged[slot].1, op).map_err(reject)?;

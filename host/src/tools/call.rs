@@ -16,7 +16,7 @@ use super::{
 use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
 use crate::sandbox::{
     CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
-    ResourceHit, ToolGate,
+    ResourceHit, ToolGate, until,
 };
 
 /// A call that ran without changing the context ([`Host::run_only`]).
@@ -102,10 +102,10 @@ impl Host {
                 &call.arguments,
                 component.validators.get(&call.name).map(Arc::as_ref),
             )?;
-            let (returned, output, read) = tokio::select! {
-                done = self.invoke(component, ctx, call, cancel, record_reads) => done?,
-                () = cancel.cancelled() => return Err(CallError::Cancelled.into()),
-            };
+            let invoked = self.invoke(component, ctx, call, cancel, record_reads);
+            let (returned, output, read) = until(invoked, None, Some(cancel))
+                .await
+                .map_err(|_| CallError::Cancelled)??;
             reads = read;
             let parsed = returned
                 .and_then(|out| check_output(out, &component.limits))
@@ -175,8 +175,7 @@ impl Host {
         let view = push_view(&mut store, component, ctx, call, record_reads)?;
         let view_rep = view.rep();
         let run = instantiate_and_call(&mut store, component, view, call);
-        let outcome = tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await;
-        let returned = match outcome {
+        let returned = match until(run, Some(timer_deadline(limits)), None).await {
             Ok(Ok(Ok(output))) => Ok(output),
             Ok(Ok(Err(guest::ToolError::InvalidArgs(msg)))) => {
                 Err(CallError::InvalidArgs(bounded_message(msg)))
@@ -232,7 +231,12 @@ impl Host {
 /// Host-side timer slack beyond [`Limits::timeout`]. Epoch interruption
 /// normally stops the guest first; the timer catches a guest that is
 /// blocked in a host call rather than running wasm.
-pub(super) const TIMER_GRACE: Duration = Duration::from_millis(250);
+const TIMER_GRACE: Duration = Duration::from_millis(250);
+
+/// When the host-side timer of a call that starts now fires.
+pub(super) fn timer_deadline(limits: &Limits) -> tokio::time::Instant {
+    tokio::time::Instant::now() + limits.timeout + TIMER_GRACE
+}
 
 /// The longest error message a tool may give; longer ones are cut here
 /// (they go to the model, the terminal and the event log).
@@ -300,7 +304,10 @@ fn check_arguments(
 ) -> Result<(), CallError> {
     match serde_json::from_str::<Value>(arguments) {
         Ok(value @ Value::Object(_)) => {
-            match validator.and_then(|v| v.iter_errors(&value).next()) {
+            // `is_valid` first: it stops at the first failure and builds
+            // no error, which is all a valid call (nearly every one) needs.
+            let invalid = validator.filter(|v| !v.is_valid(&value));
+            match invalid.and_then(|v| v.iter_errors(&value).next()) {
                 None => Ok(()),
                 Some(e) => {
                     let at = e.instance_path().to_string();

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wasmtime::component::Component;
 
-use super::call::{TIMER_GRACE, classify};
+use super::call::{classify, timer_deadline};
 use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
 use crate::context::KeyRules;
 use crate::policy::ToolConfig;
 use crate::sandbox::{
     CacheOutcome, CallState, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox,
-    ToolGate, UnsafeCache,
+    ToolGate, UnsafeCache, until,
 };
 use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
 
@@ -150,7 +150,7 @@ impl Host {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.airlock_tool_tool().call_describe(&mut store).await
         };
-        match tokio::time::timeout(limits.timeout + TIMER_GRACE, run).await {
+        match until(run, Some(timer_deadline(limits)), None).await {
             Ok(Ok(specs)) => Ok(specs),
             Ok(Err(e)) => Err(classify(e, &store, limits)),
             Err(_) => Err(CallError::Timeout {

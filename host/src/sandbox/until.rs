@@ -1,0 +1,117 @@
+//! Bounding a call's future by its deadline and its cancellation, at no
+//! cost to the calls that never wait.
+
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::task::Poll;
+
+use tokio::time::Instant;
+
+use super::CancelToken;
+
+/// Why [`until`] stopped work before it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// The deadline passed.
+    Deadline,
+    /// The token was cancelled.
+    Cancelled,
+}
+
+/// Runs `work` to its end, unless `deadline` passes or `cancel` fires
+/// first (either may be absent). Work cancelled before it begins is never
+/// polled.
+///
+/// Cost: the timer and the cancellation waiter (a lock each, in tokio's
+/// timer wheel and in the token) are set up only once `work` has to wait.
+/// Work that ends in its first poll, as a tool call that computes and
+/// returns without awaiting the host does (nearly all of them), pays one
+/// atomic load. Work that waits is stopped exactly as if both had been set
+/// up from the start: the deadline is the instant given, not one counted
+/// from the first wait.
+pub(crate) async fn until<F: Future>(
+    work: F,
+    deadline: Option<Instant>,
+    cancel: Option<&CancelToken>,
+) -> Result<F::Output, Stopped> {
+    if cancel.is_some_and(CancelToken::is_cancelled) {
+        return Err(Stopped::Cancelled);
+    }
+    let mut work = pin!(work);
+    let mut timer = pin!(None);
+    let mut waiter = pin!(None);
+    poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        if let Some(token) = cancel {
+            if waiter.is_none() {
+                waiter.set(Some(token.cancelled()));
+            }
+            if let Some(waiting) = waiter.as_mut().as_pin_mut()
+                && waiting.poll(cx).is_ready()
+            {
+                return Poll::Ready(Err(Stopped::Cancelled));
+            }
+        }
+        if let Some(at) = deadline {
+            if timer.is_none() {
+                timer.set(Some(tokio::time::sleep_until(at)));
+            }
+            if let Some(sleeping) = timer.as_mut().as_pin_mut()
+                && sleeping.poll(cx).is_ready()
+            {
+                return Poll::Ready(Err(Stopped::Deadline));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn work_that_ends_at_once_is_not_bounded() {
+        let past = Instant::now() - Duration::from_secs(1);
+        let cancel = CancelToken::new();
+        assert_eq!(until(async { 7 }, Some(past), Some(&cancel)).await, Ok(7));
+    }
+
+    #[tokio::test]
+    async fn work_cancelled_before_it_begins_never_runs() {
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        let mut ran = false;
+        let stopped = until(async { ran = true }, None, Some(&cancel)).await;
+        assert_eq!(stopped, Err(Stopped::Cancelled));
+        assert!(!ran);
+    }
+
+    #[tokio::test]
+    async fn work_that_waits_stops_at_the_deadline_given() {
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let stopped = until(std::future::pending::<()>(), Some(deadline), None).await;
+        assert_eq!(stopped, Err(Stopped::Deadline));
+        assert!(Instant::now() >= deadline);
+    }
+
+    #[tokio::test]
+    async fn work_that_waits_stops_when_cancelled() {
+        let cancel = CancelToken::new();
+        let canceller = cancel.clone();
+        let work = async {
+            tokio::task::yield_now().await;
+            canceller.cancel();
+            std::future::pending::<()>().await;
+        };
+        assert_eq!(
+            until(work, None, Some(&cancel)).await,
+            Err(Stopped::Cancelled)
+        );
+    }
+}
