@@ -131,8 +131,9 @@ test: build lint postgres
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
 # build; a few minutes).
-# The peers the bench measures Airlock beside (peers/: Extism and the
-# increment plugin), in their own workspace and target dir: never built by
+# The peers the bench measures Airlock beside (peers/: the increment
+# plugin, and a harness that runs its work on Extism, as a process per call
+# and natively), in their own workspace and target dir: never built by
 # `make test` or `make demo`.
 PEERS_DIR     := target/peers
 PEERS_PLUGIN  := $(PEERS_DIR)/wasm32-unknown-unknown/release/increment_plugin.wasm

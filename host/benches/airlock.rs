@@ -4,7 +4,9 @@
 //!
 //! Needs the guest components (`make guests`). `AIRLOCK_BENCH_QUICK=1` runs
 //! fewer iterations (a smoke test); `AIRLOCK_BENCH_OUT` changes the report
-//! path.
+//! path; `AIRLOCK_BENCH_ONLY=per_call,peers` runs only the sections named
+//! (the functions below) and writes target/benchmarks-partial.md, leaving
+//! the full report and the kept ratios as they are.
 
 #![allow(
     clippy::print_stdout,
@@ -13,6 +15,7 @@
     clippy::expect_used
 )]
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -73,13 +76,46 @@ const LANGS: [Lang; 4] = [
 struct Bench {
     quick: bool,
     cache: PathBuf,
+    /// How many times the sections with paired ratios run; only the last
+    /// pass reports (and runs the other sections).
+    passes: usize,
+    pass: std::sync::atomic::AtomicUsize,
+    /// Every pair measured so far, by ratio.
+    samples: std::sync::Mutex<BTreeMap<String, Paired>>,
     /// The paired ratios of this run, for the next run to compare with.
     ratios: std::sync::Mutex<Vec<Value>>,
 }
 
 impl Bench {
-    fn keep(&self, record: Value) {
-        self.ratios.lock().unwrap().push(record);
+    /// Whether this is the pass that writes the report.
+    fn reporting(&self) -> bool {
+        self.pass.load(std::sync::atomic::Ordering::Relaxed) + 1 >= self.passes
+    }
+
+    /// The ratio `name`: this pass's share of its `pairs` pairs ([`paired`]),
+    /// added to those of the passes before. Returns every pair so far, so
+    /// the reporting pass sees pairs from every pass: each ratio is sampled
+    /// at several times in the run, not in one stretch that one state of a
+    /// noisy machine could cover. The reporting pass keeps the ratio for
+    /// the next run's comparison.
+    async fn paired<A, B>(&self, name: &str, pairs: usize, a: A, b: B) -> Paired
+    where
+        A: AsyncFnMut() -> Duration,
+        B: AsyncFnMut() -> Duration,
+    {
+        let measured = paired(pairs.div_ceil(self.passes), a, b).await;
+        let all = {
+            let mut samples = self.samples.lock().unwrap();
+            let all = samples.entry(name.to_owned()).or_default();
+            all.a.extend(measured.a);
+            all.b.extend(measured.b);
+            all.ratios.extend(measured.ratios);
+            all.clone()
+        };
+        if self.reporting() {
+            self.ratios.lock().unwrap().push(all.record(name));
+        }
+        all
     }
 
     fn iters(&self, n: usize) -> usize {
@@ -130,6 +166,7 @@ fn us(d: Duration) -> String {
 /// and each pair of batches gives one ratio of per-op times. The report
 /// gives the median of those ratios with its interquartile range, next to
 /// each side's median.
+#[derive(Clone, Default)]
 struct Paired {
     a: Vec<f64>,
     b: Vec<f64>,
@@ -243,6 +280,47 @@ impl Paired {
     }
 }
 
+/// Keeps the calling thread, and the processes given, on the core the
+/// thread runs on now, until dropped: both sides of a pair then run on the
+/// same core, whatever the other core's neighbours do. The thread's own
+/// affinity is given back on drop.
+struct Pinned {
+    previous: libc::cpu_set_t,
+}
+
+impl Pinned {
+    #[allow(unsafe_code)]
+    fn here(processes: &[u32]) -> Self {
+        // SAFETY: cpu_set_t is plain data; the calls get valid pointers to
+        // sets of the size given, and pid 0 is the calling thread.
+        unsafe {
+            let mut previous: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            libc::sched_getaffinity(0, size, &mut previous);
+            let cpu = libc::sched_getcpu();
+            if cpu >= 0 {
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu as usize, &mut one);
+                libc::sched_setaffinity(0, size, &one);
+                for &pid in processes {
+                    libc::sched_setaffinity(pid as libc::pid_t, size, &one);
+                }
+            }
+            Self { previous }
+        }
+    }
+}
+
+impl Drop for Pinned {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: as in `Pinned::here`.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.previous);
+        }
+    }
+}
+
 /// Times `n` runs of `f`; the per-op time.
 async fn batch<F: AsyncFnMut()>(n: usize, mut f: F) -> Duration {
     let started = Instant::now();
@@ -335,7 +413,8 @@ async fn per_call(b: &Bench, out: &mut String) {
     writeln!(out, "## 1. Per-call overhead\n").unwrap();
     writeln!(
         out,
-        "`increment {{\"name\": \"vowels\"}}` on deps `{{\"counters\": {{\"vowels\": 2}}}}`, one call at a time.\n\n\
+        "`increment {{\"name\": \"vowels\"}}` on deps `{{\"counters\": {{\"vowels\": 2}}}}`, one call at a time on one run \
+         context (as a session's calls are).\n\n\
          - **full host path**: `Host::call` — argument schema check, fresh store and instance from the cached \
          `InstancePre`, limits armed, context view, the call, result and op parsing, atomic op application;\n\
          - **raw floor**: a fresh store and instance from the same `InstancePre` and one call, nothing else \
@@ -351,35 +430,53 @@ async fn per_call(b: &Bench, out: &mut String) {
     let deps = json!({"counters": {"vowels": 2}});
     let base = RunContext::from_value(deps.clone()).unwrap();
     let call = ToolCall::new("increment", r#"{"name":"vowels"}"#);
-    let native = median(b.iters(20_000), async || {
-        std::hint::black_box(native_increment(base.deps(), "vowels"));
-    })
-    .await;
-    let python = python();
-    let subprocess = median(b.iters(60).max(5), async || subprocess_call(&python)).await;
+    // The unpaired columns are measured once, in the reporting pass.
+    let (native, subprocess) = if b.reporting() {
+        let native = median(b.iters(20_000), async || {
+            std::hint::black_box(native_increment(base.deps(), "vowels"));
+        })
+        .await;
+        let python = python();
+        let subprocess = median(b.iters(60).max(5), async || subprocess_call(&python)).await;
+        (native, subprocess)
+    } else {
+        (Duration::ZERO, Duration::ZERO)
+    };
     let mut checks = Vec::new();
     for lang in &LANGS {
         let host = b.host(&[component(lang.file)]).await;
-        let interpreted = lang.name == "Python" || lang.name == "JavaScript";
-        let per_batch = if interpreted { 8 } else { 400 };
-        let pairs = if b.quick { 5 } else { 41 };
-        let measured = paired(
-            pairs,
-            async || {
-                batch(per_batch, async || {
-                    let mut ctx = base.clone();
-                    host.call(&mut ctx, &call).await.unwrap();
-                })
-                .await
-            },
-            async || {
-                batch(per_batch, async || {
-                    host.bench_raw_call(&base, &call).await.unwrap();
-                })
-                .await
-            },
-        )
-        .await;
+        let per_batch = match lang.name {
+            "Python" => 8,
+            "JavaScript" => 24,
+            _ => 1000,
+        };
+        let pairs = if b.quick { 5 } else { 45 };
+        // One run context for every full-path call, as a session's calls
+        // share one (the counter goes up; the work per call stays the same).
+        let mut ctx = base.clone();
+        let pinned = Pinned::here(&[]);
+        let measured = b
+            .paired(
+                &format!("{} full path / raw floor", lang.name),
+                pairs,
+                async || {
+                    batch(per_batch, async || {
+                        host.call(&mut ctx, &call).await.unwrap();
+                    })
+                    .await
+                },
+                async || {
+                    batch(per_batch, async || {
+                        host.bench_raw_call(&base, &call).await.unwrap();
+                    })
+                    .await
+                },
+            )
+            .await;
+        drop(pinned);
+        if !b.reporting() {
+            continue;
+        }
         let (full, floor) = (measured.a(), measured.b());
         let reuse_n = b.iters(2000) as u32;
         let reused = host
@@ -399,7 +496,6 @@ async fn per_call(b: &Bench, out: &mut String) {
             us(subprocess)
         )
         .unwrap();
-        b.keep(measured.record(&format!("{} full path / raw floor", lang.name)));
         checks.push((lang.name, measured, full));
         eprintln!(
             "per-call {}: full {} floor {}",
@@ -663,7 +759,9 @@ async fn concurrency(b: &Bench, out: &mut String) {
     } else {
         Duration::from_secs(2)
     };
-    for n in [1usize, 2, 8, 64] {
+    // The table is measured once, in the reporting pass.
+    let counts: &[usize] = if b.reporting() { &[1, 2, 8, 64] } else { &[] };
+    for &n in counts {
         let idle_kib = rss_kib("VmRSS:");
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = sample_peak_rss(Arc::clone(&done));
@@ -730,13 +828,14 @@ async fn concurrency(b: &Bench, out: &mut String) {
             started.elapsed() / calls as u32
         }
     };
-    let scaling = paired(
-        if b.quick { 5 } else { 31 },
-        async || sessions(1).await,
-        async || sessions(2).await,
-    )
-    .await;
-    b.keep(scaling.record("1 → 2 sessions throughput"));
+    let scaling = b
+        .paired(
+            "1 → 2 sessions throughput",
+            if b.quick { 5 } else { 33 },
+            async || sessions(1).await,
+            async || sessions(2).await,
+        )
+        .await;
     writeln!(
         out,
         "\n1 → 2 sessions, paired ({calls} calls a batch, from one session or split over two): \
@@ -1133,18 +1232,19 @@ async fn scale_out(b: &Bench, out: &mut String) {
             HostSet::start(b, &stateful, &store, hosts, sessions).await,
         ));
     }
-    let pairs = if b.quick { 3 } else { 15 };
+    let pairs = if b.quick { 3 } else { 21 };
     let mut rows = Vec::new();
     for (name, set) in &sets[1..] {
         let sqlite = &sets[0].1;
         // SQLite's time over this set's: this set's throughput over SQLite's.
-        let measured = paired(
-            pairs,
-            async || sqlite.batch(sessions, per_session).await,
-            async || set.batch(sessions, per_session).await,
-        )
-        .await;
-        b.keep(measured.record(&format!("throughput of {name} / SQLite, 1 host")));
+        let measured = b
+            .paired(
+                &format!("throughput of {name} / SQLite, 1 host"),
+                pairs,
+                async || sqlite.batch(sessions, per_session).await,
+                async || set.batch(sessions, per_session).await,
+            )
+            .await;
         rows.push((*name, measured));
     }
     for (_, set) in sets {
@@ -1360,9 +1460,28 @@ async fn parallel_turns(b: &Bench, out: &mut String) {
         let (host, dir) = (&host, dir.path());
         async move || turn_time(host, dir, &calls, parallel).await
     };
+    let sequential_over_parallel = |name: &str| format!("sequential / parallel: {name}");
+    const HTTP: &str = "HTTP fetches (100 ms each)";
+    const INDEPENDENT: &str = "Python `show_state` (independent)";
+    const DEPENDENT: &str = "Python `increment` of one counter (all dependent)";
+    const DIRECT: &str = "Python `show_state` from 8 tasks, `Host::call` (no loop)";
     // The target: a parallel turn of 8 fetches against a turn of one.
-    let http_one = paired(pairs, turn(fetches(8), true), turn(fetches(1), false)).await;
-    let http = paired(pairs, turn(fetches(8), false), turn(fetches(8), true)).await;
+    let http_one = b
+        .paired(
+            "parallel 8 fetches / one fetch",
+            pairs,
+            turn(fetches(8), true),
+            turn(fetches(1), false),
+        )
+        .await;
+    let http = b
+        .paired(
+            &sequential_over_parallel(HTTP),
+            pairs,
+            turn(fetches(8), false),
+            turn(fetches(8), true),
+        )
+        .await;
 
     let same = |name: &str, args: Value| -> Vec<Value> {
         (0..8)
@@ -1372,13 +1491,22 @@ async fn parallel_turns(b: &Bench, out: &mut String) {
     let pairs = if b.quick { 3 } else { 21 };
     let reads = same("show_state", json!({}));
     let writes = same("increment", json!({"name": "n"}));
-    let independent = paired(pairs, turn(reads.clone(), false), turn(reads.clone(), true)).await;
-    let dependent = paired(
-        pairs,
-        turn(writes.clone(), false),
-        turn(writes.clone(), true),
-    )
-    .await;
+    let independent = b
+        .paired(
+            &sequential_over_parallel(INDEPENDENT),
+            pairs,
+            turn(reads.clone(), false),
+            turn(reads.clone(), true),
+        )
+        .await;
+    let dependent = b
+        .paired(
+            &sequential_over_parallel(DEPENDENT),
+            pairs,
+            turn(writes.clone(), false),
+            turn(writes.clone(), true),
+        )
+        .await;
     // The ceiling outside the loop: 8 `show_state` calls from 8 tasks at
     // once, straight through `Host::call`, against 8 in sequence.
     let eight = |together: bool| {
@@ -1410,7 +1538,14 @@ async fn parallel_turns(b: &Bench, out: &mut String) {
             t.elapsed()
         }
     };
-    let direct = paired(pairs, eight(false), eight(true)).await;
+    let direct = b
+        .paired(
+            &sequential_over_parallel(DIRECT),
+            pairs,
+            eight(false),
+            eight(true),
+        )
+        .await;
 
     writeln!(
         out,
@@ -1432,21 +1567,13 @@ async fn parallel_turns(b: &Bench, out: &mut String) {
     .unwrap();
     writeln!(out, "|---|---|---|---|").unwrap();
     for (name, measured) in [
-        ("HTTP fetches (100 ms each)", &http),
-        ("Python `show_state` (independent)", &independent),
-        (
-            "Python `increment` of one counter (all dependent)",
-            &dependent,
-        ),
-        (
-            "Python `show_state` from 8 tasks, `Host::call` (no loop)",
-            &direct,
-        ),
+        (HTTP, &http),
+        (INDEPENDENT, &independent),
+        (DEPENDENT, &dependent),
+        (DIRECT, &direct),
     ] {
         writeln!(out, "{}", measured.row(name)).unwrap();
-        b.keep(measured.record(&format!("sequential / parallel: {name}")));
     }
-    b.keep(http_one.record("parallel 8 fetches / one fetch"));
     writeln!(
         out,
         "\nTarget: the parallel turn of 8 fetches ({}) within 1.5× of a turn of one ({}): {} — {}.\n\n\
@@ -1510,7 +1637,11 @@ impl Drop for Harness {
 }
 
 async fn peers(b: &Bench, out: &mut String) {
-    writeln!(out, "## 11. Peers: Extism beside Airlock\n").unwrap();
+    writeln!(
+        out,
+        "## 11. Peers: Extism, a process per call and native, beside Airlock\n"
+    )
+    .unwrap();
     let (Ok(exe), Ok(plugin)) = (
         std::env::var("AIRLOCK_PEERS_HARNESS"),
         std::env::var("AIRLOCK_PEERS_PLUGIN"),
@@ -1532,63 +1663,71 @@ async fn peers(b: &Bench, out: &mut String) {
     let theirs: Value = serde_json::from_str(&extism.ask("check")).unwrap();
     assert_eq!(theirs["result"], ours.result, "Extism and Airlock disagree");
 
-    let pairs = if b.quick { 5 } else { 41 };
+    let pairs = if b.quick { 5 } else { 45 };
     let mut ctx = RunContext::default();
     let mut rows = Vec::new();
+    let _pinned = Pinned::here(&[extism.child.id()]);
     // Batches of about the same length on both sides (a few ms), so that
     // neither side always runs in the other's wake.
     for (mode, name, per_batch, ours_n) in [
-        ("reused", "Extism, reused plugin", 200, 200),
+        ("reused", "Extism, reused plugin", 800, 1000),
         (
             "fresh",
             "Extism, fresh plugin per call (compiled once)",
-            20,
-            400,
+            50,
+            1000,
         ),
         (
             "bytes",
             "Extism, fresh plugin per call (from the wasm bytes)",
-            2,
-            600,
+            3,
+            1000,
         ),
+        ("spawn", "a process per call (the work native)", 15, 1000),
+        ("native", "native function (no sandbox)", 15_000, 1000),
     ] {
-        // Extism's time over Airlock's: how many times faster Airlock is.
-        let measured = paired(
-            pairs,
-            async || extism.batch(mode, per_batch),
-            async || {
-                batch(ours_n, async || {
-                    host.call(&mut ctx, &call).await.unwrap();
-                })
-                .await
-            },
-        )
-        .await;
-        rows.push((mode, name, measured));
+        // The peer's time over Airlock's: how many times faster Airlock is.
+        let measured = b
+            .paired(
+                &format!("{} / Airlock", peer_name(mode)),
+                pairs,
+                async || extism.batch(mode, per_batch),
+                async || {
+                    batch(ours_n, async || {
+                        host.call(&mut ctx, &call).await.unwrap();
+                    })
+                    .await
+                },
+            )
+            .await;
+        rows.push((name, measured));
     }
     writeln!(
         out,
         "The Rust `increment` tool's work as an Extism plugin (`peers/plugin`, extism-pdk, \
          wasm32-unknown-unknown) on Extism 1.30.0 (the newest that builds with this rustc; 1.41 needs \
          wasmtime 49 and rustc 1.96), run by `peers/harness`; the same JSON in and out (checked: both \
-         return `{}`). Airlock's side is `Host::call`: a fresh instance, the context view, the ops \
-         validated and applied. Each pair alternates a batch of Extism calls (timed inside the \
-         harness) with a batch of Airlock calls; the ratio is Extism's time over Airlock's: how many \
-         times faster Airlock is.\n",
+         return `{}`). Beside it, the two baselines with no sandbox runtime, run by the same harness on \
+         the same work (`peers/plugin/src/work.rs`, compiled natively): a new process per call (the \
+         harness itself with `--once`, JSON in on stdin and out on stdout: what isolating a tool in a \
+         process costs before any container or seccomp), and a plain function call. Airlock's side is \
+         `Host::call`: a fresh instance, the context view, the ops validated and applied. Each pair \
+         alternates a batch of the peer's calls (timed inside the harness) with a batch of Airlock \
+         calls; the ratio is the peer's time over Airlock's: how many times faster Airlock is (under \
+         1: slower).\n",
         ours.result
     )
     .unwrap();
     writeln!(
         out,
-        "| Extism mode | Extism per call | Airlock per call | Extism / Airlock (paired) |"
+        "| peer | peer per call | Airlock per call | peer / Airlock (paired) |"
     )
     .unwrap();
     writeln!(out, "|---|---|---|---|").unwrap();
-    for (mode, name, measured) in &rows {
+    for (name, measured) in &rows {
         writeln!(out, "{}", measured.row(name)).unwrap();
-        b.keep(measured.record(&format!("Extism {mode} / Airlock")));
     }
-    let (reused, fresh, bytes) = (&rows[0].2, &rows[1].2, &rows[2].2);
+    let (reused, fresh, bytes) = (&rows[0].1, &rows[1].1, &rows[2].1);
     writeln!(
         out,
         "\nTargets:\n\n\
@@ -1606,10 +1745,19 @@ async fn peers(b: &Bench, out: &mut String) {
     .unwrap();
 }
 
+/// How the run-to-run table names a peer of §11.
+fn peer_name(mode: &str) -> String {
+    match mode {
+        "spawn" => "process per call".to_owned(),
+        "native" => "native".to_owned(),
+        extism => format!("Extism {extism}"),
+    }
+}
+
 /// This run's paired ratios beside the previous run's (read from `path`,
-/// then replaced with this run's): two runs agree on a ratio when their
-/// interquartile ranges overlap.
-fn run_to_run(records: &[Value], path: &Path) -> String {
+/// then, if `keep`, replaced with this run's): two runs agree on a ratio
+/// when their interquartile ranges overlap.
+fn run_to_run(records: &[Value], path: &Path, keep: bool) -> String {
     let previous: Vec<Value> = std::fs::read_to_string(path)
         .ok()
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
@@ -1617,7 +1765,7 @@ fn run_to_run(records: &[Value], path: &Path) -> String {
         .unwrap_or_default();
     let when = previous_run_date(path);
     let doc = json!({"generated": utc_now(), "ratios": records});
-    if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap()) {
+    if keep && let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap()) {
         eprintln!("cannot keep the ratios in {}: {e}", path.display());
     }
     let mut out = String::from("## Run to run\n\n");
@@ -1711,16 +1859,39 @@ fn machine() -> String {
     )
 }
 
+/// Passes over the sections with paired ratios (one in quick mode).
+const PASSES: usize = 3;
+
 fn main() {
     let quick = std::env::var_os("AIRLOCK_BENCH_QUICK").is_some();
-    let out_path = std::env::var_os("AIRLOCK_BENCH_OUT")
-        .map_or_else(|| root().join("docs/benchmarks.md"), PathBuf::from);
+    let only = std::env::var("AIRLOCK_BENCH_ONLY").ok();
+    // A partial run never replaces the full report, nor the ratios the next
+    // full run compares with (it only compares with them).
+    let partial = only.is_some();
+    let out_path = std::env::var_os("AIRLOCK_BENCH_OUT").map_or_else(
+        || {
+            root().join(if partial {
+                "target/benchmarks-partial.md"
+            } else {
+                "docs/benchmarks.md"
+            })
+        },
+        PathBuf::from,
+    );
     // This run's paired ratios, kept for the next run to compare with.
-    let ratios_path = out_path.with_extension("ratios.json");
+    let ratios_path = if partial {
+        root().join("docs/benchmarks.ratios.json")
+    } else {
+        out_path.with_extension("ratios.json")
+    };
     let cache = root().join("target/bench-cache");
+    let passes = if quick { 1 } else { PASSES };
     let bench = Bench {
         quick,
         cache,
+        passes,
+        pass: std::sync::atomic::AtomicUsize::new(0),
+        samples: std::sync::Mutex::new(BTreeMap::new()),
         ratios: std::sync::Mutex::new(Vec::new()),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1729,31 +1900,55 @@ fn main() {
         .unwrap();
     let started = Instant::now();
     let body = runtime.block_on(async {
+        let wanted = |name: &str| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|s| s == name))
+        };
+        // The earlier passes run only the sections with paired ratios, and
+        // what they write is dropped; the last one runs and reports all.
         let mut out = String::new();
-        per_call(&bench, &mut out).await;
-        cold_start(&bench, &mut out).await;
-        deps_size(&bench, &mut out).await;
-        ops(&bench, &mut out).await;
-        concurrency(&bench, &mut out).await;
-        agent_loop(&bench, &mut out).await;
-        durability(&bench, &mut out).await;
-        mcp_round_trip(&bench, &mut out).await;
-        scale_out(&bench, &mut out).await;
-        parallel_turns(&bench, &mut out).await;
-        peers(&bench, &mut out).await;
+        for pass in 0..passes {
+            bench.pass.store(pass, std::sync::atomic::Ordering::Relaxed);
+            let reporting = bench.reporting();
+            out.clear();
+            macro_rules! sections {
+                ($($paired:literal $section:ident),*) => {$(
+                    if wanted(stringify!($section)) && ($paired || reporting) {
+                        $section(&bench, &mut out).await;
+                    }
+                )*};
+            }
+            sections!(
+                true per_call,
+                false cold_start,
+                false deps_size,
+                false ops,
+                true concurrency,
+                false agent_loop,
+                false durability,
+                false mcp_round_trip,
+                true scale_out,
+                true parallel_turns,
+                true peers
+            );
+            eprintln!("pass {} of {passes} done", pass + 1);
+        }
         out
     });
     let records = std::mem::take(&mut *bench.ratios.lock().unwrap());
-    let body = body + &run_to_run(&records, &ratios_path);
+    let body = body + &run_to_run(&records, &ratios_path, !partial);
     let date = utc_now();
     let report = format!(
         "# Benchmarks\n\nGenerated by `make bench` on {date}{}, in {:.0} s.\n\nMachine: {}.\n\n\
          Medians of repeated runs; the machine is shared and noisy (±30% between runs is normal), so \
          compare numbers within one report, not across reports. The ratios a target is checked against \
-         are **paired**: their two sides alternate in small batches on one thread, and the report gives \
+         are **paired**: their two sides alternate in small batches on one thread (in §1 and §11 pinned, \
+         with the peer's process, to one core), and the report gives \
          the median of the per-pair ratios with its interquartile range (IQR); a target whose IQR \
-         straddles it is \"not settled\", not met. The last section compares them with the previous \
-         run's. No timing is asserted in `make test`.\n\n{body}",
+         straddles it is \"not settled\", not met. Each ratio's pairs come from {passes} passes over \
+         the sections that have them, spread over the run, so that no one stretch of a noisy machine \
+         decides a ratio. The last section compares them with the previous run's. No timing is \
+         asserted in `make test`.\n\n{body}",
         if quick {
             " (quick mode: fewer iterations)"
         } else {
