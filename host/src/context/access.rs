@@ -170,6 +170,11 @@ impl ContextRules {
         let Some(validator) = self.schemas.get(key) else {
             return Ok(());
         };
+        // `is_valid` first: it builds no error, which a valid value (nearly
+        // every one) never needs.
+        if validator.is_valid(value) {
+            return Ok(());
+        }
         match validator.iter_errors(value).next() {
             None => Ok(()),
             Some(e) => {

@@ -43,7 +43,7 @@ pub(crate) use limits::{CallLimiter, ResourceHit};
 pub use limits::{Limits, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, Stream};
-pub(crate) use until::until;
+pub(crate) use until::{Stopped, until};
 
 /// How often the epoch advances. A call's deadline is checked on each tick,
 /// so this is the precision of timeouts and cancellation.

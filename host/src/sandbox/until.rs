@@ -19,8 +19,8 @@ pub(crate) enum Stopped {
 }
 
 /// Runs `work` to its end, unless `deadline` passes or `cancel` fires
-/// first (either may be absent). Work cancelled before it begins is never
-/// polled.
+/// first (either may be absent), polling it inside `span` (what it logs is
+/// the call's). Work cancelled before it begins is never polled.
 ///
 /// Cost: the timer and the cancellation waiter (a lock each, in tokio's
 /// timer wheel and in the token) are set up only once `work` has to wait.
@@ -33,6 +33,7 @@ pub(crate) async fn until<F: Future>(
     work: F,
     deadline: Option<Instant>,
     cancel: Option<&CancelToken>,
+    span: &tracing::Span,
 ) -> Result<F::Output, Stopped> {
     if cancel.is_some_and(CancelToken::is_cancelled) {
         return Err(Stopped::Cancelled);
@@ -41,7 +42,7 @@ pub(crate) async fn until<F: Future>(
     let mut timer = pin!(None);
     let mut waiter = pin!(None);
     poll_fn(|cx| {
-        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+        if let Poll::Ready(output) = span.in_scope(|| work.as_mut().poll(cx)) {
             return Poll::Ready(Ok(output));
         }
         if let Some(token) = cancel {
@@ -75,11 +76,18 @@ mod tests {
 
     use super::*;
 
+    fn none() -> tracing::Span {
+        tracing::Span::none()
+    }
+
     #[tokio::test]
     async fn work_that_ends_at_once_is_not_bounded() {
         let past = Instant::now() - Duration::from_secs(1);
         let cancel = CancelToken::new();
-        assert_eq!(until(async { 7 }, Some(past), Some(&cancel)).await, Ok(7));
+        assert_eq!(
+            until(async { 7 }, Some(past), Some(&cancel), &none()).await,
+            Ok(7)
+        );
     }
 
     #[tokio::test]
@@ -87,7 +95,7 @@ mod tests {
         let cancel = CancelToken::new();
         cancel.cancel();
         let mut ran = false;
-        let stopped = until(async { ran = true }, None, Some(&cancel)).await;
+        let stopped = until(async { ran = true }, None, Some(&cancel), &none()).await;
         assert_eq!(stopped, Err(Stopped::Cancelled));
         assert!(!ran);
     }
@@ -95,7 +103,7 @@ mod tests {
     #[tokio::test]
     async fn work_that_waits_stops_at_the_deadline_given() {
         let deadline = Instant::now() + Duration::from_millis(20);
-        let stopped = until(std::future::pending::<()>(), Some(deadline), None).await;
+        let stopped = until(std::future::pending::<()>(), Some(deadline), None, &none()).await;
         assert_eq!(stopped, Err(Stopped::Deadline));
         assert!(Instant::now() >= deadline);
     }
@@ -110,7 +118,7 @@ mod tests {
             std::future::pending::<()>().await;
         };
         assert_eq!(
-            until(work, None, Some(&cancel)).await,
+            until(work, None, Some(&cancel), &none()).await,
             Err(Stopped::Cancelled)
         );
     }

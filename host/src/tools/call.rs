@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tracing::Instrument;
 use wasmtime::{Store, Trap};
 
 use super::bindings::Reads;
@@ -16,7 +15,7 @@ use super::{
 use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
 use crate::sandbox::{
     CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
-    ResourceHit, ToolGate, until,
+    ResourceHit, Stopped, ToolGate, until,
 };
 
 /// A call that ran without changing the context ([`Host::run_only`]).
@@ -95,33 +94,45 @@ impl Host {
     ) -> Ran {
         let started = Instant::now();
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
-        let mut reads = Reads::default();
-        let outcome = async {
-            let component = self.component_of(&call.name)?;
-            check_arguments(
-                &call.arguments,
-                component.validators.get(&call.name).map(Arc::as_ref),
-            )?;
-            let invoked = self.invoke(component, ctx, call, cancel, record_reads);
-            let (returned, output, read) = until(invoked, None, Some(cancel))
-                .await
-                .map_err(|_| CallError::Cancelled)??;
-            reads = read;
-            let parsed = returned
-                .and_then(|out| check_output(out, &component.limits))
-                .map_err(|error| CallFailure {
-                    error,
-                    output: output.clone(),
-                })?;
-            Ok((parsed, output))
-        }
-        .instrument(span)
-        .await;
+        let (outcome, reads) = match self.check_and_invoke(ctx, call, cancel, record_reads, &span) {
+            Err(error) => (Err(error.into()), Reads::default()),
+            Ok((component, invoked)) => match invoked.await {
+                Err(failure) => (Err(failure), Reads::default()),
+                Ok((returned, output, reads)) => {
+                    let checked = returned.and_then(|out| check_output(out, &component.limits));
+                    let outcome = match checked {
+                        Ok(parsed) => Ok((parsed, output)),
+                        Err(error) => Err(CallFailure { error, output }),
+                    };
+                    (outcome, reads)
+                }
+            },
+        };
         Ran {
             outcome,
             reads,
             duration: started.elapsed(),
         }
+    }
+
+    /// Checks the call's arguments, then returns its tool and the call
+    /// ready to run ([`Host::invoke`]): a call with bad arguments never
+    /// starts.
+    fn check_and_invoke<'a>(
+        &'a self,
+        ctx: &'a RunContext,
+        call: &'a ToolCall,
+        cancel: &'a CancelToken,
+        record_reads: bool,
+        span: &'a tracing::Span,
+    ) -> Result<(&'a LoadedComponent, impl Future<Output = Invoked> + 'a), CallError> {
+        let component = self.component_of(&call.name)?;
+        check_arguments(
+            &call.arguments,
+            component.validators.get(&call.name).map(Arc::as_ref),
+        )?;
+        let invoked = self.invoke(component, ctx, call, cancel, record_reads, span);
+        Ok((component, invoked))
     }
 
     /// Applies a call [`Host::run_only`] ran to `ctx`: its ops checked
@@ -155,11 +166,11 @@ impl Host {
         })
     }
 
-    /// Instantiates a fresh instance and runs the guest's `call`. The store
-    /// is dropped before this returns, so the context's deps are no longer
-    /// shared with the view when ops are applied. The outer error is a call
-    /// that never ran; the inner one, a guest that ran and failed, with what
-    /// it wrote until then.
+    /// Instantiates a fresh instance and runs the guest's `call`, bounded
+    /// by the call's deadline and `cancel` ([`until`]: no timer for a call
+    /// that never waits). The store is dropped before this returns, so the
+    /// context's deps are no longer shared with the view when ops are
+    /// applied.
     async fn invoke(
         &self,
         component: &LoadedComponent,
@@ -167,15 +178,18 @@ impl Host {
         call: &ToolCall,
         cancel: &CancelToken,
         record_reads: bool,
-    ) -> Result<(Result<guest::ToolOutput, CallError>, GuestOutput, Reads), CallFailure> {
+        span: &tracing::Span,
+    ) -> Invoked {
         let limits = &component.limits;
-        let mut store = self
-            .new_store(limits, &component.grants, &component.gate, cancel.clone())
-            .await?;
+        let admitted = self.new_store(limits, &component.grants, &component.gate, cancel.clone());
+        let mut store = until(admitted, None, Some(cancel), span)
+            .await
+            .map_err(|_| CallError::Cancelled)??;
         let view = push_view(&mut store, component, ctx, call, record_reads)?;
         let view_rep = view.rep();
         let run = instantiate_and_call(&mut store, component, view, call);
-        let returned = match until(run, Some(timer_deadline(limits)), None).await {
+        let deadline = timer_deadline(limits);
+        let returned = match until(run, Some(deadline), Some(cancel), span).await {
             Ok(Ok(Ok(output))) => Ok(output),
             Ok(Ok(Err(guest::ToolError::InvalidArgs(msg)))) => {
                 Err(CallError::InvalidArgs(bounded_message(msg)))
@@ -187,9 +201,10 @@ impl Host {
                 Err(CallError::Retry(bounded_message(msg)))
             }
             Ok(Err(e)) => Err(classify(e, &store, limits)),
-            Err(_) => Err(CallError::Timeout {
+            Err(Stopped::Deadline) => Err(CallError::Timeout {
                 limit: limits.timeout,
             }),
+            Err(Stopped::Cancelled) => Err(CallError::Cancelled),
         };
         let output = store.data_mut().take_output();
         let reads = store
@@ -227,6 +242,11 @@ impl Host {
             .map_err(|e| CallError::Busy(format!("{e:#}")))
     }
 }
+
+/// What [`Host::invoke`] gives: the outer error is a call that never ran;
+/// the inner one, a guest that ran and failed, with what it wrote until
+/// then and what it read.
+type Invoked = Result<(Result<guest::ToolOutput, CallError>, GuestOutput, Reads), CallFailure>;
 
 /// Host-side timer slack beyond [`Limits::timeout`]. Epoch interruption
 /// normally stops the guest first; the timer catches a guest that is

@@ -150,7 +150,14 @@ impl Host {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.airlock_tool_tool().call_describe(&mut store).await
         };
-        match until(run, Some(timer_deadline(limits)), None).await {
+        match until(
+            run,
+            Some(timer_deadline(limits)),
+            None,
+            &tracing::Span::none(),
+        )
+        .await
+        {
             Ok(Ok(specs)) => Ok(specs),
             Ok(Err(e)) => Err(classify(e, &store, limits)),
             Err(_) => Err(CallError::Timeout {
