@@ -407,17 +407,12 @@ fn spawn_call(
     })
 }
 
-/// Issue 12 item 7: as many spinning calls as the runtime has workers do
-/// not stall the others. Each spinner writes a file once it runs (so the
-/// test knows both hold a worker), then spins. A benign call spawned on the
-/// same runtime then completes while both spinners still run; without the
-/// yield at each epoch tick it would wait for a spinner's timeout, and the
-/// spinners would be finished by then. The spinners are then cancelled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spinning_calls_do_not_hold_the_runtime_workers() {
+/// A host with the hostile guest under `timeout`, granted a fresh
+/// directory as `/signal` (where a guest writes a file to say it runs).
+async fn signalling_host(timeout: Duration) -> (tempfile::TempDir, std::sync::Arc<Host>) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = ToolConfig::default();
-    config.limits.timeout = Duration::from_secs(30);
+    config.limits.timeout = timeout;
     config.grants.dirs = vec![
         airlock::sandbox::grants::DirGrant::new(
             dir.path(),
@@ -426,8 +421,19 @@ async fn spinning_calls_do_not_hold_the_runtime_workers() {
         )
         .unwrap(),
     ];
-    let host =
-        std::sync::Arc::new(host_with(&[("hostile", config)], ContextRules::default()).await);
+    let host = host_with(&[("hostile", config)], ContextRules::default()).await;
+    (dir, std::sync::Arc::new(host))
+}
+
+/// Issue 12 item 7: as many spinning calls as the runtime has workers do
+/// not stall the others. Each spinner writes a file once it runs (so the
+/// test knows both hold a worker), then spins. A benign call spawned on the
+/// same runtime then completes while both spinners still run; without the
+/// yield at each epoch tick it would wait for a spinner's timeout, and the
+/// spinners would be finished by then. The spinners are then cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_calls_do_not_hold_the_runtime_workers() {
+    let (dir, host) = signalling_host(Duration::from_secs(30)).await;
     let cancel = airlock::sandbox::CancelToken::new();
     let spinners: Vec<_> = (0..2)
         .map(|i| {
@@ -469,19 +475,7 @@ async fn spinning_calls_do_not_hold_the_runtime_workers() {
 /// cancelled, deps unchanged, and the host serves the next call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_asleep_in_the_host_is_stopped_when_cancelled() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ToolConfig::default();
-    config.limits.timeout = Duration::from_secs(3600);
-    config.grants.dirs = vec![
-        airlock::sandbox::grants::DirGrant::new(
-            dir.path(),
-            "/signal",
-            airlock::sandbox::grants::DirMode::Rw,
-        )
-        .unwrap(),
-    ];
-    let host =
-        std::sync::Arc::new(host_with(&[("hostile", config)], ContextRules::default()).await);
+    let (dir, host) = signalling_host(Duration::from_secs(3600)).await;
     let cancel = airlock::sandbox::CancelToken::new();
     let sleeper = spawn_call(&host, "sleep", json!({"path": "/signal/asleep"}), &cancel);
     // Blocking wait on this (non-worker) thread until the guest is about
