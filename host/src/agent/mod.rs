@@ -488,23 +488,17 @@ impl Run<'_> {
             self.record_intent(call, iteration);
             self.commit().await?;
             let ran = match speculations.take(k) {
-                Some((task, retry)) => task.await.ok().map(|ran| (ran, retry)),
+                Some((task, request)) => task.await.ok().map(|ran| (ran, request)),
                 None => None,
             };
             let current_retry = self.retry_of(&call.name);
-            let still_valid = |ran: &Ran, retry: u32| {
+            let still_valid = |ran: &Ran, request: &ToolCall| {
                 !self.agent.cancel.is_cancelled()
                     && !ran.reads.depends_on(&written)
-                    && (!ran.reads.read_retry() || retry == current_retry)
+                    && (!ran.reads.read_retry() || request.retry == current_retry)
             };
             let settled = match ran {
-                Some((ran, retry)) if still_valid(&ran, retry) => {
-                    let request = ToolCall {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                        retry,
-                    };
+                Some((ran, request)) if still_valid(&ran, &request) => {
                     let took = u64::try_from(ran.duration.as_micros()).unwrap_or(u64::MAX);
                     let result = self.agent.host.apply_ran(self.ctx, &request, ran);
                     self.settle(call, result, took)
@@ -541,24 +535,19 @@ impl Run<'_> {
                     .tool_calls
                     .saturating_add(before)
                     .saturating_add(1);
-                let retry = self.retry_of(&call.name);
-                let request = ToolCall {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                    retry,
-                };
-                let (host, cancel, limit) = (
+                let request = self.request(call, call.arguments.clone());
+                let (host, cancel, limit, run) = (
                     Arc::clone(&agent.host),
                     agent.cancel.clone(),
                     Arc::clone(&limit),
+                    request.clone(),
                 );
                 let task = tokio::spawn(async move {
                     // The semaphore is never closed.
                     let _permit = limit.acquire_owned().await;
-                    host.run_only(&view, &request, &cancel, true).await
+                    host.run_only(&view, &run, &cancel, true).await
                 });
-                Some((task, retry))
+                Some((task, request))
             })
             .collect();
         Speculations { tasks }
@@ -567,6 +556,18 @@ impl Run<'_> {
     /// The retry count a call of `tool` sees now.
     fn retry_of(&self, tool: &str) -> u32 {
         self.failures.get(tool).copied().unwrap_or(0)
+    }
+
+    /// The host's request for the model's `call` with `arguments` (the
+    /// model's, or as the approver edited them), at the retry count it
+    /// sees now.
+    fn request(&self, call: &ModelToolCall, arguments: String) -> ToolCall {
+        ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments,
+            retry: self.retry_of(&call.name),
+        }
     }
 
     /// Runs one tool call and tells the model how it went: its intent is
@@ -632,12 +633,7 @@ impl Run<'_> {
             }
         }
 
-        let request = ToolCall {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            arguments,
-            retry: self.retry_of(&call.name),
-        };
+        let request = self.request(call, arguments);
         let result = agent
             .host
             .call_counted(self.ctx, &request, &agent.cancel)
@@ -748,14 +744,15 @@ impl Run<'_> {
 }
 
 /// The speculative calls of a turn, by position (`None`: runs in its
-/// turn), with the retry count each saw. Those not yet taken are stopped
-/// when this is dropped (the run ended early).
+/// turn), with the request each ran (and so the retry count it saw).
+/// Those not yet taken are stopped when this is dropped (the run ended
+/// early).
 struct Speculations {
-    tasks: Vec<Option<(tokio::task::JoinHandle<Ran>, u32)>>,
+    tasks: Vec<Option<(tokio::task::JoinHandle<Ran>, ToolCall)>>,
 }
 
 impl Speculations {
-    fn take(&mut self, k: usize) -> Option<(tokio::task::JoinHandle<Ran>, u32)> {
+    fn take(&mut self, k: usize) -> Option<(tokio::task::JoinHandle<Ran>, ToolCall)> {
         self.tasks.get_mut(k).and_then(Option::take)
     }
 }

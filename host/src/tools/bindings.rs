@@ -109,9 +109,10 @@ impl ContextView {
         }
     }
 
-    /// What the tool has read so far, if the view records it.
-    pub fn reads(&self) -> Option<&Reads> {
-        self.reads.as_ref()
+    /// What the tool has read, if the view records it; taken once the
+    /// call is over.
+    pub(crate) fn take_reads(&mut self) -> Option<Reads> {
+        self.reads.take()
     }
 }
 

@@ -207,15 +207,21 @@ impl Host {
             Err(Stopped::Cancelled) => Err(CallError::Cancelled),
         };
         let output = store.data_mut().take_output();
-        let reads = store
-            .data()
-            .table
-            .get(&wasmtime::component::Resource::<ContextView>::new_borrow(
-                view_rep,
-            ))
-            .ok()
-            .and_then(|view| view.reads().cloned())
-            .unwrap_or_default();
+        // Only a recording view has reads to give; the plain call path
+        // skips the lookup.
+        let reads = if record_reads {
+            store
+                .data_mut()
+                .table
+                .get_mut(&wasmtime::component::Resource::<ContextView>::new_borrow(
+                    view_rep,
+                ))
+                .ok()
+                .and_then(ContextView::take_reads)
+                .unwrap_or_default()
+        } else {
+            Reads::default()
+        };
         drop(store);
         Ok((returned, output, reads))
     }
