@@ -18,7 +18,7 @@ use airlock::{Host, Limits, RunContext, ToolConfig};
 use serde_json::{Value, json};
 
 use crate::support::model_server::{ModelServer, anthropic_reply, openai_reply};
-use crate::support::{cache_dir, guest, host};
+use crate::support::{HOST_TOOLS, cache_dir, guest, host};
 
 const KEY: &str = "sk-test-key-never-logged";
 
@@ -108,17 +108,7 @@ async fn openai_multi_turn_run_with_tool_calls_and_ops() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        tools,
-        [
-            "add_note",
-            "apply",
-            "derive",
-            "increment",
-            "read",
-            "show_state"
-        ]
-    );
+    assert_eq!(tools, HOST_TOOLS);
     assert_eq!(seen[0].body["tools"][0]["type"], "function");
     // The second request carries the assistant's calls and one tool message
     // per call, in order, each seeing the deps the previous one left.

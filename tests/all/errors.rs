@@ -4,7 +4,9 @@
 use airlock::{CallError, CompileCache, Host, LoadError, RunContext, ToolCall};
 use serde_json::json;
 
-use crate::support::{assert_host_still_serves, cache_dir, call, guest, host, snapshot};
+use crate::support::{
+    HOST_TOOLS, assert_host_still_serves, cache_dir, call, guest, host, snapshot,
+};
 
 #[tokio::test]
 async fn unknown_tool_lists_the_available_ones() {
@@ -18,17 +20,7 @@ async fn unknown_tool_lists_the_available_ones() {
         panic!("expected unknown_tool, got {err}");
     };
     assert_eq!(name, "incremnt");
-    assert_eq!(
-        available,
-        &[
-            "add_note",
-            "apply",
-            "derive",
-            "increment",
-            "read",
-            "show_state"
-        ]
-    );
+    assert_eq!(available, &HOST_TOOLS);
     assert!(
         err.to_string()
             .contains("available: add_note, apply, derive, increment"),

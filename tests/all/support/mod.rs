@@ -82,6 +82,16 @@ fn builder() -> airlock::HostBuilder {
         .max_concurrent_calls(16)
 }
 
+/// The tools of [`host`], sorted by name.
+pub const HOST_TOOLS: [&str; 6] = [
+    "add_note",
+    "apply",
+    "derive",
+    "increment",
+    "read",
+    "show_state",
+];
+
 /// A host with the well-behaved guests loaded (stateful, context-probe),
 /// default limits.
 pub async fn host() -> &'static Arc<Host> {
