@@ -110,7 +110,7 @@ build: guests build-host
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path guest-examples/Cargo.toml --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features bench -- -D warnings
 	$(CARGO) clippy --release --target $(GUEST_TARGET) \
 	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS) -- -D warnings
 
@@ -148,7 +148,7 @@ peers: setup
 bench: guests postgres peers
 	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" \
 	  AIRLOCK_PEERS_HARNESS="$(CURDIR)/$(PEERS_HARNESS)" AIRLOCK_PEERS_PLUGIN="$(CURDIR)/$(PEERS_PLUGIN)" \
-	  exec $(CARGO) bench --bench airlock'
+	  exec $(CARGO) bench --bench airlock --features bench'
 
 DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.
 

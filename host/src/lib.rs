@@ -32,7 +32,7 @@
 //! // A failed call changes nothing.
 //! let bad = ToolCall::new("increment", "not json");
 //! let failure = host.call(&mut ctx, &bad).await.unwrap_err();
-//! assert_eq!(failure.kind(), "bad_arguments");
+//! assert_eq!(failure.kind(), airlock::ErrorKind::BadArguments);
 //! assert_eq!(ctx.deps()["counters"]["vowels"], 3);
 //! # Ok(())
 //! # }
@@ -96,13 +96,16 @@
 //! - [`policy`]: the operator's policy file, as plain data.
 //! - [`sandbox`]: the engine, compile cache, grants, limits, captured output.
 //! - [`tools`]: loading components and calling tools.
+//! - [`journal`]: what a conversation records, and its fold.
 //! - [`agent`]: the loop; [`llm`]: the model providers.
-//! - [`session`]: durable sessions: the journal, the store, export.
+//! - [`session`]: durable sessions: leases, the stores, export.
 
 pub mod agent;
 pub mod context;
 pub mod fs;
+pub mod journal;
 mod json;
+pub mod kind;
 pub mod llm;
 pub mod mcp;
 pub mod policy;
@@ -113,8 +116,15 @@ pub mod text;
 mod tls;
 pub mod tools;
 
-pub use agent::{Agent, Transcript};
+/// A boxed future, so that traits with async methods ([`llm::Model`],
+/// [`session::SessionStore`], [`journal::Sink`], [`agent::Approver`]) can
+/// be used as trait objects.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+pub use agent::Agent;
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};
+pub use journal::Transcript;
+pub use kind::ErrorKind;
 pub use policy::{Approval, Policy, ToolConfig};
 pub use sandbox::{CompileCache, GuestOutput, Limits};
 pub use session::{Session, SessionOptions, SessionStore, SqliteStore};

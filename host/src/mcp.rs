@@ -32,7 +32,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::agent::REJECTED_MESSAGE;
+use crate::journal::{REJECTED_MESSAGE, failure_text};
 use crate::policy::Approval;
 use crate::sandbox::CancelToken;
 use crate::session::{Session, SessionCallError, SessionError, SessionOptions, SessionStore};
@@ -56,8 +56,9 @@ pub const SESSION_META_KEY: &str = "airlock/session";
 /// ASCII characters, used again only for the same tool and arguments.
 pub const CALL_META_KEY: &str = "airlock/call";
 
-/// Opens Airlock sessions for an MCP server: the store, the owner, the
-/// starting deps and the hidden keys; the id is the caller's.
+/// Opens Airlock sessions for an MCP server: the store, the owner and the
+/// starting deps; the id is the caller's, and the hidden keys are those of
+/// the host serving when the session is opened.
 #[derive(Debug, Clone)]
 pub struct SessionOpener {
     store: Arc<dyn SessionStore>,
@@ -71,11 +72,12 @@ impl SessionOpener {
         Self { store, options }
     }
 
-    /// Opens (or creates) session `id`; a fresh one when `None`.
-    pub async fn open(&self, id: Option<String>) -> Result<Session, SessionError> {
+    /// Opens (or creates) session `id` (a fresh one when `None`), writing
+    /// no key `host`'s rules hide.
+    pub async fn open(&self, id: Option<String>, host: &Host) -> Result<Session, SessionError> {
         let mut options = self.options.clone();
         options.session_id = id;
-        Session::open(Arc::clone(&self.store), options).await
+        Session::open(Arc::clone(&self.store), options, host.context_rules()).await
     }
 }
 
@@ -185,7 +187,7 @@ impl McpServer {
                 ));
             };
             let session = opener
-                .open(Some(id.to_owned()))
+                .open(Some(id.to_owned()), &self.tools.current())
                 .await
                 .map_err(|e| e.to_string())?;
             return Ok(Working::Named(Arc::new(Mutex::new(session))));
@@ -194,7 +196,10 @@ impl McpServer {
         self.session
             .get_or_try_init(|| async {
                 let opener = opener.ok_or("this server has no session")?;
-                let session = opener.open(None).await.map_err(|e| e.to_string())?;
+                let session = opener
+                    .open(None, &self.tools.current())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok::<_, String>(Arc::new(Mutex::new(session)))
             })
             .await
@@ -281,9 +286,7 @@ impl McpServer {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
             },
-            Err(SessionCallError::Call(failure)) => {
-                error_result(format!("Error ({}): {}", failure.kind(), failure.error))
-            }
+            Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure.error)),
             Err(e) => error_result(e.to_string()),
         }
     }
@@ -457,7 +460,14 @@ impl ServerHandler for McpServer {
             .session_for(&context.meta)
             .await
             .map_err(|message| ErrorData::internal_error(message, None))?;
-        let deps = Value::Object(session.handle().lock().await.stored_deps());
+        let host = self.tools.current();
+        let deps = Value::Object(
+            session
+                .handle()
+                .lock()
+                .await
+                .stored_deps(host.context_rules()),
+        );
         session.done().await;
         let mut contents = ResourceContents::text(deps.to_string(), DEPS_URI);
         if let ResourceContents::TextResourceContents { mime_type, .. } = &mut contents {

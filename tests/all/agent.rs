@@ -6,39 +6,18 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use airlock::Approval;
-use airlock::agent::{
-    Agent, AgentOptions, CallStatus, Decision, Item, PendingCall, REJECTED_MESSAGE, RunError,
-    Transcript,
-};
-use airlock::llm::{
-    AnthropicModel, Message, ModelError, OpenAiModel, ProviderOptions, RetryPolicy,
-};
+use airlock::ErrorKind;
+use airlock::agent::{Agent, AgentOptions, Decision, REJECTED_MESSAGE, RunError};
+use airlock::journal::{CallStatus, Item, Outcome, Transcript};
+use airlock::llm::{AnthropicModel, Message, ModelError};
 use airlock::sandbox::CancelToken;
 use airlock::{Host, Limits, RunContext, ToolConfig};
 use serde_json::{Value, json};
 
-use crate::support::model_server::{ModelServer, anthropic_reply, openai_reply};
+use crate::support::model_server::{
+    KEY, ModelServer, anthropic_reply, openai, openai_reply, provider_options as options,
+};
 use crate::support::{HOST_TOOLS, cache_dir, guest, host};
-
-const KEY: &str = "sk-test-key-never-logged";
-
-fn options(server_base: String) -> ProviderOptions {
-    ProviderOptions {
-        base_url: Some(server_base),
-        api_key: Some(KEY.into()),
-        retry: RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(10),
-            max_delay: Duration::from_millis(50),
-        },
-        timeout: Some(Duration::from_secs(10)),
-    }
-}
-
-/// An OpenAI-compatible model on `server` (also used by the sessions tests).
-pub fn openai(server: &ModelServer) -> OpenAiModel {
-    OpenAiModel::new("gpt-test", options(server.openai_base())).unwrap()
-}
 
 fn tool_messages(body: &Value) -> Vec<&Value> {
     body["messages"]
@@ -50,7 +29,7 @@ fn tool_messages(body: &Value) -> Vec<&Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_multi_turn_run_with_tool_calls_and_ops() {
+async fn an_openai_run_calls_tools_over_turns_and_applies_their_ops() {
     let server = ModelServer::start().await;
     let inc = r#"{"name":"vowels"}"#;
     server
@@ -248,11 +227,23 @@ async fn max_iterations_ends_the_run_and_keeps_the_state() {
         panic!("too few items")
     };
     assert!(
-        matches!(&error.item, Item::Error { kind, .. } if kind == "max_iterations"),
+        matches!(
+            &error.item,
+            Item::Error {
+                kind: ErrorKind::MaxIterations,
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert!(
-        matches!(&end.item, Item::RunEnded { outcome, iterations: 3 } if outcome == "max_iterations"),
+        matches!(
+            &end.item,
+            Item::RunEnded {
+                outcome: Outcome::Failed(ErrorKind::MaxIterations),
+                iterations: 3
+            }
+        ),
         "{end:?}"
     );
 }
@@ -438,7 +429,7 @@ async fn approval_can_reject_and_edit() {
         .push_json(openai_reply(Some("ok"), &[], 1, 1));
     let model = openai(&server);
     let host = Arc::new(approval_host().await);
-    let approver = |call: PendingCall<'_>| match call.call_id {
+    let approver = |call: &airlock::ToolCall| match call.id.as_str() {
         "c1" => Decision::Reject,
         "c2" => Decision::Edit(r#"{"name":"fixed"}"#.into()),
         _ => Decision::Approve,
@@ -516,10 +507,10 @@ async fn cancellation_stops_the_tool_in_flight() {
     // Cancel as soon as the event stream shows the spinning call started.
     let cancel = CancelToken::new();
     let trigger = cancel.clone();
-    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<airlock::agent::Event>();
+    let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<airlock::journal::Event>();
     let watcher = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
-            if matches!(&event.item, Item::FunctionCall { name, .. } if name == "spin") {
+            if matches!(&event.item, Item::FunctionCall { call, .. } if call.name == "spin") {
                 trigger.cancel();
             }
         }
@@ -540,7 +531,7 @@ async fn cancellation_stops_the_tool_in_flight() {
     assert_eq!(ctx.deps()["counters"], json!({"before": 1}));
     assert!(transcript.items.iter().any(|e| matches!(&e.item,
         Item::FunctionCallOutput { status: CallStatus::Cancelled, error_kind: Some(kind), .. }
-            if kind == "cancelled")));
+            if *kind == airlock::ErrorKind::Cancelled)));
     assert_eq!(
         ctx.deps()["counters"],
         json!({"before": 1}),
@@ -551,8 +542,20 @@ async fn cancellation_stops_the_tool_in_flight() {
     let [.., error, end] = &transcript.items[..] else {
         panic!("too few items")
     };
-    assert!(matches!(&error.item, Item::Error { kind, .. } if kind == "cancelled"));
-    assert!(matches!(&end.item, Item::RunEnded { outcome, .. } if outcome == "cancelled"));
+    assert!(matches!(
+        &error.item,
+        Item::Error {
+            kind: ErrorKind::Cancelled,
+            ..
+        }
+    ));
+    assert!(matches!(
+        &end.item,
+        Item::RunEnded {
+            outcome: Outcome::Failed(ErrorKind::Cancelled),
+            ..
+        }
+    ));
     // The host serves the next call after a cancelled one.
     host.call(
         &mut ctx,

@@ -5,7 +5,7 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::script::PROMPT;
+use crate::support::PROMPT;
 use crate::support::{airlock, guest, root};
 
 fn stdout_json(out: &Output) -> Value {
@@ -23,7 +23,7 @@ fn path(p: &Path) -> &str {
 }
 
 #[test]
-fn call_json_success() {
+fn call_json_prints_the_result_ops_and_new_deps() {
     let stateful = guest("stateful");
     let out = airlock(&[
         "call",
@@ -90,7 +90,7 @@ fn call_json_failure_keeps_deps_and_exits_non_zero() {
 }
 
 #[test]
-fn call_text_output_and_save_deps() {
+fn call_text_output_and_save_deps_carry_state_between_calls() {
     let stateful = guest("stateful");
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json");
@@ -218,7 +218,7 @@ fn run_demo(extra: &[&str]) -> Output {
 }
 
 #[test]
-fn airlock_run_with_the_demo_script() {
+fn run_json_and_events_end_as_the_demo_says() {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
     let out = run_demo(&["--events", path(&events), "--json"]);
@@ -258,7 +258,7 @@ fn airlock_run_with_the_demo_script() {
 }
 
 #[test]
-fn airlock_run_text_output_shows_progress() {
+fn run_shows_each_turn_call_and_op_as_it_happens() {
     let out = run_demo(&[]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
@@ -275,7 +275,7 @@ fn airlock_run_text_output_shows_progress() {
 }
 
 #[test]
-fn airlock_run_input_errors() {
+fn run_input_errors_exit_2_naming_what_is_missing() {
     let stateful = guest("stateful");
     let s = stateful.to_str().unwrap();
     let out = airlock(&["run", "--tool", s, "hello"]);

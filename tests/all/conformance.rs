@@ -79,7 +79,7 @@ async fn run(language: &str, deps: &Value, tool: &str, args: &Value) -> Outcome 
                 deps,
                 "{language}: a failed call changed deps"
             );
-            let kind = e.kind();
+            let kind = e.kind().as_str();
             let message = e.to_string();
             Outcome::Err { kind, message }
         }

@@ -26,7 +26,7 @@ async fn unknown_tool_lists_the_available_ones() {
             .contains("available: add_note, apply, derive, increment"),
         "{err}"
     );
-    assert_eq!(err.kind(), "unknown_tool");
+    assert_eq!(err.kind(), airlock::ErrorKind::UnknownTool);
     assert_host_still_serves(host, &mut ctx, &before).await;
 }
 
@@ -44,7 +44,7 @@ async fn arguments_must_be_a_json_object() {
             matches!(err.error, CallError::BadArguments(_)),
             "{bad:?}: {err}"
         );
-        assert_eq!(err.kind(), "bad_arguments");
+        assert_eq!(err.kind(), airlock::ErrorKind::BadArguments);
         assert!(err.output.is_empty(), "the tool never ran");
     }
     assert_host_still_serves(host, &mut ctx, &before).await;

@@ -41,7 +41,7 @@ async fn panic_is_a_trap_with_the_panic_message() {
         stderr.contains("hostile tool panicked on purpose"),
         "{stderr}"
     );
-    assert_eq!(err.kind(), "trap");
+    assert_eq!(err.kind(), airlock::ErrorKind::Trap);
 }
 
 #[tokio::test]
@@ -153,7 +153,7 @@ async fn host_resources_a_guest_creates_are_bounded() {
         matches!(err, CallError::ResourceLimit { limit } if limit == limits.max_host_resources),
         "{err}"
     );
-    assert_eq!(err.kind(), "resource_limit");
+    assert_eq!(err.kind(), airlock::ErrorKind::ResourceLimit);
     assert!(
         limits.max_host_resources * limits.host_resource_bytes() <= limits.max_memory_bytes,
         "the accounted worst case fits the memory limit"

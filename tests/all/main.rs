@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent;
+mod architecture;
 mod cache;
 mod cli;
 mod conformance;
 mod context_rules;
-mod crash;
+mod durability;
 mod environment;
 mod errors;
 mod filesystem;
@@ -20,7 +21,6 @@ mod limits;
 mod mcp;
 mod ops;
 mod policy;
-mod properties;
 mod scale;
 mod script;
 mod sessions;

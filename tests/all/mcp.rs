@@ -4,34 +4,16 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use airlock::session::{Folded, SessionStore, SqliteStore};
+use airlock::journal::Folded;
+use airlock::session::{SessionStore, SqliteStore};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
-use rmcp::service::{Peer, RunningService};
+use rmcp::service::Peer;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
+use crate::support::mcp::{Client, call_with, http_client, policy, serve_http, serve_http_with};
 use crate::support::{airlock_command, guest, host};
-
-pub type Client = RunningService<RoleClient, ()>;
-
-/// A policy with the stateful tool, the hostile one (a short timeout, but
-/// `spin_long` calls are cancelled long before theirs) and an approval tool.
-pub fn policy(dir: &Path) -> String {
-    let path = dir.join("airlock.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 500 }}\n\n\
-             [[tool]]\npath = {:?}\napproval = \"ask\"\n",
-            guest("stateful"),
-            guest("hostile"),
-            guest("context_probe"),
-        ),
-    )
-    .unwrap();
-    path.to_str().unwrap().to_owned()
-}
 
 /// `airlock mcp`'s arguments for the tools of `config`, on session `id` in
 /// the SQLite file `db`.
@@ -58,26 +40,6 @@ async fn connect(args: &[&str]) -> (Client, u32) {
 
 async fn call(client: &Peer<RoleClient>, name: &str, args: Value) -> CallToolResult {
     call_with(client, serde_json::Map::new(), name, args).await
-}
-
-/// A `tools/call` whose `_meta` is `meta`.
-pub async fn call_with(
-    client: &Peer<RoleClient>,
-    meta: serde_json::Map<String, Value>,
-    name: &str,
-    args: Value,
-) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
-    if !meta.is_empty() {
-        params.meta = Some(meta.into());
-    }
-    client
-        .call_tool(params)
-        .await
-        .expect("a tools/call is answered, never a protocol error")
 }
 
 fn text(result: &CallToolResult) -> String {
@@ -265,12 +227,12 @@ async fn a_cancelled_call_stops_and_the_next_one_runs_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cancel.db");
     let config = long_spin_policy(dir.path());
-    let (mut server, url) = serve_http(&config, db.to_str().unwrap());
+    let server = serve_http(&config, db.to_str().unwrap());
+    let url = server.url.clone();
     let client = http_client(&url).await;
     cancel_a_spinning_call(&client, &db).await;
     client.cancel().await.unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,49 +285,6 @@ async fn two_sessions_are_isolated_and_one_session_has_one_server() {
     b.cancel().await.unwrap();
 }
 
-/// `airlock mcp --transport http` on a free port, its sessions in `store`
-/// (a file or a URL); the child and its URL.
-pub fn serve_http(config: &str, store: &str) -> (std::process::Child, String) {
-    use std::io::BufRead;
-    let mut child = airlock_command(
-        &[
-            "mcp",
-            "--transport",
-            "http",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            config,
-            "--store",
-            store,
-        ],
-        &[],
-    )
-    .stdin(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let line = lines
-        .next()
-        .expect("the server says where it listens")
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
-    // Keep draining stderr so the server never blocks on it.
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, url)
-}
-
-pub async fn http_client(url: &str) -> Client {
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
-    ().serve(transport).await.expect("initialize over HTTP")
-}
-
 /// A `tools/call` on the Airlock session its `_meta` names.
 async fn call_in(
     client: &Peer<RoleClient>,
@@ -382,7 +301,8 @@ async fn http_sessions_are_isolated_and_a_request_can_name_one() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("http.db");
     let config = policy(dir.path());
-    let (mut server, url) = serve_http(&config, db.to_str().unwrap());
+    let server = serve_http(&config, db.to_str().unwrap());
+    let url = server.url.clone();
     let a = http_client(&url).await;
     let b = http_client(&url).await;
 
@@ -412,8 +332,7 @@ async fn http_sessions_are_isolated_and_a_request_can_name_one() {
 
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     let store = SqliteStore::open(&db).unwrap();
     let sessions = store.list(None).await.unwrap();
     assert_eq!(sessions.len(), 3, "{sessions:?}");
@@ -623,7 +542,8 @@ async fn the_stateless_revision_names_its_session_in_meta() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("stateless.db");
     let config = policy(dir.path());
-    let (mut server, url) = serve_http(&config, db.to_str().unwrap());
+    let server = serve_http(&config, db.to_str().unwrap());
+    let url = server.url.clone();
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
     let client = ()
         .serve_with_lifecycle(
@@ -656,8 +576,7 @@ async fn the_stateless_revision_names_its_session_in_meta() {
         assert_eq!(result.structured_content.unwrap()["value"], n);
     }
     client.cancel().await.unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     let store = SqliteStore::open(&db).unwrap();
     let kept = Folded::fold(&store.read(None, "kept").await.unwrap().records).unwrap();
     assert_eq!(kept.deps["counters"]["n"], 2);
@@ -715,5 +634,173 @@ async fn a_keyed_call_runs_at_most_once_across_restarts() {
     let trapped = call_with(&client, keyed("k-3"), "panic", json!({})).await;
     assert!(text(&trapped).contains("Error (trap)"));
     assert_eq!(deps(&client).await, json!({"counters": {"x": 3}}));
+    client.cancel().await.unwrap();
+}
+
+/// The raw journal of every session in the SQLite store `db`: each
+/// record's session, number and entry as JSON text (what is on disk,
+/// whatever the host shows).
+fn raw_journal(db: &Path) -> Vec<(String, i64, String)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut query = conn
+        .prepare("SELECT session_id, seq, entry FROM records ORDER BY session_id, seq")
+        .unwrap();
+    query
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The entries of every record in `db`, as JSON text.
+fn raw_records(db: &Path) -> Vec<String> {
+    raw_journal(db)
+        .into_iter()
+        .map(|(.., entry)| entry)
+        .collect()
+}
+
+/// Writes the policy at `path`: the stateful and context-probe tools, with
+/// `hidden` as `[context] hidden`.
+fn policy_hiding(path: &Path, hidden: &[&str]) {
+    let text = format!(
+        "[context]\nhidden = {hidden:?}\n\n[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\n",
+        guest("stateful"),
+        guest("context_probe"),
+    );
+    let staged = path.with_extension("staged");
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+/// Waits (up to 60 s) for `watching` to have seen `n` tools/list_changed.
+async fn wait_for_changes(watching: &Watching, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while watching.changes.load(std::sync::atomic::Ordering::SeqCst) < n {
+        assert!(Instant::now() < deadline, "no tools/list_changed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_hidden_by_a_reload_is_not_journaled_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("airlock.toml");
+    policy_hiding(&config, &[]);
+    let db = dir.path().join("hide.db");
+    let server = serve_http_with(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+        "--deps",
+        r#"{"seed": "visible-seed", "counters": {}}"#,
+    ]);
+    let url = server.url.clone();
+    let watching = Watching::default();
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+    let before = watching.clone().serve(transport).await.unwrap();
+    let result = call(&before, "increment", json!({"name": "a"})).await;
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    assert!(
+        raw_records(&db).iter().any(|r| r.contains("visible-seed")),
+        "before the reload, the seed is an ordinary key and is stored"
+    );
+
+    // The operator hides `seed`: from now on it never reaches the store.
+    policy_hiding(&config, &["seed"]);
+    wait_for_changes(&watching, 1).await;
+    let stored_before = raw_journal(&db);
+    let after = http_client(&url).await;
+    let result = call(&after, "increment", json!({"name": "b"})).await;
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    let new_records: Vec<String> = raw_journal(&db)
+        .into_iter()
+        .filter(|record| !stored_before.contains(record))
+        .map(|(.., entry)| entry)
+        .collect();
+    assert!(
+        !new_records.is_empty(),
+        "the new session's call is journaled"
+    );
+    for record in new_records {
+        assert!(
+            !record.contains("seed"),
+            "a hidden key was stored: {record}"
+        );
+    }
+    assert!(deps(&after).await.get("seed").is_none());
+    // A tool cannot write it either, and the next call is served.
+    let rejected = call(
+        &after,
+        "apply",
+        json!({"ops": [{"op": "set", "key": "seed", "value": 1}]}),
+    )
+    .await;
+    assert_eq!(rejected.is_error, Some(true));
+    let result = call(&after, "increment", json!({"name": "b"})).await;
+    assert_eq!(result.structured_content.unwrap()["value"], 2);
+    before.cancel().await.unwrap();
+    after.cancel().await.unwrap();
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hiding_and_unhiding_by_reload_take_effect_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("airlock.toml");
+    policy_hiding(&config, &["later"]);
+    let db = dir.path().join("unhide.db");
+    let args = [
+        "mcp",
+        "--config",
+        config.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+        "--session",
+        "s",
+        "--deps",
+        r#"{"seed": "visible-seed"}"#,
+    ];
+    let command = tokio::process::Command::from(airlock_command(&args, &[]));
+    let watching = Watching::default();
+    let client = watching
+        .clone()
+        .serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap();
+    let set_later = json!({"ops": [{"op": "set", "key": "later", "value": "kept"}]});
+    let hidden = call(&client, "apply", set_later.clone()).await;
+    assert_eq!(
+        hidden.is_error,
+        Some(true),
+        "a hidden key cannot be written"
+    );
+    assert_eq!(deps(&client).await["seed"], "visible-seed");
+
+    // Un-hide `later` and hide `seed`.
+    policy_hiding(&config, &["seed"]);
+    wait_for_changes(&watching, 1).await;
+    let written = call(&client, "apply", set_later).await;
+    assert_eq!(written.is_error, Some(false), "{}", text(&written));
+    let shown = deps(&client).await;
+    assert_eq!(shown["later"], "kept");
+    assert!(
+        shown.get("seed").is_none(),
+        "a newly hidden key is shown: {shown}"
+    );
+    let records = raw_records(&db);
+    assert!(
+        records
+            .iter()
+            .any(|r| r.contains("\"later\"") && r.contains("context_update")),
+        "an un-hidden key written by a tool is journaled"
+    );
+    client.cancel().await.unwrap();
+
+    // So it survives a restart.
+    let (client, _) = connect(&on_session(config.to_str().unwrap(), &db, "s")).await;
+    let read = call(&client, "read", json!({"keys": ["later"]})).await;
+    assert_eq!(read.structured_content.unwrap()["values"]["later"], "kept");
     client.cancel().await.unwrap();
 }

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use airlock::agent::{CallStatus, Item};
-use airlock::session::{Folded, Session, SessionOptions};
+use airlock::context::ContextRules;
+use airlock::journal::{CallStatus, Folded, Item};
+use airlock::session::{Session, SessionOptions};
 use rmcp::RoleClient;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::Peer;
 use serde_json::{Value, json};
 
-use crate::mcp::{http_client, policy, serve_http};
+use crate::support::mcp::{http_client, policy, serve_http};
 use crate::support::stores::{Backend, TestStore};
 
 const HOSTS: usize = 3;
@@ -89,9 +90,9 @@ async fn hosts_on_one_postgres_lose_no_update_when_one_is_killed() {
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..HOSTS {
-        let (child, url) = serve_http(&config, &db.spec);
-        servers.push(child);
-        clients.push(http_client(&url).await);
+        let server = serve_http(&config, &db.spec);
+        clients.push(http_client(&server.url).await);
+        servers.push(server);
     }
     let peers: Arc<Vec<Peer<RoleClient>>> =
         Arc::new(clients.iter().map(|c| c.peer().clone()).collect());
@@ -169,8 +170,7 @@ async fn hosts_on_one_postgres_lose_no_update_when_one_is_killed() {
         }
     }
     let killed_after = tally.acknowledged.load(Ordering::SeqCst);
-    servers[VICTIM].kill().unwrap();
-    servers[VICTIM].wait().unwrap();
+    servers[VICTIM].kill();
     kill.send_replace(true);
     let all_done = async {
         while let Some(done) = drivers.join_next().await {
@@ -217,7 +217,9 @@ async fn hosts_on_one_postgres_lose_no_update_when_one_is_killed() {
             session_id: Some(session.clone()),
             ..SessionOptions::default()
         };
-        let resumed = Session::open(Arc::clone(&store), options).await.unwrap();
+        let resumed = Session::open(Arc::clone(&store), options, &ContextRules::default())
+            .await
+            .unwrap();
         assert_eq!(resumed.context().deps()["counters"]["n"], json!(INCREMENTS));
         resumed.close().await.unwrap();
     }
@@ -233,12 +235,7 @@ async fn hosts_on_one_postgres_lose_no_update_when_one_is_killed() {
         Attempt::Lost(why) => panic!("{why}"),
     }
 
-    for (i, server) in servers.iter_mut().enumerate() {
-        if i != VICTIM {
-            server.kill().unwrap();
-            server.wait().unwrap();
-        }
-    }
+    drop(servers);
     #[allow(clippy::print_stderr)]
     {
         eprintln!(

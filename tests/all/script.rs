@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::path::Path;
 
 use airlock::RunContext;
-use airlock::agent::{Agent, RunError, Transcript};
+use airlock::agent::{Agent, RunError};
+use airlock::journal::Transcript;
 use airlock::llm::{ModelError, ScriptModel};
 use serde_json::{Value, json};
 
@@ -44,7 +45,7 @@ async fn script_drives_the_real_loop() {
         .items
         .iter()
         .filter_map(|e| match &e.item {
-            airlock::agent::Item::FunctionCall { call_id, .. } => Some(call_id.clone()),
+            airlock::journal::Item::FunctionCall { call, .. } => Some(call.id.clone()),
             _ => None,
         })
         .collect();
@@ -120,13 +121,11 @@ fn invalid_scripts_are_refused_naming_the_file() {
     );
 }
 
-pub const PROMPT: &str = "Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.";
-
 /// A call that fails after writing output keeps that output in the event
 /// log: it is often what explains the failure.
 #[tokio::test]
 async fn a_failed_calls_output_reaches_the_event_log() {
-    use airlock::agent::{CallStatus, Item};
+    use airlock::journal::{CallStatus, Item};
 
     let dir = tempfile::tempdir().unwrap();
     let path = script(
@@ -159,12 +158,12 @@ async fn a_failed_calls_output_reaches_the_event_log() {
                 error_kind,
                 guest,
                 ..
-            } if call_id == "c1" => Some((*status, error_kind.clone(), guest.clone())),
+            } if call_id == "c1" => Some((*status, *error_kind, guest.clone())),
             _ => None,
         })
         .expect("the failed call has an output event");
     assert_eq!(failed.0, CallStatus::Failed);
-    assert_eq!(failed.1.as_deref(), Some("timeout"));
+    assert_eq!(failed.1, Some(airlock::ErrorKind::Timeout));
     assert_eq!(failed.2.stdout, "partial output before the loop\n");
     // The JSON form of the event carries it too.
     let output = transcript
@@ -209,7 +208,7 @@ async fn a_run_keeps_a_bounded_transcript() {
         matches!(err, RunError::TranscriptTooLarge { limit: 5_000 }),
         "{err}"
     );
-    assert_eq!(err.kind(), "transcript_too_large");
+    assert_eq!(err.kind(), airlock::ErrorKind::TranscriptTooLarge);
     let notes = ctx.deps()["notes"].as_array().unwrap().len();
     assert!((1..5).contains(&notes), "{notes} notes kept");
     let kept = serde_json::to_string(&transcript.items).unwrap().len();

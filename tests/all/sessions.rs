@@ -7,14 +7,13 @@ use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 
-use airlock::agent::{Agent, CallStatus, Item, RunError};
+use airlock::agent::{Agent, RunError};
 use airlock::context::{ContextRules, KeyPatterns};
+use airlock::journal::{CallStatus, Folded, INTERRUPTED_MESSAGE, Item};
 use airlock::llm::{Message, ScriptModel};
 use airlock::sandbox::CancelToken;
 use airlock::session::export::{ImportError, SessionExport};
-use airlock::session::{
-    Folded, INTERRUPTED_MESSAGE, Session, SessionOptions, SessionStore, StoreError,
-};
+use airlock::session::{Session, SessionOptions, SessionStore, StoreError};
 use serde_json::{Value, json};
 
 use crate::support::stores::{Backend, TestStore};
@@ -49,7 +48,9 @@ async fn every_field_round_trips_through_the_store_and_an_export(backend: Backen
     let mut opening = options(Some("alice"), "trip");
     opening.deps = Some(json!({"start": {"n": 1}}).as_object().unwrap().clone());
     opening.metadata = BTreeMap::from([("tenant".to_owned(), "acme".to_owned())]);
-    let mut session = Session::open(Arc::clone(&store), opening).await.unwrap();
+    let mut session = Session::open(Arc::clone(&store), opening, &ContextRules::default())
+        .await
+        .unwrap();
     assert!(session.created());
     let agent = Agent::new(Arc::clone(host().await), vowels());
     let outcome = agent
@@ -61,9 +62,13 @@ async fn every_field_round_trips_through_the_store_and_an_export(backend: Backen
     session.close().await.unwrap();
 
     // Opened again, it is the same conversation, field by field.
-    let again = Session::open(Arc::clone(&store), options(Some("alice"), "trip"))
-        .await
-        .unwrap();
+    let again = Session::open(
+        Arc::clone(&store),
+        options(Some("alice"), "trip"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     assert!(!again.created());
     assert_eq!(again.context().deps(), live.deps());
     assert_eq!(again.context().deps()["counters"]["vowels"], 3);
@@ -110,9 +115,13 @@ async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend)
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
     let dir = &db.dir;
-    let session = Session::open(Arc::clone(&store), options(None, "v"))
-        .await
-        .unwrap();
+    let session = Session::open(
+        Arc::clone(&store),
+        options(None, "v"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     session.close().await.unwrap();
     let stored = store.read(None, "v").await.unwrap();
     let good = serde_json::to_value(SessionExport::new(&stored, &ContextRules::default()).unwrap())
@@ -173,7 +182,7 @@ async fn users_are_a_hard_partition(backend: Backend) {
     let dir = &db.dir;
     let mut opening = options(Some("alice"), "shared-name");
     opening.deps = Some(json!({"owner": "alice"}).as_object().unwrap().clone());
-    Session::open(Arc::clone(&store), opening)
+    Session::open(Arc::clone(&store), opening, &ContextRules::default())
         .await
         .unwrap()
         .close()
@@ -181,7 +190,7 @@ async fn users_are_a_hard_partition(backend: Backend) {
         .unwrap();
     let mut anonymous = options(None, "anon-only");
     anonymous.deps = Some(json!({"owner": "nobody"}).as_object().unwrap().clone());
-    Session::open(Arc::clone(&store), anonymous)
+    Session::open(Arc::clone(&store), anonymous, &ContextRules::default())
         .await
         .unwrap()
         .close()
@@ -201,19 +210,23 @@ async fn users_are_a_hard_partition(backend: Backend) {
             "{outsider:?}: {read}"
         );
         let removed = store
-            .remove(outsider, "shared-name", airlock::session::now_ms())
+            .remove(outsider, "shared-name", airlock::journal::now_ms())
             .await;
         assert!(matches!(removed, Err(StoreError::NotFound { .. })));
         // Opening the same id is a session of the outsider's own, empty.
-        let own = Session::open(Arc::clone(&store), options(outsider, "shared-name"))
-            .await
-            .unwrap();
+        let own = Session::open(
+            Arc::clone(&store),
+            options(outsider, "shared-name"),
+            &ContextRules::default(),
+        )
+        .await
+        .unwrap();
         assert!(own.created(), "{outsider:?} resumed alice's session");
         assert!(own.context().deps().is_empty());
         assert!(own.transcript().messages.is_empty());
         own.close().await.unwrap();
         store
-            .remove(outsider, "shared-name", airlock::session::now_ms())
+            .remove(outsider, "shared-name", airlock::journal::now_ms())
             .await
             .unwrap();
     }
@@ -277,9 +290,13 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
             {"id": "c3", "name": "increment", "arguments": {"name": "b"}}
         ]}]),
     );
-    let mut session = Session::open(Arc::clone(&store), options(None, "patch"))
-        .await
-        .unwrap();
+    let mut session = Session::open(
+        Arc::clone(&store),
+        options(None, "patch"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     let cancel = CancelToken::new();
     let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let agent = Agent::new(Arc::clone(hostile_host().await), model)
@@ -288,7 +305,7 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
     let watcher = tokio::spawn(async move {
         // Cancel once the spin call's intent is committed.
         while let Some(event) = seen.recv().await {
-            if matches!(&event.item, Item::FunctionCall { call_id, .. } if call_id == "c2") {
+            if matches!(&event.item, Item::FunctionCall { call, .. } if call.id == "c2") {
                 cancel.cancel();
             }
         }
@@ -299,9 +316,13 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
     assert!(matches!(result, Err(RunError::Cancelled)), "{result:?}");
     session.close().await.unwrap();
 
-    let reopened = Session::open(Arc::clone(&store), options(None, "patch"))
-        .await
-        .unwrap();
+    let reopened = Session::open(
+        Arc::clone(&store),
+        options(None, "patch"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     let tools = tool_messages(&reopened.transcript().messages);
     let told = |i: usize| (tools[i].0.as_str(), tools[i].1.as_str(), tools[i].2);
     assert_eq!(told(0).0, "c1");
@@ -331,9 +352,13 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
     reopened.close().await.unwrap();
     // Opening again (and patching again) adds nothing.
     let records = store.read(None, "patch").await.unwrap().records.len();
-    let mut third = Session::open(Arc::clone(&store), options(None, "patch"))
-        .await
-        .unwrap();
+    let mut third = Session::open(
+        Arc::clone(&store),
+        options(None, "patch"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     third.patch_unanswered().await.unwrap();
     third.close().await.unwrap();
     assert_eq!(
@@ -346,9 +371,13 @@ async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
     use crate::support::model_server::{ModelServer, openai_reply};
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
-    let mut session = Session::open(Arc::clone(&store), options(Some("u"), "resume"))
-        .await
-        .unwrap();
+    let mut session = Session::open(
+        Arc::clone(&store),
+        options(Some("u"), "resume"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     Agent::new(Arc::clone(host().await), vowels())
         .run_session(&mut session, "Count the vowels of 'elephant'.")
         .await
@@ -365,10 +394,14 @@ async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
             1,
         ))
         .push_json(openai_reply(Some("now 4"), &[], 5, 1));
-    let model = crate::agent::openai(&server);
-    let mut resumed = Session::open(Arc::clone(&store), options(Some("u"), "resume"))
-        .await
-        .unwrap();
+    let model = crate::support::model_server::openai(&server);
+    let mut resumed = Session::open(
+        Arc::clone(&store),
+        options(Some("u"), "resume"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run_session(&mut resumed, "One more.")
         .await
@@ -388,12 +421,16 @@ async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
 
 async fn of_two_concurrent_opens_exactly_one_wins(backend: Backend) {
     let db = TestStore::new(backend, "race").await;
-    Session::open(db.open().await, options(None, "race"))
-        .await
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    Session::open(
+        db.open().await,
+        options(None, "race"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap()
+    .close()
+    .await
+    .unwrap();
     for round in 0..10 {
         // Two stores (two connections, as two processes would have).
         let barrier = Arc::new(tokio::sync::Barrier::new(2));
@@ -401,7 +438,7 @@ async fn of_two_concurrent_opens_exactly_one_wins(backend: Backend) {
             let barrier = Arc::clone(&barrier);
             tokio::spawn(async move {
                 barrier.wait().await;
-                Session::open(store, options(None, "race")).await
+                Session::open(store, options(None, "race"), &ContextRules::default()).await
             })
         };
         let a = attempt(db.open().await);
@@ -415,7 +452,7 @@ async fn of_two_concurrent_opens_exactly_one_wins(backend: Backend) {
             loser.to_string().starts_with("session is in use"),
             "{loser}"
         );
-        assert_eq!(loser.kind(), "session_in_use");
+        assert_eq!(loser.kind(), airlock::ErrorKind::SessionInUse);
         winner.close().await.unwrap();
     }
 }
@@ -425,13 +462,21 @@ async fn a_lost_lease_commits_nothing_more(backend: Backend) {
     let store = db.open().await;
     let mut short = options(None, "fence");
     short.lease_ttl = std::time::Duration::from_millis(1);
-    let mut stale = Session::open(Arc::clone(&store), short).await.unwrap();
+    let mut stale = Session::open(Arc::clone(&store), short, &ContextRules::default())
+        .await
+        .unwrap();
     // The heartbeat cannot keep a 1 ms lease; another opener takes it over
     // as soon as it has expired.
     let taker = loop {
-        match Session::open(Arc::clone(&store), options(None, "fence")).await {
+        match Session::open(
+            Arc::clone(&store),
+            options(None, "fence"),
+            &ContextRules::default(),
+        )
+        .await
+        {
             Ok(session) => break session,
-            Err(e) => assert_eq!(e.kind(), "session_in_use"),
+            Err(e) => assert_eq!(e.kind(), airlock::ErrorKind::SessionInUse),
         }
     };
     let before = store.read(None, "fence").await.unwrap();
@@ -455,9 +500,13 @@ async fn a_lost_lease_commits_nothing_more(backend: Backend) {
 async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
-    let mut session = Session::open(Arc::clone(&store), options(None, "direct"))
-        .await
-        .unwrap();
+    let mut session = Session::open(
+        Arc::clone(&store),
+        options(None, "direct"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
     let probe = airlock::ToolCall::new("read", "{}");
     let seen = session
         .call(host().await, &probe, &CancelToken::new())
@@ -483,6 +532,117 @@ async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
     );
 }
 
+/// A call's records, as JSON text, with what differs between any two runs
+/// (item ids and numbers, run ids, times, durations) blanked: the rest
+/// must match byte for byte.
+fn call_records(records: &[airlock::journal::Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|record| match &record.entry {
+            airlock::journal::Entry::Item { event }
+                if matches!(
+                    event.item,
+                    Item::FunctionCall { .. }
+                        | Item::FunctionCallOutput { .. }
+                        | Item::ContextUpdate { .. }
+                ) =>
+            {
+                let mut value = serde_json::to_value(event).unwrap();
+                for volatile in ["id", "run_id", "at_ms", "duration_us", "iteration"] {
+                    if let Some(field) = value.get_mut(volatile) {
+                        *field = Value::Null;
+                    }
+                }
+                Some(value.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// One recorder for both paths: the same calls journal the same records
+/// whether the agent loop ran them or direct session calls did (as
+/// `airlock call --session` and MCP make), for a call that completes with
+/// ops, one whose arguments the host refuses, and one whose ops are
+/// rejected. The loop adds only the tool messages its model waits for.
+async fn a_call_journals_the_same_through_the_loop_and_a_direct_call(backend: Backend) {
+    let db = TestStore::new(backend, "same").await;
+    let store = db.open().await;
+    let calls = [
+        ("c1", "increment", json!({"name": "x"})),
+        ("c2", "increment", json!({"name": 5})),
+        (
+            "c3",
+            "apply",
+            json!({"ops": [{"op": "append", "key": "counters", "value": 1}]}),
+        ),
+    ];
+    let mut turns: Vec<Value> = calls
+        .iter()
+        .map(
+            |(id, name, args)| json!({"tool_calls": [{"id": id, "name": name, "arguments": args}]}),
+        )
+        .collect();
+    turns.push(json!({"text": "done"}));
+    let model = script(db.dir.path(), "same", Value::Array(turns));
+    let rules = ContextRules::default();
+    let mut looped = Session::open(Arc::clone(&store), options(None, "looped"), &rules)
+        .await
+        .unwrap();
+    Agent::new(Arc::clone(host().await), model)
+        .run_session(&mut looped, "go")
+        .await
+        .unwrap();
+    let told = tool_messages(&looped.transcript().messages);
+    looped.close().await.unwrap();
+
+    let mut direct = Session::open(Arc::clone(&store), options(None, "direct"), &rules)
+        .await
+        .unwrap();
+    for (id, name, args) in &calls {
+        let call = airlock::ToolCall {
+            id: (*id).to_owned(),
+            name: (*name).to_owned(),
+            arguments: args.to_string(),
+            retry: 0,
+        };
+        let _ = direct.call(host().await, &call, &CancelToken::new()).await;
+    }
+    direct.close().await.unwrap();
+
+    let looped = store.read(None, "looped").await.unwrap().records;
+    let direct = store.read(None, "direct").await.unwrap().records;
+    let (looped_calls, direct_calls) = (call_records(&looped), call_records(&direct));
+    assert_eq!(
+        looped_calls.len(),
+        7,
+        "three intents, three ends, one update"
+    );
+    assert_eq!(looped_calls, direct_calls);
+    assert!(
+        direct_calls[4].contains(r#""error_kind":"bad_arguments""#),
+        "{}",
+        direct_calls[4]
+    );
+    assert!(
+        direct_calls[6].contains(r#""error_kind":"op_rejected""#),
+        "{}",
+        direct_calls[6]
+    );
+    // What the model was told is each call's output, word for word.
+    let outputs: Vec<Value> = direct_calls
+        .iter()
+        .map(|text| serde_json::from_str::<Value>(text).unwrap())
+        .filter(|item| item["type"] == "function_call_output")
+        .collect();
+    assert_eq!(told.len(), 3);
+    for ((id, content, is_error), output) in told.iter().zip(&outputs) {
+        assert_eq!(output["call_id"], id.as_str());
+        assert_eq!(output["output"], content.as_str());
+        assert_eq!(*is_error, output["status"] != "completed");
+    }
+}
+
 /// A host on another machine that stops renewing: its lease blocks others
 /// until it expires (nothing on this machine can prove it dead), then
 /// another host takes the session and the first can commit nothing more.
@@ -498,7 +658,10 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
         metadata: BTreeMap::new(),
     };
     let ttl = std::time::Duration::from_millis(30_000);
-    let remote = "boot=another-machine;pidns=pid:[1];pid=1;start=1;lease=x";
+    let remote: airlock::session::Holder =
+        "boot=another-machine;pidns=pid:[1];pid=1;start=1;lease=x"
+            .parse()
+            .unwrap();
     let request = |holder, now_ms| LeaseRequest {
         user_id: Some("u"),
         session_id: "far",
@@ -507,12 +670,12 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
         now_ms,
         create: Some((&header, &[])),
     };
-    let first = host_a.lease(request(remote, 1_000)).await.unwrap();
+    let first = host_a.lease(request(&remote, 1_000)).await.unwrap();
     assert!(first.created);
-    let record = |seq| airlock::session::Record {
+    let record = |seq| airlock::journal::Record {
         seq,
         at_ms: 1_000,
-        entry: airlock::session::Entry::Message {
+        entry: airlock::journal::Entry::Message {
             message: Message::User {
                 content: format!("message {seq}"),
             },
@@ -523,7 +686,7 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
         .await
         .unwrap();
     // Within its ttl (counted from its last commit), the lease holds.
-    let local = airlock::session::Holder::new_identity();
+    let local = airlock::session::Holder::new();
     let refused = host_b.lease(request(&local, 31_999)).await.unwrap_err();
     match &refused {
         StoreError::InUse { expires_in_ms, .. } => assert_eq!(*expires_in_ms, 1),
@@ -562,11 +725,11 @@ const DEPS_MARKERS: [&str; 3] = ["MARK-api-key", "MARK-hidden", "MARK-nested-pas
 const OP_MARKERS: [&str; 2] = ["MARK-op-token", "MARK-op-nested"];
 
 /// Asserts that no deps in `records` (snapshots and ops) holds a marker.
-fn assert_no_op_marker_in_deps(records: &[airlock::session::Record]) {
+fn assert_no_op_marker_in_deps(records: &[airlock::journal::Record]) {
     for record in records {
         let text = match &record.entry {
-            airlock::session::Entry::Deps { deps } => Value::Object(deps.clone()).to_string(),
-            airlock::session::Entry::Item { event }
+            airlock::journal::Entry::Deps { deps } => Value::Object(deps.clone()).to_string(),
+            airlock::journal::Entry::Item { event }
                 if matches!(event.item, Item::ContextUpdate { .. }) =>
             {
                 serde_json::to_string(event).unwrap()
@@ -611,7 +774,6 @@ async fn hidden_and_secret_looking_keys_never_reach_the_store(backend: Backend) 
         ]),
     );
     let mut opening = options(None, "secrets");
-    opening.rules = Arc::clone(&rules);
     opening.deps = Some(
         json!({
             "api_key": "MARK-api-key",
@@ -622,7 +784,9 @@ async fn hidden_and_secret_looking_keys_never_reach_the_store(backend: Backend) 
         .unwrap()
         .clone(),
     );
-    let mut session = Session::open(Arc::clone(&store), opening).await.unwrap();
+    let mut session = Session::open(Arc::clone(&store), opening, &rules)
+        .await
+        .unwrap();
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
     Agent::new(Arc::clone(&host), model)
         .events(sender)
@@ -647,7 +811,7 @@ async fn hidden_and_secret_looking_keys_never_reach_the_store(backend: Backend) 
     assert_eq!(updates, 1);
     // What is stored is the scrubbed fold.
     assert_eq!(
-        Value::Object(session.stored_deps()),
+        Value::Object(session.stored_deps(&rules)),
         json!({"profile": {"name": "ada"}, "log": [{"ok": 1}]})
     );
     session.close().await.unwrap();
@@ -778,7 +942,7 @@ async fn the_cli_never_prints_or_saves_secret_keys(backend: Backend) {
         assert_no_marker(&out.stdout, "sessions show/export");
         let doc = stdout_json(&out);
         assert_no_op_marker(doc["deps"].to_string().as_bytes(), "exported deps");
-        let journal: Vec<airlock::session::Record> =
+        let journal: Vec<airlock::journal::Record> =
             serde_json::from_value(doc["journal"].clone()).unwrap();
         assert_no_op_marker_in_deps(&journal);
     }
@@ -932,6 +1096,7 @@ crate::on_both_stores!(
     of_two_concurrent_opens_exactly_one_wins,
     a_lost_lease_commits_nothing_more,
     a_call_outside_the_loop_is_journaled_and_counted,
+    a_call_journals_the_same_through_the_loop_and_a_direct_call,
     hidden_and_secret_looking_keys_never_reach_the_store,
     the_cli_never_prints_or_saves_secret_keys,
     many_sessions_from_several_processes_stay_intact,

@@ -29,7 +29,7 @@ async fn three_increments_leave_three() {
 }
 
 #[tokio::test]
-async fn walkthrough_final_state() {
+async fn the_walkthrough_ends_with_three_vowels_and_a_note() {
     let host = host().await;
     let mut ctx = RunContext::default();
     for _ in 0..3 {

@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use airlock::agent::{Agent, AgentOptions, Event, Transcript};
+use airlock::agent::{Agent, AgentOptions};
 use airlock::context::ContextRules;
+use airlock::journal::{Event, Transcript};
 use airlock::llm::ScriptModel;
 use airlock::policy::TurnPolicy;
 use airlock::sandbox::grants::{HostPattern, HttpGrant};

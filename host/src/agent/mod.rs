@@ -12,27 +12,25 @@
 //! transcript (messages and item log) holds everything up to that point in
 //! either case.
 
-pub mod events;
+mod turn;
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::mpsc;
 
-pub use events::{CallStatus, Event, Item, Role};
-
+use crate::BoxFuture;
 use crate::context::{RunContext, Usage};
-use crate::llm::{BoxFuture, Message, Model, ModelError, ModelToolCall};
-use crate::policy::{Approval, TurnPolicy};
-use crate::sandbox::{CancelToken, GuestOutput};
-use crate::session::{Entry, Journal, Session, StoreError, secrets};
-use crate::spec::ToolSpec;
-use crate::tools::{CallError, CallFailure, CallOutcome, Host, Ran, ToolCall};
-
-/// What the model is told when the approval handler rejects a call.
-pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
+pub use crate::journal::REJECTED_MESSAGE;
+use crate::journal::recorder::Recorder;
+use crate::journal::{Conversation, Event, Item, Outcome, StoreError, Transcript};
+use crate::kind::ErrorKind;
+use crate::llm::{Model, ModelError};
+use crate::policy::TurnPolicy;
+use crate::sandbox::CancelToken;
+use crate::spec::ToolCall;
+use crate::tools::Host;
+use turn::Run;
 
 /// Settings for a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,17 +63,6 @@ impl Default for AgentOptions {
     }
 }
 
-/// A tool call waiting for approval.
-#[derive(Debug, Clone, Copy)]
-pub struct PendingCall<'a> {
-    /// The model's id for the call.
-    pub call_id: &'a str,
-    /// The tool.
-    pub name: &'a str,
-    /// The model's arguments, as JSON text.
-    pub arguments: &'a str,
-}
-
 /// What an approval handler decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -89,29 +76,19 @@ pub enum Decision {
 
 /// Decides about calls of tools whose policy says `approval = "ask"`.
 pub trait Approver: Send + Sync {
-    /// Decides about one call. May take as long as a person needs; the
-    /// run waits.
-    fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision>;
+    /// Decides about one call, as the model asked for it. May take as long
+    /// as a person needs; the run waits.
+    fn decide<'a>(&'a self, call: &'a ToolCall) -> BoxFuture<'a, Decision>;
 }
 
 impl<F> Approver for F
 where
-    F: Fn(PendingCall<'_>) -> Decision + Send + Sync,
+    F: Fn(&ToolCall) -> Decision + Send + Sync,
 {
-    fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision> {
+    fn decide<'a>(&'a self, call: &'a ToolCall) -> BoxFuture<'a, Decision> {
         let decision = self(call);
         Box::pin(async move { decision })
     }
-}
-
-/// The conversation so far: the messages sent to the model and the item
-/// log. Pass the same transcript to continue a conversation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Transcript {
-    /// What the model has been sent and has answered, in order.
-    pub messages: Vec<Message>,
-    /// The item log, in order.
-    pub items: Vec<Event>,
 }
 
 /// How a run ended, when it ended with an answer.
@@ -159,13 +136,13 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// A stable `snake_case` name for the kind of failure.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            RunError::MaxIterations { .. } => "max_iterations",
-            RunError::Model(_) => "model_error",
-            RunError::Cancelled => "cancelled",
-            RunError::TranscriptTooLarge { .. } => "transcript_too_large",
+            RunError::MaxIterations { .. } => ErrorKind::MaxIterations,
+            RunError::Model(_) => ErrorKind::ModelError,
+            RunError::Cancelled => ErrorKind::Cancelled,
+            RunError::TranscriptTooLarge { .. } => ErrorKind::TranscriptTooLarge,
             RunError::Store(e) => e.kind(),
         }
     }
@@ -246,62 +223,44 @@ impl Agent {
         transcript: &mut Transcript,
         prompt: &str,
     ) -> Result<RunOutcome, RunError> {
-        self.run_with(ctx, transcript, None, prompt).await
-    }
-
-    /// [`Agent::run`] on a durable session: every step is committed to its
-    /// store as the run goes (the prompt; each model reply; each tool
-    /// call's intent before it runs; its output, ops and tool message
-    /// together after), and events are sent once committed. A run whose
-    /// commit fails ends with [`RunError::Store`]; once the session's lease
-    /// is lost, nothing more of it is committed.
-    pub async fn run_session(
-        &self,
-        session: &mut Session,
-        prompt: &str,
-    ) -> Result<RunOutcome, RunError> {
-        let Session {
+        let conversation = Conversation {
             ctx,
             transcript,
-            journal,
-            ..
-        } = session;
-        self.run_with(ctx, transcript, Some(journal), prompt).await
-    }
-
-    async fn run_with(
-        &self,
-        ctx: &mut RunContext,
-        transcript: &mut Transcript,
-        journal: Option<&mut Journal>,
-        prompt: &str,
-    ) -> Result<RunOutcome, RunError> {
-        ctx.start_run();
-        let mut run = Run {
-            agent: self,
-            ctx,
-            transcript,
-            journal,
-            pending: Vec::new(),
-            unsent: Vec::new(),
-            failures: HashMap::new(),
-            recorded_bytes: 0,
+            sink: None,
         };
+        self.run_session(conversation, prompt).await
+    }
+
+    /// [`Agent::run`] on a durable conversation (`&mut Session`, or any
+    /// [`Conversation`] with a sink): every step is committed as the run
+    /// goes (the prompt; each model reply; each tool call's intent before
+    /// it runs; its output, ops and tool message together after), and
+    /// events are sent once committed. A run whose commit fails ends with
+    /// [`RunError::Store`]; once the session's lease is lost, nothing more
+    /// of it is committed.
+    pub async fn run_session<'c>(
+        &self,
+        conversation: impl Into<Conversation<'c>>,
+        prompt: &str,
+    ) -> Result<RunOutcome, RunError> {
+        let mut recorder = Recorder::new(conversation.into(), self.events.is_some());
+        recorder.ctx_mut().start_run();
+        let mut run = Run::new(self, recorder);
         run.record(Item::RunStarted {
             model: self.model.name(),
         });
         let result = run.drive(prompt).await;
         let outcome = match &result {
-            Ok(_) => "answered".to_owned(),
+            Ok(_) => Outcome::Answered,
             Err(e) => {
                 run.record(Item::Error {
-                    kind: e.kind().to_owned(),
+                    kind: e.kind(),
                     message: e.to_string(),
                 });
-                e.kind().to_owned()
+                Outcome::Failed(e.kind())
             }
         };
-        let iterations = run.ctx.iteration;
+        let iterations = run.iteration();
         run.record(Item::RunEnded {
             outcome,
             iterations,
@@ -315,456 +274,14 @@ impl Agent {
             (Ok(()), result) => result,
         }
     }
-}
 
-struct Run<'r> {
-    agent: &'r Agent,
-    ctx: &'r mut RunContext,
-    transcript: &'r mut Transcript,
-    /// Where the run is committed; `None` for an in-memory run.
-    journal: Option<&'r mut Journal>,
-    /// What the next commit writes.
-    pending: Vec<Entry>,
-    /// Events the next commit makes visible.
-    unsent: Vec<Event>,
-    /// Failed calls per tool in this run: the `retry` a tool sees.
-    failures: HashMap<String, u32>,
-    /// Bytes of the items this run recorded.
-    recorded_bytes: usize,
-}
-
-impl Run<'_> {
-    fn record(&mut self, item: Item) {
-        let event = Event::numbered(
-            self.transcript.items.len() + 1,
-            self.ctx.run_id(),
-            events::now_ms(),
-            item,
-        );
-        self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(&event));
-        if self.journal.is_some() {
-            self.pending.push(Entry::Item {
-                event: event.clone(),
-            });
-        }
-        if self.agent.events.is_some() {
-            self.unsent.push(event.clone());
-        }
-        self.transcript.items.push(event);
-    }
-
-    fn push_message(&mut self, message: Message) {
-        if self.journal.is_some() {
-            self.pending.push(Entry::Message {
-                message: message.clone(),
-            });
-        }
-        self.transcript.messages.push(message);
-    }
-
-    /// Commits what was recorded since the last commit (with the usage
-    /// totals), then sends its events: an event a watcher sees is stored.
-    async fn commit(&mut self) -> Result<(), RunError> {
-        if let Some(journal) = self.journal.as_deref_mut() {
-            let entries = std::mem::take(&mut self.pending);
-            journal.commit(self.ctx, entries).await?;
-        }
-        if let Some(sender) = &self.agent.events {
-            for event in self.unsent.drain(..) {
+    /// Sends committed events to the watcher, if any.
+    fn send(&self, events: Vec<Event>) {
+        if let Some(sender) = &self.events {
+            for event in events {
                 // A dropped receiver only means nobody is watching.
                 let _ = sender.send(event);
             }
         }
-        Ok(())
     }
-
-    /// Ends the run once its items outgrow the bound. Checked after each
-    /// call's output is recorded, before anything more is asked or run.
-    fn check_size(&self) -> Result<(), RunError> {
-        let limit = self.agent.options.max_transcript_bytes;
-        if self.recorded_bytes > limit {
-            return Err(RunError::TranscriptTooLarge { limit });
-        }
-        Ok(())
-    }
-
-    async fn drive(&mut self, prompt: &str) -> Result<RunOutcome, RunError> {
-        let agent = self.agent;
-        agent.model.check_tools(&agent.host.tool_names())?;
-        let specs: Vec<ToolSpec> = agent.host.tools().cloned().collect();
-        if self.transcript.messages.is_empty()
-            && let Some(system) = &agent.options.system_prompt
-        {
-            self.push_message(Message::System {
-                content: system.clone(),
-            });
-        }
-        self.push_message(Message::User {
-            content: prompt.to_owned(),
-        });
-        self.record(Item::Message {
-            role: Role::User,
-            content: Some(prompt.to_owned()),
-            iteration: 0,
-        });
-        self.commit().await?;
-
-        let mut iteration = 0;
-        loop {
-            if agent.cancel.is_cancelled() {
-                return Err(RunError::Cancelled);
-            }
-            if iteration >= agent.options.max_iterations {
-                return Err(RunError::MaxIterations {
-                    limit: agent.options.max_iterations,
-                });
-            }
-            iteration += 1;
-            self.ctx.iteration = iteration;
-            self.ctx.usage.requests += 1;
-            let reply = tokio::select! {
-                reply = agent.model.complete(&self.transcript.messages, &specs) => reply?,
-                () = agent.cancel.cancelled() => return Err(RunError::Cancelled),
-            };
-            self.ctx.usage.input_tokens += reply.usage.input_tokens;
-            self.ctx.usage.output_tokens += reply.usage.output_tokens;
-            self.push_message(Message::Assistant {
-                content: reply.content.clone(),
-                tool_calls: reply.tool_calls.clone(),
-            });
-            if reply.content.is_some() || reply.tool_calls.is_empty() {
-                self.record(Item::Message {
-                    role: Role::Assistant,
-                    content: reply.content.clone(),
-                    iteration,
-                });
-            }
-            self.commit().await?;
-            if reply.tool_calls.is_empty() {
-                return Ok(RunOutcome {
-                    answer: reply.content.unwrap_or_default(),
-                    usage: self.ctx.usage,
-                    iterations: iteration,
-                    run_id: self.ctx.run_id().to_owned(),
-                    session_id: self.ctx.session_id().to_owned(),
-                });
-            }
-            self.run_turn(&reply.tool_calls, iteration).await?;
-            self.check_size()?;
-        }
-    }
-
-    /// Runs the calls of one model turn, as if one after another in the
-    /// model's order (DESIGN §3, optimistic execution).
-    ///
-    /// In parallel mode, every call that may run twice (no approval, and no
-    /// effectful grant unless marked idempotent) starts at once against
-    /// the deps as the turn began, seeing the usage and retry count it would
-    /// see in order; at most `max_parallel` run together. Then, in order,
-    /// each call is settled: its intent committed (as in sequential mode),
-    /// then a speculative one whose reads (through `get`, `keys`, `retry`)
-    /// no earlier call of the turn changed is taken as it ran, its ops
-    /// checked against the deps as they are now; one that read a changed
-    /// key runs again now. Any other call runs in its turn, once every
-    /// earlier call has committed, as in sequential mode. The deps,
-    /// results, events and commits are those of the sequential run; only a
-    /// speculative call may have started before its intent was committed
-    /// (it has no effect to recover from, or is idempotent).
-    async fn run_turn(&mut self, calls: &[ModelToolCall], iteration: u32) -> Result<(), RunError> {
-        let turn = self.agent.options.turn;
-        if !turn.parallel || turn.max_parallel < 2 || calls.len() < 2 {
-            for call in calls {
-                self.check_size()?;
-                self.dispatch(call, iteration).await?;
-            }
-            return Ok(());
-        }
-        let mut speculations = self.speculate(calls, turn.max_parallel);
-        let mut written = BTreeSet::new();
-        for (k, call) in calls.iter().enumerate() {
-            self.check_size()?;
-            // The intent is committed as in sequential mode: when every
-            // earlier call has settled, whether or not this one runs yet.
-            self.record_intent(call, iteration);
-            self.commit().await?;
-            let ran = match speculations.take(k) {
-                Some((task, request)) => task.await.ok().map(|ran| (ran, request)),
-                None => None,
-            };
-            let current_retry = self.retry_of(&call.name);
-            let still_valid = |ran: &Ran, request: &ToolCall| {
-                !self.agent.cancel.is_cancelled()
-                    && !ran.reads.depends_on(&written)
-                    && (!ran.reads.read_retry() || request.retry == current_retry)
-            };
-            let settled = match ran {
-                Some((ran, request)) if still_valid(&ran, &request) => {
-                    let took = u64::try_from(ran.duration.as_micros()).unwrap_or(u64::MAX);
-                    let result = self.agent.host.apply_ran(self.ctx, &request, ran);
-                    self.settle(call, result, took)
-                }
-                _ => self.run_call(call).await,
-            };
-            self.commit().await?;
-            written.extend(settled?);
-        }
-        Ok(())
-    }
-
-    /// Starts the calls of a turn that may run speculatively.
-    fn speculate(&self, calls: &[ModelToolCall], max_parallel: usize) -> Speculations {
-        let agent = self.agent;
-        let limit = Arc::new(tokio::sync::Semaphore::new(max_parallel));
-        let tasks = calls
-            .iter()
-            .enumerate()
-            .map(|(k, call)| {
-                let may = agent
-                    .host
-                    .component_for(&call.name)
-                    .is_none_or(|c| c.approval() == Approval::Never && c.may_rerun());
-                if !may {
-                    return None;
-                }
-                // What the call would see in order: counted with the calls
-                // before it, and the retry count as the turn began.
-                let mut view = self.ctx.clone();
-                let before = u32::try_from(k).unwrap_or(u32::MAX);
-                view.usage.tool_calls = view
-                    .usage
-                    .tool_calls
-                    .saturating_add(before)
-                    .saturating_add(1);
-                let request = self.request(call, call.arguments.clone());
-                let (host, cancel, limit, run) = (
-                    Arc::clone(&agent.host),
-                    agent.cancel.clone(),
-                    Arc::clone(&limit),
-                    request.clone(),
-                );
-                let task = tokio::spawn(async move {
-                    // The semaphore is never closed.
-                    let _permit = limit.acquire_owned().await;
-                    host.run_only(&view, &run, &cancel, true).await
-                });
-                Some((task, request))
-            })
-            .collect();
-        Speculations { tasks }
-    }
-
-    /// The retry count a call of `tool` sees now.
-    fn retry_of(&self, tool: &str) -> u32 {
-        self.failures.get(tool).copied().unwrap_or(0)
-    }
-
-    /// The host's request for the model's `call` with `arguments` (the
-    /// model's, or as the approver edited them), at the retry count it
-    /// sees now.
-    fn request(&self, call: &ModelToolCall, arguments: String) -> ToolCall {
-        ToolCall {
-            id: call.id.clone(),
-            name: call.name.clone(),
-            arguments,
-            retry: self.retry_of(&call.name),
-        }
-    }
-
-    /// Runs one tool call and tells the model how it went: its intent is
-    /// committed first, its output (with its ops and the tool message)
-    /// after. Only cancellation and a failed commit end the run from here.
-    /// The keys it wrote.
-    async fn dispatch(
-        &mut self,
-        call: &ModelToolCall,
-        iteration: u32,
-    ) -> Result<BTreeSet<String>, RunError> {
-        self.record_intent(call, iteration);
-        self.commit().await?;
-        let result = self.run_call(call).await;
-        self.commit().await?;
-        result
-    }
-
-    /// Records that the model's call is about to be settled, and counts it.
-    fn record_intent(&mut self, call: &ModelToolCall, iteration: u32) {
-        self.record(Item::FunctionCall {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: call.arguments.clone(),
-            iteration,
-        });
-        self.ctx.usage.tool_calls += 1;
-    }
-
-    async fn run_call(&mut self, call: &ModelToolCall) -> Result<BTreeSet<String>, RunError> {
-        let agent = self.agent;
-        let started = Instant::now();
-
-        let mut arguments = call.arguments.clone();
-        let approval = agent
-            .host
-            .component_for(&call.name)
-            .map_or(Approval::Never, |c| c.approval());
-        if approval == Approval::Ask {
-            let pending = PendingCall {
-                call_id: &call.id,
-                name: &call.name,
-                arguments: &call.arguments,
-            };
-            let decision = match &agent.approver {
-                Some(approver) => approver.decide(pending).await,
-                None => Decision::Reject,
-            };
-            match decision {
-                Decision::Approve => {}
-                Decision::Edit(edited) => arguments = edited,
-                Decision::Reject => {
-                    self.answer(
-                        call,
-                        CallStatus::Rejected,
-                        REJECTED_MESSAGE.to_owned(),
-                        None,
-                        micros(started),
-                        GuestOutput::default(),
-                    );
-                    return Ok(BTreeSet::new());
-                }
-            }
-        }
-
-        let request = self.request(call, arguments);
-        let result = agent
-            .host
-            .call_counted(self.ctx, &request, &agent.cancel)
-            .await;
-        self.settle(call, result, micros(started))
-    }
-
-    /// Records how a call ended (and its ops) and tells the model; the
-    /// keys it wrote. Cancellation ends the run.
-    fn settle(
-        &mut self,
-        call: &ModelToolCall,
-        result: Result<CallOutcome, CallFailure>,
-        took: u64,
-    ) -> Result<BTreeSet<String>, RunError> {
-        let agent = self.agent;
-        match result {
-            Ok(outcome) => {
-                let text = outcome.result.to_string();
-                self.answer(
-                    call,
-                    CallStatus::Completed,
-                    text,
-                    None,
-                    took,
-                    outcome.output,
-                );
-                if !outcome.updates.is_empty() {
-                    // What is stored and shown: no hidden or secret-looking
-                    // key (the live deps have them all).
-                    let ops = secrets::scrub_ops(&outcome.updates, agent.host.context_rules());
-                    self.record(Item::ContextUpdate {
-                        call_id: call.id.clone(),
-                        ops,
-                    });
-                }
-                Ok(outcome
-                    .updates
-                    .iter()
-                    .map(|op| op.key().to_owned())
-                    .collect())
-            }
-            Err(CallFailure {
-                error: CallError::Cancelled,
-                output,
-            }) => {
-                self.answer(
-                    call,
-                    CallStatus::Cancelled,
-                    "Tool call was cancelled.".into(),
-                    Some("cancelled"),
-                    took,
-                    output,
-                );
-                Err(RunError::Cancelled)
-            }
-            Err(CallFailure { error, output }) => {
-                *self.failures.entry(call.name.clone()).or_default() += 1;
-                let text = match &error {
-                    CallError::Retry(message) => {
-                        format!("Error (retry): {message}. Please try again.")
-                    }
-                    other => format!("Error ({}): {other}", other.kind()),
-                };
-                self.answer(
-                    call,
-                    CallStatus::Failed,
-                    text,
-                    Some(error.kind()),
-                    took,
-                    output,
-                );
-                Ok(BTreeSet::new())
-            }
-        }
-    }
-
-    /// Records a call's output event and sends the model the tool message.
-    fn answer(
-        &mut self,
-        call: &ModelToolCall,
-        status: CallStatus,
-        output: String,
-        kind: Option<&str>,
-        duration_us: u64,
-        guest: GuestOutput,
-    ) {
-        self.record(Item::FunctionCallOutput {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            status,
-            output: output.clone(),
-            error_kind: kind.map(str::to_owned),
-            duration_us,
-            guest,
-        });
-        self.tell_model(call, output, status != CallStatus::Completed);
-    }
-
-    fn tell_model(&mut self, call: &ModelToolCall, content: String, is_error: bool) {
-        self.push_message(Message::Tool {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            content,
-            is_error,
-        });
-    }
-}
-
-/// The speculative calls of a turn, by position (`None`: runs in its
-/// turn), with the request each ran (and so the retry count it saw).
-/// Those not yet taken are stopped when this is dropped (the run ended
-/// early).
-struct Speculations {
-    tasks: Vec<Option<(tokio::task::JoinHandle<Ran>, ToolCall)>>,
-}
-
-impl Speculations {
-    fn take(&mut self, k: usize) -> Option<(tokio::task::JoinHandle<Ran>, ToolCall)> {
-        self.tasks.get_mut(k).and_then(Option::take)
-    }
-}
-
-impl Drop for Speculations {
-    fn drop(&mut self) {
-        for (task, _) in self.tasks.iter().flatten() {
-            task.abort();
-        }
-    }
-}
-
-fn micros(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
 }

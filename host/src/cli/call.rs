@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
+use airlock::journal::secrets::scrub_ops;
 use airlock::sandbox::CancelToken;
 use airlock::session::SessionCallError;
-use airlock::session::secrets::scrub_ops;
 use airlock::{CallOutcome, ContextOp, Host, ToolCall};
 
 use super::terminal::field;
@@ -62,7 +62,7 @@ async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitC
             SessionCallError::Store(e) => Failure::from(e),
             other => Failure::input("internal", other.to_string()),
         });
-    let deps = Value::Object(session.stored_deps());
+    let deps = Value::Object(session.stored_deps(host.context_rules()));
     let code = finish(args, host, result, deps);
     if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "cannot release the session");

@@ -116,7 +116,7 @@ async fn serve_http(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure> 
     let host = tools.current();
     let store = args.session.store.open().await?;
     let location = store.location();
-    let opener = SessionOpener::new(store, args.session.options(&host)?);
+    let opener = SessionOpener::new(store, args.session.options()?);
     let mut config = StreamableHttpServerConfig::default();
     // Host-header checks (DNS rebinding) allow loopback names, and the
     // address the server was told to listen on.

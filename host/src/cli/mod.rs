@@ -126,7 +126,7 @@ impl From<CallError> for Failure {
             _ => EXIT_TOOL_FAILED,
         };
         Self {
-            kind: e.kind(),
+            kind: e.kind().as_str(),
             message: e.to_string(),
             exit,
         }
@@ -141,7 +141,7 @@ impl From<StoreError> for Failure {
             _ => EXIT_INTERNAL,
         };
         Self {
-            kind: e.kind(),
+            kind: e.kind().as_str(),
             message: e.to_string(),
             exit,
         }
@@ -152,7 +152,7 @@ impl From<SessionError> for Failure {
     fn from(e: SessionError) -> Self {
         match e {
             SessionError::Store(e) => e.into(),
-            other => Self::input(other.kind(), other.to_string()),
+            other => Self::input(other.kind().as_str(), other.to_string()),
         }
     }
 }
@@ -281,20 +281,19 @@ impl SessionFlags {
 
     /// Opens (or creates) the session in the store: the user, the id, the
     /// starting deps, the lease's length (`AIRLOCK_LEASE_TTL_MS`, default
-    /// 30 s), and `host`'s hidden keys.
+    /// 30 s); what it writes leaves out `host`'s hidden keys.
     async fn open(&self, host: &Host) -> Result<Session, Failure> {
         let store = self.store.open().await?;
-        let options = self.options(host)?;
-        Ok(Session::open(store, options).await?)
+        let options = self.options()?;
+        Ok(Session::open(store, options, host.context_rules()).await?)
     }
 
     /// The options [`SessionFlags::open`] opens with.
-    fn options(&self, host: &Host) -> Result<SessionOptions, Failure> {
+    fn options(&self) -> Result<SessionOptions, Failure> {
         let mut options = SessionOptions {
             user_id: self.store.owner()?.map(str::to_owned),
             session_id: self.id.clone(),
             deps: self.deps()?,
-            rules: std::sync::Arc::new(host.context_rules().clone()),
             ..SessionOptions::default()
         };
         if let Ok(text) = std::env::var("AIRLOCK_LEASE_TTL_MS") {
@@ -325,7 +324,7 @@ impl SessionFlags {
 /// Deps as the CLI shows and saves them: hidden (by `host`'s policy) and
 /// secret-looking keys removed.
 fn shown_deps(ctx: &RunContext, host: &Host) -> Value {
-    Value::Object(airlock::session::secrets::scrub_deps(
+    Value::Object(airlock::journal::secrets::scrub_deps(
         ctx.deps(),
         host.context_rules(),
     ))

@@ -9,10 +9,10 @@ use clap::Args;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use airlock::agent::{
-    Agent, AgentOptions, CallStatus, Decision, Event, Item, PendingCall, Role, RunError, RunOutcome,
-};
-use airlock::llm::{self, BoxFuture, Model, ProviderOptions, ScriptModel};
+use airlock::agent::{Agent, AgentOptions, Decision, RunError, RunOutcome};
+use airlock::journal::{CallStatus, Event, Item, Role};
+use airlock::llm::{self, Model, ProviderOptions, ScriptModel};
+use airlock::{BoxFuture, ToolCall};
 
 use airlock::policy::TurnPolicy;
 use airlock::sandbox::CancelToken;
@@ -139,7 +139,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let (result, ()) = tokio::join!(run, watch);
 
-    let deps = Value::Object(session.stored_deps());
+    let deps = Value::Object(session.stored_deps(host.context_rules()));
     if let Some(path) = &args.flags.save_deps
         && let Err(failure) = save_deps(path, &deps)
     {
@@ -202,14 +202,10 @@ fn show_progress(event: &Event) {
             content: Some(text),
             iteration,
         } => format!("[turn {iteration}] model: {}", one_line(text, 200)),
-        Item::FunctionCall {
-            name,
-            arguments,
-            iteration,
-            ..
-        } => format!(
-            "[turn {iteration}] call {name} {}",
-            one_line(arguments, 120)
+        Item::FunctionCall { call, iteration } => format!(
+            "[turn {iteration}] call {} {}",
+            call.name,
+            one_line(&call.arguments, 120)
         ),
         Item::FunctionCallOutput {
             name,
@@ -307,11 +303,11 @@ fn finish(
 struct TerminalApprover;
 
 impl airlock::agent::Approver for TerminalApprover {
-    fn decide<'a>(&'a self, call: PendingCall<'a>) -> BoxFuture<'a, Decision> {
+    fn decide<'a>(&'a self, call: &'a ToolCall) -> BoxFuture<'a, Decision> {
         let question = format!(
             "approve {} {}? [y]es / [n]o / [e]dit: ",
-            super::terminal::field(call.name),
-            super::terminal::field(call.arguments)
+            super::terminal::field(&call.name),
+            super::terminal::field(&call.arguments)
         );
         Box::pin(async move {
             tokio::task::spawn_blocking(move || ask(&question))

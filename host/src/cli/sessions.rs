@@ -12,8 +12,8 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use airlock::agent::{Item, Role};
 use airlock::context::ContextRules;
+use airlock::journal::{Item, Role};
 use airlock::llm::Message;
 use airlock::session::export::{ImportError, SessionExport};
 use airlock::session::{SessionStore, StoreError};
@@ -227,9 +227,9 @@ fn describe_item(item: &Item) -> String {
             let who = if *role == Role::User { "user" } else { "model" };
             format!("{who}: {}", one_line(content.as_deref().unwrap_or("")))
         }
-        Item::FunctionCall {
-            name, arguments, ..
-        } => format!("call {name} {}", one_line(arguments)),
+        Item::FunctionCall { call, .. } => {
+            format!("call {} {}", call.name, one_line(&call.arguments))
+        }
         Item::FunctionCallOutput {
             name,
             status,
@@ -315,7 +315,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
 async fn remove(args: IdArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
     store
-        .remove(owner, &args.id, airlock::session::now_ms())
+        .remove(owner, &args.id, airlock::journal::now_ms())
         .await?;
     if args.json {
         print_json(&json!({"ok": true, "store": store.location(), "session_id": args.id}));

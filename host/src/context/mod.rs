@@ -24,7 +24,7 @@ pub use ops::{
     ContextOp, JsonType, MAX_VALUE_DEPTH, OpKind, OpLimits, OpRejected, RejectReason,
     SchemaViolation,
 };
-pub use output::{LEGACY_UPDATE_KEY, OutputError, ParsedOutput, RawOp, parse_output};
+pub use output::{LEGACY_UPDATE_KEY, OutputError, ParsedOutput, WireOp, parse_output};
 
 /// Deps as a shared, copy-on-write JSON object.
 ///

@@ -14,15 +14,19 @@ use super::ops::{ContextOp, OpKind, OpLimits, OpRejected, RejectReason, truncate
 /// the key is removed from what the model sees.
 pub const LEGACY_UPDATE_KEY: &str = "__update_context__";
 
-/// One op as a guest returned it: the value is JSON text, unparsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawOp {
+/// One op as a guest sends it, before anything of it is parsed: which op,
+/// the key, the value as JSON text. Implemented by the guest interface's
+/// own op type, so an op is parsed once, from what the guest returned
+/// into the [`ContextOp`] the engine applies.
+pub trait WireOp {
     /// Which op.
-    pub kind: OpKind,
+    fn kind(&self) -> OpKind;
     /// The deps key.
-    pub key: String,
-    /// The value's JSON text (`None` for `delete`).
-    pub value: Option<String>,
+    fn key(&self) -> &str;
+    /// The length of the value's JSON text (0 for `delete`).
+    fn value_len(&self) -> usize;
+    /// The key and the value's JSON text (`None` for `delete`).
+    fn into_parts(self) -> (String, Option<String>);
 }
 
 /// A tool's result and the ops to apply, both checked.
@@ -52,9 +56,9 @@ pub enum OutputError {
 /// checked when the ops are applied.
 ///
 /// Costs one JSON parse of the result and of each value.
-pub fn parse_output(
+pub fn parse_output<O: WireOp>(
     result: &str,
-    ops: Vec<RawOp>,
+    ops: Vec<O>,
     limits: &OpLimits,
 ) -> Result<ParsedOutput, OutputError> {
     let mut result: Value = serde_json::from_str(result)
@@ -82,13 +86,7 @@ pub fn parse_output(
 
     let sizes = ops
         .iter()
-        .map(|op| {
-            (
-                op.kind,
-                op.key.as_str(),
-                op.value.as_ref().map_or(0, String::len),
-            )
-        })
+        .map(|op| (op.kind(), op.key(), op.value_len()))
         .chain(
             legacy
                 .iter()
@@ -98,11 +96,13 @@ pub fn parse_output(
 
     let mut parsed = Vec::with_capacity(ops.len() + legacy.len());
     for (index, op) in ops.into_iter().enumerate() {
+        let kind = op.kind();
+        let (key, value) = op.into_parts();
         parsed.push(ContextOp::from_json_text(
             index,
-            op.kind,
-            op.key,
-            op.value.as_deref(),
+            kind,
+            key,
+            value.as_deref(),
         )?);
     }
     parsed.extend(

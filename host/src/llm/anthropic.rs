@@ -4,10 +4,10 @@
 use serde_json::{Value, json};
 
 use super::{
-    BoxFuture, JsonClient, Message, Model, ModelError, ModelReply, ModelToolCall, ProviderOptions,
-    TokenUsage, join_url,
+    JsonClient, Message, Model, ModelError, ModelReply, ProviderOptions, TokenUsage, join_url,
 };
-use crate::spec::ToolSpec;
+use crate::BoxFuture;
+use crate::spec::{ToolCall, ToolSpec};
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
@@ -122,7 +122,7 @@ impl AnthropicModel {
                                 .malformed(format!("content[{i}] tool_use has no {f}"))
                         })
                     };
-                    tool_calls.push(ModelToolCall {
+                    tool_calls.push(ToolCall {
                         id: get("id")?.as_str().unwrap_or_default().to_owned(),
                         name: get("name")?
                             .as_str()
@@ -132,6 +132,7 @@ impl AnthropicModel {
                             })?
                             .to_owned(),
                         arguments: get("input")?.to_string(),
+                        retry: 0,
                     });
                 }
                 // Thinking and other blocks carry nothing the loop uses.

@@ -13,8 +13,6 @@ mod anthropic;
 mod openai;
 mod script;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -24,10 +22,8 @@ pub use anthropic::AnthropicModel;
 pub use openai::OpenAiModel;
 pub use script::ScriptModel;
 
-use crate::spec::ToolSpec;
-
-/// A boxed future, so that [`Model`] can be used as a trait object.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use crate::BoxFuture;
+use crate::spec::{ToolCall, ToolSpec};
 
 /// One message of a conversation, in provider-neutral form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,7 +46,7 @@ pub enum Message {
         content: Option<String>,
         /// The calls it asked for, in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<ModelToolCall>,
+        tool_calls: Vec<ToolCall>,
     },
     /// The answer to one tool call.
     Tool {
@@ -64,18 +60,6 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
-}
-
-/// A tool call the model asked for. `arguments` is the model's JSON text,
-/// kept verbatim (it may not be valid JSON; the agent loop checks).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelToolCall {
-    /// The provider's id for the call.
-    pub id: String,
-    /// The tool.
-    pub name: String,
-    /// The arguments, as the model wrote them.
-    pub arguments: String,
 }
 
 /// Tokens one model request consumed, as the provider reported them.
@@ -106,7 +90,7 @@ pub struct ModelReply {
     /// The text, if any.
     pub content: Option<String>,
     /// The tool calls, in order.
-    pub tool_calls: Vec<ModelToolCall>,
+    pub tool_calls: Vec<ToolCall>,
     /// What the request cost.
     pub usage: TokenUsage,
 }

@@ -5,10 +5,10 @@
 use serde_json::{Value, json};
 
 use super::{
-    BoxFuture, JsonClient, Message, Model, ModelError, ModelReply, ModelToolCall, ProviderOptions,
-    TokenUsage, join_url,
+    JsonClient, Message, Model, ModelError, ModelReply, ProviderOptions, TokenUsage, join_url,
 };
-use crate::spec::ToolSpec;
+use crate::BoxFuture;
+use crate::spec::{ToolCall, ToolSpec};
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -107,10 +107,11 @@ impl OpenAiModel {
                     .get("id")
                     .and_then(Value::as_str)
                     .map_or_else(|| format!("call_{i}"), str::to_owned);
-                tool_calls.push(ModelToolCall {
+                tool_calls.push(ToolCall {
                     id,
                     name: name.to_owned(),
                     arguments,
+                    retry: 0,
                 });
             }
         }

@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{BoxFuture, Message, Model, ModelError, ModelReply, ModelToolCall, TokenUsage};
-use crate::spec::ToolSpec;
+use super::{Message, Model, ModelError, ModelReply, TokenUsage};
+use crate::BoxFuture;
+use crate::spec::{ToolCall, ToolSpec};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,7 +131,7 @@ impl Model for ScriptModel {
                     .tool_calls
                     .iter()
                     .enumerate()
-                    .map(|(n, call)| ModelToolCall {
+                    .map(|(n, call)| ToolCall {
                         id: call
                             .id
                             .clone()
@@ -140,6 +141,7 @@ impl Model for ScriptModel {
                             Value::String(raw) => raw.clone(),
                             other => other.to_string(),
                         },
+                        retry: 0,
                     })
                     .collect(),
                 usage: turn.usage,

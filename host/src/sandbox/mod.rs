@@ -43,7 +43,7 @@ pub(crate) use limits::{CallLimiter, ResourceHit};
 pub use limits::{Limits, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, Stream};
-pub(crate) use until::{Stopped, until};
+pub(crate) use until::{Stop, until};
 
 /// How often the epoch advances. A call's deadline is checked on each tick,
 /// so this is the precision of timeouts and cancellation.
@@ -212,10 +212,10 @@ impl Sandbox {
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();
             if state.cancel.is_cancelled() {
-                return Err(wasmtime::Error::new(Interrupted::Cancelled));
+                return Err(wasmtime::Error::new(Stop::Cancelled));
             }
             if Instant::now() >= state.deadline {
-                return Err(wasmtime::Error::new(Interrupted::Timeout));
+                return Err(wasmtime::Error::new(Stop::Deadline));
             }
             // A guest that computes without pause must not hold a worker
             // thread (and with it other calls' I/O and timers) for its
@@ -306,15 +306,6 @@ impl CancelToken {
         }
         notified.await;
     }
-}
-
-/// Why the host stopped a running guest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Interrupted {
-    #[error("the call ran past its deadline")]
-    Timeout,
-    #[error("the call was cancelled")]
-    Cancelled,
 }
 
 /// Everything a store holds for one call: the WASI context its grants

@@ -9,12 +9,16 @@ use tokio::time::Instant;
 
 use super::CancelToken;
 
-/// Why [`until`] stopped work before it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stopped {
+/// Why the host stopped a call before it ended: the one stop type, whether
+/// the host's timer stopped a guest waiting on the host ([`until`]) or the
+/// epoch check stopped one running wasm (as the trap's error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Stop {
     /// The deadline passed.
+    #[error("the call ran past its deadline")]
     Deadline,
-    /// The token was cancelled.
+    /// The call's token was cancelled.
+    #[error("the call was cancelled")]
     Cancelled,
 }
 
@@ -34,9 +38,9 @@ pub(crate) async fn until<F: Future>(
     deadline: Option<Instant>,
     cancel: Option<&CancelToken>,
     span: &tracing::Span,
-) -> Result<F::Output, Stopped> {
+) -> Result<F::Output, Stop> {
     if cancel.is_some_and(CancelToken::is_cancelled) {
-        return Err(Stopped::Cancelled);
+        return Err(Stop::Cancelled);
     }
     let mut work = pin!(work);
     let mut timer = pin!(None);
@@ -52,7 +56,7 @@ pub(crate) async fn until<F: Future>(
             if let Some(waiting) = waiter.as_mut().as_pin_mut()
                 && waiting.poll(cx).is_ready()
             {
-                return Poll::Ready(Err(Stopped::Cancelled));
+                return Poll::Ready(Err(Stop::Cancelled));
             }
         }
         if let Some(at) = deadline {
@@ -62,7 +66,7 @@ pub(crate) async fn until<F: Future>(
             if let Some(sleeping) = timer.as_mut().as_pin_mut()
                 && sleeping.poll(cx).is_ready()
             {
-                return Poll::Ready(Err(Stopped::Deadline));
+                return Poll::Ready(Err(Stop::Deadline));
             }
         }
         Poll::Pending
@@ -96,7 +100,7 @@ mod tests {
         cancel.cancel();
         let mut ran = false;
         let stopped = until(async { ran = true }, None, Some(&cancel), &none()).await;
-        assert_eq!(stopped, Err(Stopped::Cancelled));
+        assert_eq!(stopped, Err(Stop::Cancelled));
         assert!(!ran);
     }
 
@@ -104,7 +108,7 @@ mod tests {
     async fn work_that_waits_stops_at_the_deadline_given() {
         let deadline = Instant::now() + Duration::from_millis(20);
         let stopped = until(std::future::pending::<()>(), Some(deadline), None, &none()).await;
-        assert_eq!(stopped, Err(Stopped::Deadline));
+        assert_eq!(stopped, Err(Stop::Deadline));
         assert!(Instant::now() >= deadline);
     }
 
@@ -119,7 +123,7 @@ mod tests {
         };
         assert_eq!(
             until(work, None, Some(&cancel), &none()).await,
-            Err(Stopped::Cancelled)
+            Err(Stop::Cancelled)
         );
     }
 }

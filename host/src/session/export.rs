@@ -23,11 +23,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::journal::{Entry, Folded, Record};
-use super::secrets;
 use super::store::{SessionHeader, StoredSession};
-use crate::agent::{Event, Item};
 use crate::context::{ContextRules, Usage};
+use crate::journal::{Event, Folded, Record, secrets};
 use crate::llm::Message;
 
 /// The export format this version writes and reads.
@@ -88,7 +86,7 @@ impl SessionExport {
         let journal: Vec<Record> = session
             .records
             .iter()
-            .map(|r| scrub_record(r, rules))
+            .map(|r| secrets::scrub_record(r, rules))
             .collect();
         let folded =
             Folded::fold(&journal).map_err(|e| ImportError::Inconsistent(e.to_string()))?;
@@ -132,11 +130,11 @@ impl SessionExport {
         export.journal = export
             .journal
             .iter()
-            .map(|r| scrub_record(r, rules))
+            .map(|r| secrets::scrub_record(r, rules))
             .collect();
         export.deps = secrets::scrub_deps(&export.deps, rules);
         for event in &mut export.items {
-            scrub_event(event, rules);
+            secrets::scrub_event(event, rules);
         }
         let folded = Folded::fold(&export.journal)
             .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
@@ -169,21 +167,5 @@ impl SessionExport {
             created_at_ms: self.created_at_ms,
             metadata: self.metadata.clone(),
         }
-    }
-}
-
-fn scrub_record(record: &Record, rules: &ContextRules) -> Record {
-    let mut record = record.clone();
-    match &mut record.entry {
-        Entry::Deps { deps } => *deps = secrets::scrub_deps(deps, rules),
-        Entry::Item { event } => scrub_event(event, rules),
-        Entry::Message { .. } | Entry::Usage { .. } => {}
-    }
-    record
-}
-
-fn scrub_event(event: &mut Event, rules: &ContextRules) {
-    if let Item::ContextUpdate { ops, .. } = &mut event.item {
-        *ops = secrets::scrub_ops(ops, rules);
     }
 }

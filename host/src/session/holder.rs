@@ -1,35 +1,52 @@
 //! Who holds a lease, written so that another process on the same machine
 //! can tell when the holder has died.
 
-/// A lease holder's identity: the machine's boot, the process (its pid
-/// namespace, pid and start time) and a nonce for this one lease.
+use std::fmt;
+use std::str::FromStr;
+
+/// A lease holder's identity: the process that holds it (the machine's
+/// boot, its pid namespace, pid and start time), when that could be read,
+/// and a nonce for this one lease.
 ///
 /// A lease ends when it expires, or earlier when [`Holder::is_gone`] can
 /// prove its holder dead: it ran on this machine since its last boot, in
 /// this pid namespace, and its process no longer exists (or its pid now
 /// names a process started at another time). A holder on another machine
 /// or in another container is never declared gone; its lease expires.
-#[derive(Debug, Clone, Copy)]
-pub struct Holder;
+///
+/// Stores keep it as text ([`fmt::Display`]):
+/// `boot=…;pidns=…;pid=…;start=…;lease=…`, or `lease=…` alone. Text a store
+/// holds that is not in that form reads back as a holder with no process
+/// (never declared gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    process: Option<Process>,
+    nonce: String,
+}
 
-/// The identity of this process, as far as it can be read.
-struct ThisProcess {
+/// The process a holder ran in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Process {
     boot: String,
     pid_ns: String,
     pid: u32,
+    /// Field 22 of `/proc/PID/stat`, as written there.
     start: String,
 }
 
-fn this_process() -> Option<ThisProcess> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let pid_ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
-    let pid = std::process::id();
-    Some(ThisProcess {
-        boot: boot.trim().to_owned(),
-        pid_ns: pid_ns.to_string_lossy().into_owned(),
-        pid,
-        start: start_time(pid)?,
-    })
+impl Process {
+    /// This process, as far as it can be read.
+    fn current() -> Option<Self> {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let pid_ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+        let pid = std::process::id();
+        Some(Self {
+            boot: boot.trim().to_owned(),
+            pid_ns: pid_ns.to_string_lossy().into_owned(),
+            pid,
+            start: start_time(pid)?,
+        })
+    }
 }
 
 /// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks
@@ -48,41 +65,71 @@ fn start_time(pid: u32) -> Option<String> {
 }
 
 impl Holder {
-    /// A fresh identity for one lease.
-    pub fn new_identity() -> String {
-        let nonce = uuid::Uuid::new_v4().simple();
-        match this_process() {
-            Some(p) => format!(
-                "boot={};pidns={};pid={};start={};lease={nonce}",
-                p.boot, p.pid_ns, p.pid, p.start
-            ),
-            None => format!("lease={nonce}"),
+    /// A fresh identity for one lease, held by this process.
+    pub fn new() -> Self {
+        Self {
+            process: Process::current(),
+            nonce: uuid::Uuid::new_v4().simple().to_string(),
         }
     }
 
-    /// Whether the holder `identity` is known to be dead (see the type's
-    /// docs). `false` whenever that cannot be known.
-    pub fn is_gone(identity: &str) -> bool {
-        let field = |name: &str| {
-            identity
-                .split(';')
-                .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
-        };
-        let (Some(boot), Some(pid_ns), Some(pid), Some(start)) =
-            (field("boot"), field("pidns"), field("pid"), field("start"))
-        else {
+    /// Whether this holder is known to be dead (see the type's docs).
+    /// `false` whenever that cannot be known. Costs a few reads of `/proc`.
+    pub fn is_gone(&self) -> bool {
+        let Some(held) = &self.process else {
             return false;
         };
-        let Some(me) = this_process() else {
+        let Some(me) = Process::current() else {
             return false;
         };
-        if boot != me.boot || pid_ns != me.pid_ns {
+        if held.boot != me.boot || held.pid_ns != me.pid_ns {
             return false;
         }
-        let Ok(pid) = pid.parse::<u32>() else {
-            return false;
+        start_time(held.pid).is_none_or(|now| now != held.start)
+    }
+}
+
+impl Default for Holder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.process {
+            write!(
+                f,
+                "boot={};pidns={};pid={};start={};",
+                p.boot, p.pid_ns, p.pid, p.start
+            )?;
+        }
+        write!(f, "lease={}", self.nonce)
+    }
+}
+
+impl FromStr for Holder {
+    type Err = std::convert::Infallible;
+
+    /// Reads a holder back from a store; never fails (see the type's docs).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let field = |name: &str| {
+            text.split(';')
+                .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
         };
-        start_time(pid).is_none_or(|now| now != start)
+        let process = match (field("boot"), field("pidns"), field("pid"), field("start")) {
+            (Some(boot), Some(pid_ns), Some(pid), Some(start)) => {
+                pid.parse().ok().map(|pid| Process {
+                    boot: boot.to_owned(),
+                    pid_ns: pid_ns.to_owned(),
+                    pid,
+                    start: start.to_owned(),
+                })
+            }
+            _ => None,
+        };
+        let nonce = field("lease").unwrap_or(text).to_owned();
+        Ok(Self { process, nonce })
     }
 }
 
@@ -90,15 +137,25 @@ impl Holder {
 mod tests {
     use super::*;
 
+    fn read(text: &str) -> Holder {
+        match text.parse() {
+            Ok(holder) => holder,
+            Err(never) => match never {},
+        }
+    }
+
     #[test]
     fn this_process_is_alive_and_a_dead_one_is_gone() {
-        let me = Holder::new_identity();
-        assert!(me.contains("pid="), "{me}");
-        assert!(!Holder::is_gone(&me));
-        let dead = me.replace(&format!("pid={}", std::process::id()), "pid=4194304");
-        assert!(Holder::is_gone(&dead), "{dead}");
-        let elsewhere = me.replace("boot=", "boot=other-");
-        assert!(!Holder::is_gone(&elsewhere));
-        assert!(!Holder::is_gone("lease=abc"));
+        let me = Holder::new();
+        let text = me.to_string();
+        assert!(text.contains("pid="), "{text}");
+        assert_eq!(read(&text), me);
+        assert!(!me.is_gone());
+        let dead = text.replace(&format!("pid={}", std::process::id()), "pid=4194304");
+        assert!(read(&dead).is_gone(), "{dead}");
+        let elsewhere = text.replace("boot=", "boot=other-");
+        assert!(!read(&elsewhere).is_gone());
+        assert!(!read("lease=abc").is_gone());
+        assert!(!read("whatever a store holds").is_gone());
     }
 }

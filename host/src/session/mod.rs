@@ -2,17 +2,19 @@
 //!
 //! A [`Session`] is a conversation the host owns: its deps, messages, item
 //! log and usage, kept in a [`SessionStore`] as an append-only journal
-//! ([`journal`]). The agent loop commits as it goes
-//! ([`crate::Agent::run_session`]):
+//! ([`crate::journal`]), leased to one run at a time. The agent loop
+//! ([`crate::Agent::run_session`]) and the session's own direct calls
+//! ([`Session::call`]) record through the journal's one recorder:
 //!
 //! - the prompt, and each model reply, as one commit each;
 //! - a tool call's intent before the call runs;
-//! - the call's output item, its ops and the tool message together, in one
-//!   commit, after it ends.
+//! - the call's output item, its ops and (for the model) the tool message
+//!   together, in one commit, after it ends.
 //!
 //! So there is never a committed output without its ops or the reverse; a
 //! process killed mid-call leaves an intent without an output, and the
-//! next [`Session::open`] answers it with [`INTERRUPTED_MESSAGE`] (once).
+//! next [`Session::open`] answers it with
+//! [`INTERRUPTED_MESSAGE`](crate::journal::INTERRUPTED_MESSAGE) (once).
 //!
 //! Invariants:
 //!
@@ -24,39 +26,45 @@
 //!   session of one owner does not exist for another; the anonymous bucket
 //!   (`None`) is an owner of its own.
 //! - Hidden and secret-looking keys ([`secrets`]) are never written: not in
-//!   a deps snapshot, not in an op, not in an export. The live deps of a
-//!   run keep them; a resumed session does not have them.
+//!   a deps snapshot, not in an op, not in an export. Which keys are hidden
+//!   is read from the caller's rules (the host's loaded policy) at every
+//!   write, so a reloaded policy applies from the next write on. The live
+//!   deps of a run keep them; a resumed session does not have them.
 
 pub mod export;
 mod holder;
-pub mod journal;
 mod postgres;
 mod rows;
-pub mod secrets;
 mod sqlite;
 mod store;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
+/// What a store operation fails with (the journal's [`StoreError`]).
+pub use crate::journal::StoreError;
 pub use holder::Holder;
-pub use journal::{Entry, Folded, INTERRUPTED_MESSAGE, Record};
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
-    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
-    StoredSession,
+    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
 };
 
-use crate::agent::{CallStatus, Event, Item, Transcript};
-use crate::context::{ContextRules, RunContext, Usage};
+use crate::context::{ContextRules, RunContext};
+use crate::journal::recorder::{Ended, Recorder};
+use crate::journal::{
+    CallStatus, Conversation, Entry, Folded, Item, Record, Transcript, now_ms, patch_entries,
+    secrets,
+};
+use crate::kind::ErrorKind;
 use crate::sandbox::CancelToken;
-use crate::tools::{CallError, CallFailure, CallOutcome, Host, ToolCall};
+use crate::tools::{CallFailure, CallOutcome, Host, ToolCall};
+use writer::Writer;
 
 /// How long a lease lasts after its last commit or renewal, unless the
 /// opener says otherwise. A live holder renews it every third of this.
@@ -67,12 +75,6 @@ pub const MAX_SESSION_ID_BYTES: usize = 128;
 
 /// Longest user id, in bytes.
 pub const MAX_USER_ID_BYTES: usize = 256;
-
-/// Airlock's clock for journal times and leases: milliseconds since the
-/// Unix epoch.
-pub fn now_ms() -> u64 {
-    crate::agent::events::now_ms()
-}
 
 /// The store's file name inside the data directory.
 pub const STORE_FILE: &str = "sessions.db";
@@ -149,10 +151,10 @@ pub enum SessionError {
 }
 
 impl SessionError {
-    /// A stable `snake_case` name for the kind of failure.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            SessionError::InvalidId(_) => "invalid_id",
+            SessionError::InvalidId(_) => ErrorKind::InvalidId,
             SessionError::Store(e) => e.kind(),
         }
     }
@@ -203,8 +205,6 @@ pub struct SessionOptions {
     pub deps: Option<Map<String, Value>>,
     /// A new session's metadata (an existing session keeps its own).
     pub metadata: BTreeMap<String, String>,
-    /// The hidden keys (the policy's `[context] hidden`), never stored.
-    pub rules: Arc<ContextRules>,
     /// How long the lease lasts without a commit or renewal.
     pub lease_ttl: Duration,
 }
@@ -216,104 +216,7 @@ impl Default for SessionOptions {
             session_id: None,
             deps: None,
             metadata: BTreeMap::new(),
-            rules: Arc::default(),
             lease_ttl: DEFAULT_LEASE_TTL,
-        }
-    }
-}
-
-/// The write side of a leased session: numbers records and commits them.
-#[derive(Debug)]
-pub(crate) struct Journal {
-    store: Arc<dyn SessionStore>,
-    lease: Lease,
-    head: u64,
-    rules: Arc<ContextRules>,
-    /// The usage and iteration last committed.
-    committed: (Usage, u32),
-    /// Set when the lease is known lost (a commit or a renewal said so).
-    lost: Arc<AtomicBool>,
-    heartbeat: tokio::task::JoinHandle<()>,
-    released: bool,
-}
-
-impl Journal {
-    /// Commits `entries`, plus the context's usage when it changed since
-    /// the last commit, as one transaction. Nothing is committed after the
-    /// lease is lost.
-    pub async fn commit(
-        &mut self,
-        ctx: &RunContext,
-        mut entries: Vec<Entry>,
-    ) -> Result<(), StoreError> {
-        let usage = (ctx.usage, ctx.iteration);
-        if usage != self.committed {
-            entries.push(Entry::Usage {
-                usage: usage.0,
-                iteration: usage.1,
-            });
-        }
-        if entries.is_empty() {
-            return Ok(());
-        }
-        if self.lost.load(Ordering::SeqCst) {
-            return Err(self.lost_error());
-        }
-        let now = now_ms();
-        let records: Vec<Record> = entries
-            .into_iter()
-            .zip(self.head + 1..)
-            .map(|(entry, seq)| Record {
-                seq,
-                at_ms: now,
-                entry,
-            })
-            .collect();
-        match self.store.append(&self.lease, &records, now).await {
-            Ok(()) => {
-                self.head += records.len() as u64;
-                self.committed = usage;
-                Ok(())
-            }
-            Err(e) => {
-                if matches!(e, StoreError::LeaseLost { .. }) {
-                    self.lost.store(true, Ordering::SeqCst);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn lost_error(&self) -> StoreError {
-        StoreError::LeaseLost {
-            session_id: self.lease.session_id.clone(),
-        }
-    }
-
-    /// Gives the lease up now.
-    async fn release(&mut self) -> Result<(), StoreError> {
-        self.heartbeat.abort();
-        self.released = true;
-        self.store.release(&self.lease).await
-    }
-}
-
-impl Drop for Journal {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-        if self.released {
-            return;
-        }
-        // Not closed: give the lease up in the background if a runtime is
-        // there to do it; otherwise it expires.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let store = Arc::clone(&self.store);
-            let lease = self.lease.clone();
-            runtime.spawn(async move {
-                if let Err(e) = store.release(&lease).await {
-                    tracing::warn!(error = %e, "cannot release a session lease");
-                }
-            });
         }
     }
 }
@@ -322,31 +225,51 @@ impl Drop for Journal {
 /// journal that keeps them.
 ///
 /// Open one with [`Session::open`], run prompts on it with
-/// [`crate::Agent::run_session`], and [`Session::close`] it to let the next
-/// run in at once (dropping it does the same in the background).
+/// [`crate::Agent::run_session`] or call tools on it with
+/// [`Session::call`], and [`Session::close`] it to let the next run in at
+/// once (dropping it does the same in the background).
 #[derive(Debug)]
 pub struct Session {
     /// The live context. Its deps keep hidden and secret-looking keys; the
     /// store does not.
-    pub(crate) ctx: RunContext,
-    pub(crate) transcript: Transcript,
-    pub(crate) journal: Journal,
+    ctx: RunContext,
+    transcript: Transcript,
+    writer: Writer,
     created: bool,
     location: String,
+}
+
+impl<'s> From<&'s mut Session> for Conversation<'s> {
+    /// The session as a conversation to record into: committed to its
+    /// journal while its lease holds.
+    fn from(session: &'s mut Session) -> Self {
+        Conversation {
+            ctx: &mut session.ctx,
+            transcript: &mut session.transcript,
+            sink: Some(&mut session.writer),
+        }
+    }
 }
 
 impl Session {
     /// Leases the session `options.session_id` (created when it does not
     /// exist, or when no id is given) and loads it: deps are the fold of
     /// its ops, and the messages are the real history. Calls the model
-    /// asked for that were never answered get [`INTERRUPTED_MESSAGE`],
-    /// committed before this returns.
+    /// asked for that were never answered get
+    /// [`INTERRUPTED_MESSAGE`](crate::journal::INTERRUPTED_MESSAGE),
+    /// committed before this returns. Deps it writes (a new session's, or
+    /// `options.deps` laid over an existing one's) leave out the keys
+    /// `rules` hide and secret-looking ones.
     ///
     /// Fails with [`StoreError::InUse`] while another run holds the
     /// session, and changes nothing then.
+    ///
+    /// Cost: one lease (a transaction) that reads the whole journal, and
+    /// its fold.
     pub async fn open(
         store: Arc<dyn SessionStore>,
         options: SessionOptions,
+        rules: &ContextRules,
     ) -> Result<Session, SessionError> {
         if let Some(user) = &options.user_id {
             check_user_id(user)?;
@@ -358,7 +281,7 @@ impl Session {
             }
             None => crate::context::new_id("sess"),
         };
-        let holder = Holder::new_identity();
+        let holder = Holder::new();
         let now = now_ms();
         let header = SessionHeader {
             session_id: session_id.clone(),
@@ -370,10 +293,7 @@ impl Session {
             seq: 1,
             at_ms: now,
             entry: Entry::Deps {
-                deps: secrets::scrub_deps(
-                    options.deps.as_ref().unwrap_or(&Map::new()),
-                    &options.rules,
-                ),
+                deps: secrets::scrub_deps(options.deps.as_ref().unwrap_or(&Map::new()), rules),
             },
         }];
         let leased = store
@@ -386,25 +306,13 @@ impl Session {
                 create: Some((&header, &first)),
             })
             .await?;
-        let lost = Arc::new(AtomicBool::new(false));
-        let heartbeat =
-            spawn_heartbeat(Arc::clone(&store), leased.lease.clone(), Arc::clone(&lost));
         let location = store.location();
-        let mut journal = Journal {
-            store,
-            lease: leased.lease,
-            head: leased.session.records.last().map_or(0, |r| r.seq),
-            rules: Arc::clone(&options.rules),
-            committed: (Usage::default(), 0),
-            lost,
-            heartbeat,
-            released: false,
-        };
+        let head = leased.session.records.last().map_or(0, |r| r.seq);
         let folded = Folded::fold(&leased.session.records).map_err(|e| StoreError::Corrupt {
             session_id: session_id.clone(),
             problem: e.to_string(),
         })?;
-        journal.committed = (folded.usage, folded.iteration);
+        let writer = Writer::new(store, leased.lease, head, (folded.usage, folded.iteration));
 
         let header = leased.session.header;
         // A new session's live deps are all the opener gave, secrets too;
@@ -425,7 +333,7 @@ impl Session {
         let mut session = Session {
             ctx,
             transcript: folded.transcript,
-            journal,
+            writer,
             created: leased.created,
             location,
         };
@@ -433,7 +341,7 @@ impl Session {
             && let Some(overlay) = options.deps
         {
             session.ctx.deps_mut().extend(overlay);
-            let deps = secrets::scrub_deps(session.ctx.deps(), &options.rules);
+            let deps = secrets::scrub_deps(session.ctx.deps(), rules);
             session.commit(vec![Entry::Deps { deps }]).await?;
         }
         session.patch_unanswered().await?;
@@ -441,10 +349,11 @@ impl Session {
     }
 
     /// Answers every call the model asked for that has no answer with
-    /// [`INTERRUPTED_MESSAGE`], and commits that. Does nothing when every
-    /// call is answered, so calling it again adds nothing.
+    /// [`INTERRUPTED_MESSAGE`](crate::journal::INTERRUPTED_MESSAGE), and
+    /// commits that. Does nothing when every call is answered, so calling
+    /// it again adds nothing.
     pub async fn patch_unanswered(&mut self) -> Result<(), StoreError> {
-        let entries = journal::patch_entries(&self.transcript, self.ctx.run_id(), now_ms());
+        let entries = patch_entries(&self.transcript, self.ctx.run_id(), now_ms());
         for entry in &entries {
             match entry {
                 Entry::Item { event } => self.transcript.items.push(event.clone()),
@@ -456,74 +365,48 @@ impl Session {
     }
 
     async fn commit(&mut self, entries: Vec<Entry>) -> Result<(), StoreError> {
-        self.journal.commit(&self.ctx, entries).await
+        self.writer.commit(&self.ctx, entries).await
     }
 
     /// Replaces deps between runs (the embedder's own change, like
-    /// [`RunContext::deps_mut`]) and commits the new deps, less hidden and
-    /// secret-looking keys.
-    pub async fn set_deps(&mut self, deps: Map<String, Value>) -> Result<(), StoreError> {
+    /// [`RunContext::deps_mut`]) and commits the new deps, less the keys
+    /// `rules` hide and secret-looking ones.
+    pub async fn set_deps(
+        &mut self,
+        deps: Map<String, Value>,
+        rules: &ContextRules,
+    ) -> Result<(), StoreError> {
         *self.ctx.deps_mut() = deps;
-        let deps = secrets::scrub_deps(self.ctx.deps(), &self.journal.rules);
+        let deps = secrets::scrub_deps(self.ctx.deps(), rules);
         self.commit(vec![Entry::Deps { deps }]).await
     }
 
     /// Calls one tool outside the agent loop (for `airlock call --session`
-    /// and MCP), journaled as the loop journals a call: the intent is
-    /// committed before it runs, its output item and ops together after.
-    /// The call counts in `usage.tool_calls` (and the tool sees itself
-    /// counted).
+    /// and MCP), journaled exactly as the loop journals a call: the intent
+    /// is committed before it runs, its output item and ops together after
+    /// (under `host`'s rules as they are now; no tool message, as no model
+    /// waits for one). The call counts in `usage.tool_calls` (and the tool
+    /// sees itself counted).
     pub async fn call(
         &mut self,
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, SessionCallError> {
-        let started = std::time::Instant::now();
-        self.ctx.usage.tool_calls = self.ctx.usage.tool_calls.saturating_add(1);
-        let intent = self.record(Item::FunctionCall {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: call.arguments.clone(),
-            iteration: self.ctx.iteration,
-        });
-        self.commit(vec![intent]).await?;
-        let result = host.call_counted(&mut self.ctx, call, cancel).await;
-        let (status, output, error_kind, guest, ops) = match &result {
-            Ok(outcome) => (
-                CallStatus::Completed,
-                outcome.result.to_string(),
-                None,
-                outcome.output.clone(),
-                secrets::scrub_ops(&outcome.updates, &self.journal.rules),
-            ),
-            Err(failure) => (
-                match failure.error {
-                    CallError::Cancelled => CallStatus::Cancelled,
-                    _ => CallStatus::Failed,
-                },
-                failure.error.to_string(),
-                Some(failure.kind().to_owned()),
-                failure.output.clone(),
-                Vec::new(),
-            ),
-        };
-        let mut entries = vec![self.record(Item::FunctionCallOutput {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            status,
-            output,
-            error_kind,
-            duration_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            guest,
-        })];
-        if !ops.is_empty() {
-            entries.push(self.record(Item::ContextUpdate {
-                call_id: call.id.clone(),
-                ops,
-            }));
-        }
-        self.commit(entries).await?;
+        let started = Instant::now();
+        let iteration = self.ctx.iteration;
+        let mut recorder = Recorder::new(Conversation::from(&mut *self), false);
+        recorder.call_asked(call, iteration);
+        recorder.commit().await?;
+        let result = host.call_counted(recorder.ctx_mut(), call, cancel).await;
+        recorder.call_ended(
+            call,
+            Ended::Ran(&result),
+            started.elapsed(),
+            host.context_rules(),
+            false,
+        );
+        recorder.commit().await?;
         result.map_err(SessionCallError::Call)
     }
 
@@ -557,8 +440,9 @@ impl Session {
         let items = &self.transcript.items;
         let same_id = |id: &str| id == call.id;
         let reused = items.iter().any(|e| {
-            matches!(&e.item, Item::FunctionCall { call_id, name, arguments, .. }
-                if same_id(call_id) && (name != &call.name || arguments != &call.arguments))
+            matches!(&e.item, Item::FunctionCall { call: earlier, .. }
+                if same_id(&earlier.id)
+                    && (earlier.name != call.name || earlier.arguments != call.arguments))
         });
         if reused {
             return Earlier::Reused;
@@ -588,20 +472,8 @@ impl Session {
             result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
             updates,
             output: guest.clone(),
-            duration: std::time::Duration::from_micros(duration_us),
+            duration: Duration::from_micros(duration_us),
         }))
-    }
-
-    /// Adds an item to the log and returns it as a journal entry.
-    fn record(&mut self, item: Item) -> Entry {
-        let event = Event::numbered(
-            self.transcript.items.len() + 1,
-            self.ctx.run_id(),
-            now_ms(),
-            item,
-        );
-        self.transcript.items.push(event.clone());
-        Entry::Item { event }
     }
 
     /// The live context (deps with everything the run has, ids, usage).
@@ -629,9 +501,10 @@ impl Session {
         &self.location
     }
 
-    /// The deps as stored: hidden and secret-looking keys removed.
-    pub fn stored_deps(&self) -> Map<String, Value> {
-        secrets::scrub_deps(self.ctx.deps(), &self.journal.rules)
+    /// The deps as they may be stored or shown: the keys `rules` hide and
+    /// secret-looking ones removed.
+    pub fn stored_deps(&self, rules: &ContextRules) -> Map<String, Value> {
+        secrets::scrub_deps(self.ctx.deps(), rules)
     }
 
     /// Releases the lease, so the session can be opened again at once.
@@ -642,30 +515,6 @@ impl Session {
     /// [`Session::close`] for a session shared behind a lock: releases the
     /// lease; any later commit fails with [`StoreError::LeaseLost`].
     pub async fn release(&mut self) -> Result<(), StoreError> {
-        self.journal.lost.store(true, Ordering::SeqCst);
-        self.journal.release().await
+        self.writer.release().await
     }
-}
-
-/// Renews the lease every third of its ttl until aborted or lost.
-fn spawn_heartbeat(
-    store: Arc<dyn SessionStore>,
-    lease: Lease,
-    lost: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let every = (lease.ttl / 3).max(Duration::from_millis(10));
-        loop {
-            tokio::time::sleep(every).await;
-            match store.renew(&lease, now_ms()).await {
-                Ok(()) => {}
-                Err(StoreError::LeaseLost { .. }) => {
-                    lost.store(true, Ordering::SeqCst);
-                    tracing::warn!(session = %lease.session_id, "lost the session's lease");
-                    return;
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot renew a session lease"),
-            }
-        }
-    })
 }

@@ -37,15 +37,14 @@ use deadpool_postgres::GenericClient;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
-use super::journal::Record;
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
-    StoredSession,
+    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
 };
-use crate::llm::BoxFuture;
+use crate::BoxFuture;
+use crate::journal::{Record, StoreError};
 
 /// The schema this version writes (`airlock_schema.version`).
 const SCHEMA_VERSION: i32 = 1;
@@ -417,6 +416,7 @@ impl SessionStore for PostgresStore {
             let session_id = request.session_id;
             let now = request.now_ms;
             let expires = expiry(now, request.ttl);
+            let holder = request.holder.to_string();
             let create = request
                 .create
                 .map(|(header, records)| NewSession::of(header, records))
@@ -436,7 +436,7 @@ impl SessionStore for PostgresStore {
                         &[
                             &owner,
                             &session_id,
-                            &request.holder,
+                            &holder,
                             &big(token),
                             &big(expires),
                         ],
@@ -450,7 +450,7 @@ impl SessionStore for PostgresStore {
                     }
                     .into());
                 };
-                if insert_session(&tx, new, now, Some((request.holder, 1, expires))).await? {
+                if insert_session(&tx, new, now, Some((&holder, 1, expires))).await? {
                     break (1, true);
                 }
                 // Another host created it between our look and our insert
@@ -469,7 +469,7 @@ impl SessionStore for PostgresStore {
                 lease: Lease {
                     user_id: owner_of(owner),
                     session_id: session_id.to_owned(),
-                    holder: request.holder.to_owned(),
+                    holder: request.holder.clone(),
                     token,
                     ttl: request.ttl,
                 },
@@ -517,7 +517,7 @@ impl SessionStore for PostgresStore {
                         &owner,
                         &lease.session_id,
                         &big(lease.token),
-                        &lease.holder,
+                        &lease.holder.to_string(),
                         &big(first.seq.saturating_sub(1)),
                         &big(last.seq),
                         &big(now_ms),
@@ -551,7 +551,7 @@ impl SessionStore for PostgresStore {
                         &owner,
                         &lease.session_id,
                         &big(lease.token),
-                        &lease.holder,
+                        &lease.holder.to_string(),
                         &big(expiry(now_ms, lease.ttl)),
                     ],
                 )
@@ -575,7 +575,12 @@ impl SessionStore for PostgresStore {
                     "UPDATE airlock_sessions SET lease_holder = NULL, lease_expires_ms = 0
                      WHERE owner = $1 AND session_id = $2 AND lease_token = $3
                        AND lease_holder = $4",
-                    &[&owner, &lease.session_id, &big(lease.token), &lease.holder],
+                    &[
+                        &owner,
+                        &lease.session_id,
+                        &big(lease.token),
+                        &lease.holder.to_string(),
+                    ],
                 )
                 .await?;
             Ok(())
@@ -609,7 +614,7 @@ impl SessionStore for PostgresStore {
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
         Box::pin(self.run(async move {
             let owner = owner_key(owner);
-            let now = crate::agent::events::now_ms();
+            let now = crate::journal::now_ms();
             let client = self.client().await?;
             let rows = client
                 .query(

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use super::journal::{Entry, Record};
-use super::store::{Owner, SessionHeader, StoreError, StoredSession};
+use super::Holder;
+use super::store::{Owner, SessionHeader, StoredSession};
+use crate::journal::{Entry, Record, StoreError};
 
 /// A failure inside a store operation: the store's own verdict, or its
 /// backend's error `E` (which the store turns into [`StoreError::Backend`]).
@@ -110,7 +111,7 @@ impl LeaseRow {
     /// has not expired, and its holder is not known to be gone.
     pub(crate) fn blocks(&self, now_ms: u64) -> Option<u64> {
         let holder = self.holder.as_deref()?;
-        (self.expires_ms > now_ms && !super::Holder::is_gone(holder))
+        (self.expires_ms > now_ms && !holder.parse().is_ok_and(|h: Holder| h.is_gone()))
             .then(|| self.expires_ms - now_ms)
     }
 

@@ -14,15 +14,14 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use super::journal::Record;
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoreError,
-    StoredSession,
+    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
 };
-use crate::llm::BoxFuture;
+use crate::BoxFuture;
+use crate::journal::{Record, StoreError};
 
 /// How long a write waits for another process's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -313,7 +312,8 @@ impl SessionStore for SqliteStore {
     fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>> {
         let owner = owner_key(request.user_id);
         let session_id = request.session_id.to_owned();
-        let holder = request.holder.to_owned();
+        let holder = request.holder.clone();
+        let holder_text = holder.to_string();
         let ttl = request.ttl;
         let now = request.now_ms;
         let expires = expiry(now, ttl);
@@ -330,7 +330,7 @@ impl SessionStore for SqliteStore {
                     tx.execute(
                         "UPDATE sessions SET lease_holder = ?3, lease_token = ?4, lease_expires_ms = ?5
                          WHERE owner = ?1 AND session_id = ?2",
-                        params![owner, session_id, holder, token, expires],
+                        params![owner, session_id, holder_text, token, expires],
                     )?;
                     (token, false)
                 }
@@ -338,7 +338,7 @@ impl SessionStore for SqliteStore {
                     let Some(new) = create else {
                         return Err(StoreError::NotFound { session_id }.into());
                     };
-                    insert_session(&new, &tx, now, Some((&holder, 1, expires)))?;
+                    insert_session(&new, &tx, now, Some((&holder_text, 1, expires)))?;
                     (1, true)
                 }
             };
@@ -385,7 +385,7 @@ impl SessionStore for SqliteStore {
                     owner,
                     lease.session_id,
                     lease.token,
-                    lease.holder,
+                    lease.holder.to_string(),
                     first - 1,
                     last,
                     now_ms,
@@ -412,7 +412,13 @@ impl SessionStore for SqliteStore {
             let changed = conn.execute(
                 "UPDATE sessions SET lease_expires_ms = ?5
                  WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
-                params![owner, lease.session_id, lease.token, lease.holder, expires],
+                params![
+                    owner,
+                    lease.session_id,
+                    lease.token,
+                    lease.holder.to_string(),
+                    expires
+                ],
             )?;
             if changed != 1 {
                 return Err(StoreError::LeaseLost {
@@ -431,7 +437,12 @@ impl SessionStore for SqliteStore {
             conn.execute(
                 "UPDATE sessions SET lease_holder = NULL, lease_expires_ms = 0
                  WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
-                params![owner, lease.session_id, lease.token, lease.holder],
+                params![
+                    owner,
+                    lease.session_id,
+                    lease.token,
+                    lease.holder.to_string()
+                ],
             )?;
             Ok(())
         })
@@ -459,7 +470,7 @@ impl SessionStore for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
         let owner = owner_key(owner);
         self.run(move |conn| {
-            let now = crate::agent::events::now_ms();
+            let now = crate::journal::now_ms();
             let mut query = conn.prepare_cached(
                 "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder, lease_token,
                         lease_expires_ms

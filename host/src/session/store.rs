@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::journal::Record;
-use crate::llm::BoxFuture;
+use super::Holder;
+use crate::BoxFuture;
+use crate::journal::{Record, StoreError};
 
 /// Who a session belongs to: a user id, or `None` for the anonymous bucket.
 pub type Owner<'a> = Option<&'a str>;
@@ -70,8 +71,8 @@ pub struct Lease {
     pub user_id: Option<String>,
     /// The session.
     pub session_id: String,
-    /// Who holds it ([`super::Holder`]'s text).
-    pub holder: String,
+    /// Who holds it.
+    pub holder: Holder,
     /// The fencing token.
     pub token: u64,
     /// How long the lease lasts after each commit or renewal.
@@ -85,8 +86,8 @@ pub struct LeaseRequest<'a> {
     pub user_id: Option<&'a str>,
     /// The session.
     pub session_id: &'a str,
-    /// Who asks ([`super::Holder`]'s text).
-    pub holder: &'a str,
+    /// Who asks.
+    pub holder: &'a Holder,
     /// The lease's length.
     pub ttl: Duration,
     /// The time now (ms since the Unix epoch), Airlock's clock.
@@ -105,73 +106,6 @@ pub struct Leased {
     pub created: bool,
     /// The session as it was when the lease was taken.
     pub session: StoredSession,
-}
-
-/// A store operation that failed.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// Another run holds the session's lease.
-    #[error(
-        "session is in use: {session_id} is being run elsewhere (its lease expires in {expires_in_ms} ms unless renewed)"
-    )]
-    InUse {
-        /// The session.
-        session_id: String,
-        /// Until the lease expires, unless its holder renews it.
-        expires_in_ms: u64,
-    },
-    /// The owner has no session with that id.
-    #[error("no session {session_id}")]
-    NotFound {
-        /// The session asked for.
-        session_id: String,
-    },
-    /// The owner already has a session with that id.
-    #[error("session {session_id} already exists")]
-    AlreadyExists {
-        /// The session.
-        session_id: String,
-    },
-    /// The lease expired and another run took the session; nothing more
-    /// was saved.
-    #[error(
-        "lost the lease on session {session_id}: another run took it over; this run's later changes were not saved"
-    )]
-    LeaseLost {
-        /// The session.
-        session_id: String,
-    },
-    /// The stored journal does not fold.
-    #[error("session {session_id} is damaged: {problem}")]
-    Corrupt {
-        /// The session.
-        session_id: String,
-        /// What is wrong, naming the record.
-        problem: String,
-    },
-    /// The backend failed (cannot open, I/O, a full disk, ...).
-    #[error("{location}: {message}")]
-    Backend {
-        /// Where the store is.
-        location: String,
-        /// What went wrong.
-        message: String,
-    },
-}
-
-impl StoreError {
-    /// A stable `snake_case` name for the kind of failure.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreError::InUse { .. } => "session_in_use",
-            StoreError::NotFound { .. } => "session_not_found",
-            StoreError::AlreadyExists { .. } => "session_exists",
-            StoreError::LeaseLost { .. } => "lease_lost",
-            StoreError::Corrupt { .. } => "session_damaged",
-            StoreError::Backend { .. } => "store_error",
-        }
-    }
 }
 
 /// Where sessions are kept. Implementations: [`super::SqliteStore`]

@@ -1,7 +1,8 @@
-//! Measurement hooks for `make bench`: the same component, engine and
-//! linker as [`Host::call`], minus the host's own work (apart from the
-//! store's admission to the instance pool, which every store has), so the
-//! benchmark can report what that work costs. Not part of the API.
+//! Measurement hooks for `make bench` (the `bench` cargo feature, off
+//! otherwise): the same component, engine and linker as [`Host::call`],
+//! minus the host's own work (apart from the store's admission to the
+//! instance pool, which every store has), so the benchmark can report what
+//! that work costs.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,6 @@ impl Host {
     /// The floor under [`Host::call`]: a fresh store and instance from the
     /// cached `InstancePre`, one `call`, drop. No argument checks, no
     /// result parsing, no ops applied.
-    #[doc(hidden)]
     pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
         let component = self.component_of(&call.name)?;
         let mut store = self
@@ -36,7 +36,6 @@ impl Host {
     /// instance, then `n` calls on it. Returns the time of the `n` calls.
     /// Airlock never does this outside benchmarks: state would leak
     /// between calls.
-    #[doc(hidden)]
     pub async fn bench_reused_calls(
         &self,
         ctx: &RunContext,

@@ -12,10 +12,10 @@ use super::{
     CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, LoadedComponent, ToolCall,
     guest,
 };
-use crate::context::{JsonType, OpKind, ParsedOutput, RawOp, RunContext, parse_output};
+use crate::context::{JsonType, OpKind, ParsedOutput, RunContext, WireOp, parse_output};
 use crate::sandbox::{
-    CallState, CancelToken, Grants, GuestOutput, Interrupted, Limits, OutputLimitExceeded,
-    ResourceHit, Stopped, ToolGate, until,
+    CallState, CancelToken, Grants, GuestOutput, Limits, OutputLimitExceeded, ResourceHit, Stop,
+    ToolGate, until,
 };
 
 /// A call that ran without changing the context ([`Host::run_only`]).
@@ -201,10 +201,10 @@ impl Host {
                 Err(CallError::Retry(bounded_message(msg)))
             }
             Ok(Err(e)) => Err(classify(e, &store, limits)),
-            Err(Stopped::Deadline) => Err(CallError::Timeout {
+            Err(Stop::Deadline) => Err(CallError::Timeout {
                 limit: limits.timeout,
             }),
-            Err(Stopped::Cancelled) => Err(CallError::Cancelled),
+            Err(Stop::Cancelled) => Err(CallError::Cancelled),
         };
         let output = store.data_mut().take_output();
         // Only a recording view has reads to give; the plain call path
@@ -368,20 +368,41 @@ fn check_output(output: guest::ToolOutput, limits: &Limits) -> Result<ParsedOutp
             limit: limits.max_result_bytes,
         });
     }
-    let ops = output
-        .updates
-        .into_iter()
-        .map(|op| {
-            let (kind, key, value) = match op {
-                GuestOp::Set(e) => (OpKind::Set, e.key, Some(e.value)),
-                GuestOp::Merge(e) => (OpKind::Merge, e.key, Some(e.value)),
-                GuestOp::Append(e) => (OpKind::Append, e.key, Some(e.value)),
-                GuestOp::Delete(key) => (OpKind::Delete, key, None),
-            };
-            RawOp { kind, key, value }
-        })
-        .collect();
-    Ok(parse_output(&output.result, ops, &limits.ops)?)
+    Ok(parse_output(&output.result, output.updates, &limits.ops)?)
+}
+
+/// The guest interface's op is what [`parse_output`] parses: each op is
+/// parsed once, from what the guest returned.
+impl WireOp for GuestOp {
+    fn kind(&self) -> OpKind {
+        match self {
+            GuestOp::Set(_) => OpKind::Set,
+            GuestOp::Merge(_) => OpKind::Merge,
+            GuestOp::Append(_) => OpKind::Append,
+            GuestOp::Delete(_) => OpKind::Delete,
+        }
+    }
+
+    fn key(&self) -> &str {
+        match self {
+            GuestOp::Set(e) | GuestOp::Merge(e) | GuestOp::Append(e) => &e.key,
+            GuestOp::Delete(key) => key,
+        }
+    }
+
+    fn value_len(&self) -> usize {
+        match self {
+            GuestOp::Set(e) | GuestOp::Merge(e) | GuestOp::Append(e) => e.value.len(),
+            GuestOp::Delete(_) => 0,
+        }
+    }
+
+    fn into_parts(self) -> (String, Option<String>) {
+        match self {
+            GuestOp::Set(e) | GuestOp::Merge(e) | GuestOp::Append(e) => (e.key, Some(e.value)),
+            GuestOp::Delete(key) => (key, None),
+        }
+    }
 }
 
 /// Maps a failure inside the guest (or at its boundary) to a typed error.
@@ -390,12 +411,12 @@ pub(super) fn classify(
     store: &Store<CallState>,
     limits: &Limits,
 ) -> CallError {
-    if let Some(interrupted) = find::<Interrupted>(&error) {
-        return match interrupted {
-            Interrupted::Timeout => CallError::Timeout {
+    if let Some(stop) = find::<Stop>(&error) {
+        return match stop {
+            Stop::Deadline => CallError::Timeout {
                 limit: limits.timeout,
             },
-            Interrupted::Cancelled => CallError::Cancelled,
+            Stop::Cancelled => CallError::Cancelled,
         };
     }
     if let Some(over) = find::<OutputLimitExceeded>(&error) {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::context::{OpRejected, OutputError};
+use crate::kind::ErrorKind;
 use crate::sandbox::{GrantError, GuestOutput, Stream};
 
 /// A component could not be loaded. Every variant but `Sandbox` names the
@@ -142,7 +143,7 @@ pub struct CallFailure {
 
 impl CallFailure {
     /// See [`CallError::kind`].
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         self.error.kind()
     }
 }
@@ -257,28 +258,28 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// A stable `snake_case` name for the kind of failure, for JSON output
-    /// and events.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of failure this is (its stable name is what JSON output,
+    /// events and the journal hold).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            CallError::UnknownTool { .. } => "unknown_tool",
-            CallError::BadArguments(_) => "bad_arguments",
-            CallError::InvalidArgs(_) => "invalid_args",
-            CallError::Failed(_) => "failed",
-            CallError::Retry(_) => "retry",
-            CallError::Timeout { .. } => "timeout",
-            CallError::Cancelled => "cancelled",
-            CallError::MemoryLimit { .. } => "memory_limit",
-            CallError::TableLimit { .. } => "table_limit",
-            CallError::FuelExhausted { .. } => "fuel_exhausted",
-            CallError::OutputLimit { .. } => "output_limit",
-            CallError::Trap { .. } => "trap",
-            CallError::ResultTooLarge { .. } => "result_too_large",
-            CallError::InvalidResult(_) => "invalid_result",
-            CallError::OpRejected(_) => "op_rejected",
-            CallError::Grant(_) => "grant_unavailable",
-            CallError::ResourceLimit { .. } => "resource_limit",
-            CallError::Busy(_) => "busy",
+            CallError::UnknownTool { .. } => ErrorKind::UnknownTool,
+            CallError::BadArguments(_) => ErrorKind::BadArguments,
+            CallError::InvalidArgs(_) => ErrorKind::InvalidArgs,
+            CallError::Failed(_) => ErrorKind::Failed,
+            CallError::Retry(_) => ErrorKind::Retry,
+            CallError::Timeout { .. } => ErrorKind::Timeout,
+            CallError::Cancelled => ErrorKind::Cancelled,
+            CallError::MemoryLimit { .. } => ErrorKind::MemoryLimit,
+            CallError::TableLimit { .. } => ErrorKind::TableLimit,
+            CallError::FuelExhausted { .. } => ErrorKind::FuelExhausted,
+            CallError::OutputLimit { .. } => ErrorKind::OutputLimit,
+            CallError::Trap { .. } => ErrorKind::Trap,
+            CallError::ResultTooLarge { .. } => ErrorKind::ResultTooLarge,
+            CallError::InvalidResult(_) => ErrorKind::InvalidResult,
+            CallError::OpRejected(_) => ErrorKind::OpRejected,
+            CallError::Grant(_) => ErrorKind::GrantUnavailable,
+            CallError::ResourceLimit { .. } => ErrorKind::ResourceLimit,
+            CallError::Busy(_) => ErrorKind::Busy,
         }
     }
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub mod loopback;
+pub mod mcp;
 pub mod model_server;
 pub mod stores;
 
@@ -81,6 +82,9 @@ fn builder() -> airlock::HostBuilder {
         .cache(CompileCache::in_dir(cache_dir()))
         .max_concurrent_calls(16)
 }
+
+/// The demo's prompt (the Makefile's `DEMO_PROMPT`).
+pub const PROMPT: &str = "Count how many vowels are in the word 'elephant', incrementing a counter named 'vowels' for each one. Also add a note listing the vowels you found. Then show the final state.";
 
 /// The tools of [`host`], sorted by name.
 pub const HOST_TOOLS: [&str; 6] = [

@@ -184,3 +184,27 @@ pub fn anthropic_reply(
         "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}
     })
 }
+
+/// The API key the test models send; it must never show up in output.
+pub const KEY: &str = "sk-test-key-never-logged";
+
+/// Provider options for a model server at `server_base`: the test key,
+/// quick retries, a short timeout.
+pub fn provider_options(server_base: String) -> airlock::llm::ProviderOptions {
+    airlock::llm::ProviderOptions {
+        base_url: Some(server_base),
+        api_key: Some(KEY.into()),
+        retry: airlock::llm::RetryPolicy {
+            max_retries: 3,
+            base_delay: std::time::Duration::from_millis(10),
+            max_delay: std::time::Duration::from_millis(50),
+        },
+        timeout: Some(std::time::Duration::from_secs(10)),
+    }
+}
+
+/// An OpenAI-compatible model on `server`.
+pub fn openai(server: &ModelServer) -> airlock::llm::OpenAiModel {
+    airlock::llm::OpenAiModel::new("gpt-test", provider_options(server.openai_base()))
+        .expect("the test model builds")
+}

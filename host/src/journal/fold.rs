@@ -1,16 +1,15 @@
-//! The journal: what a session stores, and how its state is folded back.
+//! Folding a journal back into a conversation's state, and answering the
+//! calls it left open.
 //!
-//! A session is a list of [`Record`]s, numbered from 1 without gaps. Each
-//! commit appends one or more records in one transaction. The state of a
-//! session (deps, messages, item log, usage) is the fold of its records:
-//! deps start from the last [`Entry::Deps`] snapshot and take every
+//! The state (deps, messages, item log, usage) is the fold of the records
+//! in order: deps start from the last [`Entry::Deps`] and take every
 //! [`Item::ContextUpdate`]'s ops in order.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::agent::{CallStatus, Event, Item, Transcript};
+use super::record::{CallStatus, Entry, Event, Item, Record, Transcript};
 use crate::context::Usage;
+use crate::kind::ErrorKind;
 use crate::llm::Message;
 use crate::sandbox::GuestOutput;
 
@@ -19,51 +18,6 @@ use crate::sandbox::GuestOutput;
 /// `max_iterations`) before it was started.
 pub const INTERRUPTED_MESSAGE: &str =
     "Tool call was interrupted and not executed. Please retry if needed.";
-
-/// One entry of the journal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "entry", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Entry {
-    /// Deps replaced whole: a new session's starting deps, or the
-    /// embedder's change between runs. Hidden and secret-looking keys are
-    /// already removed.
-    Deps {
-        /// The new deps.
-        deps: Map<String, Value>,
-    },
-    /// A message appended to the conversation the model sees.
-    Message {
-        /// The message.
-        message: Message,
-    },
-    /// An item appended to the log. A `context_update` item's ops are
-    /// applied to deps when the journal is folded.
-    Item {
-        /// The item.
-        event: Event,
-    },
-    /// Usage totals and the iteration from here on.
-    Usage {
-        /// The totals.
-        usage: Usage,
-        /// The model request the run is at.
-        iteration: u32,
-    },
-}
-
-/// An entry with its place in the journal. Numbers and times are
-/// Airlock's, never the store's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    /// 1 for the first record of the session, then one more for each.
-    pub seq: u64,
-    /// When it was committed, in milliseconds since the Unix epoch.
-    pub at_ms: u64,
-    /// What it says.
-    #[serde(flatten)]
-    pub entry: Entry,
-}
 
 /// A session's state: the fold of its journal.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -159,8 +113,8 @@ pub fn unanswered_calls(transcript: &Transcript) -> Vec<(String, String, bool)> 
     let mut started: Vec<(String, String, bool)> = Vec::new();
     for event in &transcript.items {
         match &event.item {
-            Item::FunctionCall { call_id, name, .. } => {
-                started.push((call_id.clone(), name.clone(), false));
+            Item::FunctionCall { call, .. } => {
+                started.push((call.id.clone(), call.name.clone(), false));
             }
             Item::FunctionCallOutput { call_id, .. } => close(&mut started, call_id),
             _ => {}
@@ -192,7 +146,7 @@ pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<
                     name: name.clone(),
                     status: CallStatus::Interrupted,
                     output: INTERRUPTED_MESSAGE.to_owned(),
-                    error_kind: Some("interrupted".to_owned()),
+                    error_kind: Some(ErrorKind::Interrupted),
                     duration_us: 0,
                     guest: GuestOutput::default(),
                 },

@@ -14,9 +14,9 @@ use std::process::{Child, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock::agent::{CallStatus, Event, Item};
+use airlock::journal::{CallStatus, Event, Folded, INTERRUPTED_MESSAGE, Item};
 use airlock::llm::Message;
-use airlock::session::{Folded, INTERRUPTED_MESSAGE, SessionStore, SqliteStore};
+use airlock::session::{SessionStore, SqliteStore};
 use serde_json::{Value, json};
 
 use crate::support::{airlock_command, guest};
@@ -261,9 +261,9 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
             "kill {count}: deps are not the fold of the committed calls"
         );
         let open = unanswered(&before.transcript.messages);
-        let mid_call = items.iter().any(
-            |e| matches!(&e.item, Item::FunctionCall { call_id, .. } if open.contains(call_id)),
-        );
+        let mid_call = items
+            .iter()
+            .any(|e| matches!(&e.item, Item::FunctionCall { call, .. } if open.contains(&call.id)));
         interrupted_mid_call += usize::from(mid_call);
 
         // Resume at once: the dead holder's lease does not block it.

@@ -25,6 +25,7 @@
 
 use serde_json::{Map, Value};
 
+use super::record::{Entry, Event, Item, Record};
 use crate::context::{ContextOp, ContextRules};
 
 const SECRET_WORDS: &[&str] = &[
@@ -158,6 +159,25 @@ pub fn scrub_ops(ops: &[ContextOp], rules: &ContextRules) -> Vec<ContextOp> {
             op
         })
         .collect()
+}
+
+/// `record` as it may be stored or shown: its deps scrubbed, its context
+/// update's ops scrubbed.
+pub fn scrub_record(record: &Record, rules: &ContextRules) -> Record {
+    let mut record = record.clone();
+    match &mut record.entry {
+        Entry::Deps { deps } => *deps = scrub_deps(deps, rules),
+        Entry::Item { event } => scrub_event(event, rules),
+        Entry::Message { .. } | Entry::Usage { .. } => {}
+    }
+    record
+}
+
+/// Scrubs a context update's ops in place (other items hold no deps).
+pub fn scrub_event(event: &mut Event, rules: &ContextRules) {
+    if let Item::ContextUpdate { ops, .. } = &mut event.item {
+        *ops = scrub_ops(ops, rules);
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,333 @@
+//! One run of the loop: model turns, and each turn's calls settled in the
+//! model's order (parallel or not), recorded through the journal.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Agent, Decision, RunError, RunOutcome};
+use crate::journal::recorder::{Ended, Recorder};
+use crate::journal::{Item, Role};
+use crate::llm::Message;
+use crate::policy::Approval;
+use crate::spec::{ToolCall, ToolSpec};
+use crate::tools::{CallError, CallFailure, CallOutcome, Ran};
+
+/// A run in progress: the agent, the conversation it records into, and
+/// the failures per tool so far (the `retry` a tool sees).
+pub(super) struct Run<'a, 'c> {
+    agent: &'a Agent,
+    recorder: Recorder<'c>,
+    failures: HashMap<String, u32>,
+}
+
+impl<'a, 'c> Run<'a, 'c> {
+    pub(super) fn new(agent: &'a Agent, recorder: Recorder<'c>) -> Self {
+        Self {
+            agent,
+            recorder,
+            failures: HashMap::new(),
+        }
+    }
+
+    pub(super) fn record(&mut self, item: Item) {
+        self.recorder.record(item);
+    }
+
+    /// The model request the run is at.
+    pub(super) fn iteration(&self) -> u32 {
+        self.recorder.ctx().iteration
+    }
+
+    /// Commits what was recorded since the last commit, then sends its
+    /// events: an event a watcher sees is stored.
+    pub(super) async fn commit(&mut self) -> Result<(), RunError> {
+        let events = self.recorder.commit().await?;
+        self.agent.send(events);
+        Ok(())
+    }
+
+    /// Ends the run once its items outgrow the bound. Checked after each
+    /// call's output is recorded, before anything more is asked or run.
+    fn check_size(&self) -> Result<(), RunError> {
+        let limit = self.agent.options.max_transcript_bytes;
+        if self.recorder.recorded_bytes() > limit {
+            return Err(RunError::TranscriptTooLarge { limit });
+        }
+        Ok(())
+    }
+
+    pub(super) async fn drive(&mut self, prompt: &str) -> Result<RunOutcome, RunError> {
+        let agent = self.agent;
+        agent.model.check_tools(&agent.host.tool_names())?;
+        let specs: Vec<ToolSpec> = agent.host.tools().cloned().collect();
+        if self.recorder.transcript().messages.is_empty()
+            && let Some(system) = &agent.options.system_prompt
+        {
+            self.recorder.push_message(Message::System {
+                content: system.clone(),
+            });
+        }
+        self.recorder.push_message(Message::User {
+            content: prompt.to_owned(),
+        });
+        self.record(Item::Message {
+            role: Role::User,
+            content: Some(prompt.to_owned()),
+            iteration: 0,
+        });
+        self.commit().await?;
+
+        let mut iteration = 0;
+        loop {
+            if agent.cancel.is_cancelled() {
+                return Err(RunError::Cancelled);
+            }
+            if iteration >= agent.options.max_iterations {
+                return Err(RunError::MaxIterations {
+                    limit: agent.options.max_iterations,
+                });
+            }
+            iteration += 1;
+            let ctx = self.recorder.ctx_mut();
+            ctx.iteration = iteration;
+            ctx.usage.requests += 1;
+            let reply = tokio::select! {
+                reply = agent.model.complete(&self.recorder.transcript().messages, &specs) => reply?,
+                () = agent.cancel.cancelled() => return Err(RunError::Cancelled),
+            };
+            let ctx = self.recorder.ctx_mut();
+            ctx.usage.input_tokens += reply.usage.input_tokens;
+            ctx.usage.output_tokens += reply.usage.output_tokens;
+            self.recorder.push_message(Message::Assistant {
+                content: reply.content.clone(),
+                tool_calls: reply.tool_calls.clone(),
+            });
+            if reply.content.is_some() || reply.tool_calls.is_empty() {
+                self.record(Item::Message {
+                    role: Role::Assistant,
+                    content: reply.content.clone(),
+                    iteration,
+                });
+            }
+            self.commit().await?;
+            if reply.tool_calls.is_empty() {
+                let ctx = self.recorder.ctx();
+                return Ok(RunOutcome {
+                    answer: reply.content.unwrap_or_default(),
+                    usage: ctx.usage,
+                    iterations: iteration,
+                    run_id: ctx.run_id().to_owned(),
+                    session_id: ctx.session_id().to_owned(),
+                });
+            }
+            self.run_turn(&reply.tool_calls, iteration).await?;
+            self.check_size()?;
+        }
+    }
+
+    /// Runs the calls of one model turn, as if one after another in the
+    /// model's order (DESIGN §3, optimistic execution).
+    ///
+    /// In parallel mode, every call that may run twice (no approval, and no
+    /// effectful grant unless marked idempotent) starts at once against
+    /// the deps as the turn began, seeing the usage and retry count it would
+    /// see in order; at most `max_parallel` run together. Then, in order,
+    /// each call is settled: its intent committed (as in sequential mode),
+    /// then a speculative one whose reads (through `get`, `keys`, `retry`)
+    /// no earlier call of the turn changed is taken as it ran, its ops
+    /// checked against the deps as they are now; one that read a changed
+    /// key runs again now. Any other call runs in its turn, once every
+    /// earlier call has committed, as in sequential mode. The deps,
+    /// results, events and commits are those of the sequential run; only a
+    /// speculative call may have started before its intent was committed
+    /// (it has no effect to recover from, or is idempotent).
+    async fn run_turn(&mut self, calls: &[ToolCall], iteration: u32) -> Result<(), RunError> {
+        let turn = self.agent.options.turn;
+        let parallel = turn.parallel && turn.max_parallel >= 2 && calls.len() >= 2;
+        let mut speculations = if parallel {
+            self.speculate(calls, turn.max_parallel)
+        } else {
+            Speculations { tasks: Vec::new() }
+        };
+        let mut written = BTreeSet::new();
+        for (k, call) in calls.iter().enumerate() {
+            self.check_size()?;
+            // The intent is committed when every earlier call has settled,
+            // whether or not this one runs yet.
+            self.recorder.call_asked(call, iteration);
+            self.commit().await?;
+            let settled = match speculations.take(k) {
+                Some((task, request)) => match task.await {
+                    Ok(ran) if self.still_valid(&ran, &request, &written) => {
+                        let took = ran.duration;
+                        let result =
+                            self.agent
+                                .host
+                                .apply_ran(self.recorder.ctx_mut(), &request, ran);
+                        self.settle(&request, result, took)
+                    }
+                    _ => self.run_call(call).await,
+                },
+                None => self.run_call(call).await,
+            };
+            self.commit().await?;
+            written.extend(settled?);
+        }
+        Ok(())
+    }
+
+    /// Whether a speculative call's run stands: the run is not cancelled,
+    /// and no earlier call of the turn wrote what it read (its keys, or
+    /// its retry count).
+    fn still_valid(&self, ran: &Ran, request: &ToolCall, written: &BTreeSet<String>) -> bool {
+        !self.agent.cancel.is_cancelled()
+            && !ran.reads.depends_on(written)
+            && (!ran.reads.read_retry() || request.retry == self.retry_of(&request.name))
+    }
+
+    /// Starts the calls of a turn that may run speculatively.
+    fn speculate(&self, calls: &[ToolCall], max_parallel: usize) -> Speculations {
+        let agent = self.agent;
+        let limit = Arc::new(tokio::sync::Semaphore::new(max_parallel));
+        let tasks = calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| {
+                let may = agent
+                    .host
+                    .component_for(&call.name)
+                    .is_none_or(|c| c.approval() == Approval::Never && c.may_rerun());
+                if !may {
+                    return None;
+                }
+                // What the call would see in order: counted with the calls
+                // before it, and the retry count as the turn began.
+                let mut view = self.recorder.ctx().clone();
+                let before = u32::try_from(k).unwrap_or(u32::MAX);
+                view.usage.tool_calls = view
+                    .usage
+                    .tool_calls
+                    .saturating_add(before)
+                    .saturating_add(1);
+                let request = self.request(call, call.arguments.clone());
+                let (host, cancel, limit, run) = (
+                    Arc::clone(&agent.host),
+                    agent.cancel.clone(),
+                    Arc::clone(&limit),
+                    request.clone(),
+                );
+                let task = tokio::spawn(async move {
+                    // The semaphore is never closed.
+                    let _permit = limit.acquire_owned().await;
+                    host.run_only(&view, &run, &cancel, true).await
+                });
+                Some((task, request))
+            })
+            .collect();
+        Speculations { tasks }
+    }
+
+    /// The retry count a call of `tool` sees now.
+    fn retry_of(&self, tool: &str) -> u32 {
+        self.failures.get(tool).copied().unwrap_or(0)
+    }
+
+    /// The host's request for the model's `call` with `arguments` (the
+    /// model's, or as the approver edited them), at the retry count it
+    /// sees now.
+    fn request(&self, call: &ToolCall, arguments: String) -> ToolCall {
+        ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments,
+            retry: self.retry_of(&call.name),
+        }
+    }
+
+    /// Runs one call whose intent is committed (asking for approval first
+    /// when its tool needs it); the keys it wrote. Only cancellation ends
+    /// the run from here.
+    async fn run_call(&mut self, call: &ToolCall) -> Result<BTreeSet<String>, RunError> {
+        let agent = self.agent;
+        let started = Instant::now();
+        let mut arguments = call.arguments.clone();
+        let approval = agent
+            .host
+            .component_for(&call.name)
+            .map_or(Approval::Never, |c| c.approval());
+        if approval == Approval::Ask {
+            let decision = match &agent.approver {
+                Some(approver) => approver.decide(call).await,
+                None => Decision::Reject,
+            };
+            match decision {
+                Decision::Approve => {}
+                Decision::Edit(edited) => arguments = edited,
+                Decision::Reject => {
+                    let rules = agent.host.context_rules();
+                    self.recorder
+                        .call_ended(call, Ended::Rejected, started.elapsed(), rules, true);
+                    return Ok(BTreeSet::new());
+                }
+            }
+        }
+        let request = self.request(call, arguments);
+        let result = agent
+            .host
+            .call_counted(self.recorder.ctx_mut(), &request, &agent.cancel)
+            .await;
+        self.settle(&request, result, started.elapsed())
+    }
+
+    /// Records how a call ended (and its ops) and tells the model; the
+    /// keys it wrote. A failure counts against its tool's retries;
+    /// cancellation ends the run.
+    fn settle(
+        &mut self,
+        call: &ToolCall,
+        result: Result<CallOutcome, CallFailure>,
+        took: Duration,
+    ) -> Result<BTreeSet<String>, RunError> {
+        let rules = self.agent.host.context_rules();
+        self.recorder
+            .call_ended(call, Ended::Ran(&result), took, rules, true);
+        match result {
+            Ok(outcome) => Ok(outcome
+                .updates
+                .iter()
+                .map(|op| op.key().to_owned())
+                .collect()),
+            Err(CallFailure {
+                error: CallError::Cancelled,
+                ..
+            }) => Err(RunError::Cancelled),
+            Err(_) => {
+                *self.failures.entry(call.name.clone()).or_default() += 1;
+                Ok(BTreeSet::new())
+            }
+        }
+    }
+}
+
+/// The speculative calls of a turn, by position (`None`: runs in its
+/// turn), with the request each ran (and so the retry count it saw).
+/// Those not yet taken are stopped when this is dropped (the run ended
+/// early).
+struct Speculations {
+    tasks: Vec<Option<(tokio::task::JoinHandle<Ran>, ToolCall)>>,
+}
+
+impl Speculations {
+    fn take(&mut self, k: usize) -> Option<(tokio::task::JoinHandle<Ran>, ToolCall)> {
+        self.tasks.get_mut(k).and_then(Option::take)
+    }
+}
+
+impl Drop for Speculations {
+    fn drop(&mut self) {
+        for (task, _) in self.tasks.iter().flatten() {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The journal: what a conversation records, below both the agent loop
+//! and sessions.
+//!
+//! A conversation is a context, a transcript (the messages the model sees
+//! and the item log) and, when it is durable, a [`Sink`] its records are
+//! committed to. Everything recorded goes through one recorder, so a tool
+//! call reads the same in the journal whether the agent loop ran it or a
+//! session's direct call did (`airlock call --session`, MCP):
+//!
+//! 1. its intent, a `function_call` item, committed before it runs;
+//! 2. its end, committed together after it: the `function_call_output`
+//!    item (result or failure text, failure kind, what the guest wrote),
+//!    the `context_update` item with the ops it applied (less hidden and
+//!    secret-looking keys: [`secrets`]), and the tool message when a model
+//!    waits for one.
+//!
+//! A journal is a list of [`Record`]s numbered from 1 without gaps; its
+//! state is their fold ([`Folded`]). A call with an intent and no end was
+//! interrupted; [`patch_entries`] answers it (once).
+//!
+//! Nothing here knows how records are stored: [`crate::session`] keeps
+//! them in a store and leases them to one run at a time.
+
+mod fold;
+mod record;
+pub(crate) mod recorder;
+pub mod secrets;
+mod sink;
+
+pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
+pub use record::{CallStatus, Entry, Event, Item, Outcome, Record, Role, Transcript, now_ms};
+pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE, failure_text};
+pub use sink::{Conversation, Sink, StoreError};

@@ -1,0 +1,356 @@
+//! What a journal holds: the item log ([`Event`], [`Item`]), the
+//! conversation ([`Transcript`]), and the records a store keeps
+//! ([`Record`], [`Entry`]).
+//!
+//! The JSON forms are the journal's on-disk format and the event log's
+//! wire format: fields are only ever added, so a journal written by an
+//! older Airlock reads back the same.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::context::{ContextOp, Usage};
+use crate::kind::ErrorKind;
+use crate::llm::Message;
+use crate::sandbox::GuestOutput;
+use crate::spec::ToolCall;
+
+/// One item of the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// `item_<n>`, unique within the session, in order.
+    pub id: String,
+    /// The run that recorded it.
+    pub run_id: String,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub item: Item,
+}
+
+impl Event {
+    /// The `n`th item of a transcript (`item_<n>`, counted from 1).
+    pub fn numbered(n: usize, run_id: &str, at_ms: u64, item: Item) -> Self {
+        Self {
+            id: format!("item_{n}"),
+            run_id: run_id.to_owned(),
+            at_ms,
+            item,
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Item {
+    /// A run began: the first item of every run.
+    RunStarted {
+        /// The model, as the provider names it.
+        model: String,
+    },
+    /// A run ended: the last item of every run that ended, with an answer
+    /// or an error (a run whose process died has none).
+    RunEnded {
+        /// `answered`, or the error's kind.
+        outcome: Outcome,
+        /// Model requests the run made.
+        iterations: u32,
+    },
+    /// A message of the conversation: the user's prompt or the model's text.
+    Message {
+        /// Who said it.
+        role: Role,
+        /// The text (absent for a model turn that only called tools).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// The model request it belongs to (0 for the prompt).
+        iteration: u32,
+    },
+    /// A tool call was asked for (by the model, or directly on a session):
+    /// its intent, recorded before it runs. Written as `call_id`, `name`,
+    /// `arguments` (the model's JSON text, verbatim).
+    FunctionCall {
+        /// The call.
+        #[serde(flatten, with = "call_fields")]
+        call: ToolCall,
+        /// The model request that asked for it.
+        iteration: u32,
+    },
+    /// How a tool call ended, and what the model is told.
+    FunctionCallOutput {
+        /// The model's id for the call.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// How it ended.
+        status: CallStatus,
+        /// What the model sees: the result JSON, or the error text.
+        output: String,
+        /// The failure's kind when the call did not complete.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_kind: Option<ErrorKind>,
+        /// Wall-clock time, approval included.
+        duration_us: u64,
+        /// What the guest logged and printed, for failed calls too (empty
+        /// when it never ran).
+        #[serde(flatten)]
+        guest: GuestOutput,
+    },
+    /// The ops a successful call applied to deps, in order.
+    ContextUpdate {
+        /// The call that returned them.
+        call_id: String,
+        /// The ops, in the order applied (none on a hidden or
+        /// secret-looking key).
+        ops: Vec<ContextOp>,
+    },
+    /// The run itself failed (model error, max iterations, cancellation).
+    Error {
+        /// What kind of failure.
+        kind: ErrorKind,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A [`ToolCall`] as a `function_call` item's fields: the id as `call_id`
+/// (the item's own `id` is its place in the log).
+mod call_fields {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::spec::ToolCall;
+
+    #[derive(Serialize)]
+    struct Fields<'a> {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    }
+
+    #[derive(Deserialize)]
+    struct Owned {
+        call_id: String,
+        name: String,
+        arguments: String,
+    }
+
+    pub fn serialize<S: Serializer>(call: &ToolCall, serializer: S) -> Result<S::Ok, S::Error> {
+        Fields {
+            call_id: &call.id,
+            name: &call.name,
+            arguments: &call.arguments,
+        }
+        .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ToolCall, D::Error> {
+        let Owned {
+            call_id,
+            name,
+            arguments,
+        } = Owned::deserialize(deserializer)?;
+        Ok(ToolCall {
+            id: call_id,
+            name,
+            arguments,
+            retry: 0,
+        })
+    }
+}
+
+/// How a run ended: `answered`, or the kind of error that ended it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The model answered.
+    Answered,
+    /// The run failed.
+    Failed(ErrorKind),
+}
+
+impl Outcome {
+    /// `answered`, or the error kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::Failed(kind) => kind.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Outcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        if text == "answered" {
+            return Ok(Outcome::Answered);
+        }
+        text.parse()
+            .map(Outcome::Failed)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The person (the prompt).
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// The tool ran and its ops were applied.
+    Completed,
+    /// The call failed; no op was applied.
+    Failed,
+    /// The approval handler rejected the call; it did not run.
+    Rejected,
+    /// The run was cancelled while the call ran; no op was applied.
+    Cancelled,
+    /// The call was asked for but never answered (the process died while it
+    /// ran, or the run ended first); it may or may not have run, and no op
+    /// of it was applied. Recorded when the session is next opened.
+    Interrupted,
+}
+
+impl CallStatus {
+    /// The status as serialized: `completed`, `failed`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Rejected => "rejected",
+            CallStatus::Cancelled => "cancelled",
+            CallStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// The conversation so far: the messages sent to the model and the item
+/// log. Pass the same transcript to continue a conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// What the model has been sent and has answered, in order.
+    pub messages: Vec<Message>,
+    /// The item log, in order.
+    pub items: Vec<Event>,
+}
+
+/// One entry of the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Entry {
+    /// Deps replaced whole: a new session's starting deps, or the
+    /// embedder's change between runs. Hidden and secret-looking keys are
+    /// already removed.
+    Deps {
+        /// The new deps.
+        deps: Map<String, Value>,
+    },
+    /// A message appended to the conversation the model sees.
+    Message {
+        /// The message.
+        message: Message,
+    },
+    /// An item appended to the log. A `context_update` item's ops are
+    /// applied to deps when the journal is folded.
+    Item {
+        /// The item.
+        event: Event,
+    },
+    /// Usage totals and the iteration from here on.
+    Usage {
+        /// The totals.
+        usage: Usage,
+        /// The model request the run is at.
+        iteration: u32,
+    },
+}
+
+/// An entry with its place in the journal. Numbers and times are
+/// Airlock's, never the store's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// 1 for the first record of the session, then one more for each.
+    pub seq: u64,
+    /// When it was committed, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// What it says.
+    #[serde(flatten)]
+    pub entry: Entry,
+}
+
+/// Airlock's clock for journal times and leases: milliseconds since the
+/// Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_call_item_keeps_its_wire_form() {
+        let item = Item::FunctionCall {
+            call: ToolCall {
+                id: "c1".into(),
+                name: "increment".into(),
+                arguments: r#"{"name":"v"}"#.into(),
+                retry: 3,
+            },
+            iteration: 2,
+        };
+        let text = serde_json::to_string(&item).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"function_call","call_id":"c1","name":"increment","arguments":"{\"name\":\"v\"}","iteration":2}"#
+        );
+        let back: Item = serde_json::from_str(&text).unwrap();
+        let Item::FunctionCall { call, iteration } = back else {
+            panic!("{back:?}")
+        };
+        assert_eq!((call.id.as_str(), call.retry, iteration), ("c1", 0, 2));
+    }
+
+    #[test]
+    fn outcomes_and_kinds_keep_their_names() {
+        let ended = Item::RunEnded {
+            outcome: Outcome::Failed(ErrorKind::MaxIterations),
+            iterations: 3,
+        };
+        let text = serde_json::to_string(&ended).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"run_ended","outcome":"max_iterations","iterations":3}"#
+        );
+        assert_eq!(serde_json::from_str::<Item>(&text).unwrap(), ended);
+        let answered: Outcome = serde_json::from_str(r#""answered""#).unwrap();
+        assert_eq!(answered, Outcome::Answered);
+        assert!(serde_json::from_str::<Outcome>(r#""bogus""#).is_err());
+    }
+}

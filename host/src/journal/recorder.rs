@@ -1,0 +1,203 @@
+//! Recording a conversation as it goes: items and messages, committed
+//! through the conversation's sink; and the one way a tool call is
+//! recorded, for the agent loop and a session's direct calls alike.
+
+use std::time::Duration;
+
+use super::record::{CallStatus, Entry, Event, Item, Transcript, now_ms};
+use super::secrets;
+use super::sink::{Conversation, Sink, StoreError};
+use crate::context::{ContextRules, RunContext};
+use crate::llm::Message;
+use crate::sandbox::GuestOutput;
+use crate::spec::ToolCall;
+use crate::tools::{CallError, CallFailure, CallOutcome};
+
+/// What the model is told when the approval handler rejects a call.
+pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
+
+/// What the model is told of a call the run's cancellation stopped.
+pub const CANCELLED_MESSAGE: &str = "Tool call was cancelled.";
+
+/// What the model (or an MCP client) is told of a failed call: the
+/// failure's kind and message; a `retry` asks it to try again.
+pub fn failure_text(error: &CallError) -> String {
+    match error {
+        CallError::Retry(message) => format!("Error (retry): {message}. Please try again."),
+        CallError::Cancelled => CANCELLED_MESSAGE.to_owned(),
+        other => format!("Error ({}): {other}", other.kind()),
+    }
+}
+
+/// How a call that was asked for ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ended<'a> {
+    /// It ran: its outcome (ops already applied to the context) or how it
+    /// failed.
+    Ran(&'a Result<CallOutcome, CallFailure>),
+    /// The approval handler rejected it; it never ran.
+    Rejected,
+}
+
+/// Records into a [`Conversation`]: each item and message is added to the
+/// transcript at once, and to the next commit when the conversation has a
+/// sink.
+pub(crate) struct Recorder<'c> {
+    ctx: &'c mut RunContext,
+    transcript: &'c mut Transcript,
+    sink: Option<&'c mut dyn Sink>,
+    /// What the next commit writes.
+    pending: Vec<Entry>,
+    /// Events the next commit makes visible, when someone watches.
+    unsent: Option<Vec<Event>>,
+    /// Bytes (as JSON) of the items recorded through this recorder.
+    recorded_bytes: usize,
+}
+
+impl<'c> Recorder<'c> {
+    /// A recorder for `conversation`; with `watched`, [`Recorder::commit`]
+    /// returns the events it made visible.
+    pub(crate) fn new(conversation: Conversation<'c>, watched: bool) -> Self {
+        Self {
+            ctx: conversation.ctx,
+            transcript: conversation.transcript,
+            sink: conversation.sink,
+            pending: Vec::new(),
+            unsent: watched.then(Vec::new),
+            recorded_bytes: 0,
+        }
+    }
+
+    pub(crate) fn ctx(&self) -> &RunContext {
+        self.ctx
+    }
+
+    pub(crate) fn ctx_mut(&mut self) -> &mut RunContext {
+        self.ctx
+    }
+
+    pub(crate) fn transcript(&self) -> &Transcript {
+        self.transcript
+    }
+
+    /// Bytes (as JSON) of the items recorded so far.
+    pub(crate) fn recorded_bytes(&self) -> usize {
+        self.recorded_bytes
+    }
+
+    /// Appends `item` to the log, numbered after the last.
+    pub(crate) fn record(&mut self, item: Item) {
+        let event = Event::numbered(
+            self.transcript.items.len() + 1,
+            self.ctx.run_id(),
+            now_ms(),
+            item,
+        );
+        self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(&event));
+        if self.sink.is_some() {
+            self.pending.push(Entry::Item {
+                event: event.clone(),
+            });
+        }
+        if let Some(unsent) = &mut self.unsent {
+            unsent.push(event.clone());
+        }
+        self.transcript.items.push(event);
+    }
+
+    /// Appends `message` to the conversation the model sees.
+    pub(crate) fn push_message(&mut self, message: Message) {
+        if self.sink.is_some() {
+            self.pending.push(Entry::Message {
+                message: message.clone(),
+            });
+        }
+        self.transcript.messages.push(message);
+    }
+
+    /// Commits what was recorded since the last commit (with the usage
+    /// totals) in one transaction; the events it made visible, when
+    /// watched. An event a watcher sees is stored.
+    pub(crate) async fn commit(&mut self) -> Result<Vec<Event>, StoreError> {
+        if let Some(sink) = self.sink.as_deref_mut() {
+            let entries = std::mem::take(&mut self.pending);
+            sink.commit(self.ctx, entries).await?;
+        }
+        Ok(self.unsent.as_mut().map(std::mem::take).unwrap_or_default())
+    }
+
+    /// Records that `call` was asked for, before it runs (its intent), and
+    /// counts it in `usage.tool_calls`.
+    pub(crate) fn call_asked(&mut self, call: &ToolCall, iteration: u32) {
+        self.record(Item::FunctionCall {
+            call: call.clone(),
+            iteration,
+        });
+        self.ctx.usage.tool_calls = self.ctx.usage.tool_calls.saturating_add(1);
+    }
+
+    /// Records how `call` ended, after `took`: its output item (the result
+    /// or the failure text, the failure's kind, what the guest wrote), then
+    /// the ops it applied (less hidden and secret-looking keys, under
+    /// `rules`; none recorded when none is left), then, when the model
+    /// waits for it, the tool message.
+    pub(crate) fn call_ended(
+        &mut self,
+        call: &ToolCall,
+        ended: Ended<'_>,
+        took: Duration,
+        rules: &ContextRules,
+        model_waits: bool,
+    ) -> CallStatus {
+        let (status, output, error_kind, guest, ops) = match ended {
+            Ended::Rejected => (
+                CallStatus::Rejected,
+                REJECTED_MESSAGE.to_owned(),
+                None,
+                GuestOutput::default(),
+                Vec::new(),
+            ),
+            Ended::Ran(Ok(outcome)) => (
+                CallStatus::Completed,
+                outcome.result.to_string(),
+                None,
+                outcome.output.clone(),
+                secrets::scrub_ops(&outcome.updates, rules),
+            ),
+            Ended::Ran(Err(failure)) => (
+                match failure.error {
+                    CallError::Cancelled => CallStatus::Cancelled,
+                    _ => CallStatus::Failed,
+                },
+                failure_text(&failure.error),
+                Some(failure.kind()),
+                failure.output.clone(),
+                Vec::new(),
+            ),
+        };
+        self.record(Item::FunctionCallOutput {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            status,
+            output: output.clone(),
+            error_kind,
+            duration_us: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            guest,
+        });
+        if !ops.is_empty() {
+            self.record(Item::ContextUpdate {
+                call_id: call.id.clone(),
+                ops,
+            });
+        }
+        if model_waits {
+            self.push_message(Message::Tool {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: output,
+                is_error: status != CallStatus::Completed,
+            });
+        }
+        status
+    }
+}

@@ -1,0 +1,118 @@
+//! Where a conversation's records go as it runs ([`Sink`]), and what
+//! committing them can fail with ([`StoreError`]).
+//!
+//! The agent loop and a session's direct calls record through a
+//! [`Conversation`]: the live context, the transcript, and a sink (a
+//! leased session's journal) or none (an in-memory run).
+
+use crate::BoxFuture;
+use crate::context::RunContext;
+use crate::kind::ErrorKind;
+
+use super::record::{Entry, Transcript};
+
+/// The write side of a durable conversation: a leased session's journal.
+///
+/// Implemented by [`crate::Session`]; an embedder may implement it to
+/// record conversations elsewhere.
+pub trait Sink: Send {
+    /// Commits `entries` in order as one transaction, with `ctx`'s usage
+    /// totals and iteration when they changed since the last commit.
+    /// Nothing is committed once the sink's lease is lost
+    /// ([`StoreError::LeaseLost`]).
+    fn commit<'a>(
+        &'a mut self,
+        ctx: &'a RunContext,
+        entries: Vec<Entry>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// A conversation to record into: the live context (its deps keep hidden
+/// and secret-looking keys; nothing recorded does), the transcript, and
+/// where its records are committed (`None`: nowhere, an in-memory run).
+pub struct Conversation<'c> {
+    /// The live context.
+    pub ctx: &'c mut RunContext,
+    /// The messages and the item log so far.
+    pub transcript: &'c mut Transcript,
+    /// Where records are committed.
+    pub sink: Option<&'c mut dyn Sink>,
+}
+
+impl std::fmt::Debug for Conversation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation")
+            .field("session_id", &self.ctx.session_id())
+            .field("items", &self.transcript.items.len())
+            .field("durable", &self.sink.is_some())
+            .finish()
+    }
+}
+
+/// A store operation that failed: reading, leasing, or committing a
+/// journal.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another run holds the session's lease.
+    #[error(
+        "session is in use: {session_id} is being run elsewhere (its lease expires in {expires_in_ms} ms unless renewed)"
+    )]
+    InUse {
+        /// The session.
+        session_id: String,
+        /// Until the lease expires, unless its holder renews it.
+        expires_in_ms: u64,
+    },
+    /// The owner has no session with that id.
+    #[error("no session {session_id}")]
+    NotFound {
+        /// The session asked for.
+        session_id: String,
+    },
+    /// The owner already has a session with that id.
+    #[error("session {session_id} already exists")]
+    AlreadyExists {
+        /// The session.
+        session_id: String,
+    },
+    /// The lease expired and another run took the session; nothing more
+    /// was saved.
+    #[error(
+        "lost the lease on session {session_id}: another run took it over; this run's later changes were not saved"
+    )]
+    LeaseLost {
+        /// The session.
+        session_id: String,
+    },
+    /// The stored journal does not fold.
+    #[error("session {session_id} is damaged: {problem}")]
+    Corrupt {
+        /// The session.
+        session_id: String,
+        /// What is wrong, naming the record.
+        problem: String,
+    },
+    /// The backend failed (cannot open, I/O, a full disk, ...).
+    #[error("{location}: {message}")]
+    Backend {
+        /// Where the store is.
+        location: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::InUse { .. } => ErrorKind::SessionInUse,
+            StoreError::NotFound { .. } => ErrorKind::SessionNotFound,
+            StoreError::AlreadyExists { .. } => ErrorKind::SessionExists,
+            StoreError::LeaseLost { .. } => ErrorKind::LeaseLost,
+            StoreError::Corrupt { .. } => ErrorKind::SessionDamaged,
+            StoreError::Backend { .. } => ErrorKind::StoreError,
+        }
+    }
+}

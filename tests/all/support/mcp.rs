@@ -1,0 +1,113 @@
+//! `airlock mcp` for the tests: a policy to serve, the server over HTTP on
+//! a free port, and rmcp's client.
+
+use std::path::Path;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RunningService};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+
+use super::{airlock_command, guest};
+
+/// An MCP client session (rmcp's).
+pub type Client = RunningService<RoleClient, ()>;
+
+/// A policy with the stateful tool, the hostile one (a short timeout, but
+/// `spin_long` calls are cancelled long before theirs) and an approval tool.
+pub fn policy(dir: &Path) -> String {
+    let path = dir.join("airlock.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 500 }}\n\n\
+             [[tool]]\npath = {:?}\napproval = \"ask\"\n",
+            guest("stateful"),
+            guest("hostile"),
+            guest("context_probe"),
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// A `tools/call` whose `_meta` is `meta`.
+pub async fn call_with(
+    client: &Peer<RoleClient>,
+    meta: serde_json::Map<String, Value>,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
+    if !meta.is_empty() {
+        params.meta = Some(meta.into());
+    }
+    client
+        .call_tool(params)
+        .await
+        .expect("a tools/call is answered, never a protocol error")
+}
+
+/// `airlock mcp --transport http` on a free port: where it listens. It is
+/// killed (and reaped) when dropped, so a failing test leaves no server
+/// behind.
+#[derive(Debug)]
+pub struct HttpServer {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+}
+
+impl HttpServer {
+    /// Kills it (SIGKILL) and waits for it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `airlock mcp --transport http` on a free port, its sessions in `store`
+/// (a file or a URL).
+pub fn serve_http(config: &str, store: &str) -> HttpServer {
+    serve_http_with(&["--config", config, "--store", store])
+}
+
+pub async fn http_client(url: &str) -> Client {
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+    ().serve(transport).await.expect("initialize over HTTP")
+}
+
+/// `airlock mcp --transport http` on a free port with `args`.
+pub fn serve_http_with(args: &[&str]) -> HttpServer {
+    use std::io::BufRead;
+    let mut all = vec!["mcp", "--transport", "http", "--listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut child = airlock_command(&all, &[])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let line = lines
+        .next()
+        .expect("the server says where it listens")
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    std::thread::spawn(move || lines.for_each(drop));
+    HttpServer { child, url }
+}
