@@ -5,8 +5,9 @@
 # Everything a fresh machine lacks is installed here, pinned, and skipped
 # when already present: the wasm32-wasip2 target, a Python venv with
 # componentize-py, the JS packages (the committed npm lock), Debian's clang/wasi-libc,
-# wit-bindgen-cli and wasm-tools (cargo install, once per machine), and
-# Debian's PostgreSQL server for the tests of the shared session store.
+# wit-bindgen-cli and wasm-tools (cargo install, once per machine; wasm-tools
+# also encodes the WIT docs the plain examples carry), and Debian's
+# PostgreSQL server for the tests of the shared session store.
 
 CARGO        ?= cargo
 GUEST_TARGET := wasm32-wasip2
@@ -30,7 +31,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench peers setup postgres guests guests-rust guests-python guests-js guests-c c-toolchain build build-host build-bin lint test demo
+.PHONY: all bench peers setup postgres guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain wasm-tools build build-host build-bin lint test demo
 
 all: build
 
@@ -43,7 +44,7 @@ setup:
 
 # Every example tool, in every language, into target/guests (the tests
 # load them from there and never wait on the host build's lock).
-guests: guests-rust guests-python guests-js guests-c
+guests: guests-rust guests-python guests-js guests-c guests-plain guests-third-party
 
 guests-rust: setup
 	$(CARGO) build --release --target $(GUEST_TARGET) \
@@ -58,7 +59,12 @@ $(GUESTS)/python-stateful.wasm: guest-examples/python/stateful/app.py $(WIT) | $
 	@mkdir -p $(GUESTS)
 	$(COMPONENTIZE_PY) -d wit -w tool-host componentize -p guest-examples/python/stateful app -o $@
 
-guests-python: $(GUESTS)/python-stateful.wasm
+# The typed example (a plain component: no Airlock world) in Python.
+$(GUESTS)/python-typed.wasm: guest-examples/python/typed/app.py guest-examples/python/typed/values.py guest-examples/typed/wit/typed.wit | $(COMPONENTIZE_PY)
+	@mkdir -p $(GUESTS)
+	$(COMPONENTIZE_PY) -d guest-examples/typed/wit -w typed componentize -p guest-examples/python/typed app -o $@
+
+guests-python: $(GUESTS)/python-stateful.wasm $(GUESTS)/python-typed.wasm
 
 # --- JavaScript: componentize-js from npm (package-lock.json pinned) ---
 # `npm install --no-save` installs exactly the committed lock. `npm ci`
@@ -74,16 +80,23 @@ $(GUESTS)/js-stateful.wasm: $(JS_DIR)/app.js $(WIT) $(JS_DIR)/node_modules/.pack
 	cd $(JS_DIR) && npx componentize-js app.js --wit ../../../wit -n tool-host \
 	  -d http -d fetch-event -o $(CURDIR)/$@
 
-guests-js: $(GUESTS)/js-stateful.wasm
+$(GUESTS)/js-typed.wasm: guest-examples/js/typed/app.js guest-examples/typed/wit/typed.wit $(JS_DIR)/node_modules/.package-lock.json
+	@mkdir -p $(GUESTS)
+	cd $(JS_DIR) && npx componentize-js ../typed/app.js --wit ../../typed/wit -n typed \
+	  -d http -d fetch-event -o $(CURDIR)/$@
+
+guests-js: $(GUESTS)/js-stateful.wasm $(GUESTS)/js-typed.wasm
 
 # --- C: Debian clang + wasi-libc, wit-bindgen c, wasm-tools + adapter ---
-c-toolchain:
+wasm-tools:
+	@$(WASM_TOOLS) --version 2>/dev/null | grep -q ' $(WASM_TOOLS_VERSION)' || \
+	  $(CARGO) install --locked wasm-tools@$(WASM_TOOLS_VERSION)
+
+c-toolchain: wasm-tools
 	@dpkg -s $(C_PACKAGES) >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $(C_PACKAGES); }
 	@$(WIT_BINDGEN) --version 2>/dev/null | grep -q ' $(WIT_BINDGEN_VERSION)' || \
 	  $(CARGO) install --locked wit-bindgen-cli@$(WIT_BINDGEN_VERSION)
-	@$(WASM_TOOLS) --version 2>/dev/null | grep -q ' $(WASM_TOOLS_VERSION)' || \
-	  $(CARGO) install --locked wasm-tools@$(WASM_TOOLS_VERSION)
 
 $(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT) | c-toolchain
 	@mkdir -p $(GUESTS)/c
@@ -97,6 +110,52 @@ $(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT
 	  --adapt wasi_snapshot_preview1=$(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm -o $@
 
 guests-c: $(GUESTS)/c-stateful.wasm
+
+# --- Plain components with their WIT doc comments: the toolchains drop
+# them, Airlock reads them (tool and parameter descriptions) from a
+# package-docs section that embed-docs.py adds. In target/guests/plain/.
+PLAIN      := $(GUESTS)/plain
+EMBED_DOCS := python3 guest-examples/scripts/embed-docs.py
+TYPED_WIT  := guest-examples/typed/wit
+
+$(PLAIN)/typed.wasm: guests-rust $(TYPED_WIT)/typed.wit | wasm-tools
+	@mkdir -p $(PLAIN)
+	$(EMBED_DOCS) $(GUEST_DIR)/typed.wasm $(TYPED_WIT) $@
+
+$(PLAIN)/units.wasm: guests-rust guest-examples/rust/units/wit/units.wit | wasm-tools
+	@mkdir -p $(PLAIN)
+	$(EMBED_DOCS) $(GUEST_DIR)/units.wasm guest-examples/rust/units/wit $@
+
+$(PLAIN)/python-typed.wasm: $(GUESTS)/python-typed.wasm | wasm-tools
+	@mkdir -p $(PLAIN)
+	$(EMBED_DOCS) $< $(TYPED_WIT) $@
+
+$(PLAIN)/js-typed.wasm: $(GUESTS)/js-typed.wasm | wasm-tools
+	@mkdir -p $(PLAIN)
+	$(EMBED_DOCS) $< $(TYPED_WIT) $@
+
+guests-plain: $(PLAIN)/typed.wasm $(PLAIN)/units.wasm $(PLAIN)/python-typed.wasm $(PLAIN)/js-typed.wasm
+
+# --- Components from another project, never written for Airlock: the
+# examples the Bytecode Alliance publishes with the `wasip2` crate (a
+# `wasi:cli/run` command, a library exporting `wasi:cli/run`, an HTTP proxy),
+# built unmodified from the crate as crates.io serves it, checksum pinned.
+WASIP2_VERSION := 2.0.1+wasi-0.2.12
+WASIP2_SHA256  := 89aafd4b69fb41a64cfd5d7f214cde92ab422ec4d9bcd55fcc816d3f5f49bbf3
+THIRD_PARTY    := target/third-party
+WASIP2_SRC     := $(THIRD_PARTY)/wasip2-$(WASIP2_VERSION)
+
+$(WASIP2_SRC)/Cargo.toml:
+	@mkdir -p $(THIRD_PARTY)
+	curl -sSfL "https://static.crates.io/crates/wasip2/wasip2-$(subst +,%2B,$(WASIP2_VERSION)).crate" \
+	  -o $(THIRD_PARTY)/wasip2.crate
+	echo "$(WASIP2_SHA256)  $(THIRD_PARTY)/wasip2.crate" | sha256sum -c --quiet
+	tar xzf $(THIRD_PARTY)/wasip2.crate -C $(THIRD_PARTY)
+	touch $@
+
+guests-third-party: $(WASIP2_SRC)/Cargo.toml setup
+	$(CARGO) build --release --target $(GUEST_TARGET) --manifest-path "$(WASIP2_SRC)/Cargo.toml" \
+	  --features std --example hello-world --example cli-command --example http-proxy --target-dir $(GUESTS)
 
 build-host: setup
 	$(CARGO) build --all-targets

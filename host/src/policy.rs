@@ -20,6 +20,8 @@
 //! limits = { timeout_ms = 2000 }
 //! context = { read = ["city", "units"], write = ["forecast"] }
 //! idempotent = true               # safe to run twice: may run speculatively
+//! functions = ["forecast"]         # offer only these of its tools
+//! rename = { forecast = "weather" } # under another name
 //!
 //! [turn]                          # a model turn's calls (optional)
 //! parallel = true                 # concurrent, committed in the model's order
@@ -78,6 +80,14 @@ pub struct ToolConfig {
     /// grants (an HTTP GET-only fetcher): its calls may then run alongside
     /// earlier calls of the turn, and again if what they read changed.
     pub idempotent: bool,
+    /// Only these of the component's tools are offered (`functions =
+    /// [...]`); `None` offers all. An entry names a tool as the component
+    /// describes it, or a plain component's function by its name or as
+    /// `INTERFACE#name`.
+    pub functions: Option<Vec<String>>,
+    /// Tools offered under another name (`rename = { "count-words" = "wc" }`),
+    /// keyed as in `functions`.
+    pub rename: BTreeMap<String, String>,
 }
 
 /// How the agent loop runs the calls of one model turn (`[turn]`).
@@ -278,6 +288,15 @@ fn refuse_grants_inside_writable(tools: &[ToolPolicy]) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `name` is a valid tool name: `^[a-zA-Z0-9_-]{1,64}$`, what
+/// OpenAI, Anthropic and MCP clients all accept.
+pub fn is_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text.get(..offset)
         .map_or(0, |before| before.matches('\n').count())
@@ -326,6 +345,8 @@ struct ToolFile {
     approval: Approval,
     #[serde(default)]
     idempotent: bool,
+    functions: Option<Spanned<Vec<String>>>,
+    rename: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
     env: Vec<Spanned<String>>,
     #[serde(default)]
@@ -456,12 +477,31 @@ impl ToolFile {
                 .map_err(|e| at(context_span.clone(), prefix(format!("context.write: {e}"))))?,
         };
 
+        let rename = match self.rename {
+            None => BTreeMap::new(),
+            Some(rename) => {
+                let span = rename.span();
+                let rename = rename.into_inner();
+                if let Some((from, to)) = rename.iter().find(|(_, to)| !is_tool_name(to)) {
+                    return Err(at(
+                        Some(span),
+                        prefix(format!(
+                            "rename {from:?} = {to:?}: a tool name must match [a-zA-Z0-9_-]{{1,64}}"
+                        )),
+                    ));
+                }
+                rename
+            }
+        };
+
         Ok(ToolPolicy {
             path,
             name,
             config: ToolConfig {
                 approval: self.approval,
                 idempotent: self.idempotent,
+                functions: self.functions.map(Spanned::into_inner),
+                rename,
                 limits,
                 grants: Grants {
                     dirs,

@@ -93,9 +93,18 @@ async fn files_that_are_not_components_are_refused_clearly() {
     let err = load_error(b"(component", "truncated.wat").await;
     assert!(matches!(err, LoadError::Invalid { .. }), "{err}");
 
-    // A valid component that is not a tool.
+    // A valid component that offers no tool.
     let err = load_error(b"(component)", "empty.wat").await;
+    assert!(matches!(err, LoadError::NoTools { .. }), "{err}");
+
+    // One that imports what this host does not provide: named.
+    let err = load_error(
+        b"(component (import \"acme:missing/thing\" (func)))",
+        "imports.wat",
+    )
+    .await;
     assert!(matches!(err, LoadError::Incompatible { .. }), "{err}");
+    assert!(err.to_string().contains("acme:missing/thing"), "{err}");
 }
 
 #[tokio::test]

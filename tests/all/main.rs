@@ -20,6 +20,7 @@ mod isolation;
 mod limits;
 mod mcp;
 mod ops;
+mod plain;
 mod policy;
 mod scale;
 mod script;

@@ -99,9 +99,22 @@ pub async fn run(args: InspectArgs) -> ExitCode {
     let described = component.grants().describe();
     let imports = component.imports();
     if args.json {
+        let tools: Vec<Value> = component
+            .tools()
+            .iter()
+            .map(|spec| {
+                let mut tool = json!(spec);
+                if let Some(source) = component.source_of(&spec.name) {
+                    tool["source"] = json!(source);
+                }
+                tool
+            })
+            .collect();
         let doc = json!({
             "path": component.path(),
-            "tools": component.tools(),
+            "kind": if component.is_plain() { "plain" } else { "airlock" },
+            "tools": tools,
+            "skipped": component.skipped(),
             "imports": imports.iter().map(|i| {
                 let (capability, granted) = capability(i, &described);
                 json!({"name": i, "capability": capability, "granted": granted})
@@ -111,17 +124,38 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         print_json(&doc);
         return ExitCode::SUCCESS;
     }
-    let mut text = format!("{}\n\ntools:\n", component.path().display());
+    let heading = if component.is_plain() {
+        "tools (a plain component: each exported function is a tool, with no context view and no ops):"
+    } else {
+        "tools:"
+    };
+    let mut text = format!("{}\n\n{heading}\n", component.path().display());
     for spec in component.tools() {
         text.push_str(&format!(
             "  {}  {}\n",
             field(&spec.name),
             field(&spec.description)
         ));
+        if let Some(source) = component
+            .source_of(&spec.name)
+            .filter(|source| *source != spec.name)
+        {
+            text.push_str(&format!("    function:   {}\n", field(&source)));
+        }
         text.push_str(&format!(
             "    parameters: {}\n",
             show_json(&spec.parameters)
         ));
+    }
+    if !component.skipped().is_empty() {
+        text.push_str("\nnot offered as tools:\n");
+        for skipped in component.skipped() {
+            text.push_str(&format!(
+                "  {}  {}\n",
+                field(&skipped.function),
+                field(&skipped.reason)
+            ));
+        }
     }
     text.push_str("\nimports (what the tool asks for, and what it gets):\n");
     let width = imports.iter().map(String::len).max().unwrap_or(0);
@@ -133,11 +167,15 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         text.push_str(&format!("\nsecret {line} (never visible to the tool)"));
     }
     text.push_str(&format!("\nlimits: {}\n", component.limits().describe()));
-    text.push_str(&format!(
-        "context: read {}; write {}",
-        component.access().read.patterns().join(", "),
-        component.access().write.patterns().join(", "),
-    ));
+    if component.is_plain() {
+        text.push_str("context: none (a plain component gets no view of deps and returns no ops)");
+    } else {
+        text.push_str(&format!(
+            "context: read {}; write {}",
+            component.access().read.patterns().join(", "),
+            component.access().write.patterns().join(", "),
+        ));
+    }
     print_out(&text);
     ExitCode::SUCCESS
 }

@@ -100,6 +100,8 @@ impl From<LoadError> for Failure {
             LoadError::Incompatible { .. } => "incompatible_component",
             LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
             LoadError::DuplicateTool { .. } => "duplicate_tool",
+            LoadError::NoTools { .. } => "no_usable_function",
+            LoadError::Selection { .. } => "invalid_config",
             LoadError::PoolShare { .. } => "too_large_for_pool",
             LoadError::UnsafeCache(_) => "unsafe_cache",
             LoadError::CompileLimit { .. } => "compile_limit",

@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use super::call::{classify, instantiate_and_call, push_view};
-use super::{CallError, Host, ToolCall};
+use super::{CallError, Host, Kind, LoadedComponent, ToolCall, ToolHostPre};
 use crate::context::RunContext;
+use crate::sandbox::CallState;
 use crate::sandbox::CancelToken;
 
 impl Host {
@@ -17,6 +18,7 @@ impl Host {
     /// result parsing, no ops applied.
     pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
         let component = self.component_of(&call.name)?;
+        let pre = airlock_pre(component)?;
         let mut store = self
             .new_store(
                 &component.limits,
@@ -26,7 +28,7 @@ impl Host {
             )
             .await?;
         let view = push_view(&mut store, component, ctx, call, false)?;
-        match instantiate_and_call(&mut store, component, view, call).await {
+        match instantiate_and_call(&mut store, pre, view, &call.name, call).await {
             Ok(_) => Ok(()),
             Err(e) => Err(classify(e, &store, &component.limits)),
         }
@@ -43,6 +45,7 @@ impl Host {
         n: u32,
     ) -> Result<Duration, CallError> {
         let component = self.component_of(&call.name)?;
+        let pre = airlock_pre(component)?;
         let mut store = self
             .new_store(
                 &component.limits,
@@ -51,7 +54,7 @@ impl Host {
                 CancelToken::new(),
             )
             .await?;
-        let instance = match component.pre.instantiate_async(&mut store).await {
+        let instance = match pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => return Err(classify(e, &store, &component.limits)),
         };
@@ -72,5 +75,15 @@ impl Host {
             let _ = store.data_mut().table.delete(own);
         }
         Ok(started.elapsed())
+    }
+}
+
+/// The Airlock tool's `InstancePre` (the hooks measure Airlock tools).
+fn airlock_pre(component: &LoadedComponent) -> Result<&ToolHostPre<CallState>, CallError> {
+    match &component.kind {
+        Kind::Airlock(pre) => Ok(pre),
+        Kind::Plain(_) => Err(CallError::Busy(
+            "the bench hooks measure Airlock tools, not plain components".into(),
+        )),
     }
 }

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wasmtime::{Store, Trap};
 
+use wasmtime::component::Val;
+
 use super::bindings::Reads;
+use super::plain::{self, Function};
 use super::{
-    CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, LoadedComponent, ToolCall,
-    guest,
+    CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, Kind, LoadedComponent, Target,
+    ToolCall, ToolHostPre, guest,
 };
 use crate::context::{JsonType, OpKind, ParsedOutput, RunContext, WireOp, parse_output};
 use crate::sandbox::{
@@ -96,16 +99,10 @@ impl Host {
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
         let (outcome, reads) = match self.check_and_invoke(ctx, call, cancel, record_reads, &span) {
             Err(error) => (Err(error.into()), Reads::default()),
-            Ok((component, invoked)) => match invoked.await {
+            Ok(invoked) => match invoked.await {
                 Err(failure) => (Err(failure), Reads::default()),
-                Ok((returned, output, reads)) => {
-                    let checked = returned.and_then(|out| check_output(out, &component.limits));
-                    let outcome = match checked {
-                        Ok(parsed) => Ok((parsed, output)),
-                        Err(error) => Err(CallFailure { error, output }),
-                    };
-                    (outcome, reads)
-                }
+                Ok((Ok(parsed), output, reads)) => (Ok((parsed, output)), reads),
+                Ok((Err(error), output, reads)) => (Err(CallFailure { error, output }), reads),
             },
         };
         Ran {
@@ -115,9 +112,8 @@ impl Host {
         }
     }
 
-    /// Checks the call's arguments, then returns its tool and the call
-    /// ready to run ([`Host::invoke`]): a call with bad arguments never
-    /// starts.
+    /// Checks the call's arguments, then returns the call ready to run: a
+    /// call with bad arguments never starts.
     fn check_and_invoke<'a>(
         &'a self,
         ctx: &'a RunContext,
@@ -125,14 +121,50 @@ impl Host {
         cancel: &'a CancelToken,
         record_reads: bool,
         span: &'a tracing::Span,
-    ) -> Result<(&'a LoadedComponent, impl Future<Output = Invoked> + 'a), CallError> {
+    ) -> Result<impl Future<Output = Invoked> + 'a, CallError> {
         let component = self.component_of(&call.name)?;
-        check_arguments(
+        let arguments = check_arguments(
             &call.arguments,
             component.validators.get(&call.name).map(Arc::as_ref),
         )?;
-        let invoked = self.invoke(component, ctx, call, cancel, record_reads, span);
-        Ok((component, invoked))
+        let target = component
+            .targets
+            .get(&call.name)
+            .ok_or_else(|| CallError::UnknownTool {
+                name: call.name.clone(),
+                available: self.tool_names(),
+            })?;
+        Ok(async move {
+            match (&component.kind, target) {
+                (Kind::Airlock(pre), Target::Described(name)) => {
+                    let run = Run {
+                        host: self,
+                        component,
+                        ctx,
+                        call,
+                        cancel,
+                        span,
+                    };
+                    run.airlock(pre, name, record_reads).await
+                }
+                (Kind::Plain(pre), Target::Function(function)) => {
+                    let run = Run {
+                        host: self,
+                        component,
+                        ctx,
+                        call,
+                        cancel,
+                        span,
+                    };
+                    run.plain(pre, function, arguments).await
+                }
+                _ => Err(CallError::Busy(format!(
+                    "tool {:?} does not match its component's kind",
+                    call.name
+                ))
+                .into()),
+            }
+        })
     }
 
     /// Applies a call [`Host::run_only`] ran to `ctx`: its ops checked
@@ -166,66 +198,6 @@ impl Host {
         })
     }
 
-    /// Instantiates a fresh instance and runs the guest's `call`, bounded
-    /// by the call's deadline and `cancel` ([`until`]: no timer for a call
-    /// that never waits). The store is dropped before this returns, so the
-    /// context's deps are no longer shared with the view when ops are
-    /// applied.
-    async fn invoke(
-        &self,
-        component: &LoadedComponent,
-        ctx: &RunContext,
-        call: &ToolCall,
-        cancel: &CancelToken,
-        record_reads: bool,
-        span: &tracing::Span,
-    ) -> Invoked {
-        let limits = &component.limits;
-        let admitted = self.new_store(limits, &component.grants, &component.gate, cancel.clone());
-        let mut store = until(admitted, None, Some(cancel), span)
-            .await
-            .map_err(|_| CallError::Cancelled)??;
-        let view = push_view(&mut store, component, ctx, call, record_reads)?;
-        let view_rep = view.rep();
-        let run = instantiate_and_call(&mut store, component, view, call);
-        let deadline = timer_deadline(limits);
-        let returned = match until(run, Some(deadline), Some(cancel), span).await {
-            Ok(Ok(Ok(output))) => Ok(output),
-            Ok(Ok(Err(guest::ToolError::InvalidArgs(msg)))) => {
-                Err(CallError::InvalidArgs(bounded_message(msg)))
-            }
-            Ok(Ok(Err(guest::ToolError::Failed(msg)))) => {
-                Err(CallError::Failed(bounded_message(msg)))
-            }
-            Ok(Ok(Err(guest::ToolError::Retry(msg)))) => {
-                Err(CallError::Retry(bounded_message(msg)))
-            }
-            Ok(Err(e)) => Err(classify(e, &store, limits)),
-            Err(Stop::Deadline) => Err(CallError::Timeout {
-                limit: limits.timeout,
-            }),
-            Err(Stop::Cancelled) => Err(CallError::Cancelled),
-        };
-        let output = store.data_mut().take_output();
-        // Only a recording view has reads to give; the plain call path
-        // skips the lookup.
-        let reads = if record_reads {
-            store
-                .data_mut()
-                .table
-                .get_mut(&wasmtime::component::Resource::<ContextView>::new_borrow(
-                    view_rep,
-                ))
-                .ok()
-                .and_then(ContextView::take_reads)
-                .unwrap_or_default()
-        } else {
-            Reads::default()
-        };
-        drop(store);
-        Ok((returned, output, reads))
-    }
-
     /// A store for one call of a tool whose share of the instance pool is
     /// `gate`: admitted to the pool first (waiting at most the call's
     /// timeout), holding that room until the store is dropped.
@@ -249,10 +221,205 @@ impl Host {
     }
 }
 
-/// What [`Host::invoke`] gives: the outer error is a call that never ran;
-/// the inner one, a guest that ran and failed, with what it wrote until
-/// then and what it read.
-type Invoked = Result<(Result<guest::ToolOutput, CallError>, GuestOutput, Reads), CallFailure>;
+/// What running a call gives: the outer error is a call that never ran;
+/// the inner one, a guest that ran and failed (or returned what the host
+/// refuses), with what it wrote until then and what it read.
+type Invoked = Result<(Result<ParsedOutput, CallError>, GuestOutput, Reads), CallFailure>;
+
+/// One call about to run in a fresh instance of its component.
+struct Run<'a> {
+    host: &'a Host,
+    component: &'a LoadedComponent,
+    ctx: &'a RunContext,
+    call: &'a ToolCall,
+    cancel: &'a CancelToken,
+    span: &'a tracing::Span,
+}
+
+impl Run<'_> {
+    /// A store admitted to the instance pool (waiting at most the call's
+    /// timeout, or until cancelled).
+    async fn store(&self) -> Result<Store<CallState>, CallFailure> {
+        let component = self.component;
+        let admitted = self.host.new_store(
+            &component.limits,
+            &component.grants,
+            &component.gate,
+            self.cancel.clone(),
+        );
+        Ok(until(admitted, None, Some(self.cancel), self.span)
+            .await
+            .map_err(|_| CallError::Cancelled)??)
+    }
+
+    /// `work` bounded by the call's deadline and its cancellation
+    /// ([`until`]: no timer for a call that never waits).
+    async fn bounded<T>(
+        &self,
+        work: impl Future<Output = wasmtime::Result<T>>,
+    ) -> Result<wasmtime::Result<T>, Stop> {
+        let deadline = timer_deadline(&self.component.limits);
+        until(work, Some(deadline), Some(self.cancel), self.span).await
+    }
+
+    /// How a bounded run ended, as the call's error.
+    fn ended<T>(
+        &self,
+        ran: Result<wasmtime::Result<T>, Stop>,
+        store: &Store<CallState>,
+    ) -> Result<T, CallError> {
+        let limits = &self.component.limits;
+        match ran {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(classify(e, store, limits)),
+            Err(Stop::Deadline) => Err(CallError::Timeout {
+                limit: limits.timeout,
+            }),
+            Err(Stop::Cancelled) => Err(CallError::Cancelled),
+        }
+    }
+
+    /// An Airlock tool's call: a fresh instance from the component's
+    /// `InstancePre`, the guest's `call(ctx, name, args)` with the call's
+    /// read-only view, its output checked. The store is dropped before
+    /// this returns, so the context's deps are no longer shared with the
+    /// view when ops are applied.
+    async fn airlock(
+        self,
+        pre: &ToolHostPre<CallState>,
+        name: &str,
+        record_reads: bool,
+    ) -> Invoked {
+        let mut store = self.store().await?;
+        let view = push_view(
+            &mut store,
+            self.component,
+            self.ctx,
+            self.call,
+            record_reads,
+        )?;
+        let view_rep = view.rep();
+        let run = instantiate_and_call(&mut store, pre, view, name, self.call);
+        let ran = self.bounded(run).await;
+        let returned = match self.ended(ran, &store) {
+            Ok(Ok(output)) => check_output(output, &self.component.limits),
+            Ok(Err(guest::ToolError::InvalidArgs(msg))) => {
+                Err(CallError::InvalidArgs(bounded_message(msg)))
+            }
+            Ok(Err(guest::ToolError::Failed(msg))) => Err(CallError::Failed(bounded_message(msg))),
+            Ok(Err(guest::ToolError::Retry(msg))) => Err(CallError::Retry(bounded_message(msg))),
+            Err(e) => Err(e),
+        };
+        let output = store.data_mut().take_output();
+        // Only a recording view has reads to give; the plain call path
+        // skips the lookup.
+        let reads = if record_reads {
+            store
+                .data_mut()
+                .table
+                .get_mut(&wasmtime::component::Resource::<ContextView>::new_borrow(
+                    view_rep,
+                ))
+                .ok()
+                .and_then(ContextView::take_reads)
+                .unwrap_or_default()
+        } else {
+            Reads::default()
+        };
+        drop(store);
+        Ok((returned, output, reads))
+    }
+
+    /// A plain component's function: its arguments converted by their WIT
+    /// types (a mismatch is `bad_arguments`, naming where, and nothing
+    /// runs), a fresh instance, the call, its result as JSON (a `result`'s
+    /// `err` a failure carrying the error as JSON). No view, no ops.
+    ///
+    /// What the host allocates to read the result is bounded before it is
+    /// read (wasmtime's hostcall fuel, sized so that any result within
+    /// `max_result_bytes` as JSON fits): a guest cannot make the host
+    /// build a huge value out of its memory.
+    async fn plain(
+        self,
+        pre: &wasmtime::component::InstancePre<CallState>,
+        function: &Function,
+        arguments: Value,
+    ) -> Invoked {
+        let params = plain::value::arguments(&function.params, arguments).map_err(|mismatch| {
+            CallError::BadArguments(format!(
+                "the arguments do not fit the function's types {mismatch}"
+            ))
+        })?;
+        let limits = &self.component.limits;
+        let mut store = self.store().await?;
+        store.set_hostcall_fuel(
+            limits
+                .max_result_bytes
+                .saturating_mul(std::mem::size_of::<Val>()),
+        );
+        let index = function.index;
+        let results_len = usize::from(function.result.is_some());
+        let run = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            let func = instance
+                .get_func(&mut store, index)
+                .ok_or_else(|| wasmtime::Error::msg("the function is no longer exported"))?;
+            let mut results = vec![Val::Bool(false); results_len];
+            func.call_async(&mut store, &params, &mut results).await?;
+            Ok(results.pop())
+        };
+        let ran = self.bounded(run).await;
+        let returned = self
+            .ended(ran, &store)
+            .map_err(|error| match error {
+                CallError::Trap { message, .. } if message.contains(HOSTCALL_FUEL) => {
+                    CallError::ResultOverLimit {
+                        limit: limits.max_result_bytes,
+                    }
+                }
+                other => other,
+            })
+            .and_then(|result| outcome(result, limits));
+        let output = store.data_mut().take_output();
+        drop(store);
+        Ok((returned, output, Reads::default()))
+    }
+}
+
+/// What wasmtime says when reading a value from a guest would allocate
+/// more than the store's hostcall fuel allows (its error type is private).
+const HOSTCALL_FUEL: &str = "fuel allocated for hostcalls has been exhausted";
+
+/// A plain function's result as a tool's: its JSON (`null` for none), or,
+/// for a `result`, `ok`'s value or a failure carrying `err`'s as JSON;
+/// refused past `max_result_bytes` of JSON.
+fn outcome(result: Option<Val>, limits: &Limits) -> Result<ParsedOutput, CallError> {
+    let json = match result {
+        None => Value::Null,
+        Some(Val::Result(Ok(payload))) => payload
+            .as_deref()
+            .map_or(Value::Null, plain::value::to_json),
+        Some(Val::Result(Err(payload))) => {
+            let error = payload
+                .as_deref()
+                .map_or(Value::Null, plain::value::to_json)
+                .to_string();
+            return Err(CallError::Failed(bounded_message(error)));
+        }
+        Some(val) => plain::value::to_json(&val),
+    };
+    let bytes = crate::json::len(&json);
+    if bytes > limits.max_result_bytes {
+        return Err(CallError::ResultTooLarge {
+            bytes,
+            limit: limits.max_result_bytes,
+        });
+    }
+    Ok(ParsedOutput {
+        result: json,
+        ops: Vec::new(),
+    })
+}
 
 /// Host-side timer slack beyond [`Limits::timeout`]. Epoch interruption
 /// normally stops the guest first; the timer catches a guest that is
@@ -307,34 +474,36 @@ pub(super) fn push_view(
         .map_err(|e| CallError::Busy(e.to_string()))
 }
 
-/// A fresh instance from the component's `InstancePre`, and its `call`.
-/// The whole of the guest's part of a tool call.
+/// A fresh instance from an Airlock tool's `InstancePre`, and its `call`
+/// of tool `name` (as the component describes it) with `call`'s
+/// arguments. The whole of the guest's part of a tool call.
 pub(super) async fn instantiate_and_call(
     store: &mut Store<CallState>,
-    component: &LoadedComponent,
+    pre: &ToolHostPre<CallState>,
     view: wasmtime::component::Resource<ContextView>,
+    name: &str,
     call: &ToolCall,
 ) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
-    let instance = component.pre.instantiate_async(&mut *store).await?;
+    let instance = pre.instantiate_async(&mut *store).await?;
     instance
         .airlock_tool_tool()
-        .call_call(&mut *store, view, &call.name, &call.arguments)
+        .call_call(&mut *store, view, name, &call.arguments)
         .await
 }
 
 /// Checks that `arguments` is a JSON object that satisfies the tool's
-/// parameter schema.
+/// parameter schema; the parsed arguments.
 fn check_arguments(
     arguments: &str,
     validator: Option<&jsonschema::Validator>,
-) -> Result<(), CallError> {
+) -> Result<Value, CallError> {
     match serde_json::from_str::<Value>(arguments) {
         Ok(value @ Value::Object(_)) => {
             // `is_valid` first: it stops at the first failure and builds
             // no error, which is all a valid call (nearly every one) needs.
             let invalid = validator.filter(|v| !v.is_valid(&value));
             match invalid.and_then(|v| v.iter_errors(&value).next()) {
-                None => Ok(()),
+                None => Ok(value),
                 Some(e) => {
                     let at = e.instance_path().to_string();
                     let at = if at.is_empty() {

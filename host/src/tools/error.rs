@@ -43,8 +43,11 @@ pub enum LoadError {
         /// The compiler's explanation.
         message: String,
     },
-    /// It does not import and export what `tool-host` defines.
-    #[error("{}: does not fit the `airlock:tool/tool-host` world: {message}", .path.display())]
+    /// It cannot be linked: it imports something this host does not
+    /// provide (the host provides WASI 0.2, `wasi:http` and Airlock's
+    /// `context` and `log`), or exports Airlock's `tool` interface in a
+    /// shape other than `airlock:tool/tool-host`'s.
+    #[error("{}: cannot be linked (this host provides WASI 0.2, wasi:http and airlock:tool's imports): {message}", .path.display())]
     Incompatible {
         /// The file's path.
         path: PathBuf,
@@ -68,6 +71,23 @@ pub enum LoadError {
         /// The tool's name as described.
         name: String,
         /// What is wrong.
+        problem: String,
+    },
+    /// A plain component exports no function that can be a tool.
+    #[error("{}: no exported function can be a tool{}", .path.display(), skipped_list(.skipped))]
+    NoTools {
+        /// The file's path.
+        path: PathBuf,
+        /// Each function, and why it cannot be a tool.
+        skipped: Vec<crate::tools::plain::Skipped>,
+    },
+    /// The policy's `functions` or `rename` names a tool the component does
+    /// not offer, or names several where it must name one.
+    #[error("{}: {problem}", .path.display())]
+    Selection {
+        /// The file's path.
+        path: PathBuf,
+        /// Which entry, and what the component offers.
         problem: String,
     },
     /// Two components offer the same tool name.
@@ -227,6 +247,13 @@ pub enum CallError {
         /// The tail of the guest's stderr.
         stderr: String,
     },
+    /// A plain component's result was over its limit while being read
+    /// (before it could be measured as JSON).
+    #[error("the result is larger than its {limit}-byte limit")]
+    ResultOverLimit {
+        /// The limit, in bytes of JSON.
+        limit: usize,
+    },
     /// The result JSON text is over its limit.
     #[error("the result is {bytes} bytes; the limit is {limit}")]
     ResultTooLarge {
@@ -274,7 +301,9 @@ impl CallError {
             CallError::FuelExhausted { .. } => ErrorKind::FuelExhausted,
             CallError::OutputLimit { .. } => ErrorKind::OutputLimit,
             CallError::Trap { .. } => ErrorKind::Trap,
-            CallError::ResultTooLarge { .. } => ErrorKind::ResultTooLarge,
+            CallError::ResultTooLarge { .. } | CallError::ResultOverLimit { .. } => {
+                ErrorKind::ResultTooLarge
+            }
             CallError::InvalidResult(_) => ErrorKind::InvalidResult,
             CallError::OpRejected(_) => ErrorKind::OpRejected,
             CallError::Grant(_) => ErrorKind::GrantUnavailable,
@@ -291,6 +320,17 @@ impl From<OutputError> for CallError {
             OutputError::OpRejected(rejected) => CallError::OpRejected(rejected),
         }
     }
+}
+
+fn skipped_list(skipped: &[crate::tools::plain::Skipped]) -> String {
+    if skipped.is_empty() {
+        return " (it exports no function)".to_owned();
+    }
+    let each: Vec<String> = skipped
+        .iter()
+        .map(|s| format!("{}: {}", s.function, s.reason))
+        .collect();
+    format!(": {}", each.join("; "))
 }
 
 fn list(names: &[String]) -> String {

@@ -1,8 +1,12 @@
-//! Loading components: compile or take from the cache, check the world,
-//! ask `describe`, validate the specs.
+//! Loading components, in two steps: each component is prepared (compiled
+//! or taken from the cache, linked, and asked what it offers: `describe`
+//! for an Airlock tool, its exported functions for a plain component),
+//! then the tools of every component loaded together are named at once,
+//! so that a plain function keeps its bare name whenever no other tool of
+//! the batch (or already loaded) has it.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,14 +14,66 @@ use serde_json::Value;
 use wasmtime::component::Component;
 
 use super::call::{classify, timer_deadline};
-use super::{CallError, Host, LoadError, LoadedComponent, ToolHostPre, guest};
-use crate::context::KeyRules;
-use crate::policy::ToolConfig;
+use super::plain::docs::PackageDocs;
+use super::plain::{self, Function, Skipped};
+use super::{CallError, Host, Kind, LoadError, LoadedComponent, Target, ToolHostPre, guest};
+use crate::context::{KeyAccess, KeyRules};
+use crate::policy::{Approval, ToolConfig, ToolPolicy};
 use crate::sandbox::{
     CacheOutcome, CallState, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox,
     ToolGate, UnsafeCache, until,
 };
 use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
+
+/// A component compiled, linked and asked what it offers; its tools not
+/// yet named.
+struct Prepared {
+    path: PathBuf,
+    component: Component,
+    kind: Kind,
+    limits: Limits,
+    grants: Grants,
+    access: KeyAccess,
+    approval: Approval,
+    idempotent: bool,
+    offered: Vec<Offered>,
+    skipped: Vec<Skipped>,
+    cache: CacheOutcome,
+    gate: ToolGate,
+}
+
+/// One tool a prepared component offers.
+struct Offered {
+    /// Its name when fixed: as `describe` gave it, or as the policy
+    /// renamed it. `None`: a plain function, named with the batch.
+    fixed: Option<String>,
+    description: String,
+    parameters: Value,
+    /// The compiled parameter schema an Airlock tool's arguments are
+    /// checked against; none for a plain function, whose arguments are
+    /// checked, exactly as its derived schema says, as they are converted
+    /// to its WIT types.
+    validator: Option<Arc<jsonschema::Validator>>,
+    target: Target,
+}
+
+impl Offered {
+    /// Whether a policy's `functions`/`rename` entry names this tool.
+    fn matches(&self, selector: &str) -> bool {
+        match &self.target {
+            Target::Described(name) => name == selector,
+            Target::Function(function) => function.matches(selector),
+        }
+    }
+
+    /// How the tool is known in the component, for messages.
+    fn label(&self) -> String {
+        match &self.target {
+            Target::Described(name) => name.clone(),
+            Target::Function(function) => function.qualified(),
+        }
+    }
+}
 
 impl Host {
     /// Loads the component at `path` with the host's default limits and
@@ -34,24 +90,51 @@ impl Host {
     }
 
     /// Loads the component at `path` (a binary component or WAT text):
-    /// compiles it or takes it from the cache, checks that it fits the
-    /// `tool-host` world, and asks it to `describe` its tools.
+    /// compiles it or takes it from the cache, and finds what it offers:
+    /// the tools its `describe` lists if it exports Airlock's `tool`
+    /// interface, otherwise each function it exports (see
+    /// [`super::plain`]), named by their WIT names unless a loaded tool has
+    /// that name already.
     ///
-    /// May block a worker thread for seconds on a cache miss. Fails, loading
-    /// nothing, if any of its tool names is already loaded.
+    /// May block a worker thread for seconds on a cache miss. Fails,
+    /// loading nothing, if any of its tool names is already loaded (and
+    /// cannot be qualified, for a plain function), or if it offers no
+    /// usable tool.
     pub async fn load_with(
         &mut self,
         path: impl AsRef<Path>,
         config: ToolConfig,
     ) -> Result<Arc<LoadedComponent>, LoadError> {
+        let prepared = self.prepare(path.as_ref(), config).await?;
+        let mut loaded = self.register(vec![prepared])?;
+        loaded
+            .pop()
+            .ok_or_else(|| LoadError::Sandbox("a loaded component went missing".into()))
+    }
+
+    /// Loads every tool of a policy as one batch: a plain function keeps its
+    /// bare name when no other tool of the policy has it.
+    pub(crate) async fn load_all(&mut self, tools: &[ToolPolicy]) -> Result<(), LoadError> {
+        let mut prepared = Vec::with_capacity(tools.len());
+        for tool in tools {
+            prepared.push(self.prepare(&tool.path, tool.config.clone()).await?);
+        }
+        self.register(prepared).map(drop)
+    }
+
+    /// Compiles (or takes from the cache) and links the component at
+    /// `path`, and finds what it offers under `config`.
+    async fn prepare(&self, path: &Path, config: ToolConfig) -> Result<Prepared, LoadError> {
         let ToolConfig {
             limits,
             grants,
             access,
             approval,
             idempotent,
+            functions,
+            rename,
         } = config;
-        let path = path.as_ref().to_path_buf();
+        let path = path.to_path_buf();
         if limits.fuel.is_some() && !self.sandbox.fuel_metering() {
             return Err(LoadError::FuelNotMetered { path });
         }
@@ -82,7 +165,6 @@ impl Host {
             .linker
             .instantiate_pre(&component)
             .map_err(incompatible)?;
-        let pre = ToolHostPre::new(instance_pre).map_err(incompatible)?;
         let footprint = Sandbox::footprint(&component, &limits);
         let gate = self
             .sandbox
@@ -93,46 +175,194 @@ impl Host {
                 problem,
             })?;
 
-        let specs = self
-            .describe(&pre, &limits, &gate)
+        let engine = self.sandbox.engine();
+        let (kind, offered, skipped) = if plain::is_airlock_tool(&component, engine) {
+            let pre = ToolHostPre::new(instance_pre).map_err(incompatible)?;
+            let specs =
+                self.describe(&pre, &limits, &gate)
+                    .await
+                    .map_err(|e| LoadError::Describe {
+                        path: path.clone(),
+                        source: Box::new(e),
+                    })?;
+            let offered = validate_specs(&path, specs)?;
+            (Kind::Airlock(pre), offered, Vec::new())
+        } else {
+            let file = path.clone();
+            let docs = tokio::task::spawn_blocking(move || {
+                std::fs::read(&file).ok().and_then(|b| PackageDocs::of(&b))
+            })
             .await
-            .map_err(|e| LoadError::Describe {
-                path: path.clone(),
-                source: Box::new(e),
-            })?;
-        let (specs, validators) = validate_specs(&path, specs)?;
-        for spec in &specs {
-            if let Some(&other) = self.tools.get(&spec.name) {
+            .ok()
+            .flatten();
+            let (functions, skipped) =
+                plain::functions(&component, engine, docs.as_ref(), MAX_SCHEMA_BYTES);
+            if functions.is_empty() {
+                return Err(LoadError::NoTools { path, skipped });
+            }
+            let offered = functions
+                .into_iter()
+                .map(|function| offer_function(&path, function))
+                .collect::<Result<_, _>>()?;
+            (Kind::Plain(instance_pre), offered, skipped)
+        };
+        let offered = select(&path, offered, &skipped, functions.as_deref(), &rename)?;
+        Ok(Prepared {
+            path,
+            component,
+            kind,
+            limits,
+            grants,
+            access,
+            approval,
+            idempotent,
+            offered,
+            skipped,
+            cache: cache_outcome,
+            gate,
+        })
+    }
+
+    /// Names the tools of `batch` and adds its components to the host: a
+    /// fixed name (described, or renamed by the policy) as it is, unless
+    /// taken; a plain function by the first of its candidate names
+    /// ([`Function::candidate_names`]) that no other tool of the host or
+    /// the batch has or wants. Adds nothing on error.
+    fn register(&mut self, batch: Vec<Prepared>) -> Result<Vec<Arc<LoadedComponent>>, LoadError> {
+        let mut taken: BTreeMap<String, PathBuf> = self
+            .tools
+            .iter()
+            .map(|(name, &index)| (name.clone(), self.components[index].path.clone()))
+            .collect();
+        let mut names: Vec<Vec<Option<String>>> =
+            batch.iter().map(|p| vec![None; p.offered.len()]).collect();
+        let claim = |taken: &mut BTreeMap<String, PathBuf>, name: &str, path: &Path| match taken
+            .get(name)
+        {
+            Some(first) => Err(LoadError::DuplicateTool {
+                name: name.to_owned(),
+                first: first.clone(),
+                second: path.to_path_buf(),
+            }),
+            None => {
+                taken.insert(name.to_owned(), path.to_path_buf());
+                Ok(())
+            }
+        };
+        for (c, prepared) in batch.iter().enumerate() {
+            for (t, offered) in prepared.offered.iter().enumerate() {
+                if let Some(name) = &offered.fixed {
+                    claim(&mut taken, name, &prepared.path)?;
+                    names[c][t] = Some(name.clone());
+                }
+            }
+        }
+        // Plain functions: the bare name when it is theirs alone, else the
+        // next candidate, level by level.
+        let candidates: Vec<(usize, usize, Vec<String>)> = batch
+            .iter()
+            .enumerate()
+            .flat_map(|(c, p)| {
+                p.offered
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(t, o)| match &o.target {
+                        Target::Function(f) if o.fixed.is_none() => {
+                            Some((c, t, f.candidate_names()))
+                        }
+                        _ => None,
+                    })
+            })
+            .collect();
+        let levels = candidates.iter().map(|(.., n)| n.len()).max().unwrap_or(0);
+        for level in 0..levels {
+            let wanted = |entry: &(usize, usize, Vec<String>)| -> Option<String> {
+                let (c, t, candidates) = entry;
+                names[*c][*t]
+                    .is_none()
+                    .then(|| candidates.get(level).or(candidates.last()).cloned())
+                    .flatten()
+            };
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for entry in &candidates {
+                if let Some(name) = wanted(entry) {
+                    *counts.entry(name).or_default() += 1;
+                }
+            }
+            let mut chosen = Vec::new();
+            for entry in &candidates {
+                if let Some(name) = wanted(entry)
+                    && counts[&name] == 1
+                    && !taken.contains_key(&name)
+                {
+                    chosen.push((entry.0, entry.1, name));
+                }
+            }
+            for (c, t, name) in chosen {
+                claim(&mut taken, &name, &batch[c].path)?;
+                names[c][t] = Some(name);
+            }
+        }
+        for (c, t, wanted) in &candidates {
+            if names[*c][*t].is_none() {
+                let name = wanted.last().cloned().unwrap_or_default();
+                let first = taken.get(&name).cloned().or_else(|| {
+                    candidates
+                        .iter()
+                        .find(|(oc, ot, n)| (oc, ot) != (c, t) && n.last() == Some(&name))
+                        .map(|(oc, ..)| batch[*oc].path.clone())
+                });
                 return Err(LoadError::DuplicateTool {
-                    name: spec.name.clone(),
-                    first: self.components[other].path.clone(),
-                    second: path,
+                    name,
+                    first: first.unwrap_or_default(),
+                    second: batch[*c].path.clone(),
                 });
             }
         }
 
-        let loaded = Arc::new(LoadedComponent {
-            path,
-            component,
-            pre,
-            limits,
-            grants: Arc::new(grants),
-            rules: KeyRules {
-                access: Arc::new(access),
-                context: Arc::clone(&self.context_rules),
-            },
-            approval,
-            idempotent,
-            specs,
-            validators,
-            cache: cache_outcome,
-            gate,
-        });
-        let index = self.components.len();
-        for spec in &loaded.specs {
-            self.tools.insert(spec.name.clone(), index);
+        let mut loaded = Vec::with_capacity(batch.len());
+        for (prepared, names) in batch.into_iter().zip(names) {
+            let mut specs = Vec::with_capacity(prepared.offered.len());
+            let mut validators = BTreeMap::new();
+            let mut targets = BTreeMap::new();
+            for (offered, name) in prepared.offered.into_iter().zip(names) {
+                let name = name.unwrap_or_default();
+                specs.push(ToolSpec {
+                    name: name.clone(),
+                    description: offered.description,
+                    parameters: offered.parameters,
+                });
+                if let Some(validator) = offered.validator {
+                    validators.insert(name.clone(), validator);
+                }
+                targets.insert(name, offered.target);
+            }
+            let component = Arc::new(LoadedComponent {
+                path: prepared.path,
+                component: prepared.component,
+                kind: prepared.kind,
+                limits: prepared.limits,
+                grants: Arc::new(prepared.grants),
+                rules: KeyRules {
+                    access: Arc::new(prepared.access),
+                    context: Arc::clone(&self.context_rules),
+                },
+                approval: prepared.approval,
+                idempotent: prepared.idempotent,
+                specs,
+                validators,
+                targets,
+                skipped: prepared.skipped,
+                cache: prepared.cache,
+                gate: prepared.gate,
+            });
+            let index = self.components.len();
+            for spec in &component.specs {
+                self.tools.insert(spec.name.clone(), index);
+            }
+            self.components.push(Arc::clone(&component));
+            loaded.push(component);
         }
-        self.components.push(Arc::clone(&loaded));
         Ok(loaded)
     }
 
@@ -268,10 +498,8 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     }
 }
 
-fn validate_specs(
-    path: &Path,
-    specs: Vec<guest::ToolSpec>,
-) -> Result<(Vec<ToolSpec>, Validators), LoadError> {
+/// Checks what an Airlock tool's `describe` gave: names, sizes, schemas.
+fn validate_specs(path: &Path, specs: Vec<guest::ToolSpec>) -> Result<Vec<Offered>, LoadError> {
     if specs.len() > MAX_TOOLS {
         return Err(LoadError::BadSpec {
             path: path.to_path_buf(),
@@ -279,22 +507,15 @@ fn validate_specs(
             problem: format!("describes {} tools; the limit is {MAX_TOOLS}", specs.len()),
         });
     }
-    let mut seen = std::collections::BTreeSet::new();
+    let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(specs.len());
-    let mut validators = BTreeMap::new();
     for spec in specs {
         let bad = |problem: String| LoadError::BadSpec {
             path: path.to_path_buf(),
             name: crate::text::truncate(&spec.name, 64),
             problem,
         };
-        let name_ok = !spec.name.is_empty()
-            && spec.name.len() <= 64
-            && spec
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !name_ok {
+        if !crate::policy::is_tool_name(&spec.name) {
             return Err(bad("a tool name must match [a-zA-Z0-9_-]{1,64}".into()));
         }
         if !seen.insert(spec.name.clone()) {
@@ -319,14 +540,89 @@ fn validate_specs(
         }
         let validator = compile_schema(&parameters)
             .map_err(|e| bad(format!("parameters are not a usable JSON Schema: {e}")))?;
-        validators.insert(spec.name.clone(), Arc::new(validator));
-        out.push(ToolSpec {
-            name: spec.name,
+        out.push(Offered {
+            fixed: Some(spec.name.clone()),
             description: spec.description,
             parameters,
+            validator: Some(Arc::new(validator)),
+            target: Target::Described(spec.name),
         });
     }
-    Ok((out, validators))
+    Ok(out)
 }
 
-type Validators = BTreeMap<String, Arc<jsonschema::Validator>>;
+/// A plain function as a tool. Its derived schema must compile (a client
+/// will validate against it), though calls are checked by conversion.
+fn offer_function(path: &Path, function: Function) -> Result<Offered, LoadError> {
+    compile_schema(&function.parameters).map_err(|problem| LoadError::BadSpec {
+        path: path.to_path_buf(),
+        name: function.qualified(),
+        problem: format!("its derived schema does not compile: {problem}"),
+    })?;
+    Ok(Offered {
+        fixed: None,
+        description: function.description.clone(),
+        parameters: function.parameters.clone(),
+        validator: None,
+        target: Target::Function(Arc::new(function)),
+    })
+}
+
+/// The tools the policy's `functions` keeps, renamed as its `rename` says.
+/// An entry that names nothing the component offers is an error, naming
+/// the entry (and why, when it names a skipped function): a typo must not
+/// silently offer everything or nothing.
+fn select(
+    path: &Path,
+    offered: Vec<Offered>,
+    skipped: &[Skipped],
+    functions: Option<&[String]>,
+    rename: &BTreeMap<String, String>,
+) -> Result<Vec<Offered>, LoadError> {
+    let unknown = |selector: &str, key: &str| {
+        let reason = skipped
+            .iter()
+            .find(|s| s.function == selector || s.function.ends_with(&format!("#{selector}")))
+            .map(|s| format!("; it is not offered: {}", s.reason))
+            .unwrap_or_default();
+        let available: Vec<String> = offered.iter().map(Offered::label).collect();
+        LoadError::Selection {
+            path: path.to_path_buf(),
+            problem: format!(
+                "{key} {selector:?} names none of its tools{reason} (it offers: {})",
+                available.join(", ")
+            ),
+        }
+    };
+    if let Some(selector) = functions.and_then(|wanted| {
+        wanted
+            .iter()
+            .find(|s| !offered.iter().any(|o| o.matches(s)))
+    }) {
+        return Err(unknown(selector, "functions entry"));
+    }
+    for selector in rename.keys() {
+        let matching = offered.iter().filter(|o| o.matches(selector)).count();
+        if matching == 0 {
+            return Err(unknown(selector, "rename"));
+        }
+        if matching > 1 {
+            return Err(LoadError::Selection {
+                path: path.to_path_buf(),
+                problem: format!(
+                    "rename {selector:?} names {matching} of its functions; write INTERFACE#name"
+                ),
+            });
+        }
+    }
+    Ok(offered
+        .into_iter()
+        .filter(|o| functions.is_none_or(|wanted| wanted.iter().any(|s| o.matches(s))))
+        .map(|mut o| {
+            if let Some(new) = rename.iter().find(|(s, _)| o.matches(s)).map(|(_, n)| n) {
+                o.fixed = Some(new.clone());
+            }
+            o
+        })
+        .collect())
+}

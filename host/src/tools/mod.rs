@@ -9,6 +9,7 @@ mod bindings;
 mod call;
 mod error;
 mod load;
+pub mod plain;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,20 +54,43 @@ pub struct CallOutcome {
     pub duration: Duration,
 }
 
+/// How a component's tools are called.
+pub(crate) enum Kind {
+    /// It exports Airlock's `tool` interface: `call(ctx, name, args)`.
+    Airlock(ToolHostPre<CallState>),
+    /// A plain component: each tool is one of its exported functions.
+    Plain(wasmtime::component::InstancePre<CallState>),
+}
+
+/// What calling one tool runs.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// An Airlock tool, by the name its `describe` gave (the tool's own
+    /// name may differ: the policy may rename it).
+    Described(String),
+    /// A plain component's function.
+    Function(Arc<plain::Function>),
+}
+
 /// A loaded component: its compiled code, ready to instantiate, and the
 /// tools it offers.
 pub struct LoadedComponent {
     path: PathBuf,
     component: Component,
-    pre: ToolHostPre<CallState>,
+    kind: Kind,
     limits: Limits,
     grants: Arc<Grants>,
     rules: KeyRules,
     approval: Approval,
     idempotent: bool,
     specs: Vec<ToolSpec>,
-    /// One compiled argument schema per tool, by name.
+    /// One compiled argument schema per Airlock tool, by name (a plain
+    /// function's arguments are checked as they are converted).
     validators: BTreeMap<String, Arc<jsonschema::Validator>>,
+    /// What each tool runs, by name.
+    targets: BTreeMap<String, Target>,
+    /// A plain component's functions that are not offered, and why.
+    skipped: Vec<plain::Skipped>,
     cache: CacheOutcome,
     /// Its share of the instance pool.
     gate: ToolGate,
@@ -89,9 +113,32 @@ impl LoadedComponent {
         &self.path
     }
 
-    /// The tools it offers, as `describe` reported them.
+    /// The tools it offers: as `describe` reported them, or a plain
+    /// component's functions with their derived schemas (named and
+    /// selected as the policy says).
     pub fn tools(&self) -> &[ToolSpec] {
         &self.specs
+    }
+
+    /// Whether it is a plain component (its tools are its exported
+    /// functions: no context view, no ops) rather than an Airlock tool.
+    pub fn is_plain(&self) -> bool {
+        matches!(self.kind, Kind::Plain(_))
+    }
+
+    /// A plain component's functions that are not offered, and why (for
+    /// `airlock inspect`).
+    pub fn skipped(&self) -> &[plain::Skipped] {
+        &self.skipped
+    }
+
+    /// Where the tool `name` is in the component: the name its `describe`
+    /// gave, or a plain function's `INTERFACE#name`.
+    pub fn source_of(&self, name: &str) -> Option<String> {
+        self.targets.get(name).map(|target| match target {
+            Target::Described(described) => described.clone(),
+            Target::Function(function) => function.qualified(),
+        })
     }
 
     /// Its per-call limits.
@@ -243,9 +290,7 @@ impl HostBuilder {
         self.context_rules = policy.context.clone();
         self.config.fuel_metering = self.config.fuel_metering || policy.needs_fuel();
         let mut host = self.build()?;
-        for tool in &policy.tools {
-            host.load_with(&tool.path, tool.config.clone()).await?;
-        }
+        host.load_all(&policy.tools).await?;
         Ok(host)
     }
 }
