@@ -26,6 +26,7 @@ mod ops;
 mod parallel_turns;
 mod peers;
 mod per_call;
+mod plain;
 mod report;
 mod scale_out;
 
@@ -106,7 +107,8 @@ fn main() {
                 false mcp_round_trip,
                 true scale_out,
                 true parallel_turns,
-                true peers
+                true peers,
+                true plain
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }
