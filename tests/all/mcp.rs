@@ -12,7 +12,9 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::support::mcp::{Client, call_with, http_client, policy, serve_http, serve_http_with};
+use crate::support::mcp::{
+    Client, call_with, connect, connect_with, http_client, policy, serve_http, serve_http_with,
+};
 use crate::support::{airlock_command, guest, host};
 
 /// `airlock mcp`'s arguments for the tools of `config`, on session `id` in
@@ -29,15 +31,6 @@ fn on_session<'a>(config: &'a str, db: &'a Path, id: &'a str) -> [&'a str; 6] {
 }
 
 /// Starts `airlock mcp` with `args` and connects; also returns its pid.
-async fn connect(args: &[&str]) -> (Client, u32) {
-    let mut all = vec!["mcp"];
-    all.extend_from_slice(args);
-    let command = tokio::process::Command::from(airlock_command(&all, &[]));
-    let transport = TokioChildProcess::new(command).unwrap();
-    let pid = transport.id().unwrap();
-    (().serve(transport).await.expect("initialize"), pid)
-}
-
 async fn call(client: &Peer<RoleClient>, name: &str, args: Value) -> CallToolResult {
     call_with(client, serde_json::Map::new(), name, args).await
 }
@@ -752,7 +745,6 @@ async fn hiding_and_unhiding_by_reload_take_effect_over_stdio() {
     policy_hiding(&config, &["later"]);
     let db = dir.path().join("unhide.db");
     let args = [
-        "mcp",
         "--config",
         config.to_str().unwrap(),
         "--store",
@@ -762,13 +754,8 @@ async fn hiding_and_unhiding_by_reload_take_effect_over_stdio() {
         "--deps",
         r#"{"seed": "visible-seed"}"#,
     ];
-    let command = tokio::process::Command::from(airlock_command(&args, &[]));
     let watching = Watching::default();
-    let client = watching
-        .clone()
-        .serve(TokioChildProcess::new(command).unwrap())
-        .await
-        .unwrap();
+    let (client, _) = connect_with(watching.clone(), &args).await;
     let set_later = json!({"ops": [{"op": "set", "key": "later", "value": "kept"}]});
     let hidden = call(&client, "apply", set_later.clone()).await;
     assert_eq!(

@@ -843,8 +843,6 @@ async fn the_cli_inspects_and_calls_plain_components() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_serves_plain_components_with_their_derived_schemas() {
-    use rmcp::ServiceExt;
-    use rmcp::transport::TokioChildProcess;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("airlock.toml");
     std::fs::write(
@@ -857,17 +855,15 @@ async fn mcp_serves_plain_components_with_their_derived_schemas() {
     )
     .unwrap();
     let db = dir.path().join("mcp.db");
-    let args = [
-        "mcp",
+    let (client, _) = crate::support::mcp::connect(&[
         "--config",
         config.to_str().unwrap(),
         "--store",
         db.to_str().unwrap(),
         "--session",
         "p",
-    ];
-    let command = tokio::process::Command::from(crate::support::airlock_command(&args, &[]));
-    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    ])
+    .await;
     let listed = client.list_all_tools().await.unwrap();
     let host = host_of(&[plain("typed"), plain("units")]).await;
     for spec in host.tools() {
@@ -994,3 +990,111 @@ async fn a_plain_component_is_compiled_once_and_then_taken_from_the_cache() {
     assert_eq!(load().await, airlock::sandbox::CacheOutcome::Compiled);
     assert_eq!(load().await, airlock::sandbox::CacheOutcome::Hit);
 }
+
+/// Types built to hurt whoever describes them: lists nested 41 deep, and a
+/// tuple of tuples whose schema would have 2^17 leaves (the validator's
+/// own bound on a type's size is 10^6). Neither is offered
+/// (the schema is built within a budget, so describing it costs little),
+/// and the component's other function is.
+#[tokio::test]
+async fn types_too_deep_or_too_large_to_describe_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = dir.path().join("types.wat");
+    std::fs::write(&hostile, HOSTILE_TYPES).unwrap();
+    let mut host = host_with(&[], ContextRules::default()).await;
+    host.load(&hostile).await.unwrap();
+    let component = host.component_for("fine").unwrap();
+    let skipped: Vec<(&str, &str)> = component
+        .skipped()
+        .iter()
+        .map(|s| (s.function.as_str(), s.reason.as_str()))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            (
+                "deep",
+                "parameter `x`: its types nest deeper than 32 levels"
+            ),
+            ("wide", "its parameters' schema would be over 65536 bytes"),
+        ]
+    );
+    let ok = call(&host, &mut RunContext::default(), "fine", json!({"x": 7})).await;
+    assert_eq!(ok.unwrap().result, 7);
+}
+
+const HOSTILE_TYPES: &str = r#"(component
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) i32.const 8)
+    (func (export "deep") (param i32 i32))
+    (func (export "wide") (param i32))
+    (func (export "fine") (param i32) (result i32) local.get 0))
+  (core instance $i (instantiate $m))
+  (alias core export $i "memory" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  (type $l0 (list u8))
+  (type $l1 (list $l0))
+  (type $l2 (list $l1))
+  (type $l3 (list $l2))
+  (type $l4 (list $l3))
+  (type $l5 (list $l4))
+  (type $l6 (list $l5))
+  (type $l7 (list $l6))
+  (type $l8 (list $l7))
+  (type $l9 (list $l8))
+  (type $l10 (list $l9))
+  (type $l11 (list $l10))
+  (type $l12 (list $l11))
+  (type $l13 (list $l12))
+  (type $l14 (list $l13))
+  (type $l15 (list $l14))
+  (type $l16 (list $l15))
+  (type $l17 (list $l16))
+  (type $l18 (list $l17))
+  (type $l19 (list $l18))
+  (type $l20 (list $l19))
+  (type $l21 (list $l20))
+  (type $l22 (list $l21))
+  (type $l23 (list $l22))
+  (type $l24 (list $l23))
+  (type $l25 (list $l24))
+  (type $l26 (list $l25))
+  (type $l27 (list $l26))
+  (type $l28 (list $l27))
+  (type $l29 (list $l28))
+  (type $l30 (list $l29))
+  (type $l31 (list $l30))
+  (type $l32 (list $l31))
+  (type $l33 (list $l32))
+  (type $l34 (list $l33))
+  (type $l35 (list $l34))
+  (type $l36 (list $l35))
+  (type $l37 (list $l36))
+  (type $l38 (list $l37))
+  (type $l39 (list $l38))
+  (type $l40 (list $l39))
+  (type $t0 (tuple u8 u8))
+  (type $t1 (tuple $t0 $t0))
+  (type $t2 (tuple $t1 $t1))
+  (type $t3 (tuple $t2 $t2))
+  (type $t4 (tuple $t3 $t3))
+  (type $t5 (tuple $t4 $t4))
+  (type $t6 (tuple $t5 $t5))
+  (type $t7 (tuple $t6 $t6))
+  (type $t8 (tuple $t7 $t7))
+  (type $t9 (tuple $t8 $t8))
+  (type $t10 (tuple $t9 $t9))
+  (type $t11 (tuple $t10 $t10))
+  (type $t12 (tuple $t11 $t11))
+  (type $t13 (tuple $t12 $t12))
+  (type $t14 (tuple $t13 $t13))
+  (type $t15 (tuple $t14 $t14))
+  (type $t16 (tuple $t15 $t15))
+  (func $deep (param "x" $l40) (canon lift (core func $i "deep") (memory $mem) (realloc $realloc)))
+  (func $wide (param "x" $t16) (canon lift (core func $i "wide") (memory $mem) (realloc $realloc)))
+  (func $fine (param "x" u32) (result u32) (canon lift (core func $i "fine")))
+  (export "deep" (func $deep))
+  (export "wide" (func $wide))
+  (export "fine" (func $fine))
+)"#;

@@ -134,28 +134,20 @@ impl Host {
                 name: call.name.clone(),
                 available: self.tool_names(),
             })?;
+        let run = Run {
+            host: self,
+            component,
+            ctx,
+            call,
+            cancel,
+            span,
+        };
         Ok(async move {
             match (&component.kind, target) {
                 (Kind::Airlock(pre), Target::Described(name)) => {
-                    let run = Run {
-                        host: self,
-                        component,
-                        ctx,
-                        call,
-                        cancel,
-                        span,
-                    };
                     run.airlock(pre, name, record_reads).await
                 }
                 (Kind::Plain(pre), Target::Function(function)) => {
-                    let run = Run {
-                        host: self,
-                        component,
-                        ctx,
-                        call,
-                        cancel,
-                        span,
-                    };
                     run.plain(pre, function, arguments).await
                 }
                 _ => Err(CallError::Busy(format!(

@@ -13,6 +13,25 @@ use super::{airlock_command, guest};
 /// An MCP client session (rmcp's).
 pub type Client = RunningService<RoleClient, ()>;
 
+/// Starts `airlock mcp` with `args` over stdio and connects `handler` as
+/// its client; also returns the server's pid.
+pub async fn connect_with<H: rmcp::ClientHandler>(
+    handler: H,
+    args: &[&str],
+) -> (RunningService<RoleClient, H>, u32) {
+    let mut all = vec!["mcp"];
+    all.extend_from_slice(args);
+    let command = tokio::process::Command::from(airlock_command(&all, &[]));
+    let transport = rmcp::transport::TokioChildProcess::new(command).expect("airlock mcp starts");
+    let pid = transport.id().expect("the server has a pid");
+    (handler.serve(transport).await.expect("initialize"), pid)
+}
+
+/// [`connect_with`] a client that handles nothing.
+pub async fn connect(args: &[&str]) -> (Client, u32) {
+    connect_with((), args).await
+}
+
 /// A policy with the stateful tool, the hostile one (a short timeout, but
 /// `spin_long` calls are cancelled long before theirs) and an approval tool.
 pub fn policy(dir: &Path) -> String {
