@@ -6,8 +6,10 @@
 # when already present: the wasm32-wasip2 target, a Python venv with
 # componentize-py, the JS packages (the committed npm lock), Debian's clang/wasi-libc,
 # wit-bindgen-cli and wasm-tools (cargo install, once per machine; wasm-tools
-# also encodes the WIT docs the plain examples carry), and Debian's
-# PostgreSQL server for the tests of the shared session store.
+# also encodes the WIT docs the plain examples carry), Debian's
+# PostgreSQL server for the tests of the shared session store, and Debian's
+# OCI registry (the CNCF distribution server), htpasswd and skopeo for the
+# tests of tools pulled from registries.
 
 CARGO        ?= cargo
 GUEST_TARGET := wasm32-wasip2
@@ -31,7 +33,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench peers setup postgres guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain wasm-tools build build-host build-bin lint test demo
+.PHONY: all bench peers setup postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain wasm-tools build build-host build-bin lint test demo
 
 all: build
 
@@ -179,13 +181,44 @@ postgres:
 	@command -v pg_virtualenv >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; }
 
+# Debian's OCI registry (docker-registry: the CNCF distribution server),
+# htpasswd (apache2-utils) for its basic-auth tests, and skopeo (another
+# registry client, for the interoperability tests). The tests start their
+# own registries on free loopback ports and stop them when they end.
+REGISTRY_PACKAGES := docker-registry apache2-utils skopeo
+
+registry-server:
+	@dpkg -s $(REGISTRY_PACKAGES) >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $(REGISTRY_PACKAGES); }
+
+# A registry for trying `airlock push`/`pull` by hand (README): plain HTTP
+# on 127.0.0.1:5000, data in target/registry; `make registry-stop` stops it.
+REGISTRY_DIR := target/registry
+
+registry: registry-server
+	@mkdir -p $(REGISTRY_DIR)/data
+	@printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:5000\n' \
+	  "$(CURDIR)/$(REGISTRY_DIR)/data" > $(REGISTRY_DIR)/config.yml
+	@if [ -f $(REGISTRY_DIR)/pid ] && kill -0 "$$(cat $(REGISTRY_DIR)/pid)" 2>/dev/null; then \
+	  echo "a registry is already serving on 127.0.0.1:5000"; \
+	else \
+	  nohup /usr/bin/docker-registry serve $(REGISTRY_DIR)/config.yml > $(REGISTRY_DIR)/log 2>&1 & \
+	  echo $$! > $(REGISTRY_DIR)/pid; \
+	  for i in $$(seq 50); do curl -sf http://127.0.0.1:5000/v2/ >/dev/null && break; sleep 0.1; done; \
+	  curl -sf http://127.0.0.1:5000/v2/ >/dev/null || { echo "error: the registry did not start; see $(REGISTRY_DIR)/log"; exit 1; }; \
+	  echo "a registry serves on 127.0.0.1:5000 (plain HTTP; data in $(REGISTRY_DIR)); make registry-stop stops it"; \
+	fi
+
+registry-stop:
+	@if [ -f $(REGISTRY_DIR)/pid ]; then kill "$$(cat $(REGISTRY_DIR)/pid)" 2>/dev/null || true; rm -f $(REGISTRY_DIR)/pid; echo "stopped"; fi
+
 # The tests and benches run against a throwaway Postgres cluster that
 # pg_virtualenv creates (as an unprivileged user, in a temporary directory,
 # listening on localhost only) and drops when they end, passed or not.
 WITH_POSTGRES := pg_virtualenv -t -o max_connections=200 sh -c
 PG_URL        := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
-test: build lint postgres
+test: build lint postgres registry-server
 	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" exec $(CARGO) test'
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
@@ -204,7 +237,7 @@ peers: setup
 	  --target wasm32-unknown-unknown --target-dir ../$(PEERS_DIR)
 	cd peers && $(CARGO) build --locked --release -p peers-harness --target-dir ../$(PEERS_DIR)
 
-bench: guests postgres peers
+bench: guests postgres registry-server peers
 	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" \
 	  AIRLOCK_PEERS_HARNESS="$(CURDIR)/$(PEERS_HARNESS)" AIRLOCK_PEERS_PLUGIN="$(CURDIR)/$(PEERS_PLUGIN)" \
 	  exec $(CARGO) bench --bench airlock --features bench'

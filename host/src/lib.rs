@@ -99,6 +99,7 @@
 //! - [`journal`]: what a conversation records, and its fold.
 //! - [`agent`]: the loop; [`llm`]: the model providers.
 //! - [`session`]: durable sessions: leases, the stores, export.
+//! - [`oci`]: tools from OCI registries: pulled, pinned, signature-checked.
 
 pub mod agent;
 pub mod context;
@@ -108,6 +109,7 @@ mod json;
 pub mod kind;
 pub mod llm;
 pub mod mcp;
+pub mod oci;
 pub mod policy;
 pub mod sandbox;
 pub mod session;

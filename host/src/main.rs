@@ -12,10 +12,16 @@ fn main() -> ExitCode {
     if let Some(code) = airlock::sandbox::compile_child_main() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // The OCI client logs what registries' token endpoints answer (the
+    // tokens) at debug level: its logs stay at warn, whatever RUST_LOG asks.
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    for quiet in ["oci_client=warn", "oci_client::client=warn"] {
+        if let Ok(directive) = quiet.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colour codes only for a terminal, never into a log file or pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

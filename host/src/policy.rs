@@ -23,6 +23,16 @@
 //! functions = ["forecast"]         # offer only these of its tools
 //! rename = { forecast = "weather" } # under another name
 //!
+//! [[tool]]
+//! oci = "ghcr.io/acme/units:1.0"  # from a registry, pinned by airlock.lock
+//! verify = { key = "keys/acme.pub" }  # its signature must verify (or a list)
+//!
+//! [oci]                           # registries (optional)
+//! require_signature = true        # every `oci` tool needs `verify`
+//! insecure = false                # plain HTTP, to loopback registries only
+//! max_manifest_bytes = 4194304
+//! max_layer_bytes = 268435456
+//!
 //! [turn]                          # a model turn's calls (optional)
 //! parallel = true                 # concurrent, committed in the model's order
 //! max_parallel = 8                # at most this many at once
@@ -45,6 +55,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::context::{ContextRules, KeyAccess, KeyPatterns};
+use crate::oci::signature::PublicKey;
+use crate::oci::{OciError, OciSettings, OciTool, Reference, Resolved};
 use crate::sandbox::Limits;
 use crate::sandbox::grants::{
     DirConfig, DirGrant, DirMode, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant,
@@ -127,17 +139,28 @@ pub struct Policy {
     pub context: ContextRules,
     /// How a model turn's calls run (`[turn]`).
     pub turn: TurnPolicy,
+    /// Registries: signatures required, plain HTTP, size bounds (`[oci]`).
+    pub oci: OciSettings,
 }
 
 /// What the policy says about one component.
 #[derive(Debug, Clone)]
 pub struct ToolPolicy {
-    /// The component, resolved against the policy file's directory.
+    /// The component: a file (`path`, resolved against the policy file's
+    /// directory), or, for a tool named by reference, its file in the OCI
+    /// store once [`Resolver::resolve_policy`](crate::oci::Resolver::resolve_policy)
+    /// has pulled it (empty until then).
     pub path: PathBuf,
-    /// A label for messages; defaults to the file name.
+    /// A label for messages; defaults to the file name (the reference, for
+    /// a tool named by one).
     pub name: String,
     /// Limits, grants, deps access and approval.
     pub config: ToolConfig,
+    /// The reference and trusted keys, for a tool the policy names by
+    /// `oci = "…"`.
+    pub oci: Option<OciTool>,
+    /// What the reference resolved to, once resolved.
+    pub pulled: Option<Resolved>,
 }
 
 /// A policy that cannot be used. The message names the file, the line
@@ -202,9 +225,31 @@ impl Policy {
             .limits
             .apply(Limits::default())
             .map_err(|m| at(None, format!("[limits] {m}")))?;
+        let oci = match file.oci {
+            None => OciSettings::default(),
+            Some(oci) => {
+                let span = oci.span();
+                oci.into_inner()
+                    .settings()
+                    .map_err(|m| at(Some(span), format!("[oci] {m}")))?
+            }
+        };
         let mut tools = Vec::with_capacity(file.tools.len());
         for tool in file.tools {
-            tools.push(tool.resolve(base, &defaults, &at)?);
+            let span = tool.span();
+            let tool = tool
+                .into_inner()
+                .resolve(base, &defaults, &at, span.clone())?;
+            if oci.require_signature && tool.oci.as_ref().is_some_and(|o| o.keys.is_empty()) {
+                return Err(at(
+                    Some(span),
+                    format!(
+                        "tool {:?}: [oci] require_signature is set, and it has no `verify = {{ key = \"….pub\" }}`",
+                        tool.name
+                    ),
+                ));
+            }
+            tools.push(tool);
         }
         refuse_grants_inside_writable(&tools).map_err(|m| at(None, m))?;
         let turn = match file.turn {
@@ -232,7 +277,20 @@ impl Policy {
             tools,
             context,
             turn,
+            oci,
         })
+    }
+
+    /// Where this policy's lock file is: `airlock.lock` beside it.
+    pub fn lock_path(&self) -> PathBuf {
+        crate::oci::lock_path(Some(&self.source))
+    }
+
+    /// The entry that names `reference`, if any.
+    pub fn for_reference(&self, reference: &Reference) -> Option<&ToolPolicy> {
+        self.tools
+            .iter()
+            .find(|t| t.oci.as_ref().is_some_and(|o| &o.reference == reference))
     }
 
     /// Whether any tool has a fuel limit (the host must then meter fuel).
@@ -248,6 +306,7 @@ impl Policy {
             tools: self.for_component(path).cloned().into_iter().collect(),
             context: self.context.clone(),
             turn: self.turn,
+            oci: self.oci.clone(),
         }
     }
 
@@ -255,9 +314,9 @@ impl Policy {
     /// it (compared as canonical paths).
     pub fn for_component(&self, path: &Path) -> Option<&ToolPolicy> {
         let wanted = path.canonicalize().ok()?;
-        self.tools
-            .iter()
-            .find(|t| t.path.canonicalize().is_ok_and(|p| p == wanted))
+        self.tools.iter().find(|t| {
+            !t.path.as_os_str().is_empty() && t.path.canonicalize().is_ok_and(|p| p == wanted)
+        })
     }
 }
 
@@ -311,8 +370,59 @@ struct PolicyFile {
     #[serde(default)]
     context: ContextFile,
     #[serde(default, rename = "tool")]
-    tools: Vec<ToolFile>,
+    tools: Vec<Spanned<ToolFile>>,
     turn: Option<Spanned<TurnFile>>,
+    oci: Option<Spanned<OciFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OciFile {
+    #[serde(default)]
+    require_signature: bool,
+    #[serde(default)]
+    insecure: bool,
+    max_manifest_bytes: Option<u64>,
+    max_layer_bytes: Option<u64>,
+}
+
+impl OciFile {
+    fn settings(self) -> Result<OciSettings, String> {
+        let defaults = OciSettings::default();
+        let positive = |name: &str, value: Option<u64>, default: u64| match value {
+            Some(0) => Err(format!("{name} must be at least 1")),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        Ok(OciSettings {
+            require_signature: self.require_signature,
+            insecure: self.insecure,
+            max_manifest_bytes: positive(
+                "max_manifest_bytes",
+                self.max_manifest_bytes,
+                defaults.max_manifest_bytes,
+            )?,
+            max_layer_bytes: positive(
+                "max_layer_bytes",
+                self.max_layer_bytes,
+                defaults.max_layer_bytes,
+            )?,
+        })
+    }
+}
+
+/// `verify = { key = "a.pub" }` or `{ key = ["a.pub", "b.pub"] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyFile {
+    key: OneOrMany,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -339,7 +449,9 @@ struct ContextFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ToolFile {
-    path: Spanned<String>,
+    path: Option<Spanned<String>>,
+    oci: Option<Spanned<String>>,
+    verify: Option<Spanned<VerifyFile>>,
     name: Option<String>,
     #[serde(default)]
     approval: Approval,
@@ -380,24 +492,79 @@ impl ToolFile {
         base: &Path,
         defaults: &Limits,
         at: &At<'_>,
+        span: std::ops::Range<usize>,
     ) -> Result<ToolPolicy, PolicyError> {
-        let path = base.join(self.path.get_ref());
-        if !path.is_file() {
+        let (path, oci, default_name) = match (&self.path, &self.oci) {
+            (Some(written), None) => {
+                let path = base.join(written.get_ref());
+                if !path.is_file() {
+                    return Err(at(
+                        Some(written.span()),
+                        format!(
+                            "tool path {:?}: no such file ({})",
+                            written.get_ref(),
+                            path.display()
+                        ),
+                    ));
+                }
+                let name = path.file_name().map_or_else(
+                    || written.get_ref().clone(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                (path, None, name)
+            }
+            (None, Some(written)) => {
+                let reference: Reference = written
+                    .get_ref()
+                    .parse()
+                    .map_err(|e: OciError| at(Some(written.span()), e.to_string()))?;
+                let keys = match &self.verify {
+                    None => Vec::new(),
+                    Some(verify) => {
+                        let files = match &verify.get_ref().key {
+                            OneOrMany::One(file) => vec![file.clone()],
+                            OneOrMany::Many(files) => files.clone(),
+                        };
+                        if files.is_empty() {
+                            return Err(at(
+                                Some(verify.span()),
+                                format!("tool {reference}: verify.key lists no key"),
+                            ));
+                        }
+                        files
+                            .iter()
+                            .map(|file| PublicKey::load(&base.join(file)))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(|e| {
+                                at(Some(verify.span()), format!("tool {reference}: {e}"))
+                            })?
+                    }
+                };
+                let name = reference.to_string();
+                (PathBuf::new(), Some(OciTool { reference, keys }), name)
+            }
+            (Some(path), Some(_)) => {
+                return Err(at(
+                    Some(path.span()),
+                    "a tool has `path` or `oci`, not both".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(at(
+                    Some(span),
+                    "a [[tool]] needs `path = \"TOOL.wasm\"` or `oci = \"REGISTRY/REPO:TAG\"`"
+                        .into(),
+                ));
+            }
+        };
+        if let (Some(verify), None) = (&self.verify, &oci) {
             return Err(at(
-                Some(self.path.span()),
-                format!(
-                    "tool path {:?}: no such file ({})",
-                    self.path.get_ref(),
-                    path.display()
-                ),
+                Some(verify.span()),
+                "`verify` is for tools named by `oci = \"…\"`: a file on disk carries no signature"
+                    .into(),
             ));
         }
-        let name = self.name.unwrap_or_else(|| {
-            path.file_name().map_or_else(
-                || self.path.get_ref().clone(),
-                |n| n.to_string_lossy().into_owned(),
-            )
-        });
+        let name = self.name.unwrap_or(default_name);
         let prefix = |m: String| format!("tool {name:?}: {m}");
 
         let grant_error =
@@ -497,6 +664,8 @@ impl ToolFile {
         Ok(ToolPolicy {
             path,
             name,
+            oci,
+            pulled: None,
             config: ToolConfig {
                 approval: self.approval,
                 idempotent: self.idempotent,
@@ -537,6 +706,54 @@ mod tests {
         let err = parse("\n[[tool]]\npath = \"nope.wasm\"\n").unwrap_err();
         assert_eq!(err.line, Some(3), "{err}");
         assert!(err.message.contains("nope.wasm"), "{err}");
+    }
+
+    #[test]
+    fn a_tool_by_reference_is_checked_where_it_is_written() {
+        let policy = parse("[[tool]]\noci = \"ghcr.io/acme/units:1.0\"\n").unwrap();
+        let tool = &policy.tools[0];
+        assert_eq!(tool.name, "ghcr.io/acme/units:1.0");
+        assert!(tool.path.as_os_str().is_empty() && tool.pulled.is_none());
+        for (text, line, says) in [
+            ("[[tool]]\noci = \"units:1.0\"\n", 2, "name the registry"),
+            ("[[tool]]\nname = \"x\"\n", 1, "needs `path"),
+            (
+                "[[tool]]\npath = \"a.wasm\"\noci = \"r.example/a:1\"\n",
+                2,
+                "not both",
+            ),
+            (
+                "[[tool]]\noci = \"r.example/a:1\"\nverify = { key = [] }\n",
+                3,
+                "lists no key",
+            ),
+            (
+                "[[tool]]\noci = \"r.example/a:1\"\nverify = { key = \"none.pub\" }\n",
+                3,
+                "none.pub",
+            ),
+            ("[oci]\nmax_layer_bytes = 0\n", 1, "max_layer_bytes"),
+            ("[oci]\nbogus = 1\n", 2, "bogus"),
+            (
+                "[oci]\nrequire_signature = true\n[[tool]]\noci = \"r.example/a:1\"\n",
+                3,
+                "require_signature",
+            ),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.line, Some(line), "{text}: {err}");
+            assert!(err.message.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn verify_is_for_tools_by_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("t.wasm"), b"").unwrap();
+        let text = "[[tool]]\npath = \"t.wasm\"\nverify = { key = \"k.pub\" }\n";
+        let err = Policy::parse(text, Path::new("airlock.toml"), dir.path()).unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(err.message.contains("carries no signature"), "{err}");
     }
 
     #[test]

@@ -21,3 +21,15 @@ pub(crate) fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
         })
         .clone()
 }
+
+/// Makes ring the process's default crypto provider (once), for HTTP
+/// clients built by a crate Airlock cannot hand its configuration to (the
+/// OCI client builds its own reqwest client). Harmless when a provider is
+/// already installed.
+pub(crate) fn install_default_provider() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        // An error means a provider is already installed: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

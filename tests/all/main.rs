@@ -19,6 +19,7 @@ mod http;
 mod isolation;
 mod limits;
 mod mcp;
+mod oci;
 mod ops;
 mod plain;
 mod policy;

@@ -13,7 +13,8 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::support::mcp::{
-    Client, call_with, connect, connect_with, http_client, policy, serve_http, serve_http_with,
+    Client, Watching, call_with, connect, connect_noting, connect_with, http_client, policy,
+    serve_http, serve_http_with, wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -429,19 +430,6 @@ async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
     }
 }
 
-/// A client that counts `notifications/tools/list_changed`.
-#[derive(Clone, Default)]
-struct Watching {
-    changes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl rmcp::ClientHandler for Watching {
-    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
-        self.changes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// Replaces `to` with a copy of `from`, atomically (a new inode).
 fn replace_file(from: &Path, to: &Path) {
     let staged = to.with_extension("staged");
@@ -451,7 +439,6 @@ fn replace_file(from: &Path, to: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
-    use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
     let tool = dir.path().join("tool.wasm");
     std::fs::copy(guest("stateful"), &tool).unwrap();
@@ -468,21 +455,7 @@ async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
         "--session",
         "r",
     ];
-    let command = tokio::process::Command::from(airlock_command(&args, &[]));
-    let (transport, stderr) = TokioChildProcess::builder(command)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The server's notes, line by line.
-    let (notes, mut noted) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = notes.send(line);
-        }
-    });
-    let client = watching.clone().serve(transport).await.unwrap();
+    let (client, mut noted) = connect_noting(watching.clone(), airlock_command(&args, &[])).await;
     let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
         tools.into_iter().map(|t| t.name.to_string()).collect()
     };
@@ -492,11 +465,7 @@ async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
 
     // The component changes: the client is told, and the new tools serve.
     replace_file(&guest("context_probe"), &tool);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while watching.changes.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "no tools/list_changed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_changes(&watching, 1).await;
     let listed = names(client.list_all_tools().await.unwrap());
     assert!(listed.contains(&"read".to_owned()), "{listed:?}");
     assert!(!listed.contains(&"increment".to_owned()));
@@ -512,17 +481,9 @@ async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
     std::fs::write(&broken, b"\0asm broken").unwrap();
     replace_file(&broken, &tool);
     // The server says why; the clients are not told of a change.
-    loop {
-        let note = tokio::time::timeout(Duration::from_secs(60), noted.recv())
-            .await
-            .expect("a note on the broken component")
-            .expect("the server is running");
-        if note.contains("did not load; the previous tools keep serving") {
-            assert!(note.contains("tool.wasm"), "{note}");
-            break;
-        }
-    }
-    assert_eq!(watching.changes.load(Ordering::SeqCst), 1);
+    let note = wait_for_note(&mut noted, "did not load; the previous tools keep serving").await;
+    assert!(note.contains("tool.wasm"), "{note}");
+    assert_eq!(watching.changes(), 1);
     let read = call(&client, "read", json!({})).await;
     assert_eq!(read.is_error, Some(false), "{}", text(&read));
     client.cancel().await.unwrap();
@@ -664,15 +625,6 @@ fn policy_hiding(path: &Path, hidden: &[&str]) {
     let staged = path.with_extension("staged");
     std::fs::write(&staged, text).unwrap();
     std::fs::rename(&staged, path).unwrap();
-}
-
-/// Waits (up to 60 s) for `watching` to have seen `n` tools/list_changed.
-async fn wait_for_changes(watching: &Watching, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while watching.changes.load(std::sync::atomic::Ordering::SeqCst) < n {
-        assert!(Instant::now() < deadline, "no tools/list_changed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

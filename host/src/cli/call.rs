@@ -1,6 +1,5 @@
 //! `airlock call TOOL.wasm NAME ARGS`: one call, its result, ops and deps.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -13,14 +12,16 @@ use airlock::{CallOutcome, ContextOp, Host, ToolCall};
 
 use super::terminal::field;
 use super::{
-    Failure, RunFlags, load_host, print_json, print_out, report_failure, save_deps, show_json,
-    shown_deps,
+    ComponentArg, Failure, RunFlags, load_host, print_json, print_out, report_failure, save_deps,
+    show_json, shown_deps,
 };
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
-    /// The tool component (.wasm, or .wat text).
-    component: PathBuf,
+    /// The tool component: a file (.wasm, or .wat text), or
+    /// oci://REGISTRY/REPO:TAG (pulled through airlock.lock).
+    #[arg(value_name = "TOOL.wasm|oci://REF")]
+    component: ComponentArg,
     /// The tool to call (see `airlock inspect`).
     name: String,
     /// The arguments, a JSON object.
@@ -34,8 +35,14 @@ pub async fn run(args: CallArgs) -> ExitCode {
         Ok(ctx) => ctx,
         Err(failure) => return fail(&args, &failure, None),
     };
-    let host = match load_host(&args.component, args.flags.config.as_deref()).await {
-        Ok(host) => host,
+    let loaded = load_host(
+        &args.component,
+        args.flags.config.as_deref(),
+        &args.flags.registry,
+    )
+    .await;
+    let host = match loaded {
+        Ok((host, _)) => host,
         Err(failure) => return fail(&args, &failure, None),
     };
     let call = ToolCall::new(args.name.as_str(), args.args.as_str());

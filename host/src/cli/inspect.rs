@@ -10,15 +10,22 @@ use serde_json::{Value, json};
 use airlock::tools::LoadedComponent;
 
 use super::terminal::field;
-use super::{Failure, load_host, print_json, print_out, report_failure, show_json};
+use super::{
+    ComponentArg, Failure, RegistryFlags, load_host, print_json, print_out, report_failure,
+    show_json,
+};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The tool component (.wasm, or .wat text).
-    component: PathBuf,
+    /// The tool component: a file (.wasm, or .wat text), or
+    /// oci://REGISTRY/REPO:TAG (pulled through airlock.lock).
+    #[arg(value_name = "TOOL.wasm|oci://REF")]
+    component: ComponentArg,
     /// The operator's policy, to show what it grants this component.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryFlags,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -86,10 +93,11 @@ fn grants_json(component: &LoadedComponent) -> Value {
 }
 
 pub async fn run(args: InspectArgs) -> ExitCode {
-    let host = match load_host(&args.component, args.config.as_deref()).await {
-        Ok(host) => host,
-        Err(failure) => return fail(&args, &failure),
-    };
+    let (host, pulled) =
+        match load_host(&args.component, args.config.as_deref(), &args.registry).await {
+            Ok(loaded) => loaded,
+            Err(failure) => return fail(&args, &failure),
+        };
     let Some(component) = host.components().first() else {
         return fail(
             &args,
@@ -98,6 +106,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
     };
     let described = component.grants().describe();
     let imports = component.imports();
+    let oci = pulled.as_ref().map(super::oci::describe);
     if args.json {
         let tools: Vec<Value> = component
             .tools()
@@ -113,6 +122,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         let doc = json!({
             "path": component.path(),
             "kind": if component.is_plain() { "plain" } else { "airlock" },
+            "oci": oci.as_ref().map(|(_, doc)| doc),
             "tools": tools,
             "skipped": component.skipped(),
             "imports": imports.iter().map(|i| {
@@ -129,7 +139,11 @@ pub async fn run(args: InspectArgs) -> ExitCode {
     } else {
         "tools:"
     };
-    let mut text = format!("{}\n\n{heading}\n", component.path().display());
+    let mut text = match &oci {
+        Some((described, _)) => format!("{described}  file:      {}\n", component.path().display()),
+        None => format!("{}\n", component.path().display()),
+    };
+    text.push_str(&format!("\n{heading}\n"));
     for spec in component.tools() {
         text.push_str(&format!(
             "  {}  {}\n",

@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use airlock::mcp::{McpServer, SessionOpener, ToolSet};
 use airlock::sandbox::FileStamp;
 
-use super::{Failure, SessionFlags, print_error, print_note};
+use super::{ComponentArg, Failure, RegistryFlags, SessionFlags, print_error, print_note};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Transport {
@@ -35,9 +35,12 @@ pub struct McpArgs {
     /// The operator's policy: the tools to serve and what each may do.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Also serve this component, with nothing granted (repeatable).
-    #[arg(long = "tool", value_name = "TOOL.wasm")]
-    tools: Vec<PathBuf>,
+    /// Also serve this component (a file, or oci://REGISTRY/REPO:TAG), with
+    /// nothing granted (repeatable).
+    #[arg(long = "tool", value_name = "TOOL.wasm|oci://REF")]
+    tools: Vec<ComponentArg>,
+    #[command(flatten)]
+    registry: RegistryFlags,
     /// How clients reach the server.
     #[arg(long, value_enum, default_value_t = Transport::Stdio)]
     transport: Transport,
@@ -59,12 +62,16 @@ pub async fn run(args: McpArgs) -> ExitCode {
                  Airlock session, or names one in _meta \"airlock/session\"",
             ));
         }
-        let host = Arc::new(super::tools_host(args.config.as_deref(), &args.tools).await?);
-        let tools = ToolSet::new(host);
+        let loaded = load(&args.config, &args.tools, &args.registry).await?;
+        let tools = ToolSet::new(Arc::new(loaded.host));
         let reloader = tokio::spawn(reload_on_change(
             Arc::clone(&tools),
-            args.config.clone(),
-            args.tools.clone(),
+            loaded.files,
+            (
+                args.config.clone(),
+                args.tools.clone(),
+                args.registry.clone(),
+            ),
         ));
         let served = match args.transport {
             Transport::Stdio => serve_stdio(&args, tools).await,
@@ -191,28 +198,29 @@ fn not_found() -> hyper::Response<Body> {
 /// How often `airlock mcp` looks for changed components and policy.
 const RELOAD_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The files whose change reloads the tools: the policy, its components,
-/// and the `--tool`s.
-fn watched(config: Option<&Path>, extra: &[PathBuf]) -> Vec<PathBuf> {
-    let mut files = extra.to_vec();
-    if let Some(config) = config {
-        files.push(config.to_path_buf());
-        if let Ok(Some(policy)) = super::load_policy(Some(config)) {
-            files.extend(policy.tools.iter().map(|tool| tool.path.clone()));
-        }
-    }
-    files
+/// What `airlock mcp` serves: the policy at `config` and the `--tool`s.
+async fn load(
+    config: &Option<PathBuf>,
+    extra: &[ComponentArg],
+    registry: &RegistryFlags,
+) -> Result<super::Tools, Failure> {
+    let policy = super::load_policy(config.as_deref())?;
+    super::tools_host(policy, extra, registry).await
 }
 
 fn stamps(files: &[PathBuf]) -> Vec<Option<FileStamp>> {
     files.iter().map(|file| FileStamp::of(file)).collect()
 }
 
-/// Rebuilds the tools when a watched file changes, and tells the clients.
+/// Rebuilds the tools when a file they were built from changes (the
+/// policy, a component, the lock, a trusted key), and tells the clients.
 /// A change that does not load keeps the previous tools serving, says why
 /// on stderr, and is tried again at the next change.
-async fn reload_on_change(tools: Arc<ToolSet>, config: Option<PathBuf>, extra: Vec<PathBuf>) {
-    let mut files = watched(config.as_deref(), &extra);
+async fn reload_on_change(
+    tools: Arc<ToolSet>,
+    mut files: Vec<PathBuf>,
+    (config, extra, registry): (Option<PathBuf>, Vec<ComponentArg>, RegistryFlags),
+) {
     let mut seen = stamps(&files);
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
@@ -221,12 +229,12 @@ async fn reload_on_change(tools: Arc<ToolSet>, config: Option<PathBuf>, extra: V
             continue;
         }
         seen = now;
-        match super::tools_host(config.as_deref(), &extra).await {
-            Ok(host) => {
-                let names = host.tool_names().join(", ");
-                tools.replace(Arc::new(host)).await;
+        match load(&config, &extra, &registry).await {
+            Ok(loaded) => {
+                let names = loaded.host.tool_names().join(", ");
+                tools.replace(Arc::new(loaded.host)).await;
                 print_note(&format!("reloaded the tools: {names}"));
-                files = watched(config.as_deref(), &extra);
+                files = loaded.files;
                 seen = stamps(&files);
             }
             Err(failure) => print_note(&format!(

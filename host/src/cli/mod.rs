@@ -9,6 +9,7 @@
 mod call;
 mod inspect;
 mod mcp;
+mod oci;
 mod run;
 mod sessions;
 mod terminal;
@@ -21,6 +22,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 
 use airlock::context::DepsError;
+use airlock::oci::Resolved;
 use airlock::policy::Policy;
 use airlock::session::{
     Durability, PostgresStore, SessionError, SessionStore, StoreError, is_postgres_url,
@@ -28,6 +30,8 @@ use airlock::session::{
 use airlock::{
     CallError, CallFailure, Host, LoadError, RunContext, Session, SessionOptions, SqliteStore,
 };
+
+pub use oci::{ComponentArg, RegistryFlags};
 
 pub const EXIT_TOOL_FAILED: u8 = 1;
 pub const EXIT_INPUT: u8 = 2;
@@ -56,6 +60,15 @@ enum Command {
     /// The session store: list, show, export, import, remove sessions.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Fetch components named by reference into the local store, check
+    /// their signatures, and pin them in airlock.lock.
+    Pull(oci::PullArgs),
+    /// Publish a component to an OCI registry (the wasm artifact layout).
+    Push(oci::PushArgs),
+    /// Sign a published component (cosign-compatible, key-based).
+    Sign(oci::SignArgs),
+    /// Make a key pair to sign components with.
+    Keygen(oci::KeygenArgs),
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
@@ -65,6 +78,10 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Run(args) => run::run(args).await,
         Command::Mcp(args) => mcp::run(args).await,
         Command::Sessions(command) => sessions::run(command).await,
+        Command::Pull(args) => oci::pull(args).await,
+        Command::Push(args) => oci::push(args).await,
+        Command::Sign(args) => oci::sign(args).await,
+        Command::Keygen(args) => oci::keygen(args),
     }
 }
 
@@ -106,6 +123,7 @@ impl From<LoadError> for Failure {
             LoadError::UnsafeCache(_) => "unsafe_cache",
             LoadError::CompileLimit { .. } => "compile_limit",
             LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
+            LoadError::NotPulled { .. } => "not_pulled",
             _ => {
                 return Self {
                     kind: "internal",
@@ -173,6 +191,8 @@ pub struct RunFlags {
     /// context rules. Without it, a tool gets nothing.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryFlags,
     #[command(flatten)]
     session: SessionFlags,
     /// Write the deps at the end to FILE (atomically), without hidden or
@@ -483,51 +503,76 @@ fn print_note(text: &str) {
     );
 }
 
-/// Builds a host and loads the component at `path` under the policy at
-/// `config`. A component the policy does not list, or any component without
-/// a policy, gets nothing beyond the default limits.
-async fn load_host(path: &Path, config: Option<&Path>) -> Result<Host, Failure> {
-    let Some(policy) = load_policy(config)? else {
+/// Builds a host and loads `component` (a file, or a reference: pulled if
+/// the store lacks it) under the policy at `config`. A component the
+/// policy does not list, or any component without a policy, gets nothing
+/// beyond the default limits. What a reference resolved to comes back
+/// with the host.
+async fn load_host(
+    component: &ComponentArg,
+    config: Option<&Path>,
+    registry: &RegistryFlags,
+) -> Result<(Host, Option<Resolved>), Failure> {
+    let mut policy = load_policy(config)?;
+    let (path, pulled) = oci::resolve_one(component, policy.as_mut(), registry).await?;
+    let Some(policy) = policy else {
         let mut host = host_builder().build()?;
-        host.load(path).await?;
-        return Ok(host);
+        host.load(&path).await?;
+        return Ok((host, pulled));
     };
-    let scoped = policy.restricted_to(path);
+    let scoped = policy.restricted_to(&path);
     let mut host = host_builder().build_with_policy(&scoped).await?;
     if scoped.tools.is_empty() {
         tracing::warn!(
-            "{} does not list {}; it gets nothing",
+            "{} does not list {component}; it gets nothing",
             policy.source.display(),
-            path.display()
         );
-        host.load(path).await?;
+        host.load(&path).await?;
     }
-    Ok(host)
+    Ok((host, pulled))
 }
 
-/// A host with the tools of the policy at `config` and the components at
-/// `extra` (nothing granted). Refuses to build one with no tool at all.
-async fn tools_host(config: Option<&Path>, extra: &[PathBuf]) -> Result<Host, Failure> {
-    tools_host_of(load_policy(config)?.as_ref(), extra).await
+/// A host with tools, and the files it was built from (a change to any of
+/// them is a reason to build it again).
+struct Tools {
+    host: Host,
+    files: Vec<PathBuf>,
 }
 
-/// [`tools_host`] for a policy already loaded.
-async fn tools_host_of(policy: Option<&Policy>, extra: &[PathBuf]) -> Result<Host, Failure> {
-    if policy.is_none_or(|p| p.tools.is_empty()) && extra.is_empty() {
+/// A host with the tools of `policy` and the components `extra` (nothing
+/// granted), references pulled if the store lacks them. Refuses to build
+/// one with no tool at all.
+async fn tools_host(
+    mut policy: Option<Policy>,
+    extra: &[ComponentArg],
+    registry: &RegistryFlags,
+) -> Result<Tools, Failure> {
+    if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && extra.is_empty() {
         return Err(Failure::input(
             "no_tools",
             "no tools to run: list them in --config FILE or pass --tool TOOL.wasm",
         ));
     }
+    let (extra, lock) = oci::resolve_all(policy.as_mut(), extra, registry).await?;
     let builder = host_builder();
-    let mut host = match policy {
+    let mut host = match &policy {
         Some(policy) => builder.build_with_policy(policy).await?,
         None => builder.build()?,
     };
-    for path in extra {
+    for path in &extra {
         host.load(path).await?;
     }
-    Ok(host)
+    let mut files = extra;
+    files.extend(lock);
+    if let Some(policy) = &policy {
+        files.push(policy.source.clone());
+        for tool in &policy.tools {
+            files.push(tool.path.clone());
+            let keys = tool.oci.iter().flat_map(|o| o.keys.iter());
+            files.extend(keys.map(|k| k.path.clone()));
+        }
+    }
+    Ok(Tools { host, files })
 }
 
 /// `--deps` takes inline JSON (starting with `{` or `[`) or a file path.

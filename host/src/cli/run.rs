@@ -20,8 +20,8 @@ use airlock::{Host, Session};
 
 use super::terminal::{one_line, op_summary};
 use super::{
-    EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_json, print_out,
-    report_failure, save_deps, show_json,
+    ComponentArg, EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_json,
+    print_out, report_failure, save_deps, show_json,
 };
 
 /// Exit code of a run stopped by Ctrl-C (128 + SIGINT).
@@ -31,9 +31,10 @@ const EXIT_CANCELLED: u8 = 130;
 pub struct RunArgs {
     /// What to ask the model.
     prompt: String,
-    /// Also load this component, with nothing granted (repeatable).
-    #[arg(long = "tool", value_name = "TOOL.wasm")]
-    tools: Vec<PathBuf>,
+    /// Also load this component (a file, or oci://REGISTRY/REPO:TAG), with
+    /// nothing granted (repeatable).
+    #[arg(long = "tool", value_name = "TOOL.wasm|oci://REF")]
+    tools: Vec<ComponentArg>,
     /// The model: openai:MODEL (also vLLM, Ollama, llama.cpp, LM Studio via
     /// OPENAI_BASE_URL) or anthropic:MODEL.
     #[arg(long, value_name = "PROVIDER:MODEL", conflicts_with = "script")]
@@ -156,8 +157,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
 async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, TurnPolicy), Failure> {
     args.flags.session.check()?;
     let policy = super::load_policy(args.flags.config.as_deref())?;
-    let host = super::tools_host_of(policy.as_ref(), &args.tools).await?;
-    let turn = policy.map(|p| p.turn).unwrap_or_default();
+    let turn = policy.as_ref().map(|p| p.turn).unwrap_or_default();
+    let host = super::tools_host(policy, &args.tools, &args.flags.registry)
+        .await?
+        .host;
 
     let model: Arc<dyn Model> = match (&args.script, &args.model) {
         (Some(script), _) => Arc::new(

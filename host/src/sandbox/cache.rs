@@ -37,7 +37,7 @@ pub struct UnsafeCache {
 
 /// Refuses `path` unless this user owns it and only this user may write
 /// it (and, for an entry, it is a regular file, not a link).
-fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache> {
+pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache> {
     use std::os::unix::fs::MetadataExt;
     let unsafe_because = |problem: String| UnsafeCache {
         path: path.to_path_buf(),
@@ -371,7 +371,7 @@ fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     crate::fs::write_atomic(path, compiled)
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

@@ -13,7 +13,7 @@
 //! - The guest's stdout and stderr never reach the host's streams.
 
 mod admission;
-mod cache;
+pub(crate) mod cache;
 mod compiler;
 pub mod grants;
 mod limits;

@@ -81,6 +81,15 @@ pub enum LoadError {
         /// Each function, and why it cannot be a tool.
         skipped: Vec<crate::tools::plain::Skipped>,
     },
+    /// The policy names a tool by reference that has not been resolved to
+    /// a pulled component ([`crate::oci::Resolver::resolve_policy`]).
+    #[error(
+        "tool {tool}: named by reference and not pulled yet (resolve the policy's references first: `airlock pull`)"
+    )]
+    NotPulled {
+        /// The tool's name (its reference).
+        tool: String,
+    },
     /// The policy's `functions` or `rename` names a tool the component does
     /// not offer, or names several where it must name one.
     #[error("{}: {problem}", .path.display())]

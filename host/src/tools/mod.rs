@@ -285,8 +285,21 @@ impl HostBuilder {
     /// they cannot be forgotten). Settings made on the builder before
     /// (cache, limits for tools loaded later, pool size) are kept.
     ///
+    /// A tool the policy names by reference must have been resolved first
+    /// ([`crate::oci::Resolver::resolve_policy`]); one that was not is
+    /// refused ([`LoadError::NotPulled`]).
+    ///
     /// Costs what [`HostBuilder::build`] and each [`Host::load_with`] cost.
     pub async fn build_with_policy(mut self, policy: &Policy) -> Result<Host, LoadError> {
+        if let Some(tool) = policy
+            .tools
+            .iter()
+            .find(|t| t.oci.is_some() && t.pulled.is_none())
+        {
+            return Err(LoadError::NotPulled {
+                tool: tool.name.clone(),
+            });
+        }
         self.context_rules = policy.context.clone();
         self.config.fuel_metering = self.config.fuel_metering || policy.needs_fuel();
         let mut host = self.build()?;

@@ -21,10 +21,93 @@ pub async fn connect_with<H: rmcp::ClientHandler>(
 ) -> (RunningService<RoleClient, H>, u32) {
     let mut all = vec!["mcp"];
     all.extend_from_slice(args);
-    let command = tokio::process::Command::from(airlock_command(&all, &[]));
+    connect_command(handler, airlock_command(&all, &[])).await
+}
+
+/// Starts `command` (an `airlock mcp` over stdio) and connects `handler`
+/// as its client; also returns the server's pid.
+pub async fn connect_command<H: rmcp::ClientHandler>(
+    handler: H,
+    command: std::process::Command,
+) -> (RunningService<RoleClient, H>, u32) {
+    let command = tokio::process::Command::from(command);
     let transport = rmcp::transport::TokioChildProcess::new(command).expect("airlock mcp starts");
     let pid = transport.id().expect("the server has a pid");
     (handler.serve(transport).await.expect("initialize"), pid)
+}
+
+/// Starts `command` (an `airlock mcp` over stdio) and connects `handler`
+/// as its client; the server's notes (its stderr), line by line.
+pub async fn connect_noting<H: rmcp::ClientHandler>(
+    handler: H,
+    command: std::process::Command,
+) -> (
+    RunningService<RoleClient, H>,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let command = tokio::process::Command::from(command);
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("airlock mcp starts");
+    let (notes, noted) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let Some(stderr) = stderr else { return };
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = notes.send(line);
+        }
+    });
+    (handler.serve(transport).await.expect("initialize"), noted)
+}
+
+/// Waits (up to 60 s) for a note containing `needle`; the note.
+pub async fn wait_for_note(
+    noted: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    needle: &str,
+) -> String {
+    loop {
+        let note = tokio::time::timeout(std::time::Duration::from_secs(60), noted.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no note containing {needle:?}"))
+            .expect("the server is running");
+        if note.contains(needle) {
+            return note;
+        }
+    }
+}
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+pub struct Watching {
+    changes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl rmcp::ClientHandler for Watching {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Watching {
+    /// How many tools/list_changed it has seen.
+    pub fn changes(&self) -> usize {
+        self.changes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Waits (up to 60 s) for `watching` to have seen `n` tools/list_changed.
+pub async fn wait_for_changes(watching: &Watching, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while watching.changes() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no tools/list_changed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// [`connect_with`] a client that handles nothing.

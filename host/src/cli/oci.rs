@@ -1,0 +1,523 @@
+//! Components from OCI registries: the `oci://` form every command that
+//! takes a component accepts, and `airlock pull`, `push`, `sign` and
+//! `keygen`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::str::FromStr;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use airlock::oci::signature::{self, PrivateKey};
+use airlock::oci::{
+    Credentials, Fetch, Lock, OciError, OciSettings, OciStore, OciTool, Reference, Registry,
+    Resolved, Resolver,
+};
+use airlock::policy::Policy;
+
+use super::{EXIT_INTERNAL, Failure, load_policy, print_json, print_out, report_failure};
+
+/// A component as a command names it: a file, or
+/// `oci://REGISTRY/REPO:TAG` (or `@sha256:…`), pulled through the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComponentArg {
+    /// A `.wasm` (or `.wat`) file.
+    File(PathBuf),
+    /// A reference into a registry.
+    Oci(Reference),
+}
+
+impl FromStr for ComponentArg {
+    type Err = OciError;
+
+    fn from_str(text: &str) -> Result<Self, OciError> {
+        if text.starts_with(airlock::oci::SCHEME) {
+            text.parse().map(Self::Oci)
+        } else {
+            Ok(Self::File(PathBuf::from(text)))
+        }
+    }
+}
+
+impl fmt::Display for ComponentArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Oci(reference) => write!(f, "{}{reference}", airlock::oci::SCHEME),
+        }
+    }
+}
+
+/// How a command reaches registries.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RegistryFlags {
+    /// Reach registries on this machine (localhost, 127.0.0.1, [::1]) over
+    /// plain HTTP. Never used for any other registry.
+    #[arg(long)]
+    insecure: bool,
+}
+
+impl From<OciError> for Failure {
+    fn from(e: OciError) -> Self {
+        let kind = match &e {
+            OciError::InvalidReference { .. } => "invalid_reference",
+            OciError::Unreachable { .. } => "registry_unreachable",
+            OciError::NotFound { .. } => "not_found",
+            OciError::AuthRefused { .. } => "auth_refused",
+            OciError::TooLarge { .. } => "too_large",
+            OciError::NotWasm { .. } => "not_a_component",
+            OciError::DigestMismatch { .. } => "digest_mismatch",
+            OciError::Insecure { .. } => "insecure_refused",
+            OciError::Unsigned { .. } => "unsigned",
+            OciError::NoKey { .. } => "no_key",
+            OciError::Key { .. } => "invalid_key",
+            OciError::Moved { .. } => "moved",
+            OciError::Lock { .. } => "invalid_lock",
+            OciError::NotPulled { .. } => "not_pulled",
+            OciError::Store { .. } | OciError::Signing(_) => {
+                return Self {
+                    kind: "internal",
+                    message: e.to_string(),
+                    exit: EXIT_INTERNAL,
+                };
+            }
+            _ => "registry_error",
+        };
+        Self::input(kind, e.to_string())
+    }
+}
+
+/// The resolver for `policy` (its `[oci]` settings and its lock), or, with
+/// no policy, for `airlock.lock` in the current directory.
+fn resolver(policy: Option<&Policy>, registry: &RegistryFlags) -> Result<Resolver, Failure> {
+    let mut settings = policy.map(|p| p.oci.clone()).unwrap_or_default();
+    settings.insecure |= registry.insecure;
+    let lock = Lock::load(&lock_path(policy))?;
+    let store = OciStore::from_env().ok_or_else(|| {
+        Failure::input(
+            "no_cache",
+            "no directory is known for pulled components: set AIRLOCK_OCI_DIR or AIRLOCK_CACHE_DIR",
+        )
+    })?;
+    Ok(Resolver::new(
+        settings,
+        Credentials::from_env(),
+        store,
+        lock,
+    ))
+}
+
+fn lock_path(policy: Option<&Policy>) -> PathBuf {
+    airlock::oci::lock_path(policy.map(|p| p.source.as_path()))
+}
+
+/// What `policy` says about `reference`: its trusted keys (none when the
+/// policy does not list it).
+fn tool_for(policy: Option<&Policy>, reference: &Reference) -> OciTool {
+    policy
+        .and_then(|p| p.for_reference(reference))
+        .and_then(|t| t.oci.clone())
+        .unwrap_or_else(|| OciTool {
+            reference: reference.clone(),
+            keys: Vec::new(),
+        })
+}
+
+/// Points the policy's entry for `resolved` (if it lists it) at the pulled
+/// file, so that its grants apply.
+fn point_entry(policy: Option<&mut Policy>, resolved: &Resolved) {
+    let entry = policy.and_then(|p| {
+        p.tools.iter_mut().find(|t| {
+            t.oci
+                .as_ref()
+                .is_some_and(|o| o.reference == resolved.reference)
+        })
+    });
+    if let Some(entry) = entry {
+        entry.path = resolved.path.clone();
+        entry.pulled = Some(resolved.clone());
+    }
+}
+
+/// The component one command works on (`inspect`, `call`): its file, and
+/// what its reference resolved to. Only that reference is resolved
+/// (pulled if the store lacks it); the policy's entry for it, if any,
+/// points at the pulled file.
+pub(super) async fn resolve_one(
+    component: &ComponentArg,
+    policy: Option<&mut Policy>,
+    registry: &RegistryFlags,
+) -> Result<(PathBuf, Option<Resolved>), Failure> {
+    let reference = match component {
+        ComponentArg::File(path) => return Ok((path.clone(), None)),
+        ComponentArg::Oci(reference) => reference,
+    };
+    let mut resolver = resolver(policy.as_deref(), registry)?;
+    let tool = tool_for(policy.as_deref(), reference);
+    let resolved = resolver.resolve(&tool, Fetch::Missing).await?;
+    resolver.save()?;
+    point_entry(policy, &resolved);
+    Ok((resolved.path.clone(), Some(resolved)))
+}
+
+/// The policy's references and `extra`'s, resolved (pulling what the store
+/// lacks; the lock saved if that changed it): `extra` as files, in order,
+/// and the lock file, when any reference was involved.
+pub(super) async fn resolve_all(
+    policy: Option<&mut Policy>,
+    extra: &[ComponentArg],
+    registry: &RegistryFlags,
+) -> Result<(Vec<PathBuf>, Option<PathBuf>), Failure> {
+    let any_reference = policy
+        .as_deref()
+        .is_some_and(|p| p.tools.iter().any(|t| t.oci.is_some()))
+        || extra.iter().any(|c| matches!(c, ComponentArg::Oci(_)));
+    if !any_reference {
+        let files = extra.iter().filter_map(|c| match c {
+            ComponentArg::File(path) => Some(path.clone()),
+            ComponentArg::Oci(_) => None,
+        });
+        return Ok((files.collect(), None));
+    }
+    let mut resolver = resolver(policy.as_deref(), registry)?;
+    let mut policy = policy;
+    if let Some(policy) = policy.as_deref_mut() {
+        resolver.resolve_policy(policy, Fetch::Missing).await?;
+    }
+    let mut files = Vec::with_capacity(extra.len());
+    for component in extra {
+        files.push(match component {
+            ComponentArg::File(path) => path.clone(),
+            ComponentArg::Oci(reference) => {
+                let tool = tool_for(policy.as_deref(), reference);
+                resolver.resolve(&tool, Fetch::Missing).await?.path
+            }
+        });
+    }
+    resolver.save()?;
+    Ok((files, Some(resolver.lock().path().to_path_buf())))
+}
+
+/// What `airlock inspect` shows about a pulled component.
+pub(super) fn describe(resolved: &Resolved) -> (String, Value) {
+    let signed_by: Vec<String> = resolved
+        .signed_by
+        .iter()
+        .map(|k| k.display().to_string())
+        .collect();
+    let signer = if signed_by.is_empty() {
+        "not checked (no `verify` key for it)".to_owned()
+    } else {
+        signed_by.join(", ")
+    };
+    let text = format!(
+        "{}{}\n  manifest:  {}\n  component: {}\n  signed by: {signer}\n",
+        airlock::oci::SCHEME,
+        resolved.reference,
+        resolved.manifest,
+        resolved.component
+    );
+    let doc = json!({
+        "reference": resolved.reference.to_string(),
+        "manifest": resolved.manifest,
+        "component": resolved.component,
+        "signed_by": signed_by,
+    });
+    (text, doc)
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// The references to pull (`oci://REGISTRY/REPO:TAG`); default: every
+    /// tool the policy names by reference.
+    #[arg(value_name = "REFERENCE")]
+    references: Vec<String>,
+    /// The policy whose references (and `[oci]` settings, and lock beside
+    /// it) to use. Without it, `airlock.lock` in the current directory.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Move the lock to what the registry has now (after reviewing it).
+    /// Without it, a tag that now names other bytes is refused.
+    #[arg(long)]
+    update: bool,
+    #[command(flatten)]
+    registry: RegistryFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `airlock pull`: resolves each reference at the registry, checks it
+/// against the lock and its signature against the trusted keys, downloads
+/// what the store lacks, and writes the lock.
+pub async fn pull(args: PullArgs) -> ExitCode {
+    match pull_all(&args).await {
+        Ok((pulled, lock, changed)) => {
+            if args.json {
+                let components: Vec<Value> = pulled.iter().map(|r| describe(r).1).collect();
+                print_json(
+                    &json!({"ok": true, "components": components, "lock": lock, "lock_changed": changed}),
+                );
+            } else {
+                let mut text: String = pulled.iter().map(|r| describe(r).0).collect();
+                text.push_str(&if changed {
+                    format!("wrote {}", lock.display())
+                } else {
+                    format!("{} is up to date", lock.display())
+                });
+                print_out(&text);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failure) => report_failure(&failure, args.json, serde_json::Map::new()),
+    }
+}
+
+async fn pull_all(args: &PullArgs) -> Result<(Vec<Resolved>, PathBuf, bool), Failure> {
+    let policy = load_policy(args.config.as_deref())?;
+    let mut tools = Vec::new();
+    for text in &args.references {
+        let reference: Reference = text.parse()?;
+        tools.push(tool_for(policy.as_ref(), &reference));
+    }
+    if args.references.is_empty() {
+        tools.extend(
+            policy
+                .iter()
+                .flat_map(|p| p.tools.iter().filter_map(|t| t.oci.clone())),
+        );
+        if tools.is_empty() {
+            return Err(Failure::input(
+                "usage",
+                "nothing to pull: name references (oci://REGISTRY/REPO:TAG), or a policy \
+                 (--config FILE) with `oci = \"…\"` tools",
+            ));
+        }
+    }
+    let mut resolver = resolver(policy.as_ref(), &args.registry)?;
+    let fetch = if args.update {
+        Fetch::Update
+    } else {
+        Fetch::Check
+    };
+    let mut pulled = Vec::with_capacity(tools.len());
+    for tool in &tools {
+        pulled.push(resolver.resolve(tool, fetch).await?);
+    }
+    let changed = resolver.save()?;
+    Ok((pulled, resolver.lock().path().to_path_buf(), changed))
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The component to publish (.wasm).
+    file: PathBuf,
+    /// Where: `oci://REGISTRY/REPO:TAG`.
+    #[arg(value_name = "REFERENCE")]
+    reference: String,
+    /// Also sign it with this private key (see `airlock keygen`).
+    #[arg(long, value_name = "KEY")]
+    sign: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `airlock push`: the component as the wasm OCI artifact layout (and,
+/// with `--sign`, its signature).
+pub async fn push(args: PushArgs) -> ExitCode {
+    let pushed = async {
+        let reference: Reference = args.reference.parse()?;
+        // The key is read first: a bad key costs no upload.
+        let key = args.sign.as_deref().map(PrivateKey::load).transpose()?;
+        let bytes = read_component(&args.file)?;
+        let registry = connect(&reference, &args.registry)?;
+        let (manifest, component) = registry.push(&bytes).await?;
+        if let Some(key) = &key {
+            registry
+                .push_signature(&manifest, &key.sign(&reference, &manifest)?)
+                .await?;
+        }
+        Ok::<_, Failure>((reference, manifest, component))
+    };
+    match pushed.await {
+        Ok((reference, manifest, component)) => {
+            let signed = args.sign.as_ref().map(|k| k.display().to_string());
+            if args.json {
+                print_json(
+                    &json!({"ok": true, "reference": reference.to_string(), "manifest": manifest, "component": component, "signed_with": signed}),
+                );
+            } else {
+                let mut text = format!(
+                    "pushed {} to {}{reference}\n  manifest:  {manifest}\n  component: {component}",
+                    args.file.display(),
+                    airlock::oci::SCHEME
+                );
+                if let Some(key) = signed {
+                    text.push_str(&format!("\n  signed with {key}"));
+                }
+                print_out(&text);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failure) => report_failure(&failure, args.json, serde_json::Map::new()),
+    }
+}
+
+/// The bytes of the component at `path`, refused unless they are a valid
+/// component (a registry is no place to find out).
+fn read_component(path: &Path) -> Result<Vec<u8>, Failure> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Failure::input(
+            "file_not_readable",
+            format!("{}: cannot read: {e}", path.display()),
+        )
+    })?;
+    if !wasmparser::Parser::is_component(&bytes) {
+        return Err(Failure::input(
+            "not_a_component",
+            format!(
+                "{}: not a WebAssembly component (build for wasm32-wasip2, or wrap a module with `wasm-tools component new`)",
+                path.display()
+            ),
+        ));
+    }
+    let mut validator = wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all());
+    validator.validate_all(&bytes).map_err(|e| {
+        Failure::input(
+            "invalid_component",
+            format!("{}: invalid component: {e}", path.display()),
+        )
+    })?;
+    Ok(bytes)
+}
+
+fn connect(reference: &Reference, flags: &RegistryFlags) -> Result<Registry, Failure> {
+    let settings = OciSettings {
+        insecure: flags.insecure,
+        ..OciSettings::default()
+    };
+    Ok(Registry::connect(
+        reference,
+        &settings,
+        &Credentials::from_env(),
+    )?)
+}
+
+#[derive(Debug, Args)]
+pub struct SignArgs {
+    /// What to sign: `oci://REGISTRY/REPO:TAG` (the manifest it names now)
+    /// or `@sha256:…`.
+    #[arg(value_name = "REFERENCE")]
+    reference: String,
+    /// The private key (PEM, PKCS#8; see `airlock keygen`).
+    #[arg(long, value_name = "KEY")]
+    key: PathBuf,
+    #[command(flatten)]
+    registry: RegistryFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `airlock sign`: a cosign-compatible signature for the manifest the
+/// reference names, stored beside it in the registry.
+pub async fn sign(args: SignArgs) -> ExitCode {
+    let signed = async {
+        let reference: Reference = args.reference.parse()?;
+        let key = PrivateKey::load(&args.key)?;
+        let registry = connect(&reference, &args.registry)?;
+        let (manifest, _) = registry.resolve(&reference).await?;
+        registry
+            .push_signature(&manifest, &key.sign(&reference, &manifest)?)
+            .await?;
+        Ok::<_, Failure>((reference, manifest))
+    };
+    match signed.await {
+        Ok((reference, manifest)) => {
+            if args.json {
+                print_json(
+                    &json!({"ok": true, "reference": reference.to_string(), "manifest": manifest, "signed_with": args.key}),
+                );
+            } else {
+                print_out(&format!(
+                    "signed {}{reference}\n  manifest:  {manifest}\n  with {}",
+                    airlock::oci::SCHEME,
+                    args.key.display()
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failure) => report_failure(&failure, args.json, serde_json::Map::new()),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Where to write: PREFIX.key (private, 0600) and PREFIX.pub.
+    #[arg(long, value_name = "PREFIX")]
+    out: PathBuf,
+}
+
+/// `airlock keygen`: an ECDSA P-256 key pair, the kind cosign uses.
+pub fn keygen(args: KeygenArgs) -> ExitCode {
+    let written = (|| {
+        let with = |suffix: &str| {
+            let mut path = args.out.clone().into_os_string();
+            path.push(suffix);
+            PathBuf::from(path)
+        };
+        let (private, public) = (with(".key"), with(".pub"));
+        for path in [&private, &public] {
+            if path.exists() {
+                return Err(Failure::input(
+                    "exists",
+                    format!("{}: already exists; not overwritten", path.display()),
+                ));
+            }
+        }
+        if let Some(dir) = private.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Failure::input(
+                    "file_not_writable",
+                    format!("{}: cannot create: {e}", dir.display()),
+                )
+            })?;
+        }
+        let (private_pem, public_pem) = signature::generate()?;
+        let write = |path: &Path, text: &str, mode: u32| {
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(path)
+                .and_then(|mut file| file.write_all(text.as_bytes()))
+                .map_err(|e| {
+                    Failure::input(
+                        "file_not_writable",
+                        format!("{}: cannot write: {e}", path.display()),
+                    )
+                })
+        };
+        write(&private, &private_pem, 0o600)?;
+        write(&public, &public_pem, 0o644)?;
+        Ok((private, public))
+    })();
+    match written {
+        Ok((private, public)) => {
+            print_out(&format!(
+                "wrote {} (private: keep it secret) and {} (public: give it to operators, for `verify = {{ key = … }}`)",
+                private.display(),
+                public.display()
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(failure) => report_failure(&failure, false, serde_json::Map::new()),
+    }
+}

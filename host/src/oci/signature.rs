@@ -1,0 +1,256 @@
+//! Signatures as cosign writes and reads them (key-based): a "simple
+//! signing" payload naming the signed manifest's digest, signed with ECDSA
+//! P-256 over SHA-256, stored in the same repository under the tag
+//! `sha256-<hex>.sig` as a manifest whose layers are the payloads
+//! (`application/vnd.dev.cosign.simplesigning.v1+json`), each with its
+//! signature (base64 DER) in the annotation `dev.cosignproject.cosign/signature`.
+//!
+//! Keys are PEM: a public key as SubjectPublicKeyInfo (`PUBLIC KEY`, what
+//! `cosign generate-key-pair` and `openssl pkey -pubout` write), a private
+//! key as unencrypted PKCS#8 (`PRIVATE KEY`: `airlock keygen`, or `openssl
+//! genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`). Verifying
+//! costs one ECDSA check per signature (tens of microseconds).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{
+    ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair,
+    UnparsedPublicKey,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{OciError, Reference};
+
+/// The layer media type of a signature payload.
+pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+
+/// The annotation that carries a payload's signature.
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+
+/// What the payload says it is.
+const PAYLOAD_TYPE: &str = "cosign container image signature";
+
+/// The DER prefix of a P-256 public key's SubjectPublicKeyInfo, before its
+/// 65-byte uncompressed point.
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+/// The tag under which cosign keeps the signatures of `manifest_digest`.
+pub fn signature_tag(manifest_digest: &str) -> String {
+    format!("{}.sig", manifest_digest.replace(':', "-"))
+}
+
+/// One signature: the payload as stored (its bytes are what was signed)
+/// and the signature over them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// The simple-signing payload, as the registry holds it.
+    pub payload: String,
+    /// The ECDSA signature, base64 of its DER form.
+    pub signature: String,
+}
+
+/// A public key trusted to sign components, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    /// The file it was read from (how errors and `inspect` name it).
+    pub path: PathBuf,
+    /// The uncompressed P-256 point.
+    point: Vec<u8>,
+}
+
+fn pem_body(text: &str, label: &str) -> Option<Vec<u8>> {
+    let begin = format!("-----BEGIN {label}-----");
+    let end = format!("-----END {label}-----");
+    let start = text.find(&begin)? + begin.len();
+    let stop = text[start..].find(&end)? + start;
+    let body: String = text[start..stop]
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    base64::engine::general_purpose::STANDARD.decode(body).ok()
+}
+
+impl PublicKey {
+    /// Reads a P-256 public key (PEM `PUBLIC KEY`) from `path`.
+    pub fn load(path: &Path) -> Result<Self, OciError> {
+        let bad = |problem: String| OciError::Key {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        let der =
+            pem_body(&text, "PUBLIC KEY").ok_or_else(|| bad("not a PEM `PUBLIC KEY`".into()))?;
+        let point = der
+            .strip_prefix(&P256_SPKI_PREFIX[..])
+            .filter(|point| point.len() == 65 && point[0] == 4)
+            .ok_or_else(|| bad("not an ECDSA P-256 public key (the kind cosign uses)".into()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            point: point.to_vec(),
+        })
+    }
+
+    /// Whether `signature` is this key's, over its payload, and the payload
+    /// names `manifest_digest` as the signed image.
+    pub fn verifies(&self, signature: &Signature, manifest_digest: &str) -> bool {
+        let Ok(der) = base64::engine::general_purpose::STANDARD.decode(signature.signature.trim())
+        else {
+            return false;
+        };
+        let key = UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point);
+        key.verify(signature.payload.as_bytes(), &der).is_ok()
+            && signed_digest(&signature.payload).as_deref() == Some(manifest_digest)
+    }
+}
+
+/// The manifest digest a payload says was signed, if it is a cosign
+/// container image signature.
+fn signed_digest(payload: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(payload).ok()?;
+    let critical = value.get("critical")?;
+    if critical.get("type")?.as_str()? != PAYLOAD_TYPE {
+        return None;
+    }
+    Some(
+        critical
+            .get("image")?
+            .get("docker-manifest-digest")?
+            .as_str()?
+            .to_owned(),
+    )
+}
+
+/// A private key to sign with.
+pub struct PrivateKey {
+    pair: EcdsaKeyPair,
+}
+
+impl std::fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrivateKey(…)")
+    }
+}
+
+impl PrivateKey {
+    /// Reads a P-256 private key (PEM `PRIVATE KEY`, unencrypted PKCS#8)
+    /// from `path`. Errors never show the key.
+    pub fn load(path: &Path) -> Result<Self, OciError> {
+        let bad = |problem: &str| OciError::Key {
+            path: path.to_path_buf(),
+            problem: problem.to_owned(),
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| OciError::Key {
+            path: path.to_path_buf(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        if text.contains("ENCRYPTED") {
+            return Err(bad(
+                "an encrypted key (cosign's own format) is not supported; use `airlock keygen`, or \
+                 `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`",
+            ));
+        }
+        let der = pem_body(&text, "PRIVATE KEY")
+            .ok_or_else(|| bad("not a PEM `PRIVATE KEY` (unencrypted PKCS#8)"))?;
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &der, &SystemRandom::new())
+                .map_err(|_| bad("not an ECDSA P-256 private key"))?;
+        Ok(Self { pair })
+    }
+
+    /// Signs `reference`'s manifest `manifest_digest`: the cosign payload
+    /// and its signature.
+    pub fn sign(
+        &self,
+        reference: &Reference,
+        manifest_digest: &str,
+    ) -> Result<Signature, OciError> {
+        let payload = json!({
+            "critical": {
+                "identity": {"docker-reference": format!("{}/{}", reference.registry(), reference.repository())},
+                "image": {"docker-manifest-digest": manifest_digest},
+                "type": PAYLOAD_TYPE,
+            },
+            "optional": null,
+        })
+        .to_string();
+        let signed = self
+            .pair
+            .sign(&SystemRandom::new(), payload.as_bytes())
+            .map_err(|_| OciError::Signing("the signature could not be made".into()))?;
+        Ok(Signature {
+            payload,
+            signature: base64::engine::general_purpose::STANDARD.encode(signed.as_ref()),
+        })
+    }
+}
+
+/// A new key pair: the private key as PKCS#8 PEM, the public as SPKI PEM.
+pub fn generate() -> Result<(String, String), OciError> {
+    let rng = SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+        .map_err(|_| OciError::Signing("no key could be generated".into()))?;
+    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+        .map_err(|_| OciError::Signing("the generated key does not load".into()))?;
+    let mut spki = P256_SPKI_PREFIX.to_vec();
+    spki.extend_from_slice(pair.public_key().as_ref());
+    Ok((pem("PRIVATE KEY", pkcs8.as_ref()), pem("PUBLIC KEY", &spki)))
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|chunk| std::str::from_utf8(chunk).unwrap_or_default())
+        .collect();
+    format!(
+        "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+        lines.join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_verifies_with_its_key_only_and_for_its_digest_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let (private, public) = generate().unwrap();
+        let (_, other) = generate().unwrap();
+        let key = PrivateKey::load(&write("k.key", &private)).unwrap();
+        let public = PublicKey::load(&write("k.pub", &public)).unwrap();
+        let other = PublicKey::load(&write("o.pub", &other)).unwrap();
+        let reference: Reference = "127.0.0.1:5000/t:1".parse().unwrap();
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let signature = key.sign(&reference, &digest).unwrap();
+        assert!(public.verifies(&signature, &digest));
+        assert!(!other.verifies(&signature, &digest));
+        assert!(!public.verifies(&signature, &format!("sha256:{}", "b".repeat(64))));
+        let mut tampered = signature.clone();
+        tampered.payload = tampered.payload.replace(&"a".repeat(64), &"b".repeat(64));
+        assert!(!public.verifies(&tampered, &format!("sha256:{}", "b".repeat(64))));
+        assert_eq!(
+            signature_tag(&digest),
+            format!("sha256-{}.sig", "a".repeat(64))
+        );
+        assert!(PublicKey::load(&write("bad.pub", "nope")).is_err());
+        let encrypted = write(
+            "enc.key",
+            "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nx\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n",
+        );
+        let err = PrivateKey::load(&encrypted).unwrap_err().to_string();
+        assert!(err.contains("not supported"), "{err}");
+    }
+}
