@@ -22,6 +22,7 @@ mod deps_size;
 mod durability;
 mod harness;
 mod mcp_round_trip;
+mod oci;
 mod ops;
 mod parallel_turns;
 mod peers;
@@ -108,7 +109,8 @@ fn main() {
                 true scale_out,
                 true parallel_turns,
                 true peers,
-                true plain
+                true plain,
+                true oci
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }
