@@ -56,7 +56,7 @@ use toml::Spanned;
 
 use crate::context::{ContextRules, KeyAccess, KeyPatterns};
 use crate::oci::signature::PublicKey;
-use crate::oci::{OciError, OciSettings, OciTool, Reference, Resolved};
+use crate::oci::{Fetch, OciError, OciSettings, OciTool, Reference, Resolved, Resolver};
 use crate::sandbox::Limits;
 use crate::sandbox::grants::{
     DirConfig, DirGrant, DirMode, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant,
@@ -148,7 +148,7 @@ pub struct Policy {
 pub struct ToolPolicy {
     /// The component: a file (`path`, resolved against the policy file's
     /// directory), or, for a tool named by reference, its file in the OCI
-    /// store once [`Resolver::resolve_policy`](crate::oci::Resolver::resolve_policy)
+    /// store once [`Policy::resolve_references`]
     /// has pulled it (empty until then).
     pub path: PathBuf,
     /// A label for messages; defaults to the file name (the reference, for
@@ -281,6 +281,23 @@ impl Policy {
         })
     }
 
+    /// Resolves every tool named by reference through `resolver`,
+    /// pointing its `path` at the pulled component and recording what it
+    /// resolved to in its `pulled`. Stops at the first that cannot be used.
+    pub async fn resolve_references(
+        &mut self,
+        resolver: &mut Resolver,
+        fetch: Fetch,
+    ) -> Result<(), OciError> {
+        for tool in &mut self.tools {
+            let Some(oci) = &tool.oci else { continue };
+            let resolved = resolver.resolve(oci, fetch).await?;
+            tool.path = resolved.path.clone();
+            tool.pulled = Some(resolved);
+        }
+        Ok(())
+    }
+
     /// Where this policy's lock file is: `airlock.lock` beside it.
     pub fn lock_path(&self) -> PathBuf {
         crate::oci::lock_path(Some(&self.source))
@@ -372,57 +389,7 @@ struct PolicyFile {
     #[serde(default, rename = "tool")]
     tools: Vec<Spanned<ToolFile>>,
     turn: Option<Spanned<TurnFile>>,
-    oci: Option<Spanned<OciFile>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OciFile {
-    #[serde(default)]
-    require_signature: bool,
-    #[serde(default)]
-    insecure: bool,
-    max_manifest_bytes: Option<u64>,
-    max_layer_bytes: Option<u64>,
-}
-
-impl OciFile {
-    fn settings(self) -> Result<OciSettings, String> {
-        let defaults = OciSettings::default();
-        let positive = |name: &str, value: Option<u64>, default: u64| match value {
-            Some(0) => Err(format!("{name} must be at least 1")),
-            Some(n) => Ok(n),
-            None => Ok(default),
-        };
-        Ok(OciSettings {
-            require_signature: self.require_signature,
-            insecure: self.insecure,
-            max_manifest_bytes: positive(
-                "max_manifest_bytes",
-                self.max_manifest_bytes,
-                defaults.max_manifest_bytes,
-            )?,
-            max_layer_bytes: positive(
-                "max_layer_bytes",
-                self.max_layer_bytes,
-                defaults.max_layer_bytes,
-            )?,
-        })
-    }
-}
-
-/// `verify = { key = "a.pub" }` or `{ key = ["a.pub", "b.pub"] }`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VerifyFile {
-    key: OneOrMany,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
+    oci: Option<Spanned<crate::oci::OciFile>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -451,7 +418,7 @@ struct ContextFile {
 struct ToolFile {
     path: Option<Spanned<String>>,
     oci: Option<Spanned<String>>,
-    verify: Option<Spanned<VerifyFile>>,
+    verify: Option<Spanned<crate::oci::VerifyFile>>,
     name: Option<String>,
     #[serde(default)]
     approval: Approval,
@@ -521,10 +488,7 @@ impl ToolFile {
                 let keys = match &self.verify {
                     None => Vec::new(),
                     Some(verify) => {
-                        let files = match &verify.get_ref().key {
-                            OneOrMany::One(file) => vec![file.clone()],
-                            OneOrMany::Many(files) => files.clone(),
-                        };
+                        let files = verify.get_ref().files();
                         if files.is_empty() {
                             return Err(at(
                                 Some(verify.span()),

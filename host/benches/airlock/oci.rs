@@ -59,8 +59,8 @@ async fn start(path: &Path, store: &OciStore, cache: &Path) -> Host {
             store.clone(),
             lock,
         );
-        resolver
-            .resolve_policy(&mut policy, Fetch::Never)
+        policy
+            .resolve_references(&mut resolver, Fetch::Never)
             .await
             .unwrap();
     }
@@ -127,8 +127,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             store.clone(),
             lock,
         );
-        resolver
-            .resolve_policy(&mut policy, Fetch::Check)
+        policy
+            .resolve_references(&mut resolver, Fetch::Check)
             .await
             .unwrap();
         resolver.save().unwrap();

@@ -184,7 +184,9 @@ pub(super) async fn resolve_all(
     let mut resolver = resolver(policy.as_deref(), registry)?;
     let mut policy = policy;
     if let Some(policy) = policy.as_deref_mut() {
-        resolver.resolve_policy(policy, Fetch::Missing).await?;
+        policy
+            .resolve_references(&mut resolver, Fetch::Missing)
+            .await?;
     }
     let mut files = Vec::with_capacity(extra.len());
     for component in extra {

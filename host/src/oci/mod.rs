@@ -18,16 +18,21 @@
 //! - [`resolve`]: a policy's references to local files, through the lock
 //!   (and a pull for those not yet pulled).
 
+mod config;
+mod credentials;
 mod lock;
+mod publish;
 mod reference;
 mod registry;
 mod resolve;
 pub mod signature;
 mod store;
 
+pub(crate) use config::{OciFile, VerifyFile};
+pub use credentials::Credentials;
 pub use lock::{LOCK_FILE, Lock, Locked};
 pub use reference::{Reference, SCHEME};
-pub use registry::{Credentials, Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
+pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 pub use resolve::{Fetch, Resolved, Resolver};
 pub use store::OciStore;
 

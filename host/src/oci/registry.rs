@@ -3,26 +3,24 @@
 //! (checked against its digest as it streams, bounded in size), pushing
 //! the wasm artifact layout, and reading and writing cosign signatures.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use base64::Engine as _;
 use oci_client::RegistryOperation;
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{
     IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
     OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest,
 };
 use oci_client::secrets::RegistryAuth;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::signature::{self, PAYLOAD_MEDIA_TYPE, SIGNATURE_ANNOTATION, Signature};
-use super::{OciError, OciSettings, OciStore, Reference};
+use super::{Credentials, OciError, OciSettings, OciStore, Reference};
 
 /// The wasm artifact layout's config media type (CNCF TAG Runtime's wasm
 /// OCI artifact, what `wkg oci push` writes).
@@ -58,118 +56,13 @@ const MANIFEST_TYPES: [&str; 4] = [
     IMAGE_MANIFEST_LIST_MEDIA_TYPE,
 ];
 
-/// Registry credentials: from `AIRLOCK_REGISTRY_USERNAME` and
-/// `AIRLOCK_REGISTRY_PASSWORD` (or `AIRLOCK_REGISTRY_TOKEN`), else from the
-/// docker credential file (`REGISTRY_AUTH_FILE`, else
-/// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`: an `auths`
-/// entry for the registry, `auth` or `username`/`password` or
-/// `identitytoken`), else none. Never printed (its `Debug` says what kind
-/// it is, not what it holds).
-#[derive(Clone, Default)]
-pub struct Credentials {
-    all: Option<RegistryAuth>,
-    by_registry: BTreeMap<String, RegistryAuth>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("from_environment", &self.all.is_some())
-            .field("registries", &self.by_registry.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl Credentials {
-    /// None: every registry anonymously.
-    pub fn anonymous() -> Self {
-        Self::default()
-    }
-
-    /// As the environment and the docker credential file say (see the
-    /// type's docs). A file that cannot be read is ignored (anonymous).
-    pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let all = match (
-            var("AIRLOCK_REGISTRY_USERNAME"),
-            var("AIRLOCK_REGISTRY_PASSWORD"),
-            var("AIRLOCK_REGISTRY_TOKEN"),
-        ) {
-            (Some(user), Some(password), _) => Some(RegistryAuth::Basic(user, password)),
-            (_, _, Some(token)) => Some(RegistryAuth::Bearer(token)),
-            _ => None,
-        };
-        let file = var("REGISTRY_AUTH_FILE")
-            .map(PathBuf::from)
-            .or_else(|| var("DOCKER_CONFIG").map(|dir| PathBuf::from(dir).join("config.json")))
-            .or_else(|| dirs::home_dir().map(|home| home.join(".docker/config.json")));
-        let by_registry = file
-            .and_then(|path| std::fs::read(path).ok())
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-            .map(|doc| docker_auths(&doc))
-            .unwrap_or_default();
-        Self { all, by_registry }
-    }
-
-    fn for_registry(&self, registry: &str) -> RegistryAuth {
-        if let Some(all) = &self.all {
-            return all.clone();
-        }
-        let bare = registry
-            .trim_start_matches("https://")
-            .trim_start_matches("http://");
-        self.by_registry
-            .get(bare)
-            .cloned()
-            .unwrap_or(RegistryAuth::Anonymous)
-    }
-}
-
-/// The `auths` of a docker config file, by registry.
-fn docker_auths(doc: &Value) -> BTreeMap<String, RegistryAuth> {
-    let Some(auths) = doc.get("auths").and_then(Value::as_object) else {
-        return BTreeMap::new();
-    };
-    auths
-        .iter()
-        .filter_map(|(registry, entry)| {
-            let field = |name: &str| {
-                entry
-                    .get(name)
-                    .and_then(Value::as_str)
-                    .filter(|v| !v.is_empty())
-            };
-            let auth = if let Some(token) =
-                field("identitytoken").or_else(|| field("registrytoken"))
-            {
-                RegistryAuth::Bearer(token.to_owned())
-            } else if let (Some(user), Some(password)) = (field("username"), field("password")) {
-                RegistryAuth::Basic(user.to_owned(), password.to_owned())
-            } else {
-                let decoded = base64::engine::general_purpose::STANDARD
-                    .decode(field("auth")?)
-                    .ok()?;
-                let text = String::from_utf8(decoded).ok()?;
-                let (user, password) = text.split_once(':')?;
-                RegistryAuth::Basic(user.to_owned(), password.to_owned())
-            };
-            let key = registry
-                .trim_start_matches("https://")
-                .trim_start_matches("http://")
-                .trim_end_matches('/')
-                .to_owned();
-            Some((key, auth))
-        })
-        .collect()
-}
-
 /// One registry, for one reference.
 pub struct Registry {
-    client: oci_client::Client,
+    pub(super) client: oci_client::Client,
     /// For manifests, read with a bound (oci-client reads them whole).
     http: reqwest::Client,
-    auth: RegistryAuth,
-    reference: Reference,
+    pub(super) auth: RegistryAuth,
+    pub(super) reference: Reference,
     settings: OciSettings,
 }
 
@@ -233,7 +126,7 @@ impl Registry {
 
     /// The error for a failure of the registry client. What a registry
     /// says is shortened: it is the registry's text, not ours.
-    fn failed(&self, what: &'static str, e: OciDistributionError) -> OciError {
+    pub(super) fn failed(&self, what: &'static str, e: OciDistributionError) -> OciError {
         use oci_client::errors::OciErrorCode as Code;
         let reference = self.reference.clone();
         let said = |text: &str| crate::text::truncate(text, 200);
@@ -309,7 +202,7 @@ impl Registry {
     /// client's auth handshake, and refused past `max_manifest_bytes`
     /// whatever the registry declares; the bytes are checked against the
     /// digest the reference pins and the one the registry states.
-    async fn manifest_at(&self, at: &Reference) -> Result<(String, Vec<u8>), OciError> {
+    pub(super) async fn manifest_at(&self, at: &Reference) -> Result<(String, Vec<u8>), OciError> {
         let client_ref = at.to_client();
         let token = self
             .client
@@ -609,126 +502,6 @@ impl Registry {
         }
         Ok(found)
     }
-
-    /// Pushes `component` (the bytes of a component) as the wasm artifact
-    /// layout: an OCI image manifest whose config
-    /// (`application/vnd.wasm.config.v0+json`) names its imports and
-    /// exports, and one `application/wasm` layer. The manifest's digest
-    /// and the component's.
-    pub async fn push(&self, component: &[u8]) -> Result<(String, String), OciError> {
-        let component_digest = sha256_digest(component);
-        let (imports, exports) = component_names(component);
-        let config = json!({
-            "created": rfc3339_now(),
-            "architecture": "wasm",
-            "os": "wasip2",
-            "layerDigests": [component_digest],
-            "component": {"exports": exports, "imports": imports},
-        })
-        .to_string()
-        .into_bytes();
-        let layer = ImageLayer::new(component.to_vec(), WASM_LAYER_MEDIA_TYPE.to_owned(), None);
-        let config = Config::new(config, WASM_CONFIG_MEDIA_TYPE.to_owned(), None);
-        let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
-        manifest.media_type = Some(OCI_IMAGE_MEDIA_TYPE.to_owned());
-        self.client
-            .push(
-                &self.reference.to_client(),
-                &[layer],
-                config,
-                &self.auth,
-                Some(manifest),
-            )
-            .await
-            .map_err(|e| self.failed("component", e))?;
-        let (manifest_digest, _) = self.resolve(&self.reference).await?;
-        Ok((manifest_digest, component_digest))
-    }
-
-    /// Adds `signature` to the signatures of `manifest_digest` (kept with
-    /// those already there, as cosign does).
-    pub async fn push_signature(
-        &self,
-        manifest_digest: &str,
-        signature: &Signature,
-    ) -> Result<(), OciError> {
-        let at = self
-            .reference
-            .at_tag(&signature::signature_tag(manifest_digest));
-        let mut layers: Vec<OciDescriptor> = match self.manifest_at(&at).await {
-            Ok((_, bytes)) => serde_json::from_slice::<OciImageManifest>(&bytes)
-                .map(|m| m.layers)
-                .unwrap_or_default(),
-            Err(OciError::NotFound { .. }) => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let payload = signature.payload.as_bytes();
-        let payload_digest = sha256_digest(payload);
-        let already = layers.iter().any(|l| {
-            l.digest == payload_digest
-                && l.annotations
-                    .as_ref()
-                    .and_then(|a| a.get(SIGNATURE_ANNOTATION))
-                    == Some(&signature.signature)
-        });
-        if already {
-            return Ok(());
-        }
-        let client_at = at.to_client();
-        self.client
-            .store_auth_if_needed(at.registry(), &self.auth)
-            .await;
-        self.client
-            .push_blob(&client_at, payload, &payload_digest)
-            .await
-            .map_err(|e| self.failed("signature", e))?;
-        layers.push(OciDescriptor {
-            media_type: PAYLOAD_MEDIA_TYPE.to_owned(),
-            digest: payload_digest,
-            size: i64::try_from(payload.len()).unwrap_or(i64::MAX),
-            urls: None,
-            annotations: Some(BTreeMap::from([(
-                SIGNATURE_ANNOTATION.to_owned(),
-                signature.signature.clone(),
-            )])),
-        });
-        let diff_ids: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
-        let config = json!({
-            "architecture": "",
-            "config": {},
-            "created": "0001-01-01T00:00:00Z",
-            "history": [{"created": "0001-01-01T00:00:00Z"}],
-            "os": "",
-            "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        })
-        .to_string()
-        .into_bytes();
-        let config_digest = sha256_digest(&config);
-        self.client
-            .push_blob(&client_at, &config, &config_digest)
-            .await
-            .map_err(|e| self.failed("signature", e))?;
-        let manifest = OciImageManifest {
-            schema_version: 2,
-            media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_owned()),
-            config: OciDescriptor {
-                media_type: "application/vnd.oci.image.config.v1+json".to_owned(),
-                digest: config_digest,
-                size: i64::try_from(config.len()).unwrap_or(i64::MAX),
-                urls: None,
-                annotations: None,
-            },
-            layers,
-            subject: None,
-            artifact_type: None,
-            annotations: None,
-        };
-        self.client
-            .push_manifest(&client_at, &manifest.into())
-            .await
-            .map_err(|e| self.failed("signature", e))?;
-        Ok(())
-    }
 }
 
 /// Writes through, refusing (`FileTooLarge`) past a bound.
@@ -769,60 +542,6 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Bounded<W> {
 /// `sha256:<hex>` of `bytes`.
 pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-/// The names a component imports and exports at its top level.
-fn component_names(bytes: &[u8]) -> (Vec<String>, Vec<String>) {
-    let (mut imports, mut exports) = (Vec::new(), Vec::new());
-    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
-        match payload {
-            Ok(wasmparser::Payload::ComponentImportSection(section)) => {
-                imports.extend(
-                    section
-                        .into_iter()
-                        .flatten()
-                        .map(|i| i.name.name.to_owned()),
-                );
-            }
-            Ok(wasmparser::Payload::ComponentExportSection(section)) => {
-                exports.extend(
-                    section
-                        .into_iter()
-                        .flatten()
-                        .map(|e| e.name.name.to_owned()),
-                );
-            }
-            Ok(
-                wasmparser::Payload::ModuleSection { .. }
-                | wasmparser::Payload::ComponentSection { .. },
-            ) => {}
-            Err(_) => break,
-            _ => {}
-        }
-    }
-    (imports, exports)
-}
-
-/// The time now as RFC 3339 (UTC, seconds).
-fn rfc3339_now() -> String {
-    let secs = crate::journal::now_ms() / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -13,7 +13,6 @@ use super::signature::{PublicKey, Signature};
 use super::{
     Credentials, Lock, Locked, OciError, OciSettings, OciStore, OciTool, Reference, Registry,
 };
-use crate::policy::Policy;
 
 /// How far a resolution may go to the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,23 +149,6 @@ impl Resolver {
                 self.pull(tool, Pin::Free).await
             }
         }
-    }
-
-    /// Resolves every tool `policy` names by reference, pointing its
-    /// `path` at the pulled component and recording what it resolved to
-    /// in its `pulled`. Stops at the first that cannot be used.
-    pub async fn resolve_policy(
-        &mut self,
-        policy: &mut Policy,
-        fetch: Fetch,
-    ) -> Result<(), OciError> {
-        for tool in &mut policy.tools {
-            let Some(oci) = &tool.oci else { continue };
-            let resolved = self.resolve(oci, fetch).await?;
-            tool.path = resolved.path.clone();
-            tool.pulled = Some(resolved);
-        }
-        Ok(())
     }
 
     fn lock_error(&self, problem: String) -> OciError {

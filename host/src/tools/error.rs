@@ -82,7 +82,7 @@ pub enum LoadError {
         skipped: Vec<crate::tools::plain::Skipped>,
     },
     /// The policy names a tool by reference that has not been resolved to
-    /// a pulled component ([`crate::oci::Resolver::resolve_policy`]).
+    /// a pulled component ([`crate::policy::Policy::resolve_references`]).
     #[error(
         "tool {tool}: named by reference and not pulled yet (resolve the policy's references first: `airlock pull`)"
     )]

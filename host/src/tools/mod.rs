@@ -286,7 +286,7 @@ impl HostBuilder {
     /// (cache, limits for tools loaded later, pool size) are kept.
     ///
     /// A tool the policy names by reference must have been resolved first
-    /// ([`crate::oci::Resolver::resolve_policy`]); one that was not is
+    /// ([`crate::policy::Policy::resolve_references`]); one that was not is
     /// refused ([`LoadError::NotPulled`]).
     ///
     /// Costs what [`HostBuilder::build`] and each [`Host::load_with`] cost.
