@@ -270,6 +270,70 @@ fn a_signed_component_is_pushed_pulled_pinned_and_run_by_reference() {
     assert_eq!(doc["deps"]["counters"]["vowels"], 3, "{doc}");
 }
 
+/// The README's walk-through: its policy (`guest-examples/registry`, on
+/// this test's registry instead of port 5000) with the key where
+/// `airlock keygen --out target/keys/publisher` puts it.
+#[test]
+fn the_readme_registry_policy_pulls_signed_and_refuses_unsigned() {
+    let registry = Registry::start();
+    let scene = Scene::new();
+    let out = scene.run(&["keygen", "--out", "target/keys/publisher"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reference = registry.oci("tools/stateful:1.0");
+    let file = guest("stateful");
+    let pushed = ok_json(&scene.run(&[
+        "push",
+        file.to_str().unwrap(),
+        &reference,
+        "--insecure",
+        "--sign",
+        "target/keys/publisher.key",
+        "--json",
+    ]));
+    let text =
+        std::fs::read_to_string(root().join("guest-examples/registry/airlock.toml")).unwrap();
+    assert!(text.contains("127.0.0.1:5000/tools/stateful:1.0"), "{text}");
+    let dir = scene.path("guest-examples/registry");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("airlock.toml");
+    std::fs::write(&config, text.replace("127.0.0.1:5000", &registry.host())).unwrap();
+    let config = config.to_str().unwrap();
+
+    let pulled = ok_json(&scene.run(&["pull", "--config", config, "--json"]));
+    assert_eq!(pulled["components"][0]["manifest"], pushed["manifest"]);
+    let lock = std::fs::read_to_string(dir.join("airlock.lock")).unwrap();
+    assert!(
+        lock.contains("signed_by = [\"../../target/keys/publisher.pub\"]"),
+        "{lock}"
+    );
+    let called = ok_json(&scene.run(&[
+        "call",
+        &reference,
+        "increment",
+        r#"{"name": "runs"}"#,
+        "--config",
+        config,
+        "--json",
+    ]));
+    assert_eq!(called["deps"]["counters"]["runs"], 1);
+
+    // The tag moved to unsigned bytes: refused, and the pinned bytes still run.
+    scene.push(&units(), &reference, None);
+    let update = scene.run(&["pull", "--update", "--config", config, "--json"]);
+    let message = refused(&update, "unsigned");
+    assert!(message.contains("target/keys/publisher.pub"), "{message}");
+    let called = ok_json(&scene.run(&[
+        "call",
+        &reference,
+        "increment",
+        r#"{"name": "runs"}"#,
+        "--config",
+        config,
+        "--json",
+    ]));
+    assert_eq!(called["result"]["value"], 1);
+}
+
 /// `inspect --json` prints no `ok` field: the document itself.
 fn ok_json_inspect(out: &Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
@@ -379,6 +443,33 @@ fn with_the_lock_and_the_store_filled_no_network_is_needed() {
     );
     assert!(message.contains("tools/other:1"), "{message}");
     assert_eq!(scene.lock(), lock);
+
+    // A store another user could write is used for nothing, and said so.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let chmod = |mode| {
+            std::fs::set_permissions(scene.store(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        chmod(0o777);
+        let call = |name: &str| {
+            scene.run(&[
+                "call",
+                &reference,
+                "increment",
+                &format!(r#"{{"name": "{name}"}}"#),
+                "--config",
+                &config,
+                "--json",
+            ])
+        };
+        let message = refused(&call("shared"), "unsafe_store");
+        assert!(
+            message.contains(scene.store().to_str().unwrap()),
+            "{message}"
+        );
+        chmod(0o700);
+        assert_eq!(ok_json(&call("private"))["result"]["value"], 1);
+    }
     assert_eq!(scene.stored().len(), 1);
 }
 

@@ -76,6 +76,7 @@ impl From<OciError> for Failure {
             OciError::Moved { .. } => "moved",
             OciError::Lock { .. } => "invalid_lock",
             OciError::NotPulled { .. } => "not_pulled",
+            OciError::UnsafeStore { .. } => "unsafe_store",
             OciError::Store { .. } | OciError::Signing(_) => {
                 return Self {
                     kind: "internal",

@@ -234,6 +234,15 @@ pub enum OciError {
         /// The reference.
         reference: Reference,
     },
+    /// The store (or a file in it) is not private to this user: another
+    /// user could put a component in it. Nothing in it is used.
+    #[error("OCI store {}: {problem}; make it private to your user (chmod 700) or set AIRLOCK_OCI_DIR", .path.display())]
+    UnsafeStore {
+        /// The directory or file at fault.
+        path: PathBuf,
+        /// Why it is unsafe.
+        problem: String,
+    },
     /// The store could not be read or written.
     #[error("OCI store {}: {problem}", .path.display())]
     Store {

@@ -263,17 +263,51 @@ fn key_list(keys: &[PublicKey]) -> String {
 }
 
 /// `path` as the lock at `lock` should name it: relative to the lock's
-/// directory when it lies inside it.
+/// directory (with `..` where needed), as the policy beside it names keys;
+/// absolute only when the two share no root.
 fn relative_to(path: &Path, lock: &Path) -> String {
     let dir = match lock.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
     let full = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    dir.canonicalize()
-        .ok()
-        .and_then(|dir| full.strip_prefix(dir).ok().map(Path::to_path_buf))
-        .unwrap_or(full)
-        .display()
-        .to_string()
+    let Ok(dir) = dir.canonicalize() else {
+        return full.display().to_string();
+    };
+    let (from, to): (Vec<_>, Vec<_>) = (dir.components().collect(), full.components().collect());
+    let shared = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    if shared == 0 {
+        return full.display().to_string();
+    }
+    let mut relative = PathBuf::new();
+    for _ in shared..from.len() {
+        relative.push("..");
+    }
+    relative.extend(&to[shared..]);
+    relative.display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative_to;
+
+    #[test]
+    fn the_lock_names_keys_relative_to_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["policy/keys", "keys"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(root.join("policy/keys/a.pub"), "").unwrap();
+        std::fs::write(root.join("keys/b.pub"), "").unwrap();
+        let lock = root.join("policy/airlock.lock");
+        assert_eq!(
+            relative_to(&root.join("policy/keys/a.pub"), &lock),
+            "keys/a.pub"
+        );
+        assert_eq!(
+            relative_to(&root.join("policy/../keys/b.pub"), &lock),
+            "../keys/b.pub"
+        );
+    }
 }

@@ -51,12 +51,19 @@ impl OciStore {
         }
     }
 
+    fn unsafe_store(&self, path: &Path, problem: String) -> OciError {
+        OciError::UnsafeStore {
+            path: path.to_path_buf(),
+            problem,
+        }
+    }
+
     /// Creates (0700) and checks the directory and `sub`.
     fn private_dir(&self, sub: &str) -> Result<PathBuf, OciError> {
         let dir = self.dir.join(sub);
         for d in [&self.dir, &dir] {
             create_private_dir(d).map_err(|e| self.fail(d, e))?;
-            check_private(d, false).map_err(|e| self.fail(d, e.problem))?;
+            check_private(d, false).map_err(|e| self.unsafe_store(d, e.problem))?;
         }
         Ok(dir)
     }
@@ -76,7 +83,8 @@ impl OciStore {
             return Ok(None);
         }
         for checked in [&self.dir, &path] {
-            check_private(checked, checked == &path).map_err(|e| self.fail(checked, e.problem))?;
+            check_private(checked, checked == &path)
+                .map_err(|e| self.unsafe_store(checked, e.problem))?;
         }
         Ok(Some(path))
     }
