@@ -14,9 +14,9 @@ use std::process::{Child, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock::journal::{CallStatus, Event, Folded, INTERRUPTED_MESSAGE, Item};
+use airlock::journal::{CallStatus, Event, Folded, INTERRUPTED_MESSAGE, Item, Snapshot};
 use airlock::llm::Message;
-use airlock::session::{SessionStore, SqliteStore};
+use airlock::session::{Holder, LeaseRequest, SessionStore, SqliteStore};
 use serde_json::{Value, json};
 
 use crate::support::{airlock_command, guest};
@@ -223,6 +223,44 @@ fn integrity(db: &Path) {
     assert_eq!(result, "ok");
 }
 
+/// The session as a lease reads it: its newest snapshot (if any) and the
+/// records after it, folded; the snapshot's closed calls filled back in
+/// from the whole journal so that it compares with [`read`]'s fold. And
+/// whether it had a snapshot.
+async fn resumed(db: &Path, id: &str) -> (Folded, bool) {
+    let store = SqliteStore::open(db).unwrap();
+    let holder = Holder::new();
+    let leased = store
+        .lease(LeaseRequest {
+            user_id: None,
+            session_id: id,
+            holder: &holder,
+            ttl: Duration::from_secs(30),
+            now_ms: airlock::journal::now_ms(),
+            create: None,
+        })
+        .await
+        .unwrap();
+    store.release(&leased.lease).await.unwrap();
+    let session = leased.session;
+    let Some(snapshot) = session.snapshot else {
+        return (Folded::fold(&session.records).unwrap(), false);
+    };
+    let snapshot = Snapshot::decode(snapshot.seq, &snapshot.body).unwrap();
+    let seq = snapshot.seq;
+    let mut folded = Folded::resume(snapshot, &session.records).unwrap();
+    let whole = read(db, id).await;
+    let folded_items = usize::try_from(folded.transcript.items_folded).unwrap();
+    assert_eq!(
+        whole.transcript.items.len(),
+        folded_items + folded.transcript.items.len(),
+        "the snapshot at record {seq} miscounts the items it folded"
+    );
+    folded.transcript.items = whole.transcript.items.clone();
+    folded.transcript.items_folded = 0;
+    (folded, true)
+}
+
 async fn read(db: &Path, id: &str) -> Folded {
     let store = SqliteStore::open(db).expect("the store opens cleanly after a kill");
     let stored = store.read(None, id).await.unwrap();
@@ -231,22 +269,37 @@ async fn read(db: &Path, id: &str) -> Folded {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_any_point_loses_no_committed_turn() {
+    kill_at_every_event(&[("AIRLOCK_SNAPSHOT_EVERY", "0")]).await;
+}
+
+/// The same kills while snapshots are written every 3 records (so some
+/// kills land just before, some just after a commit that carries one),
+/// and every resume starts from a snapshot and its tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_snapshots_are_written_loses_no_committed_turn() {
+    kill_at_every_event(&[("AIRLOCK_SNAPSHOT_EVERY", "3")]).await;
+}
+
+/// Kills the scripted run after each of its events in turn, then checks
+/// and resumes each session (with `env`).
+async fn kill_at_every_event(env: &[(&str, &str)]) {
     let dir = tempfile::tempdir().unwrap();
     let run = Scenario::new(dir.path(), "resumed");
 
     // A whole run first: how many events there are to kill between.
-    let full = kill_after(run.spawn("whole", &[]), usize::MAX);
+    let full = kill_after(run.spawn("whole", env), usize::MAX);
     let total = full.len();
     assert!(matches!(full.last().unwrap().item, Item::RunEnded { .. }));
     assert!(total >= 22, "{total} events");
 
     let mut kills = 0;
     let mut interrupted_mid_call = 0;
+    let mut snapshots = 0;
     // Kill after every event but the last: before, during and after each
     // call (after the spin call's intent, the tool is spinning).
     for count in 1..total {
         let id = format!("crash-{count}");
-        let seen = kill_after(run.spawn(&id, &[]), count);
+        let seen = kill_after(run.spawn(&id, env), count);
         assert_eq!(seen.len(), count);
         kills += 1;
         integrity(&run.db);
@@ -267,7 +320,7 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
         interrupted_mid_call += usize::from(mid_call);
 
         // Resume at once: the dead holder's lease does not block it.
-        let out = run.resume(&id, &[]);
+        let out = run.resume(&id, env);
         assert!(
             out.status.success(),
             "kill {count}: resume failed: {}",
@@ -288,15 +341,37 @@ async fn sigkill_at_any_point_loses_no_committed_turn() {
             sorted(&Value::Object(before.deps.clone()))
         );
         assert_eq!(&after.transcript.items[..items.len()], &items[..]);
+        assert_eq!(
+            after
+                .transcript
+                .items
+                .iter()
+                .map(|e| e.id.clone())
+                .collect::<Vec<_>>(),
+            (1..=after.transcript.items.len())
+                .map(|n| format!("item_{n}"))
+                .collect::<Vec<_>>(),
+            "kill {count}: items are numbered 1, 2, 3, ... without gaps or repeats"
+        );
         // Once more: nothing is patched twice.
-        assert!(run.resume(&id, &[]).status.success());
+        assert!(run.resume(&id, env).status.success());
         let last = run.read(&id).await;
         assert_eq!(
             patched(&last.transcript.messages),
             open.len(),
             "kill {count}: patched twice"
         );
+        // What a lease reads (the snapshot and its tail) folds to what the
+        // whole journal folds to.
+        let (leased, from_snapshot) = resumed(&run.db, &id).await;
+        assert_eq!(leased, last, "kill {count}");
+        snapshots += usize::from(from_snapshot);
     }
+    assert_eq!(
+        snapshots > 0,
+        env.contains(&("AIRLOCK_SNAPSHOT_EVERY", "3")),
+        "{snapshots} sessions resumed from a snapshot"
+    );
     assert!(kills >= 20, "{kills} kills");
     assert!(
         interrupted_mid_call >= 3,

@@ -682,7 +682,7 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
         },
     };
     host_a
-        .append(&first.lease, &[record(1)], 2_000)
+        .append(&first.lease, &[record(1)], None, 2_000)
         .await
         .unwrap();
     // Within its ttl (counted from its last commit), the lease holds.
@@ -698,7 +698,9 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
     assert_eq!(second.lease.token, first.lease.token + 1);
     assert_eq!(second.session.records, vec![record(1)]);
     // The first holder comes back: its append and renewal are refused.
-    let late = host_a.append(&first.lease, &[record(2)], 32_001).await;
+    let late = host_a
+        .append(&first.lease, &[record(2)], None, 32_001)
+        .await;
     assert!(
         matches!(late, Err(StoreError::LeaseLost { .. })),
         "{late:?}"
@@ -708,7 +710,7 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
     host_a.release(&first.lease).await.unwrap();
     // The new holder appends on from the same head.
     host_b
-        .append(&second.lease, &[record(2)], 32_002)
+        .append(&second.lease, &[record(2)], None, 32_002)
         .await
         .unwrap();
     let stored = host_a.read(Some("u"), "far").await.unwrap();
@@ -1086,7 +1088,191 @@ async fn a_reader_that_goes_away_does_not_stop_the_run(backend: Backend) {
     );
 }
 
+/// A session of `calls` keyed increments of `x` (ids `k0`, `k1`, ...),
+/// snapshotted every 4 records, then closed.
+async fn keyed_increments(store: &Arc<dyn SessionStore>, id: &str, calls: usize) {
+    let mut session = Session::open(
+        Arc::clone(store),
+        SessionOptions {
+            snapshot_every: 4,
+            ..options(None, id)
+        },
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    for k in 0..calls {
+        let call = airlock::ToolCall {
+            id: format!("k{k}"),
+            ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+        };
+        session
+            .call_once(host().await, &call, &CancelToken::new())
+            .await
+            .unwrap();
+    }
+    session.close().await.unwrap();
+}
+
+async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once(backend: Backend) {
+    let db = TestStore::new(backend, "snap").await;
+    let store = db.open().await;
+    keyed_increments(&store, "long", 12).await;
+    let rules = ContextRules::default();
+    let opened = |every: u64| {
+        Session::open(
+            Arc::clone(&store),
+            SessionOptions {
+                snapshot_every: every,
+                ..options(None, "long")
+            },
+            &rules,
+        )
+    };
+
+    // Resumed from a snapshot: most items are folded into it, the deps
+    // and usage are the whole journal's.
+    let mut session = opened(4).await.unwrap();
+    let whole = Folded::fold(&store.read(None, "long").await.unwrap().records).unwrap();
+    let transcript = session.transcript();
+    assert!(transcript.items_folded > 0, "no snapshot was read");
+    assert!(transcript.items.len() < whole.transcript.items.len());
+    assert_eq!(transcript.next_item(), whole.transcript.items.len() + 1);
+    assert_eq!(session.context().deps(), &whole.deps);
+    assert_eq!(session.context().deps()["counters"]["x"], 12);
+    assert_eq!(session.context().usage, whole.usage);
+
+    // A retry of a call folded into the snapshot is found (by the store's
+    // index) and does not run again; a new key runs.
+    let retry = airlock::ToolCall {
+        id: "k0".into(),
+        ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+    };
+    let again = session
+        .call_once(host().await, &retry, &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(again.result["value"], 1, "k0's own outcome");
+    assert_eq!(session.context().deps()["counters"]["x"], 12);
+    let reused = airlock::ToolCall {
+        id: "k1".into(),
+        ..airlock::ToolCall::new("increment", r#"{"name":"y"}"#)
+    };
+    assert!(matches!(
+        session
+            .call_once(host().await, &reused, &CancelToken::new())
+            .await,
+        Err(airlock::session::SessionCallError::IdReused { .. })
+    ));
+    let fresh = airlock::ToolCall {
+        id: "k12".into(),
+        ..retry.clone()
+    };
+    session
+        .call_once(host().await, &fresh, &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(session.context().deps()["counters"]["x"], 13);
+    session.close().await.unwrap();
+
+    // Items stay numbered 1, 2, 3, ... across resumes from snapshots.
+    let stored = store.read(None, "long").await.unwrap();
+    let whole = Folded::fold(&stored.records).unwrap();
+    let ids: Vec<String> = whole
+        .transcript
+        .items
+        .iter()
+        .map(|e| e.id.clone())
+        .collect();
+    let expected: Vec<String> = (1..=ids.len()).map(|n| format!("item_{n}")).collect();
+    assert_eq!(ids, expected);
+
+    // A damaged snapshot, or one from a newer Airlock: the whole journal
+    // is folded instead, to the same state.
+    for body in ["garbage".to_owned(), r#"{"version": 99}"#.to_owned()] {
+        db.execute(&format!("UPDATE {{p}}snapshots SET body = '{body}'"))
+            .await;
+        let session = opened(0).await.unwrap();
+        assert_eq!(session.transcript().items_folded, 0);
+        assert_eq!(session.transcript().items, whole.transcript.items);
+        assert_eq!(session.context().deps(), &whole.deps);
+        session.close().await.unwrap();
+    }
+    // A session that is never snapshotted reads every record.
+    keyed_increments(&store, "other", 2).await;
+    db.execute("DELETE FROM {p}snapshots").await;
+    let session = opened(0).await.unwrap();
+    assert_eq!(session.transcript().items_folded, 0);
+    assert_eq!(session.context().deps()["counters"]["x"], 13);
+    session.close().await.unwrap();
+}
+
+/// A store written by schema 1 (no call index, no snapshots) is migrated
+/// when opened: the calls already journaled are indexed, so a keyed retry
+/// of one is still found once a snapshot hides it.
+async fn a_store_of_schema_1_is_migrated_and_its_calls_indexed(backend: Backend) {
+    let db = TestStore::new(backend, "migrate").await;
+    keyed_increments(&db.open().await, "old", 3).await;
+    let downgrade = match backend {
+        Backend::Sqlite => {
+            "DROP INDEX records_by_call; ALTER TABLE records DROP COLUMN call_id;
+             DROP TABLE snapshots; PRAGMA user_version = 1;"
+        }
+        Backend::Postgres => {
+            "ALTER TABLE airlock_records DROP COLUMN call_id; DROP TABLE airlock_snapshots;
+             UPDATE airlock_schema SET version = 1;"
+        }
+    };
+    db.execute(downgrade).await;
+
+    let store = db.open().await;
+    keyed_increments(&store, "old", 0).await;
+    // More calls, so that a snapshot now covers k0..k2.
+    let mut session = Session::open(
+        Arc::clone(&store),
+        SessionOptions {
+            snapshot_every: 2,
+            ..options(None, "old")
+        },
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    for k in 3..6 {
+        let call = airlock::ToolCall {
+            id: format!("k{k}"),
+            ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+        };
+        session
+            .call_once(host().await, &call, &CancelToken::new())
+            .await
+            .unwrap();
+    }
+    session.close().await.unwrap();
+    let mut session = Session::open(
+        Arc::clone(&store),
+        options(None, "old"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    assert!(session.transcript().items_folded > 0);
+    let retry = airlock::ToolCall {
+        id: "k0".into(),
+        ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+    };
+    let again = session
+        .call_once(host().await, &retry, &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(again.result["value"], 1);
+    assert_eq!(session.context().deps()["counters"]["x"], 6);
+    session.close().await.unwrap();
+}
+
 crate::on_both_stores!(
+    a_store_of_schema_1_is_migrated_and_its_calls_indexed,
+    a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once,
     a_remote_holders_lease_blocks_until_it_expires,
     every_field_round_trips_through_the_store_and_an_export,
     unknown_missing_and_malformed_versions_import_nothing,

@@ -303,7 +303,9 @@ impl SessionFlags {
 
     /// Opens (or creates) the session in the store: the user, the id, the
     /// starting deps, the lease's length (`AIRLOCK_LEASE_TTL_MS`, default
-    /// 30 s); what it writes leaves out `host`'s hidden keys.
+    /// 30 s), how often it is snapshotted (`AIRLOCK_SNAPSHOT_EVERY`
+    /// records, default 1000, 0 for never); what it writes leaves out
+    /// `host`'s hidden keys.
     async fn open(&self, host: &Host) -> Result<Session, Failure> {
         let store = self.store.open().await?;
         let options = self.options()?;
@@ -323,6 +325,14 @@ impl SessionFlags {
                 Ok(ms) if ms > 0 => options.lease_ttl = std::time::Duration::from_millis(ms),
                 _ => tracing::warn!(
                     "AIRLOCK_LEASE_TTL_MS is not a positive whole number; using the default"
+                ),
+            }
+        }
+        if let Ok(text) = std::env::var("AIRLOCK_SNAPSHOT_EVERY") {
+            match text.parse::<u64>() {
+                Ok(every) => options.snapshot_every = every,
+                _ => tracing::warn!(
+                    "AIRLOCK_SNAPSHOT_EVERY is not a whole number of records; using the default"
                 ),
             }
         }

@@ -47,18 +47,7 @@ impl Folded {
     /// Folds `records` in order. Their numbers must run 1, 2, 3, ...
     pub fn fold<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Self, FoldError> {
         let mut state = Folded::default();
-        for (expected, record) in (1..).zip(records) {
-            if record.seq != expected {
-                return Err(FoldError {
-                    seq: record.seq,
-                    problem: format!("out of order: expected record {expected}"),
-                });
-            }
-            state.apply(&record.entry).map_err(|problem| FoldError {
-                seq: record.seq,
-                problem,
-            })?;
-        }
+        state.fold_from(1, records)?;
         Ok(state)
     }
 
@@ -132,10 +121,10 @@ pub fn unanswered_calls(transcript: &Transcript) -> Vec<(String, String, bool)> 
 /// message for each the model waits on. Empty when nothing is
 /// unanswered, so patching twice adds nothing.
 pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<Entry> {
-    let mut next_item = transcript.items.len();
     let mut entries = Vec::new();
-    for (call_id, name, model_waits) in unanswered_calls(transcript) {
-        next_item += 1;
+    for (next_item, (call_id, name, model_waits)) in
+        (transcript.next_item()..).zip(unanswered_calls(transcript))
+    {
         entries.push(Entry::Item {
             event: Event::numbered(
                 next_item,

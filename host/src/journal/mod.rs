@@ -26,8 +26,10 @@ mod record;
 pub(crate) mod recorder;
 pub mod secrets;
 mod sink;
+mod snapshot;
 
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
 pub use record::{CallStatus, Entry, Event, Item, Outcome, Record, Role, Transcript, now_ms};
 pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE, failure_text};
 pub use sink::{Conversation, Sink, StoreError};
+pub use snapshot::{SNAPSHOT_VERSION, Snapshot, SnapshotError};

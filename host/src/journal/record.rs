@@ -253,8 +253,29 @@ impl CallStatus {
 pub struct Transcript {
     /// What the model has been sent and has answered, in order.
     pub messages: Vec<Message>,
-    /// The item log, in order.
+    /// The item log, in order: every item, or — for a session resumed
+    /// from a snapshot — the calls still open when it was taken and every
+    /// item since.
     pub items: Vec<Event>,
+    /// Items of the log folded into a snapshot and not held in `items`
+    /// (0 unless resumed from one). The next item is numbered
+    /// [`Transcript::next_item`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub items_folded: u64,
+}
+
+impl Transcript {
+    /// The number the next item of the log gets (`item_<n>`).
+    pub fn next_item(&self) -> usize {
+        usize::try_from(self.items_folded)
+            .unwrap_or(usize::MAX)
+            .saturating_add(self.items.len())
+            .saturating_add(1)
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One entry of the journal.
@@ -287,6 +308,24 @@ pub enum Entry {
         /// The model request the run is at.
         iteration: u32,
     },
+}
+
+impl Entry {
+    /// The tool call this entry is about, if it is a call's intent, output
+    /// or ops (what a store indexes so that a keyed retry finds an earlier
+    /// call without reading the whole journal).
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Entry::Item { event } => match &event.item {
+                Item::FunctionCall { call, .. } => Some(&call.id),
+                Item::FunctionCallOutput { call_id, .. } | Item::ContextUpdate { call_id, .. } => {
+                    Some(call_id)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 /// An entry with its place in the journal. Numbers and times are

@@ -88,7 +88,7 @@ impl<'c> Recorder<'c> {
     /// Appends `item` to the log, numbered after the last.
     pub(crate) fn record(&mut self, item: Item) {
         let event = Event::numbered(
-            self.transcript.items.len() + 1,
+            self.transcript.next_item(),
             self.ctx.run_id(),
             now_ms(),
             item,

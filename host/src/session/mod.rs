@@ -58,8 +58,8 @@ pub use store::{
 use crate::context::{ContextRules, RunContext};
 use crate::journal::recorder::{Ended, Recorder};
 use crate::journal::{
-    CallStatus, Conversation, Entry, Folded, Item, Record, Transcript, now_ms, patch_entries,
-    secrets,
+    CallStatus, Conversation, Entry, Event, Folded, Item, Record, Snapshot, Transcript, now_ms,
+    patch_entries, secrets,
 };
 use crate::kind::ErrorKind;
 use crate::sandbox::CancelToken;
@@ -69,6 +69,13 @@ use writer::Writer;
 /// How long a lease lasts after its last commit or renewal, unless the
 /// opener says otherwise. A live holder renews it every third of this.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How many records a session's journal grows between snapshots unless
+/// the opener says otherwise ([`SessionOptions::snapshot_every`]). A
+/// resume folds at most this many records after the snapshot; each
+/// snapshot costs one copy of the deps and messages into the commit that
+/// crosses it.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1000;
 
 /// Longest session id, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 128;
@@ -207,6 +214,9 @@ pub struct SessionOptions {
     pub metadata: BTreeMap<String, String>,
     /// How long the lease lasts without a commit or renewal.
     pub lease_ttl: Duration,
+    /// Write a snapshot with the commit that crosses each multiple of this
+    /// many records (0: never). See [`DEFAULT_SNAPSHOT_EVERY`].
+    pub snapshot_every: u64,
 }
 
 impl Default for SessionOptions {
@@ -217,6 +227,7 @@ impl Default for SessionOptions {
             deps: None,
             metadata: BTreeMap::new(),
             lease_ttl: DEFAULT_LEASE_TTL,
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
         }
     }
 }
@@ -264,8 +275,11 @@ impl Session {
     /// Fails with [`StoreError::InUse`] while another run holds the
     /// session, and changes nothing then.
     ///
-    /// Cost: one lease (a transaction) that reads the whole journal, and
-    /// its fold.
+    /// Cost: one lease (a transaction) that reads the newest snapshot and
+    /// the records after it (at most [`SessionOptions::snapshot_every`]),
+    /// and their fold. A snapshot that cannot be read (damaged, or written
+    /// by a newer Airlock) is logged and the whole journal is read and
+    /// folded instead.
     pub async fn open(
         store: Arc<dyn SessionStore>,
         options: SessionOptions,
@@ -307,14 +321,47 @@ impl Session {
             })
             .await?;
         let location = store.location();
-        let head = leased.session.records.last().map_or(0, |r| r.seq);
-        let folded = Folded::fold(&leased.session.records).map_err(|e| StoreError::Corrupt {
+        let stored = leased.session;
+        let corrupt = |e: crate::journal::FoldError| StoreError::Corrupt {
             session_id: session_id.clone(),
             problem: e.to_string(),
-        })?;
-        let writer = Writer::new(store, leased.lease, head, (folded.usage, folded.iteration));
+        };
+        let snapshot = stored.snapshot.map(|s| {
+            let seq = s.seq;
+            (seq, Snapshot::decode(seq, &s.body))
+        });
+        let (folded, head) = match snapshot {
+            None => {
+                let head = stored.records.last().map_or(0, |r| r.seq);
+                (Folded::fold(&stored.records).map_err(corrupt)?, head)
+            }
+            Some((seq, Ok(snapshot))) => {
+                let head = stored.records.last().map_or(seq, |r| r.seq);
+                (
+                    Folded::resume(snapshot, &stored.records).map_err(corrupt)?,
+                    head,
+                )
+            }
+            Some((_, Err(e))) => {
+                tracing::warn!(
+                    session = %session_id,
+                    error = %e,
+                    "cannot use the session's snapshot; folding its whole journal instead"
+                );
+                let all = store.read(options.user_id.as_deref(), &session_id).await?;
+                let head = all.records.last().map_or(0, |r| r.seq);
+                (Folded::fold(&all.records).map_err(corrupt)?, head)
+            }
+        };
+        let writer = Writer::new(
+            store,
+            leased.lease,
+            head,
+            folded.clone(),
+            options.snapshot_every,
+        );
 
-        let header = leased.session.header;
+        let header = stored.header;
         // A new session's live deps are all the opener gave, secrets too;
         // the store has them without.
         let deps = match (leased.created, &options.deps) {
@@ -419,61 +466,35 @@ impl Session {
     /// it runs again. The id must name the same tool and arguments
     /// ([`SessionCallError::IdReused`] otherwise).
     ///
-    /// Cost: a scan of the session's item log.
+    /// Cost: a scan of the items since the session was opened, or (for a
+    /// session resumed from a snapshot) one indexed read of the call's
+    /// records.
     pub async fn call_once(
         &mut self,
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, SessionCallError> {
-        match self.earlier_call(call) {
+        let earlier = if self.transcript.items_folded == 0 {
+            earlier_call(&self.transcript.items, call)
+        } else {
+            let records = self.writer.call_records(&call.id).await?;
+            let events: Vec<Event> = records
+                .into_iter()
+                .filter_map(|r| match r.entry {
+                    Entry::Item { event } => Some(event),
+                    _ => None,
+                })
+                .collect();
+            earlier_call(&events, call)
+        };
+        match earlier {
             Earlier::Completed(done) => Ok(*done),
             Earlier::Reused => Err(SessionCallError::IdReused {
                 call_id: call.id.clone(),
             }),
             Earlier::None => self.call(host, call, cancel).await,
         }
-    }
-
-    /// What this session already holds of a call with `call`'s id.
-    fn earlier_call(&self, call: &ToolCall) -> Earlier {
-        let items = &self.transcript.items;
-        let same_id = |id: &str| id == call.id;
-        let reused = items.iter().any(|e| {
-            matches!(&e.item, Item::FunctionCall { call: earlier, .. }
-                if same_id(&earlier.id)
-                    && (earlier.name != call.name || earlier.arguments != call.arguments))
-        });
-        if reused {
-            return Earlier::Reused;
-        }
-        let Some((output, guest, duration_us)) = items.iter().rev().find_map(|e| match &e.item {
-            Item::FunctionCallOutput {
-                call_id,
-                status: CallStatus::Completed,
-                output,
-                guest,
-                duration_us,
-                ..
-            } if same_id(call_id) => Some((output, guest, *duration_us)),
-            _ => None,
-        }) else {
-            return Earlier::None;
-        };
-        let updates = items
-            .iter()
-            .filter_map(|e| match &e.item {
-                Item::ContextUpdate { call_id, ops } if same_id(call_id) => Some(ops.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        Earlier::Completed(Box::new(CallOutcome {
-            result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
-            updates,
-            output: guest.clone(),
-            duration: Duration::from_micros(duration_us),
-        }))
     }
 
     /// The live context (deps with everything the run has, ids, usage).
@@ -517,4 +538,45 @@ impl Session {
     pub async fn release(&mut self) -> Result<(), StoreError> {
         self.writer.release().await
     }
+}
+
+/// What `items` (a session's log, or its records about `call`'s id) hold
+/// of a call with `call`'s id.
+fn earlier_call(items: &[Event], call: &ToolCall) -> Earlier {
+    let same_id = |id: &str| id == call.id;
+    let reused = items.iter().any(|e| {
+        matches!(&e.item, Item::FunctionCall { call: earlier, .. }
+            if same_id(&earlier.id)
+                && (earlier.name != call.name || earlier.arguments != call.arguments))
+    });
+    if reused {
+        return Earlier::Reused;
+    }
+    let Some((output, guest, duration_us)) = items.iter().rev().find_map(|e| match &e.item {
+        Item::FunctionCallOutput {
+            call_id,
+            status: CallStatus::Completed,
+            output,
+            guest,
+            duration_us,
+            ..
+        } if same_id(call_id) => Some((output, guest, *duration_us)),
+        _ => None,
+    }) else {
+        return Earlier::None;
+    };
+    let updates = items
+        .iter()
+        .filter_map(|e| match &e.item {
+            Item::ContextUpdate { call_id, ops } if same_id(call_id) => Some(ops.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    Earlier::Completed(Box::new(CallOutcome {
+        result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
+        updates,
+        output: guest.clone(),
+        duration: Duration::from_micros(duration_us),
+    }))
 }

@@ -24,12 +24,14 @@
 //! the fencing token keeps the journal whole either way.
 //!
 //! Cost: an append is one round trip and one transaction (an fsync of the
-//! server's WAL); taking a lease is four round trips and reads the whole
-//! journal. Connections are opened as needed, up to the pool's size.
+//! server's WAL); taking a lease is five round trips and reads the
+//! snapshot and the tail. Connections are opened as needed, up to the pool's size.
+//!
+//! A lease reads the session's newest snapshot and the records after it;
+//! an append that writes a snapshot writes it in the same statement.
 //!
 //! Not yet: TLS to the server (the connection is plain TCP or a Unix
-//! socket; use a private network or an SSH/stunnel hop) and journal
-//! snapshots (a lease reads every record).
+//! socket; use a private network or an SSH/stunnel hop).
 
 use std::time::Duration;
 
@@ -42,12 +44,13 @@ use super::rows::{
 };
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    StoredSnapshot,
 };
 use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
 
 /// The schema this version writes (`airlock_schema.version`).
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key under which the schema is migrated (any constant
 /// no other program uses: "airlock" in ASCII).
@@ -85,6 +88,22 @@ CREATE TABLE airlock_records (
     at_ms bigint NOT NULL,
     entry text NOT NULL,
     PRIMARY KEY (owner, session_id, seq),
+    FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
+);
+";
+
+/// Version 2: each call's records indexed by its id (a keyed retry's
+/// lookup), and each session's newest snapshot.
+const SCHEMA_V2: &str = "
+ALTER TABLE airlock_records ADD COLUMN call_id text;
+CREATE INDEX airlock_records_by_call ON airlock_records (owner, session_id, call_id)
+    WHERE call_id IS NOT NULL;
+CREATE TABLE airlock_snapshots (
+    owner text NOT NULL,
+    session_id text NOT NULL,
+    seq bigint NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (owner, session_id),
     FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
 );
 ";
@@ -196,6 +215,31 @@ impl PostgresStore {
         }
         if version < 1 {
             tx.batch_execute(SCHEMA_V1).await.map_err(db)?;
+        }
+        if version < 2 {
+            tx.batch_execute(SCHEMA_V2).await.map_err(db)?;
+            // Records written by version 1: their call ids.
+            let rows = tx
+                .query(
+                    "SELECT owner, session_id, seq, entry FROM airlock_records",
+                    &[],
+                )
+                .await
+                .map_err(db)?;
+            for row in rows {
+                let entry: &str = row.get(3);
+                if let Some(call_id) = rows::call_id_of(entry) {
+                    let (owner, session_id, seq): (&str, &str, i64) =
+                        (row.get(0), row.get(1), row.get(2));
+                    tx.execute(
+                        "UPDATE airlock_records SET call_id = $4
+                         WHERE owner = $1 AND session_id = $2 AND seq = $3",
+                        &[&owner, &session_id, &seq, &call_id],
+                    )
+                    .await
+                    .map_err(db)?;
+                }
+            }
         }
         if version < SCHEMA_VERSION {
             tx.execute("DELETE FROM airlock_schema", &[])
@@ -317,13 +361,16 @@ async fn insert_session(
 
 /// The columns of `rows`, as the arrays `INSERT … SELECT … FROM unnest`
 /// takes: one statement for any number of records.
-fn columns(rows: &[Row]) -> (Vec<i64>, Vec<i64>, Vec<&str>) {
+fn columns(rows: &[Row]) -> Columns<'_> {
     (
         rows.iter().map(|r| big(r.seq)).collect(),
         rows.iter().map(|r| big(r.at_ms)).collect(),
         rows.iter().map(|r| r.entry.as_str()).collect(),
+        rows.iter().map(|r| r.call_id.as_deref()).collect(),
     )
 }
+
+type Columns<'r> = (Vec<i64>, Vec<i64>, Vec<&'r str>, Vec<Option<&'r str>>);
 
 async fn insert_records(
     tx: &impl GenericClient,
@@ -331,12 +378,13 @@ async fn insert_records(
     session_id: &str,
     rows: &[Row],
 ) -> Result<(), tokio_postgres::Error> {
-    let (seqs, times, entries) = columns(rows);
+    let (seqs, times, entries, calls) = columns(rows);
     tx.execute(
-        "INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry)
-         SELECT $1, $2, r.seq, r.at_ms, r.entry
-         FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS r(seq, at_ms, entry)",
-        &[&owner, &session_id, &seqs, &times, &entries],
+        "INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry, call_id)
+         SELECT $1, $2, r.seq, r.at_ms, r.entry, r.call_id
+         FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[])
+           AS r(seq, at_ms, entry, call_id)",
+        &[&owner, &session_id, &seqs, &times, &entries, &calls],
     )
     .await?;
     Ok(())
@@ -362,10 +410,13 @@ async fn lock_lease(
     }))
 }
 
+/// Reads a session: every record, or (`from_snapshot`) its newest
+/// snapshot and the records after it.
 async fn read_session(
     tx: &impl GenericClient,
     owner: &str,
     session_id: &str,
+    from_snapshot: bool,
 ) -> Result<StoredSession, Failure> {
     let header = tx
         .query_opt(
@@ -385,20 +436,39 @@ async fn read_session(
         updated_at_ms: num(header.get(1)),
         metadata: header.get(2),
     };
-    let rows = tx
-        .query(
-            "SELECT seq, at_ms, entry FROM airlock_records
-             WHERE owner = $1 AND session_id = $2 ORDER BY seq",
+    let snapshot = if from_snapshot {
+        tx.query_opt(
+            "SELECT seq, body FROM airlock_snapshots WHERE owner = $1 AND session_id = $2",
             &[&owner, &session_id],
         )
         .await?
-        .into_iter()
-        .map(|row| Row {
+        .map(|row| StoredSnapshot {
             seq: num(row.get(0)),
-            at_ms: num(row.get(1)),
-            entry: row.get(2),
-        });
-    Ok(decode_session(owner, session_id, header, rows)?)
+            body: row.get(1),
+        })
+    } else {
+        None
+    };
+    let after = big(snapshot.as_ref().map_or(0, |s| s.seq));
+    let rows = tx
+        .query(
+            "SELECT seq, at_ms, entry FROM airlock_records
+             WHERE owner = $1 AND session_id = $2 AND seq > $3 ORDER BY seq",
+            &[&owner, &session_id, &after],
+        )
+        .await?
+        .into_iter()
+        .map(row_of);
+    Ok(decode_session(owner, session_id, header, snapshot, rows)?)
+}
+
+fn row_of(row: tokio_postgres::Row) -> Row {
+    Row {
+        seq: num(row.get(0)),
+        at_ms: num(row.get(1)),
+        entry: row.get(2),
+        call_id: None,
+    }
 }
 
 /// How many times a lease retries after losing a race to create the same
@@ -463,7 +533,7 @@ impl SessionStore for PostgresStore {
                         .into());
                 }
             };
-            let session = read_session(&tx, &owner, session_id).await?;
+            let session = read_session(&tx, &owner, session_id, true).await?;
             tx.commit().await?;
             Ok(Leased {
                 lease: Lease {
@@ -483,6 +553,7 @@ impl SessionStore for PostgresStore {
         &'a self,
         lease: &'a Lease,
         records: &'a [Record],
+        snapshot: Option<&'a StoredSnapshot>,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.run(async move {
@@ -491,11 +562,14 @@ impl SessionStore for PostgresStore {
                 return Ok(());
             };
             let owner = owner_key(lease.user_id.as_deref());
-            let (seqs, times, entries) = columns(&rows);
+            let (seqs, times, entries, calls) = columns(&rows);
+            let snapshot_seq = big(snapshot.map_or(0, |s| s.seq));
+            let snapshot_body = snapshot.map(|s| s.body.as_str());
             let client = self.client().await?;
             // One statement, so one transaction: the head moves and the
-            // records go in only while the lease's token is the session's
-            // and the head is where this holder left it.
+            // records (and the snapshot, when given) go in only while the
+            // lease's token is the session's and the head is where this
+            // holder left it.
             let statement = client
                 .prepare_cached(
                     "WITH moved AS (
@@ -503,10 +577,17 @@ impl SessionStore for PostgresStore {
                        SET head = $6, updated_at_ms = $7, lease_expires_ms = $8
                        WHERE owner = $1 AND session_id = $2 AND lease_token = $3
                          AND lease_holder = $4 AND head = $5
-                       RETURNING 1)
-                     INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry)
-                     SELECT $1, $2, r.seq, r.at_ms, r.entry
-                     FROM unnest($9::bigint[], $10::bigint[], $11::text[]) AS r(seq, at_ms, entry)
+                       RETURNING 1),
+                     snapshot AS (
+                       INSERT INTO airlock_snapshots (owner, session_id, seq, body)
+                       SELECT $1, $2, $13, $14::text
+                       WHERE $14::text IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
+                       ON CONFLICT (owner, session_id)
+                         DO UPDATE SET seq = EXCLUDED.seq, body = EXCLUDED.body)
+                     INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry, call_id)
+                     SELECT $1, $2, r.seq, r.at_ms, r.entry, r.call_id
+                     FROM unnest($9::bigint[], $10::bigint[], $11::text[], $12::text[])
+                       AS r(seq, at_ms, entry, call_id)
                      WHERE EXISTS (SELECT 1 FROM moved)",
                 )
                 .await?;
@@ -525,6 +606,9 @@ impl SessionStore for PostgresStore {
                         &seqs,
                         &times,
                         &entries,
+                        &calls,
+                        &snapshot_seq,
+                        &snapshot_body,
                     ],
                 )
                 .await?;
@@ -602,7 +686,7 @@ impl SessionStore for PostgresStore {
                 .read_only(true)
                 .start()
                 .await?;
-            let session = read_session(&tx, &owner, session_id).await?;
+            let session = read_session(&tx, &owner, session_id, false).await?;
             tx.commit().await?;
             Ok(session)
         }))
@@ -663,6 +747,28 @@ impl SessionStore for PostgresStore {
             }
             tx.commit().await?;
             Ok(())
+        }))
+    }
+
+    fn call_records<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        call_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
+        let owner = owner_key(owner);
+        Box::pin(self.run(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT seq, at_ms, entry FROM airlock_records
+                     WHERE owner = $1 AND session_id = $2 AND call_id = $3 ORDER BY seq",
+                    &[&owner, &session_id, &call_id],
+                )
+                .await?
+                .into_iter()
+                .map(row_of);
+            Ok(rows::decode_records(session_id, rows)?)
         }))
     }
 

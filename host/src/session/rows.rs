@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::Holder;
-use super::store::{Owner, SessionHeader, StoredSession};
+use super::store::{Owner, SessionHeader, StoredSession, StoredSnapshot};
 use crate::journal::{Entry, Record, StoreError};
 
 /// A failure inside a store operation: the store's own verdict, or its
@@ -44,6 +44,8 @@ pub(crate) struct Row {
     pub seq: u64,
     pub at_ms: u64,
     pub entry: String,
+    /// The tool call the entry is about, indexed ([`Entry::call_id`]).
+    pub call_id: Option<String>,
 }
 
 /// Records as rows.
@@ -56,6 +58,7 @@ pub(crate) fn encode(records: &[Record]) -> Result<Vec<Row>, StoreError> {
                     seq: r.seq,
                     at_ms: r.at_ms,
                     entry,
+                    call_id: r.entry.call_id().map(str::to_owned),
                 })
                 .map_err(|e| StoreError::Backend {
                     location: "session record".into(),
@@ -141,12 +144,46 @@ pub(crate) struct HeaderRow {
     pub metadata: String,
 }
 
-/// A session from its header row and its records' rows (in order);
-/// [`StoreError::Corrupt`] names what does not parse.
+/// The records of `rows` (in order); [`StoreError::Corrupt`] names the
+/// one that does not parse.
+pub(crate) fn decode_records(
+    session_id: &str,
+    rows: impl IntoIterator<Item = Row>,
+) -> Result<Vec<Record>, StoreError> {
+    rows.into_iter()
+        .map(|row| {
+            let entry: Entry =
+                serde_json::from_str(&row.entry).map_err(|e| StoreError::Corrupt {
+                    session_id: session_id.to_owned(),
+                    problem: format!("record {} does not parse: {e}", row.seq),
+                })?;
+            Ok(Record {
+                seq: row.seq,
+                at_ms: row.at_ms,
+                entry,
+            })
+        })
+        .collect()
+}
+
+/// The call id of a record stored before the column existed (a
+/// migration's backfill): `None` for an entry about no call, or one that
+/// does not parse (the fold reports that one when it is read).
+pub(crate) fn call_id_of(entry: &str) -> Option<String> {
+    serde_json::from_str::<Entry>(entry)
+        .ok()?
+        .call_id()
+        .map(str::to_owned)
+}
+
+/// A session from its header row, its snapshot (if read) and its
+/// records' rows (in order); [`StoreError::Corrupt`] names what does not
+/// parse.
 pub(crate) fn decode_session(
     owner: &str,
     session_id: &str,
     header: HeaderRow,
+    snapshot: Option<StoredSnapshot>,
     rows: impl IntoIterator<Item = Row>,
 ) -> Result<StoredSession, StoreError> {
     let corrupt = |problem: String| StoreError::Corrupt {
@@ -155,18 +192,7 @@ pub(crate) fn decode_session(
     };
     let metadata = serde_json::from_str(&header.metadata)
         .map_err(|e| corrupt(format!("its metadata does not parse: {e}")))?;
-    let records = rows
-        .into_iter()
-        .map(|row| {
-            let entry: Entry = serde_json::from_str(&row.entry)
-                .map_err(|e| corrupt(format!("record {} does not parse: {e}", row.seq)))?;
-            Ok(Record {
-                seq: row.seq,
-                at_ms: row.at_ms,
-                entry,
-            })
-        })
-        .collect::<Result<_, StoreError>>()?;
+    let records = decode_records(session_id, rows)?;
     Ok(StoredSession {
         header: SessionHeader {
             session_id: session_id.to_owned(),
@@ -175,6 +201,7 @@ pub(crate) fn decode_session(
             metadata,
         },
         updated_at_ms: header.updated_at_ms,
+        snapshot,
         records,
     })
 }

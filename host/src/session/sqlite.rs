@@ -1,12 +1,15 @@
 //! The embedded store: one SQLite file (WAL mode), SQLite compiled in.
 //!
-//! Two tables: `sessions` (a row per session: header, last record number,
-//! lease) and `records` (the journal). Every write is one `BEGIN
-//! IMMEDIATE` transaction, so any number of processes may share the file:
-//! a writer waits for another (up to [`BUSY_TIMEOUT`]) instead of failing.
+//! Three tables: `sessions` (a row per session: header, last record
+//! number, lease), `records` (the journal, with the call id of each call's
+//! records indexed) and `snapshots` (each session's newest). Every write
+//! is one `BEGIN IMMEDIATE` transaction, so any number of processes may
+//! share the file: a writer waits for another (up to [`BUSY_TIMEOUT`])
+//! instead of failing.
 //!
 //! Cost: a commit is one transaction (an fsync of the WAL with
-//! [`Durability::Full`]); reading a session reads its whole journal.
+//! [`Durability::Full`]); a lease reads the newest snapshot and the
+//! records after it; [`SessionStore::read`] reads the whole journal.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,7 @@ use super::rows::{
 };
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    StoredSnapshot,
 };
 use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
@@ -26,8 +30,9 @@ use crate::journal::{Record, StoreError};
 /// How long a write waits for another process's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The schema this version writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+/// The schema this version writes (`PRAGMA user_version`): 2 added
+/// `records.call_id` (indexed) and `snapshots`.
+const SCHEMA_VERSION: i64 = 2;
 
 /// What a commit survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,6 +130,9 @@ impl SqliteStore {
                 "written by a newer Airlock (schema {version}; this one reads {SCHEMA_VERSION})"
             )));
         }
+        if version == 1 {
+            migrate_v1(&tx)?;
+        }
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS sessions (
                 owner TEXT NOT NULL,
@@ -144,7 +152,17 @@ impl SqliteStore {
                 seq INTEGER NOT NULL,
                 at_ms INTEGER NOT NULL,
                 entry TEXT NOT NULL,
+                call_id TEXT,
                 PRIMARY KEY (owner, session_id, seq)
+            ) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS records_by_call ON records (owner, session_id, call_id)
+                WHERE call_id IS NOT NULL;
+            CREATE TABLE IF NOT EXISTS snapshots (
+                owner TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                body TEXT NOT NULL,
+                PRIMARY KEY (owner, session_id)
             ) WITHOUT ROWID;",
         )?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -198,6 +216,26 @@ fn describe(e: &rusqlite::Error) -> String {
     }
 }
 
+/// Schema 1 to 2: the call id column, filled from the entries already
+/// there (the index and the snapshots table are created after).
+fn migrate_v1(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch("ALTER TABLE records ADD COLUMN call_id TEXT")?;
+    let mut read = tx.prepare("SELECT owner, session_id, seq, entry FROM records")?;
+    let mut update = tx.prepare(
+        "UPDATE records SET call_id = ?4 WHERE owner = ?1 AND session_id = ?2 AND seq = ?3",
+    )?;
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let entry: String = row.get(3)?;
+        if let Some(call_id) = rows::call_id_of(&entry) {
+            let (owner, session_id, seq): (String, String, i64) =
+                (row.get(0)?, row.get(1)?, row.get(2)?);
+            update.execute(params![owner, session_id, seq, call_id])?;
+        }
+    }
+    Ok(())
+}
+
 /// Inserts a session's row and journal; `lease` is (holder, token,
 /// expiry) when the session is created leased.
 fn insert_session(
@@ -236,10 +274,18 @@ fn insert_records(
     rows: &[Row],
 ) -> rusqlite::Result<()> {
     let mut insert = tx.prepare_cached(
-        "INSERT INTO records (owner, session_id, seq, at_ms, entry) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO records (owner, session_id, seq, at_ms, entry, call_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for row in rows {
-        insert.execute(params![owner, session_id, row.seq, row.at_ms, row.entry])?;
+        insert.execute(params![
+            owner,
+            session_id,
+            row.seq,
+            row.at_ms,
+            row.entry,
+            row.call_id
+        ])?;
     }
     Ok(())
 }
@@ -264,10 +310,13 @@ fn lease_row(
     .optional()
 }
 
+/// Reads a session: every record, or (`from_snapshot`) its newest
+/// snapshot and the records after it.
 fn read_session(
     conn: &Connection,
     owner: &str,
     session_id: &str,
+    from_snapshot: bool,
 ) -> Result<StoredSession, Failure> {
     let header = conn
         .query_row(
@@ -289,19 +338,36 @@ fn read_session(
         }
         .into());
     };
+    let snapshot = if from_snapshot {
+        conn.prepare_cached("SELECT seq, body FROM snapshots WHERE owner = ?1 AND session_id = ?2")?
+            .query_row(params![owner, session_id], |row| {
+                Ok(StoredSnapshot {
+                    seq: row.get(0)?,
+                    body: row.get(1)?,
+                })
+            })
+            .optional()?
+    } else {
+        None
+    };
+    let after = snapshot.as_ref().map_or(0, |s| s.seq);
     let mut query = conn.prepare_cached(
-        "SELECT seq, at_ms, entry FROM records WHERE owner = ?1 AND session_id = ?2 ORDER BY seq",
+        "SELECT seq, at_ms, entry FROM records WHERE owner = ?1 AND session_id = ?2 AND seq > ?3
+         ORDER BY seq",
     )?;
     let rows = query
-        .query_map(params![owner, session_id], |row| {
-            Ok(Row {
-                seq: row.get(0)?,
-                at_ms: row.get(1)?,
-                entry: row.get(2)?,
-            })
-        })?
+        .query_map(params![owner, session_id, after], row_of)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(decode_session(owner, session_id, header, rows)?)
+    Ok(decode_session(owner, session_id, header, snapshot, rows)?)
+}
+
+fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        seq: row.get(0)?,
+        at_ms: row.get(1)?,
+        entry: row.get(2)?,
+        call_id: None,
+    })
 }
 
 impl SessionStore for SqliteStore {
@@ -342,7 +408,7 @@ impl SessionStore for SqliteStore {
                     (1, true)
                 }
             };
-            let session = read_session(&tx, &owner, &session_id)?;
+            let session = read_session(&tx, &owner, &session_id, true)?;
             tx.commit()?;
             Ok(Leased {
                 lease: Lease {
@@ -362,6 +428,7 @@ impl SessionStore for SqliteStore {
         &'a self,
         lease: &'a Lease,
         records: &'a [Record],
+        snapshot: Option<&'a StoredSnapshot>,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let rows = match encode(records) {
@@ -369,6 +436,7 @@ impl SessionStore for SqliteStore {
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let lease = lease.clone();
+        let snapshot = snapshot.cloned();
         self.run(move |conn| {
             let Some(first) = rows.first().map(|r| r.seq) else {
                 return Ok(());
@@ -399,6 +467,18 @@ impl SessionStore for SqliteStore {
                 .into());
             }
             insert_records(&tx, &owner, &lease.session_id, &rows)?;
+            if let Some(snapshot) = snapshot {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO snapshots (owner, session_id, seq, body)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![
+                    owner,
+                    lease.session_id,
+                    snapshot.seq,
+                    snapshot.body
+                ])?;
+            }
             tx.commit()?;
             Ok(())
         })
@@ -458,7 +538,7 @@ impl SessionStore for SqliteStore {
         self.run(move |conn| {
             // One read transaction: the header and the journal agree.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let session = read_session(&tx, &owner, &session_id)?;
+            let session = read_session(&tx, &owner, &session_id, false)?;
             tx.commit()?;
             Ok(session)
         })
@@ -516,6 +596,27 @@ impl SessionStore for SqliteStore {
         })
     }
 
+    fn call_records<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        call_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
+        let owner = owner_key(owner);
+        let session_id = session_id.to_owned();
+        let call_id = call_id.to_owned();
+        self.run(move |conn| {
+            let mut query = conn.prepare_cached(
+                "SELECT seq, at_ms, entry FROM records
+                 WHERE owner = ?1 AND session_id = ?2 AND call_id = ?3 ORDER BY seq",
+            )?;
+            let rows = query
+                .query_map(params![owner, session_id, call_id], row_of)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows::decode_records(&session_id, rows)?)
+        })
+    }
+
     fn remove<'a>(
         &'a self,
         owner: Owner<'a>,
@@ -530,10 +631,12 @@ impl SessionStore for SqliteStore {
                 return Err(StoreError::NotFound { session_id }.into());
             };
             row.check_free(&session_id, now_ms)?;
-            tx.execute(
-                "DELETE FROM records WHERE owner = ?1 AND session_id = ?2",
-                params![owner, session_id],
-            )?;
+            for table in ["records", "snapshots"] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE owner = ?1 AND session_id = ?2"),
+                    params![owner, session_id],
+                )?;
+            }
             tx.execute(
                 "DELETE FROM sessions WHERE owner = ?1 AND session_id = ?2",
                 params![owner, session_id],

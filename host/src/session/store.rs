@@ -38,8 +38,22 @@ pub struct StoredSession {
     pub header: SessionHeader,
     /// When the last record was committed (the creation time if none).
     pub updated_at_ms: u64,
-    /// Every record, in order.
+    /// The newest snapshot, when one was read: then `records` holds only
+    /// the records after it. [`SessionStore::read`] never reads one.
+    pub snapshot: Option<StoredSnapshot>,
+    /// The records, in order: every one, or those after `snapshot`.
     pub records: Vec<Record>,
+}
+
+/// A snapshot as stored: the fold of records 1..=`seq`
+/// ([`crate::journal::Snapshot`], encoded). A store keeps a session's
+/// newest only, and never reads into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSnapshot {
+    /// The last record it folds.
+    pub seq: u64,
+    /// Its encoding.
+    pub body: String,
 }
 
 /// One line of a listing.
@@ -119,22 +133,37 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     fn location(&self) -> String;
 
     /// Leases a session (creating it with `request.create` if it does not
-    /// exist and that is given) and reads it. Fails with
+    /// exist and that is given) and reads it: its newest snapshot and the
+    /// records after it (every record when it has none). Fails with
     /// [`StoreError::InUse`] while another holder's lease is current: it
     /// has not expired and [`super::Holder::is_gone`] does not say its
     /// holder is gone.
     fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>>;
 
-    /// Appends `records` (numbered on from the session's last) and extends
-    /// the lease to `now_ms` + its ttl. Fails with
-    /// [`StoreError::LeaseLost`], appending nothing, when the session's
-    /// fencing token is no longer the lease's.
+    /// Appends `records` (numbered on from the session's last) and, in the
+    /// same transaction, replaces the session's snapshot with `snapshot`
+    /// when given (it folds up to the last of `records`); extends the
+    /// lease to `now_ms` + its ttl. Fails with [`StoreError::LeaseLost`],
+    /// writing nothing, when the session's fencing token is no longer the
+    /// lease's.
     fn append<'a>(
         &'a self,
         lease: &'a Lease,
         records: &'a [Record],
+        snapshot: Option<&'a StoredSnapshot>,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The records about the tool call `call_id` ([`Record`]s whose
+    /// [`Entry::call_id`](crate::journal::Entry::call_id) it is), in
+    /// order; empty if none. Indexed: its cost does not grow with the
+    /// session's length.
+    fn call_records<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        call_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>>;
 
     /// Extends the lease to `now_ms` + its ttl; [`StoreError::LeaseLost`]
     /// if it was lost.

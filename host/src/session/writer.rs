@@ -1,14 +1,15 @@
 //! The write side of a leased session: numbers records and commits them
-//! while the lease holds, and keeps the lease alive.
+//! while the lease holds, snapshots the journal's fold every so many
+//! records, and keeps the lease alive.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::store::{Lease, SessionStore};
+use super::store::{Lease, SessionStore, StoredSnapshot};
 use crate::BoxFuture;
 use crate::context::{RunContext, Usage};
-use crate::journal::{Entry, Record, Sink, StoreError, now_ms};
+use crate::journal::{Entry, Folded, Record, Sink, Snapshot, StoreError, now_ms};
 
 /// A leased session's journal, as a [`Sink`]: each commit is one append
 /// of the next records, accepted by the store only while the lease is the
@@ -22,6 +23,14 @@ pub(crate) struct Writer {
     head: u64,
     /// The usage and iteration last committed.
     committed: (Usage, u32),
+    /// The fold of what is committed (no hidden key: records have none),
+    /// held since the last snapshot; `None` once it could not be kept
+    /// (no more snapshots are written then, and resuming folds from the
+    /// last one).
+    state: Option<Folded>,
+    /// A snapshot is written with the commit that crosses each multiple of
+    /// this many records (0: never).
+    snapshot_every: u64,
     /// Set when the lease is known lost (a commit or a renewal said so) or
     /// given up.
     lost: Arc<AtomicBool>,
@@ -31,13 +40,15 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Writes after record `head` of the session `lease` holds, whose
-    /// usage and iteration so far are `committed`.
+    /// stored fold up to `head` is `state`.
     pub(crate) fn new(
         store: Arc<dyn SessionStore>,
         lease: Lease,
         head: u64,
-        committed: (Usage, u32),
+        state: Folded,
+        snapshot_every: u64,
     ) -> Self {
+        let committed = (state.usage, state.iteration);
         let lost = Arc::new(AtomicBool::new(false));
         let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
         Self {
@@ -45,6 +56,8 @@ impl Writer {
             lease,
             head,
             committed,
+            state: Some(state),
+            snapshot_every,
             lost,
             heartbeat,
             released: false,
@@ -82,9 +95,13 @@ impl Writer {
                 entry,
             })
             .collect();
-        match self.store.append(&self.lease, &records, now).await {
+        let last = self.head + records.len() as u64;
+        let snapshot = self.snapshot_at(last, &records);
+        let stored = snapshot.as_ref().map(|(stored, _)| stored);
+        match self.store.append(&self.lease, &records, stored, now).await {
             Ok(()) => {
-                self.head += records.len() as u64;
+                self.fold_committed(&records, snapshot.map(|(_, state)| state));
+                self.head = last;
                 self.committed = usage;
                 Ok(())
             }
@@ -95,6 +112,63 @@ impl Writer {
                 Err(e)
             }
         }
+    }
+
+    /// The snapshot to write with `records` (ending at record `last`), and
+    /// the state it leaves, when they cross a multiple of
+    /// `snapshot_every`. Costs a copy of the state (deps and messages)
+    /// once per `snapshot_every` records.
+    fn snapshot_at(&mut self, last: u64, records: &[Record]) -> Option<(StoredSnapshot, Folded)> {
+        let every = self.snapshot_every;
+        if every == 0 || self.head / every == last / every {
+            return None;
+        }
+        let mut next = self.state.clone()?;
+        if let Err(e) = next.fold_from(self.head + 1, records) {
+            self.give_up_state(&e.to_string());
+            return None;
+        }
+        let snapshot = Snapshot::of(&next, last);
+        let stored = StoredSnapshot {
+            seq: last,
+            body: snapshot.encode(),
+        };
+        Some((stored, Folded::from_snapshot(snapshot)))
+    }
+
+    /// Brings the held state up to the records just committed (or to the
+    /// snapshot committed with them).
+    fn fold_committed(&mut self, records: &[Record], snapshotted: Option<Folded>) {
+        if let Some(state) = snapshotted {
+            self.state = Some(state);
+            return;
+        }
+        let first = self.head + 1;
+        if let Some(state) = &mut self.state
+            && let Err(e) = state.fold_from(first, records)
+        {
+            self.give_up_state(&e.to_string());
+        }
+    }
+
+    fn give_up_state(&mut self, problem: &str) {
+        tracing::warn!(
+            session = %self.lease.session_id,
+            problem,
+            "the journal's fold cannot be kept; no more snapshots of this session from this run"
+        );
+        self.state = None;
+    }
+
+    /// The committed records about the tool call `call_id`.
+    pub(crate) async fn call_records(&self, call_id: &str) -> Result<Vec<Record>, StoreError> {
+        self.store
+            .call_records(
+                self.lease.user_id.as_deref(),
+                &self.lease.session_id,
+                call_id,
+            )
+            .await
     }
 
     fn lost_error(&self) -> StoreError {

@@ -82,6 +82,34 @@ impl TestStore {
         }
     }
 
+    /// Runs SQL on the store behind Airlock's back (tables as each store
+    /// names them: `{p}` stands for `airlock_` on Postgres, nothing on
+    /// SQLite).
+    pub async fn execute(&self, sql: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let sql = sql.replace("{p}", "");
+                let conn = rusqlite::Connection::open(&self.file).unwrap();
+                conn.execute_batch(&sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            Backend::Postgres => {
+                let sql = sql.replace("{p}", "airlock_");
+                let (client, connection) =
+                    tokio_postgres::connect(&self.spec, tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                let driver = tokio::spawn(connection);
+                client
+                    .batch_execute(&sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                drop(client);
+                let _ = driver.await;
+            }
+        }
+    }
+
     /// What the store reports as its location.
     pub fn location(&self) -> String {
         match self.backend {
