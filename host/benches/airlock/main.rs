@@ -30,6 +30,7 @@ mod per_call;
 mod plain;
 mod report;
 mod scale_out;
+mod session_age;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -110,7 +111,8 @@ fn main() {
                 true parallel_turns,
                 true peers,
                 true plain,
-                true oci
+                true oci,
+                true session_age
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

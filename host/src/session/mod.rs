@@ -53,6 +53,7 @@ pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
     Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    StoredSnapshot,
 };
 
 use crate::context::{ContextRules, RunContext};
@@ -74,8 +75,11 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// the opener says otherwise ([`SessionOptions::snapshot_every`]). A
 /// resume folds at most this many records after the snapshot; each
 /// snapshot costs one copy of the deps and messages into the commit that
-/// crosses it.
-pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1000;
+/// crosses it. Chosen by measurement (docs/benchmarks.md §14): folding a
+/// tail of up to 128 records keeps a request on a 100,000-record session
+/// near one on a new session, while a snapshot (one encode of deps and
+/// messages) every ~30 direct calls costs little beside their fsyncs.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 128;
 
 /// Longest session id, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 128;

@@ -762,7 +762,8 @@ impl SessionStore for PostgresStore {
             let rows = client
                 .query(
                     "SELECT seq, at_ms, entry FROM airlock_records
-                     WHERE owner = $1 AND session_id = $2 AND call_id = $3 ORDER BY seq",
+                     WHERE owner = $1 AND session_id = $2 AND call_id = $3 AND call_id IS NOT NULL
+                     ORDER BY seq",
                     &[&owner, &session_id, &call_id],
                 )
                 .await?

@@ -155,8 +155,7 @@ impl SqliteStore {
                 call_id TEXT,
                 PRIMARY KEY (owner, session_id, seq)
             ) WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS records_by_call ON records (owner, session_id, call_id)
-                WHERE call_id IS NOT NULL;
+            CREATE INDEX IF NOT EXISTS records_by_call ON records (owner, session_id, call_id);
             CREATE TABLE IF NOT EXISTS snapshots (
                 owner TEXT NOT NULL,
                 session_id TEXT NOT NULL,
@@ -607,7 +606,7 @@ impl SessionStore for SqliteStore {
         let call_id = call_id.to_owned();
         self.run(move |conn| {
             let mut query = conn.prepare_cached(
-                "SELECT seq, at_ms, entry FROM records
+                "SELECT seq, at_ms, entry FROM records INDEXED BY records_by_call
                  WHERE owner = ?1 AND session_id = ?2 AND call_id = ?3 ORDER BY seq",
             )?;
             let rows = query
