@@ -105,6 +105,9 @@ kinds! {
     LeaseLost = "lease_lost",
     /// The stored journal does not fold.
     SessionDamaged = "session_damaged",
+    /// The store is not one this Airlock can use (not a database, damaged,
+    /// another program's, or newer).
+    InvalidStore = "invalid_store",
     /// The store's backend failed.
     StoreError = "store_error",
     /// A session or user id that cannot be used.

@@ -1017,7 +1017,12 @@ async fn many_sessions_from_several_processes_stay_intact(backend: Backend) {
             .collect();
         for run in runs {
             let out = run.join().unwrap();
-            assert!(out.status.success(), "{}", stderr(&out));
+            assert!(
+                out.status.success(),
+                "{}{}",
+                stderr(&out),
+                String::from_utf8_lossy(&out.stdout)
+            );
         }
     });
     // Each again, resumed: the history and deps carry on.
@@ -1268,6 +1273,82 @@ async fn a_store_of_schema_1_is_migrated_and_its_calls_indexed(backend: Backend)
     assert_eq!(again.result["value"], 1);
     assert_eq!(session.context().deps()["counters"]["x"], 6);
     session.close().await.unwrap();
+}
+
+/// A file that is not a session store Airlock can use is refused with
+/// exit 2, naming the file and why, and is left as it was.
+#[test]
+fn a_file_that_is_not_a_store_is_refused_naming_it_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, build: &dyn Fn(&Path)| {
+        let path = dir.path().join(name);
+        build(&path);
+        path
+    };
+    let random = make("random.db", &|p| {
+        std::fs::write(
+            p,
+            (0..20_000u32)
+                .map(|i| (i * 7919 % 251) as u8)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap()
+    });
+    let text = make("notes.txt", &|p| {
+        std::fs::write(p, "shopping list\n").unwrap()
+    });
+    let foreign = make("other.db", &|p| {
+        let conn = rusqlite::Connection::open(p).unwrap();
+        conn.execute_batch("CREATE TABLE sessions (a); CREATE TABLE notes (b);")
+            .unwrap();
+    });
+    let newer = make("newer.db", &|p| {
+        let conn = rusqlite::Connection::open(p).unwrap();
+        conn.execute_batch("PRAGMA user_version = 99;").unwrap();
+    });
+    for (path, why) in [
+        (&random, "not a SQLite database"),
+        (&text, "not a SQLite database"),
+        (
+            &foreign,
+            "a database of another program (its tables: notes, sessions)",
+        ),
+        (&newer, "written by a newer Airlock (schema 99"),
+    ] {
+        let before = std::fs::read(path).unwrap();
+        for args in [vec!["list", "--json"], vec!["show", "s", "--json"]] {
+            let out = sessions(path.to_str().unwrap(), &args);
+            assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+            let doc = stdout_json(&out);
+            assert_eq!(doc["error"]["kind"], "invalid_store", "{doc}");
+            let message = doc["error"]["message"].as_str().unwrap();
+            assert!(message.contains(path.to_str().unwrap()), "{message}");
+            assert!(message.contains(why), "{message}");
+        }
+        assert_eq!(
+            std::fs::read(path).unwrap(),
+            before,
+            "{} was changed",
+            path.display()
+        );
+    }
+    // A call on one does not run the tool.
+    let out = airlock_with_env(
+        &[
+            "call",
+            guest("stateful").to_str().unwrap(),
+            "increment",
+            r#"{"name":"a"}"#,
+            "--session",
+            "s",
+            "--store",
+            foreign.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["error"]["kind"], "invalid_store");
 }
 
 crate::on_both_stores!(

@@ -157,7 +157,10 @@ impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         let exit = match e {
             StoreError::InUse { .. } => EXIT_IN_USE,
-            StoreError::NotFound { .. } | StoreError::AlreadyExists { .. } => EXIT_INPUT,
+            StoreError::NotFound { .. }
+            | StoreError::AlreadyExists { .. }
+            | StoreError::NotAStore { .. }
+            | StoreError::Corrupt { .. } => EXIT_INPUT,
             _ => EXIT_INTERNAL,
         };
         Self {

@@ -93,6 +93,15 @@ pub enum StoreError {
         /// What is wrong, naming the record.
         problem: String,
     },
+    /// The store is not one Airlock can use: not a database, damaged, a
+    /// database of another program, or written by a newer Airlock.
+    #[error("{location}: not a session store this Airlock can use: {problem}")]
+    NotAStore {
+        /// Where the store is.
+        location: String,
+        /// Why.
+        problem: String,
+    },
     /// The backend failed (cannot open, I/O, a full disk, ...).
     #[error("{location}: {message}")]
     Backend {
@@ -112,6 +121,7 @@ impl StoreError {
             StoreError::AlreadyExists { .. } => ErrorKind::SessionExists,
             StoreError::LeaseLost { .. } => ErrorKind::LeaseLost,
             StoreError::Corrupt { .. } => ErrorKind::SessionDamaged,
+            StoreError::NotAStore { .. } => ErrorKind::InvalidStore,
             StoreError::Backend { .. } => ErrorKind::StoreError,
         }
     }

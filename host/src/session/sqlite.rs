@@ -99,7 +99,7 @@ impl SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             path,
         };
-        store.prepare().map_err(|e| fail(describe(&e)))?;
+        store.prepare().map_err(|e| failure(&location, e))?;
         Ok(store)
     }
 
@@ -116,6 +116,15 @@ impl SqliteStore {
     fn prepare(&self) -> rusqlite::Result<()> {
         let mut conn = lock(&self.connection);
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Before anything that writes (switching to WAL rewrites the
+        // header): a file that is not ours is left as it was. One read
+        // transaction, so that another process creating the store at the
+        // same time is seen before or after, never half-way.
+        {
+            let read = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            check_ours(&read)?;
+            read.commit()?;
+        }
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(rusqlite::Error::InvalidParameterName(format!(
@@ -124,12 +133,7 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", self.durability.name())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-        if version > SCHEMA_VERSION {
-            return Err(rusqlite::Error::InvalidParameterName(format!(
-                "written by a newer Airlock (schema {version}; this one reads {SCHEMA_VERSION})"
-            )));
-        }
+        let version = check_ours(&tx)?;
         if version == 1 {
             migrate_v1(&tx)?;
         }
@@ -185,7 +189,7 @@ impl SqliteStore {
             match task.await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(Failure::Store(e))) => Err(e),
-                Ok(Err(Failure::Backend(e))) => Err(failed(describe(&e))),
+                Ok(Err(Failure::Backend(e))) => Err(failure(&location, e)),
                 Err(e) => Err(failed(format!("store task failed: {e}"))),
             }
         })
@@ -208,11 +212,70 @@ fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection>
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn describe(e: &rusqlite::Error) -> String {
+/// The store at `location` is not one this Airlock can use, because
+/// `problem` (carried through rusqlite's error type to [`failure`]).
+fn not_a_store(problem: String) -> rusqlite::Error {
+    rusqlite::Error::InvalidParameterName(format!("{NOT_A_STORE}{problem}"))
+}
+
+const NOT_A_STORE: &str = "\0not a store: ";
+
+/// What a database error means for the store at `location`: a file that is
+/// not a database, damaged, another program's or newer is
+/// [`StoreError::NotAStore`] (the operator gave the wrong file, or it must
+/// be restored); anything else is [`StoreError::Backend`].
+fn failure(location: &str, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    let not_a_store = |problem: String| StoreError::NotAStore {
+        location: location.to_owned(),
+        problem,
+    };
     match e {
-        rusqlite::Error::InvalidParameterName(message) => message.clone(),
-        other => other.to_string(),
+        rusqlite::Error::InvalidParameterName(message) => match message.strip_prefix(NOT_A_STORE) {
+            Some(problem) => not_a_store(problem.to_owned()),
+            None => StoreError::Backend {
+                location: location.to_owned(),
+                message,
+            },
+        },
+        rusqlite::Error::SqliteFailure(code, _) if code.code == NotADatabase => {
+            not_a_store("the file is not a SQLite database".into())
+        }
+        rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseCorrupt => {
+            not_a_store("the database is damaged (restore it from a backup)".into())
+        }
+        other => StoreError::Backend {
+            location: location.to_owned(),
+            message: other.to_string(),
+        },
     }
+}
+
+/// The schema version of the database `conn` holds, refusing one that is
+/// not an Airlock store (another program's tables, or no database at all)
+/// or that a newer Airlock wrote.
+fn check_ours(conn: &Connection) -> rusqlite::Result<i64> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(not_a_store(format!(
+            "written by a newer Airlock (schema {version}; this one reads {SCHEMA_VERSION})"
+        )));
+    }
+    if version == 0 {
+        // Every store this Airlock or an earlier one made has a version; a
+        // database without one that holds tables is another program's.
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
+            .query_map([], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        if !tables.is_empty() {
+            return Err(not_a_store(format!(
+                "a database of another program (its tables: {})",
+                crate::text::truncate(&tables.join(", "), 200)
+            )));
+        }
+    }
+    Ok(version)
 }
 
 /// Schema 1 to 2: the call id column, filled from the entries already
