@@ -134,13 +134,18 @@ async fn stdio_tools_calls_failures_and_a_restart() {
     client.cancel().await.unwrap();
 }
 
-/// A policy whose `spin` would run for a minute.
+/// A policy whose `spin` would run for a minute. It is granted a writable
+/// directory, so it counts as effectful and its intent is committed before
+/// it runs: what [`cancel_a_spinning_call`] watches for to know it started.
 fn long_spin_policy(dir: &Path) -> String {
     let path = dir.join("long.toml");
+    std::fs::create_dir_all(dir.join("scratch")).unwrap();
     std::fs::write(
         &path,
         format!(
-            "[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 60000 }}\n[[tool]]\npath = {:?}\n",
+            "[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 60000 }}\n\
+             dirs = [{{ host = \"scratch\", guest = \"/scratch\", mode = \"rw\" }}]\n\
+             [[tool]]\npath = {:?}\n",
             guest("hostile"),
             guest("stateful")
         ),

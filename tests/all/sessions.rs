@@ -1351,7 +1351,161 @@ fn a_file_that_is_not_a_store_is_refused_naming_it_and_left_alone() {
     assert_eq!(stdout_json(&out)["error"]["kind"], "invalid_store");
 }
 
+/// The real store, counting the commits made through it.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn SessionStore>,
+    appends: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn appends(&self) -> usize {
+        self.appends.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl SessionStore for Counting {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn lease<'a>(
+        &'a self,
+        request: airlock::session::LeaseRequest<'a>,
+    ) -> airlock::BoxFuture<'a, Result<airlock::session::Leased, StoreError>> {
+        self.inner.lease(request)
+    }
+    fn append<'a>(
+        &'a self,
+        lease: &'a airlock::session::Lease,
+        records: &'a [airlock::journal::Record],
+        snapshot: Option<&'a airlock::session::StoredSnapshot>,
+        now_ms: u64,
+    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+        self.appends
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.append(lease, records, snapshot, now_ms)
+    }
+    fn call_records<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        session_id: &'a str,
+        call_id: &'a str,
+    ) -> airlock::BoxFuture<'a, Result<Vec<airlock::journal::Record>, StoreError>> {
+        self.inner.call_records(owner, session_id, call_id)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a airlock::session::Lease,
+        now_ms: u64,
+    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.renew(lease, now_ms)
+    }
+    fn release<'a>(
+        &'a self,
+        lease: &'a airlock::session::Lease,
+    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release(lease)
+    }
+    fn read<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        session_id: &'a str,
+    ) -> airlock::BoxFuture<'a, Result<airlock::session::StoredSession, StoreError>> {
+        self.inner.read(owner, session_id)
+    }
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+    ) -> airlock::BoxFuture<'a, Result<Vec<airlock::session::SessionSummary>, StoreError>> {
+        self.inner.list(owner)
+    }
+    fn insert<'a>(
+        &'a self,
+        header: &'a airlock::session::SessionHeader,
+        records: &'a [airlock::journal::Record],
+        updated_at_ms: u64,
+    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.insert(header, records, updated_at_ms)
+    }
+    fn remove<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        session_id: &'a str,
+        now_ms: u64,
+    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.remove(owner, session_id, now_ms)
+    }
+}
+
+/// A pure call (no effectful grant) is journaled in one commit, intent and
+/// output together; an effectful one (a writable directory) and a keyed
+/// one commit the intent first. The journal reads the same either way.
+async fn a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice(backend: Backend) {
+    let db = TestStore::new(backend, "commits").await;
+    let store = Arc::new(Counting {
+        inner: db.open().await,
+        appends: Default::default(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    let text = format!(
+        "[[tool]]\npath = {:?}\ndirs = [{{ host = \"data\", guest = \"/data\", mode = \"rw\" }}]\n",
+        guest("stateful")
+    );
+    let policy =
+        airlock::Policy::parse(&text, &dir.path().join("airlock.toml"), dir.path()).unwrap();
+    let effectful = airlock::Host::builder()
+        .cache(airlock::CompileCache::in_dir(crate::support::cache_dir()))
+        .build_with_policy(&policy)
+        .await
+        .unwrap();
+    let shared: Arc<dyn SessionStore> = store.clone();
+    let mut session = Session::open(shared, options(None, "commits"), &ContextRules::default())
+        .await
+        .unwrap();
+    let increment = || airlock::ToolCall::new("increment", r#"{"name":"x"}"#);
+    let commits = |before: usize| store.appends() - before;
+
+    let before = store.appends();
+    session
+        .call(host().await, &increment(), &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(commits(before), 1, "a pure call");
+    let before = store.appends();
+    session
+        .call(&effectful, &increment(), &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(commits(before), 2, "an effectful call");
+    let before = store.appends();
+    session
+        .call_once(host().await, &increment(), &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(commits(before), 2, "a keyed call");
+    session.close().await.unwrap();
+
+    // Each call's intent, output and ops are there, in that order.
+    let stored = store.read(None, "commits").await.unwrap();
+    let folded = Folded::fold(&stored.records).unwrap();
+    let kinds: Vec<&str> = folded
+        .transcript
+        .items
+        .iter()
+        .map(|e| match &e.item {
+            Item::FunctionCall { .. } => "intent",
+            Item::FunctionCallOutput { .. } => "output",
+            Item::ContextUpdate { .. } => "ops",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["intent", "output", "ops"].repeat(3));
+    assert_eq!(folded.deps["counters"]["x"], 3);
+}
+
 crate::on_both_stores!(
+    a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice,
     a_store_of_schema_1_is_migrated_and_its_calls_indexed,
     a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once,
     a_remote_holders_lease_blocks_until_it_expires,

@@ -7,7 +7,9 @@
 //! ([`Session::call`]) record through the journal's one recorder:
 //!
 //! - the prompt, and each model reply, as one commit each;
-//! - a tool call's intent before the call runs;
+//! - a tool call's intent before the call runs (a direct call of a tool
+//!   that cannot have effects outside the sandbox, and is not keyed, skips
+//!   this commit: its intent goes with its output);
 //! - the call's output item, its ops and (for the model) the tool message
 //!   together, in one commit, after it ends.
 //!
@@ -433,22 +435,46 @@ impl Session {
     }
 
     /// Calls one tool outside the agent loop (for `airlock call --session`
-    /// and MCP), journaled exactly as the loop journals a call: the intent
-    /// is committed before it runs, its output item and ops together after
-    /// (under `host`'s rules as they are now; no tool message, as no model
-    /// waits for one). The call counts in `usage.tool_calls` (and the tool
-    /// sees itself counted).
+    /// and MCP), journaled as the loop journals a call: its intent, then
+    /// its output item and ops (under `host`'s rules as they are now; no
+    /// tool message, as no model waits for one). The call counts in
+    /// `usage.tool_calls` (and the tool sees itself counted).
+    ///
+    /// A call whose tool cannot have effects outside the sandbox (no
+    /// effectful grant, or marked `idempotent`: the rule parallel turns
+    /// use) is journaled in one commit after it ends, intent and output
+    /// together: if the process dies while it runs, nothing of it was
+    /// committed and nothing outside happened, so there is nothing to
+    /// answer. Any other call commits its intent before it runs, so that a
+    /// death mid-call is answered "interrupted" on resume.
+    ///
+    /// Cost: one commit (an fsync) for a pure call, two otherwise.
     pub async fn call(
         &mut self,
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, SessionCallError> {
+        let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
+        self.call_journaled(host, call, cancel, !pure).await
+    }
+
+    /// [`Session::call`], its intent committed before it runs when
+    /// `intent_first`.
+    async fn call_journaled(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+        intent_first: bool,
+    ) -> Result<CallOutcome, SessionCallError> {
         let started = Instant::now();
         let iteration = self.ctx.iteration;
         let mut recorder = Recorder::new(Conversation::from(&mut *self), false);
         recorder.call_asked(call, iteration);
-        recorder.commit().await?;
+        if intent_first {
+            recorder.commit().await?;
+        }
         let result = host.call_counted(recorder.ctx_mut(), call, cancel).await;
         recorder.call_ended(
             call,
@@ -468,7 +494,8 @@ impl Session {
     /// retries with the same id, on any host, and its ops apply once. A
     /// call that failed, was cancelled or interrupted committed no op, so
     /// it runs again. The id must name the same tool and arguments
-    /// ([`SessionCallError::IdReused`] otherwise).
+    /// ([`SessionCallError::IdReused`] otherwise). A keyed call always
+    /// commits its intent before it runs, whatever its tool.
     ///
     /// Cost: a scan of the items since the session was opened, or (for a
     /// session resumed from a snapshot) one indexed read of the call's
@@ -497,7 +524,7 @@ impl Session {
             Earlier::Reused => Err(SessionCallError::IdReused {
                 call_id: call.id.clone(),
             }),
-            Earlier::None => self.call(host, call, cancel).await,
+            Earlier::None => self.call_journaled(host, call, cancel, true).await,
         }
     }
 
