@@ -111,6 +111,7 @@ pub mod llm;
 pub mod mcp;
 pub mod oci;
 pub mod policy;
+pub mod retention;
 pub mod sandbox;
 pub mod session;
 pub mod spec;

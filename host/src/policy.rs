@@ -57,6 +57,7 @@ use toml::Spanned;
 use crate::context::{ContextRules, KeyAccess, KeyPatterns};
 use crate::oci::signature::PublicKey;
 use crate::oci::{Fetch, OciError, OciSettings, OciTool, Reference, Resolved, Resolver};
+use crate::retention::Retention;
 use crate::sandbox::Limits;
 use crate::sandbox::grants::{
     DirConfig, DirGrant, DirMode, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant,
@@ -141,6 +142,8 @@ pub struct Policy {
     pub turn: TurnPolicy,
     /// Registries: signatures required, plain HTTP, size bounds (`[oci]`).
     pub oci: OciSettings,
+    /// How long sessions are kept (`[sessions]`).
+    pub sessions: Retention,
 }
 
 /// What the policy says about one component.
@@ -234,6 +237,16 @@ impl Policy {
                     .map_err(|m| at(Some(span), format!("[oci] {m}")))?
             }
         };
+        let sessions = match file.sessions {
+            None => Retention::default(),
+            Some(sessions) => {
+                let span = sessions.span();
+                sessions
+                    .into_inner()
+                    .retention()
+                    .map_err(|m| at(Some(span), m))?
+            }
+        };
         let mut tools = Vec::with_capacity(file.tools.len());
         for tool in file.tools {
             let span = tool.span();
@@ -278,6 +291,7 @@ impl Policy {
             context,
             turn,
             oci,
+            sessions,
         })
     }
 
@@ -324,6 +338,7 @@ impl Policy {
             context: self.context.clone(),
             turn: self.turn,
             oci: self.oci.clone(),
+            sessions: self.sessions,
         }
     }
 
@@ -389,6 +404,7 @@ struct PolicyFile {
     #[serde(default, rename = "tool")]
     tools: Vec<Spanned<ToolFile>>,
     turn: Option<Spanned<TurnFile>>,
+    sessions: Option<Spanned<crate::retention::RetentionFile>>,
     oci: Option<Spanned<crate::oci::OciFile>>,
 }
 

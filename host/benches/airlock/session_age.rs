@@ -70,6 +70,7 @@ async fn insert(store: &Arc<dyn SessionStore>, id: &str, records: u64) {
         user_id: None,
         created_at_ms: now_ms(),
         metadata: Default::default(),
+        ephemeral: false,
     };
     store
         .insert(&header, &journal(records), now_ms())

@@ -18,6 +18,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use airlock::mcp::{McpServer, SessionOpener, ToolSet};
+use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
 
 use super::{ComponentArg, Failure, RegistryFlags, SessionFlags, print_error, print_note};
@@ -73,9 +74,10 @@ pub async fn run(args: McpArgs) -> ExitCode {
                 args.registry.clone(),
             ),
         ));
+        let retention = loaded.retention;
         let served = match args.transport {
-            Transport::Stdio => serve_stdio(&args, tools).await,
-            Transport::Http => serve_http(&args, tools).await,
+            Transport::Stdio => serve_stdio(&args, tools, &retention).await,
+            Transport::Http => serve_http(&args, tools, &retention).await,
         };
         reloader.abort();
         served
@@ -89,9 +91,13 @@ pub async fn run(args: McpArgs) -> ExitCode {
     }
 }
 
-async fn serve_stdio(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure> {
+async fn serve_stdio(
+    args: &McpArgs,
+    tools: Arc<ToolSet>,
+    retention: &Retention,
+) -> Result<(), Failure> {
     let host = tools.current();
-    let session = args.session.open(&host).await?;
+    let session = args.session.open_kept(&host, false, retention).await?;
     print_note(&format!(
         "serving {} tools over MCP (stdio) on session {} in {}",
         host.tool_names().len(),
@@ -119,9 +125,25 @@ async fn serve_stdio(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure>
     result
 }
 
-async fn serve_http(args: &McpArgs, tools: Arc<ToolSet>) -> Result<(), Failure> {
+async fn serve_http(
+    args: &McpArgs,
+    tools: Arc<ToolSet>,
+    retention: &Retention,
+) -> Result<(), Failure> {
     let host = tools.current();
     let store = args.session.store.open().await?;
+    // A long-lived server keeps its store pruned: now, and every hour.
+    let pruner = retention.ttl.map(|_| {
+        let (store, retention) = (Arc::clone(&store), *retention);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PRUNE_EVERY);
+            loop {
+                every.tick().await;
+                super::enforce_retention(store.as_ref(), &retention).await;
+            }
+        })
+    });
+    let _pruner = AbortOnDrop(pruner);
     let location = store.location();
     let opener = SessionOpener::new(store, args.session.options()?);
     let mut config = StreamableHttpServerConfig::default();
@@ -193,6 +215,21 @@ fn not_found() -> hyper::Response<Body> {
     ));
     *response.status_mut() = hyper::StatusCode::NOT_FOUND;
     response
+}
+
+/// How often `airlock mcp` over HTTP prunes its store when the policy has
+/// a `[sessions] ttl`.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// How often `airlock mcp` looks for changed components and policy.

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use airlock::context::DepsError;
 use airlock::oci::Resolved;
 use airlock::policy::Policy;
+use airlock::retention::Retention;
 use airlock::session::{
     Durability, PostgresStore, SessionError, SessionStore, StoreError, is_postgres_url,
 };
@@ -310,8 +311,23 @@ impl SessionFlags {
     /// records, default 128, 0 for never); what it writes leaves out
     /// `host`'s hidden keys.
     async fn open(&self, host: &Host) -> Result<Session, Failure> {
+        self.open_kept(host, false, &Retention::default()).await
+    }
+
+    /// [`SessionFlags::open`], first pruning what `retention` no longer
+    /// keeps (when it has a `ttl`; a failed prune is logged, the session
+    /// still opens); a new session is ephemeral when `ephemeral_unless_named`
+    /// and no `--session` was given.
+    async fn open_kept(
+        &self,
+        host: &Host,
+        ephemeral_unless_named: bool,
+        retention: &Retention,
+    ) -> Result<Session, Failure> {
         let store = self.store.open().await?;
-        let options = self.options()?;
+        enforce_retention(store.as_ref(), retention).await;
+        let mut options = self.options()?;
+        options.ephemeral = ephemeral_unless_named && self.id.is_none();
         Ok(Session::open(store, options, host.context_rules()).await?)
     }
 
@@ -546,10 +562,23 @@ async fn load_host(
 }
 
 /// A host with tools, and the files it was built from (a change to any of
-/// them is a reason to build it again).
+/// them is a reason to build it again), and the policy's retention.
 struct Tools {
     host: Host,
     files: Vec<PathBuf>,
+    retention: Retention,
+}
+
+/// Prunes every owner's sessions past `retention`'s `ttl` (if it has one),
+/// logging what it did; a failure is logged, never fatal.
+async fn enforce_retention(store: &dyn SessionStore, retention: &Retention) {
+    match airlock::session::prune(store, retention, None, None).await {
+        Ok(pruned) if !pruned.is_empty() => {
+            tracing::info!(count = pruned.len(), store = %store.location(), "pruned old sessions");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot prune old sessions"),
+    }
 }
 
 /// A host with the tools of `policy` and the components `extra` (nothing
@@ -577,6 +606,7 @@ async fn tools_host(
     }
     let mut files = extra;
     files.extend(lock);
+    let retention = policy.as_ref().map(|p| p.sessions).unwrap_or_default();
     if let Some(policy) = &policy {
         files.push(policy.source.clone());
         for tool in &policy.tools {
@@ -585,7 +615,11 @@ async fn tools_host(
             files.extend(keys.map(|k| k.path.clone()));
         }
     }
-    Ok(Tools { host, files })
+    Ok(Tools {
+        host,
+        files,
+        retention,
+    })
 }
 
 /// `--deps` takes inline JSON (starting with `{` or `[`) or a file path.

@@ -15,6 +15,7 @@ use airlock::llm::{self, Model, ProviderOptions, ScriptModel};
 use airlock::{BoxFuture, ToolCall};
 
 use airlock::policy::TurnPolicy;
+use airlock::retention::Retention;
 use airlock::sandbox::CancelToken;
 use airlock::{Host, Session};
 
@@ -66,11 +67,12 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> ExitCode {
     let json = args.flags.json;
-    let (host, model, mut turn) = match prepare(&args).await {
+    let (host, model, mut turn, retention) = match prepare(&args).await {
         Ok(ready) => ready,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
-    let mut session = match args.flags.session.open(&host).await {
+    let opened = args.flags.session.open_kept(&host, true, &retention);
+    let mut session = match opened.await {
         Ok(session) => session,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
@@ -153,14 +155,16 @@ pub async fn run(args: RunArgs) -> ExitCode {
     code
 }
 
-/// Loads the policy and tools, and the model; the policy's `[turn]`.
-async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, TurnPolicy), Failure> {
+/// Loads the policy and tools, and the model; the policy's `[turn]` and
+/// `[sessions]`.
+async fn prepare(
+    args: &RunArgs,
+) -> Result<(Arc<Host>, Arc<dyn Model>, TurnPolicy, Retention), Failure> {
     args.flags.session.check()?;
     let policy = super::load_policy(args.flags.config.as_deref())?;
     let turn = policy.as_ref().map(|p| p.turn).unwrap_or_default();
-    let host = super::tools_host(policy, &args.tools, &args.flags.registry)
-        .await?
-        .host;
+    let tools = super::tools_host(policy, &args.tools, &args.flags.registry).await?;
+    let (host, retention) = (tools.host, tools.retention);
 
     let model: Arc<dyn Model> = match (&args.script, &args.model) {
         (Some(script), _) => Arc::new(
@@ -184,7 +188,7 @@ async fn prepare(args: &RunArgs) -> Result<(Arc<Host>, Arc<dyn Model>, TurnPolic
             ));
         }
     };
-    Ok((Arc::new(host), model, turn))
+    Ok((Arc::new(host), model, turn, retention))
 }
 
 fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {

@@ -1,4 +1,4 @@
-//! `airlock sessions list|show|export|import|rm`: the session store.
+//! `airlock sessions list|show|export|import|rm|prune`: the session store.
 //!
 //! Every command works within one user's sessions (`--user`, or the
 //! anonymous bucket) and names the store it used: on its first line in
@@ -33,6 +33,29 @@ pub enum SessionsCommand {
     Import(ImportArgs),
     /// Removes a session and its journal.
     Rm(IdArgs),
+    /// Removes the sessions not updated for a while (never one in use);
+    /// ephemeral ones (`airlock run` without `--session`) after a day.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Remove sessions last updated longer ago than this (`30d`, `12h`,
+    /// `90m`). Default: the policy's `[sessions] ttl`.
+    #[arg(long, value_name = "AGE")]
+    older_than: Option<String>,
+    /// The policy whose `[sessions]` to apply (`ttl`, `ephemeral_ttl`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Every user's sessions, not only `--user`'s (as a `[sessions] ttl`
+    /// does).
+    #[arg(long)]
+    all_users: bool,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +105,7 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
         SessionsCommand::List(a) => a.json,
         SessionsCommand::Show(a) | SessionsCommand::Rm(a) => a.json,
         SessionsCommand::Import(a) => a.json,
+        SessionsCommand::Prune(a) => a.json,
         SessionsCommand::Export(_) => false,
     };
     let result = match command {
@@ -90,6 +114,7 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
         SessionsCommand::Export(args) => export(args).await,
         SessionsCommand::Import(args) => import(args).await,
         SessionsCommand::Rm(args) => remove(args).await,
+        SessionsCommand::Prune(args) => prune(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -325,27 +350,55 @@ async fn remove(args: IdArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+async fn prune(args: PruneArgs) -> Result<(), Failure> {
+    let policy = super::load_policy(args.config.as_deref())?;
+    let retention = policy.map(|p| p.sessions).unwrap_or_default();
+    let older_than = args
+        .older_than
+        .as_deref()
+        .map(|text| {
+            airlock::retention::parse_age(text)
+                .map_err(|e| Failure::input("invalid_age", format!("--older-than {text:?}: {e}")))
+        })
+        .transpose()?;
+    if older_than.is_none() && retention.ttl.is_none() {
+        return Err(Failure::input(
+            "invalid_age",
+            "say how old a session must be to go: --older-than 30d, or a [sessions] ttl in --config",
+        ));
+    }
+    let (store, owner) = open(&args.store).await?;
+    let owner = (!args.all_users).then_some(owner);
+    let pruned = airlock::session::prune(store.as_ref(), &retention, owner, older_than).await?;
+    if args.json {
+        print_json(&json!({"ok": true, "store": store.location(), "pruned": pruned}));
+        return Ok(());
+    }
+    let mut text = format!(
+        "pruned {} session{} from {}",
+        pruned.len(),
+        if pruned.len() == 1 { "" } else { "s" },
+        store.location()
+    );
+    for session in &pruned {
+        match &session.user_id {
+            Some(user) => text.push_str(&format!("\n  {} (user {user})", session.session_id)),
+            None => text.push_str(&format!("\n  {}", session.session_id)),
+        }
+    }
+    print_out(&text);
+    Ok(())
+}
+
 /// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || format!("{ms} ms"),
+            |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        )
 }
 
 #[cfg(test)]

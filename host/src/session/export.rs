@@ -159,13 +159,15 @@ impl SessionExport {
         Ok(export)
     }
 
-    /// The session's header.
+    /// The session's header. An imported session is kept like a named
+    /// one (never ephemeral: someone chose to keep it).
     pub fn header(&self) -> SessionHeader {
         SessionHeader {
             session_id: self.session_id.clone(),
             user_id: self.user_id.clone(),
             created_at_ms: self.created_at_ms,
             metadata: self.metadata.clone(),
+            ephemeral: false,
         }
     }
 }

@@ -54,8 +54,8 @@ pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
-    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot,
+    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
+    SessionSummary, StoredSession, StoredSnapshot,
 };
 
 use crate::context::{ContextRules, RunContext};
@@ -100,6 +100,30 @@ pub fn default_store_path() -> Option<PathBuf> {
         return Some(PathBuf::from(dir).join(STORE_FILE));
     }
     Some(dirs::data_dir()?.join("airlock").join(STORE_FILE))
+}
+
+/// Prunes `owner`'s sessions (every owner's when `None`) that `retention`
+/// no longer keeps, counting age against `older_than` (the policy's `ttl`
+/// when `None`; nothing is pruned when both are missing). What it removed.
+pub async fn prune(
+    store: &dyn SessionStore,
+    retention: &crate::retention::Retention,
+    owner: Option<Owner<'_>>,
+    older_than: Option<Duration>,
+) -> Result<Vec<Pruned>, StoreError> {
+    let Some(older_than) = older_than.or(retention.ttl) else {
+        return Ok(Vec::new());
+    };
+    let now = now_ms();
+    let (updated_before_ms, ephemeral_updated_before_ms) = retention.cutoffs(older_than, now);
+    store
+        .prune(PruneRequest {
+            owner,
+            updated_before_ms,
+            ephemeral_updated_before_ms,
+            now_ms: now,
+        })
+        .await
 }
 
 /// A session id or user id that cannot be used.
@@ -223,6 +247,10 @@ pub struct SessionOptions {
     /// Write a snapshot with the commit that crosses each multiple of this
     /// many records (0: never). See [`DEFAULT_SNAPSHOT_EVERY`].
     pub snapshot_every: u64,
+    /// A new session is made for one run and not named: it is pruned
+    /// sooner ([`SessionHeader::ephemeral`]). An existing one keeps its
+    /// own.
+    pub ephemeral: bool,
 }
 
 impl Default for SessionOptions {
@@ -234,6 +262,7 @@ impl Default for SessionOptions {
             metadata: BTreeMap::new(),
             lease_ttl: DEFAULT_LEASE_TTL,
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+            ephemeral: false,
         }
     }
 }
@@ -308,6 +337,7 @@ impl Session {
             user_id: options.user_id.clone(),
             created_at_ms: now,
             metadata: options.metadata.clone(),
+            ephemeral: options.ephemeral,
         };
         let first = [Record {
             seq: 1,

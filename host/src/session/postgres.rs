@@ -43,8 +43,8 @@ use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot,
+    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
+    SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
@@ -93,8 +93,10 @@ CREATE TABLE airlock_records (
 ";
 
 /// Version 2: each call's records indexed by its id (a keyed retry's
-/// lookup), and each session's newest snapshot.
+/// lookup), each session's newest snapshot, and whether a session is
+/// ephemeral.
 const SCHEMA_V2: &str = "
+ALTER TABLE airlock_sessions ADD COLUMN ephemeral boolean NOT NULL DEFAULT false;
 ALTER TABLE airlock_records ADD COLUMN call_id text;
 CREATE INDEX airlock_records_by_call ON airlock_records (owner, session_id, call_id)
     WHERE call_id IS NOT NULL;
@@ -336,8 +338,8 @@ async fn insert_session(
     let inserted = tx
         .execute(
             "INSERT INTO airlock_sessions (owner, session_id, created_at_ms, updated_at_ms,
-               metadata, head, lease_holder, lease_token, lease_expires_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+               metadata, head, lease_holder, lease_token, lease_expires_ms, ephemeral)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (owner, session_id) DO NOTHING",
             &[
                 &new.owner,
@@ -349,6 +351,7 @@ async fn insert_session(
                 &holder,
                 &big(token),
                 &big(expires),
+                &new.ephemeral,
             ],
         )
         .await?;
@@ -420,7 +423,7 @@ async fn read_session(
 ) -> Result<StoredSession, Failure> {
     let header = tx
         .query_opt(
-            "SELECT created_at_ms, updated_at_ms, metadata FROM airlock_sessions
+            "SELECT created_at_ms, updated_at_ms, metadata, ephemeral FROM airlock_sessions
              WHERE owner = $1 AND session_id = $2",
             &[&owner, &session_id],
         )
@@ -435,6 +438,7 @@ async fn read_session(
         created_at_ms: num(header.get(0)),
         updated_at_ms: num(header.get(1)),
         metadata: header.get(2),
+        ephemeral: header.get(3),
     };
     let snapshot = if from_snapshot {
         tx.query_opt(
@@ -703,7 +707,7 @@ impl SessionStore for PostgresStore {
             let rows = client
                 .query(
                     "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder,
-                            lease_token, lease_expires_ms
+                            lease_token, lease_expires_ms, ephemeral
                      FROM airlock_sessions WHERE owner = $1
                      ORDER BY updated_at_ms DESC, session_id",
                     &[&owner],
@@ -723,6 +727,7 @@ impl SessionStore for PostgresStore {
                         updated_at_ms: num(row.get(2)),
                         records: num(row.get(3)),
                         leased_until_ms: lease.blocking_until(now),
+                        ephemeral: row.get(7),
                     }
                 })
                 .collect())
@@ -770,6 +775,41 @@ impl SessionStore for PostgresStore {
                 .into_iter()
                 .map(row_of);
             Ok(rows::decode_records(session_id, rows)?)
+        }))
+    }
+
+    fn prune<'a>(
+        &'a self,
+        request: PruneRequest<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Pruned>, StoreError>> {
+        let owner = request.owner.map(owner_key);
+        Box::pin(self.run(async move {
+            let client = self.client().await?;
+            // One statement: the journals and snapshots go with their rows
+            // (ON DELETE CASCADE); a lease taken meanwhile locks the row
+            // first, and the row no longer matches.
+            let rows = client
+                .query(
+                    "DELETE FROM airlock_sessions
+                     WHERE ($1::text IS NULL OR owner = $1)
+                       AND (updated_at_ms < $2 OR (ephemeral AND updated_at_ms < $3))
+                       AND (lease_holder IS NULL OR lease_expires_ms <= $4)
+                     RETURNING owner, session_id",
+                    &[
+                        &owner,
+                        &big(request.updated_before_ms),
+                        &big(request.ephemeral_updated_before_ms),
+                        &big(request.now_ms),
+                    ],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|row| Pruned {
+                    user_id: owner_of(row.get(0)),
+                    session_id: row.get(1),
+                })
+                .collect())
         }))
     }
 

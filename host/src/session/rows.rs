@@ -76,6 +76,7 @@ pub(crate) struct NewSession {
     pub created_at_ms: u64,
     /// The metadata as a JSON object of strings.
     pub metadata: String,
+    pub ephemeral: bool,
     pub rows: Vec<Row>,
 }
 
@@ -91,6 +92,7 @@ impl NewSession {
             session_id: header.session_id.clone(),
             created_at_ms: header.created_at_ms,
             metadata: serde_json::Value::Object(metadata).to_string(),
+            ephemeral: header.ephemeral,
             rows: encode(records)?,
         })
     }
@@ -142,6 +144,7 @@ pub(crate) struct HeaderRow {
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     pub metadata: String,
+    pub ephemeral: bool,
 }
 
 /// The records of `rows` (in order); [`StoreError::Corrupt`] names the
@@ -199,6 +202,7 @@ pub(crate) fn decode_session(
             user_id: owner_of(owner.to_owned()),
             created_at_ms: header.created_at_ms,
             metadata,
+            ephemeral: header.ephemeral,
         },
         updated_at_ms: header.updated_at_ms,
         snapshot,

@@ -21,8 +21,8 @@ use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot,
+    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
+    SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
@@ -31,7 +31,7 @@ use crate::journal::{Record, StoreError};
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema this version writes (`PRAGMA user_version`): 2 added
-/// `records.call_id` (indexed) and `snapshots`.
+/// `records.call_id` (indexed), `snapshots` and `sessions.ephemeral`.
 const SCHEMA_VERSION: i64 = 2;
 
 /// What a commit survives.
@@ -148,6 +148,7 @@ impl SqliteStore {
                 lease_holder TEXT,
                 lease_token INTEGER NOT NULL,
                 lease_expires_ms INTEGER NOT NULL,
+                ephemeral INTEGER NOT NULL DEFAULT 0,
                 PRIMARY KEY (owner, session_id)
             ) WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS records (
@@ -281,7 +282,10 @@ fn check_ours(conn: &Connection) -> rusqlite::Result<i64> {
 /// Schema 1 to 2: the call id column, filled from the entries already
 /// there (the index and the snapshots table are created after).
 fn migrate_v1(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
-    tx.execute_batch("ALTER TABLE records ADD COLUMN call_id TEXT")?;
+    tx.execute_batch(
+        "ALTER TABLE records ADD COLUMN call_id TEXT;
+         ALTER TABLE sessions ADD COLUMN ephemeral INTEGER NOT NULL DEFAULT 0;",
+    )?;
     let mut read = tx.prepare("SELECT owner, session_id, seq, entry FROM records")?;
     let mut update = tx.prepare(
         "UPDATE records SET call_id = ?4 WHERE owner = ?1 AND session_id = ?2 AND seq = ?3",
@@ -312,8 +316,8 @@ fn insert_session(
     };
     tx.execute(
         "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
-               head, lease_holder, lease_token, lease_expires_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+               head, lease_holder, lease_token, lease_expires_ms, ephemeral)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             new.owner,
             new.session_id,
@@ -323,7 +327,8 @@ fn insert_session(
             new.head(),
             holder,
             token,
-            expires
+            expires,
+            new.ephemeral
         ],
     )?;
     insert_records(tx, &new.owner, &new.session_id, &new.rows)
@@ -382,7 +387,7 @@ fn read_session(
 ) -> Result<StoredSession, Failure> {
     let header = conn
         .query_row(
-            "SELECT created_at_ms, updated_at_ms, metadata FROM sessions
+            "SELECT created_at_ms, updated_at_ms, metadata, ephemeral FROM sessions
              WHERE owner = ?1 AND session_id = ?2",
             params![owner, session_id],
             |row| {
@@ -390,6 +395,7 @@ fn read_session(
                     created_at_ms: row.get(0)?,
                     updated_at_ms: row.get(1)?,
                     metadata: row.get(2)?,
+                    ephemeral: row.get(3)?,
                 })
             },
         )
@@ -615,7 +621,7 @@ impl SessionStore for SqliteStore {
             let now = crate::journal::now_ms();
             let mut query = conn.prepare_cached(
                 "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder, lease_token,
-                        lease_expires_ms
+                        lease_expires_ms, ephemeral
                  FROM sessions WHERE owner = ?1 ORDER BY updated_at_ms DESC, session_id",
             )?;
             let rows = query.query_map(params![owner], |row| {
@@ -630,6 +636,7 @@ impl SessionStore for SqliteStore {
                     updated_at_ms: row.get(2)?,
                     records: row.get(3)?,
                     leased_until_ms: lease.blocking_until(now),
+                    ephemeral: row.get(7)?,
                 })
             })?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -676,6 +683,48 @@ impl SessionStore for SqliteStore {
                 .query_map(params![owner, session_id, call_id], row_of)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows::decode_records(&session_id, rows)?)
+        })
+    }
+
+    fn prune<'a>(
+        &'a self,
+        request: PruneRequest<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Pruned>, StoreError>> {
+        let owner = request.owner.map(owner_key);
+        let (before, ephemeral_before, now) = (
+            request.updated_before_ms,
+            request.ephemeral_updated_before_ms,
+            request.now_ms,
+        );
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let doomed: Vec<(String, String)> = tx
+                .prepare_cached(
+                    "SELECT owner, session_id FROM sessions
+                     WHERE (?1 IS NULL OR owner = ?1)
+                       AND (updated_at_ms < ?2 OR (ephemeral AND updated_at_ms < ?3))
+                       AND (lease_holder IS NULL OR lease_expires_ms <= ?4)",
+                )?
+                .query_map(params![owner, before, ephemeral_before, now], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            for (owner, session_id) in &doomed {
+                for table in ["records", "snapshots", "sessions"] {
+                    tx.execute(
+                        &format!("DELETE FROM {table} WHERE owner = ?1 AND session_id = ?2"),
+                        params![owner, session_id],
+                    )?;
+                }
+            }
+            tx.commit()?;
+            Ok(doomed
+                .into_iter()
+                .map(|(owner, session_id)| Pruned {
+                    user_id: owner_of(owner),
+                    session_id,
+                })
+                .collect())
         })
     }
 

@@ -29,6 +29,10 @@ pub struct SessionHeader {
     pub created_at_ms: u64,
     /// Opaque string pairs, fixed at creation.
     pub metadata: BTreeMap<String, String>,
+    /// Made for one run and not named (`airlock run` without
+    /// `--session`): pruned sooner ([`PruneRequest`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 /// A session as read from a store.
@@ -71,6 +75,35 @@ pub struct SessionSummary {
     /// whose holder is gone is taken over before then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leased_until_ms: Option<u64>,
+    /// Whether it was made for one run ([`SessionHeader::ephemeral`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
+}
+
+/// Which sessions [`SessionStore::prune`] removes: those of `owner` (every
+/// owner when `None`) last updated before `updated_before_ms`, or, for an
+/// ephemeral one, before `ephemeral_updated_before_ms`; never one whose
+/// lease has not expired at `now_ms` (even if its holder looks dead: a
+/// prune does not race a resume).
+#[derive(Debug, Clone, Copy)]
+pub struct PruneRequest<'a> {
+    /// Whose sessions (`None`: everyone's, as a store-wide ttl).
+    pub owner: Option<Owner<'a>>,
+    /// Remove sessions last updated before this (ms since the epoch).
+    pub updated_before_ms: u64,
+    /// Remove ephemeral sessions last updated before this.
+    pub ephemeral_updated_before_ms: u64,
+    /// The time now, for leases.
+    pub now_ms: u64,
+}
+
+/// A session a prune removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Its owner.
+    pub user_id: Option<String>,
+    /// Its id.
+    pub session_id: String,
 }
 
 /// The right to append to one session, held by one run at a time.
@@ -194,6 +227,13 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         records: &'a [Record],
         updated_at_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Removes, in one transaction, the sessions `request` names (their
+    /// journals and snapshots too); what it removed.
+    fn prune<'a>(
+        &'a self,
+        request: PruneRequest<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Pruned>, StoreError>>;
 
     /// Removes a session and its journal. [`StoreError::InUse`] while a
     /// current lease is held on it.
