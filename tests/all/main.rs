@@ -23,6 +23,7 @@ mod oci;
 mod ops;
 mod plain;
 mod policy;
+mod postgres_tls;
 mod scale;
 mod script;
 mod sessions;

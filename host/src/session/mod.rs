@@ -35,6 +35,7 @@
 
 pub mod export;
 mod holder;
+mod pg_tls;
 mod postgres;
 mod rows;
 mod sqlite;

@@ -30,13 +30,15 @@
 //! A lease reads the session's newest snapshot and the records after it;
 //! an append that writes a snapshot writes it in the same statement.
 //!
-//! Not yet: TLS to the server (the connection is plain TCP or a Unix
-//! socket; use a private network or an SSH/stunnel hop).
+//! TLS as libpq's URL parameters ask (`sslmode=require|verify-ca|
+//! verify-full`, `sslrootcert=FILE`), through rustls (`pg_tls`); without
+//! `sslmode` the connection is plain TCP or a Unix socket.
 
 use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
 use super::rows::{
@@ -143,10 +145,17 @@ impl PostgresStore {
 
     /// [`PostgresStore::connect`] with at most `pool_size` connections.
     pub async fn connect_with(url: &str, pool_size: usize) -> Result<Self, StoreError> {
-        let mut config: Config = url.parse().map_err(|e| StoreError::Backend {
+        let invalid = |message: String| StoreError::NotAStore {
             location: "postgres".into(),
-            message: format!("invalid Postgres URL: {}", describe(&e)),
-        })?;
+            problem: format!("invalid Postgres URL: {message}"),
+        };
+        let (url, tls) = super::pg_tls::split_url(url).map_err(invalid)?;
+        let mut config: Config = url.parse().map_err(|e| invalid(describe(&e)))?;
+        let tls_config = tls.client_config().map_err(invalid)?;
+        if tls.encrypted() {
+            // Never plain text once TLS is asked for.
+            config.ssl_mode(SslMode::Require);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -154,13 +163,17 @@ impl PostgresStore {
             config.application_name("airlock");
         }
         let location = describe_config(&config);
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls_config {
+            Some(tls_config) => Manager::from_config(
+                config,
+                tokio_postgres_rustls::MakeRustlsConnect::new(tls_config),
+                manager_config,
+            ),
+            None => Manager::from_config(config, NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
             .runtime(Runtime::Tokio1)

@@ -1,0 +1,293 @@
+//! TLS to Postgres, as libpq's URL parameters ask for it, through rustls
+//! (the process's one TLS stack).
+//!
+//! `sslmode`:
+//!
+//! - `disable`, or absent: plain TCP (as before; use it on a private
+//!   network or a Unix socket only);
+//! - `require`: encrypted; the server's certificate is not checked unless
+//!   `sslrootcert` is given (then as `verify-ca`), as libpq does;
+//! - `verify-ca`: encrypted, and the server's certificate chains to a
+//!   trusted root;
+//! - `verify-full`: that, and the certificate names the host connected to.
+//!
+//! `sslrootcert=FILE` (PEM) gives the trusted roots; without it, the
+//! process's roots (Mozilla's, as for every other TLS connection).
+//! `prefer` and `allow` are refused: they fall back to plain text when
+//! anyone on the path says so. Neither mode ever falls back to plain TCP.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
+
+/// What a URL asks of TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsSettings {
+    mode: Mode,
+    root: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Disable,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl TlsSettings {
+    /// Whether the connection is encrypted.
+    pub(crate) fn encrypted(&self) -> bool {
+        self.mode != Mode::Disable
+    }
+
+    /// The rustls configuration for these settings (`None`: plain TCP).
+    pub(crate) fn client_config(&self) -> Result<Option<rustls::ClientConfig>, String> {
+        if self.mode == Mode::Disable {
+            return Ok(None);
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS configuration: {e}"))?;
+        let roots = match &self.root {
+            Some(path) => {
+                let mut roots = rustls::RootCertStore::empty();
+                let certs = CertificateDer::pem_file_iter(path)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(format!(
+                        "sslrootcert {}: no certificate in it",
+                        path.display()
+                    ));
+                }
+                roots
+            }
+            None => rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            },
+        };
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| format!("TLS roots: {e}"))?;
+        let verifier: Arc<dyn ServerCertVerifier> = match (self.mode, &self.root) {
+            (Mode::VerifyFull, _) => webpki,
+            (Mode::VerifyCa, _) | (Mode::Require, Some(_)) => Arc::new(AnyName(webpki)),
+            (Mode::Require, None) => Arc::new(Unchecked(provider)),
+            (Mode::Disable, _) => return Ok(None),
+        };
+        Ok(Some(
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_no_client_auth(),
+        ))
+    }
+}
+
+/// Takes `sslmode` and `sslrootcert` out of a `postgres://` URL (which
+/// tokio-postgres would refuse, or ignore): the URL without them, and what
+/// they ask for.
+pub(crate) fn split_url(url: &str) -> Result<(String, TlsSettings), String> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, query),
+        None => (url, ""),
+    };
+    let mut settings = TlsSettings {
+        mode: Mode::Disable,
+        root: None,
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value);
+        match key {
+            "sslmode" => {
+                settings.mode = match value.as_str() {
+                    "disable" => Mode::Disable,
+                    "require" => Mode::Require,
+                    "verify-ca" => Mode::VerifyCa,
+                    "verify-full" => Mode::VerifyFull,
+                    "prefer" | "allow" => {
+                        return Err(format!(
+                            "sslmode={value} falls back to plain text when anyone on the path \
+                             says so; use require, verify-ca or verify-full (or disable)"
+                        ));
+                    }
+                    _ => {
+                        return Err(
+                            "sslmode must be disable, require, verify-ca or verify-full".into()
+                        );
+                    }
+                }
+            }
+            "sslrootcert" => settings.root = Some(PathBuf::from(value)),
+            _ => kept.push(pair),
+        }
+    }
+    if settings.root.is_some() && settings.mode == Mode::Disable {
+        return Err("sslrootcert is given but sslmode is not verify-ca or verify-full".into());
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, settings))
+}
+
+/// `%XX` escapes decoded (a path in a URL).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `verify-ca`: the chain must verify; the name need not match.
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// `require` without roots: encrypted, the certificate not checked (libpq's
+/// meaning). The handshake's signatures are still checked, so the peer
+/// holds the key of the certificate it sent.
+#[derive(Debug)]
+struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for Unchecked {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_parameters_are_taken_out_of_the_url() {
+        let (url, tls) = split_url(
+            "postgres://u:p@db:5432/x?application_name=a&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://u:p@db:5432/x?application_name=a");
+        assert_eq!(tls.mode, Mode::VerifyFull);
+        assert_eq!(tls.root, Some(PathBuf::from("/etc/ca.pem")));
+        let (url, tls) = split_url("postgres://db/x").unwrap();
+        assert_eq!(url, "postgres://db/x");
+        assert!(!tls.encrypted());
+        for bad in [
+            "postgres://db/x?sslmode=prefer",
+            "postgres://db/x?sslmode=allow",
+            "postgres://db/x?sslmode=on",
+            "postgres://db/x?sslrootcert=/ca.pem",
+        ] {
+            assert!(split_url(bad).is_err(), "{bad}");
+        }
+    }
+}
