@@ -1662,7 +1662,110 @@ async fn pruning_removes_old_and_ephemeral_sessions_never_a_leased_one(backend: 
     }
 }
 
+/// Appends of many sessions at once (on SQLite, committed in shared
+/// batches): each lands exactly once and in order; one whose lease was
+/// taken over fails alone, writing nothing, and the others stand.
+async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend: Backend) {
+    use airlock::journal::{Entry, Record};
+    use airlock::session::{Holder, LeaseRequest};
+    let db = TestStore::new(backend, "batch").await;
+    let store = db.open().await;
+    let now = airlock::journal::now_ms();
+    let holder = Holder::new();
+    let mut leases = Vec::new();
+    for s in 0..32 {
+        let header = airlock::session::SessionHeader {
+            session_id: format!("b{s}"),
+            user_id: None,
+            created_at_ms: now,
+            metadata: BTreeMap::new(),
+            ephemeral: false,
+        };
+        let first = [Record {
+            seq: 1,
+            at_ms: now,
+            entry: Entry::Deps {
+                deps: serde_json::Map::new(),
+            },
+        }];
+        let id = format!("b{s}");
+        let leased = store
+            .lease(LeaseRequest {
+                user_id: None,
+                session_id: &id,
+                holder: &holder,
+                ttl: std::time::Duration::from_secs(60),
+                now_ms: now,
+                create: Some((&header, &first)),
+            })
+            .await
+            .unwrap();
+        leases.push(leased.lease);
+    }
+    // Session b7's lease is taken over by another holder.
+    let usurper = Holder::new();
+    store.release(&leases[7]).await.unwrap();
+    let taken = store
+        .lease(LeaseRequest {
+            user_id: None,
+            session_id: "b7",
+            holder: &usurper,
+            ttl: std::time::Duration::from_secs(60),
+            now_ms: now,
+            create: None,
+        })
+        .await
+        .unwrap();
+    let note = move |seq: u64, text: &str| Record {
+        seq,
+        at_ms: now,
+        entry: Entry::Message {
+            message: Message::User {
+                content: text.to_owned(),
+            },
+        },
+    };
+    // Every session appends records 2..=11, one at a time, all sessions
+    // at once.
+    let mut tasks = tokio::task::JoinSet::new();
+    for (s, lease) in leases.into_iter().enumerate() {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move {
+            let mut results = Vec::new();
+            for seq in 2..=11 {
+                let record = note(seq, &format!("b{s} #{seq}"));
+                results.push(store.append(&lease, &[record], None, now).await);
+            }
+            (s, results)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (s, results) = done.unwrap();
+        if s == 7 {
+            assert!(
+                results
+                    .iter()
+                    .all(|r| matches!(r, Err(StoreError::LeaseLost { .. }))),
+                "{results:?}"
+            );
+        } else {
+            assert!(results.iter().all(Result::is_ok), "b{s}: {results:?}");
+        }
+    }
+    for s in 0..32 {
+        let stored = store.read(None, &format!("b{s}")).await.unwrap();
+        let seqs: Vec<u64> = stored.records.iter().map(|r| r.seq).collect();
+        if s == 7 {
+            assert_eq!(seqs, [1], "the fenced holder wrote nothing");
+        } else {
+            assert_eq!(seqs, (1..=11).collect::<Vec<_>>(), "b{s}");
+        }
+    }
+    store.release(&taken.lease).await.unwrap();
+}
+
 crate::on_both_stores!(
+    concurrent_appends_commit_together_and_a_fenced_one_fails_alone,
     pruning_removes_old_and_ephemeral_sessions_never_a_leased_one,
     a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice,
     a_store_of_schema_1_is_migrated_and_its_calls_indexed,

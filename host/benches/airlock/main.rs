@@ -20,6 +20,7 @@ mod cold_start;
 mod concurrency;
 mod deps_size;
 mod durability;
+mod group_commit;
 mod harness;
 mod mcp_round_trip;
 mod oci;
@@ -112,7 +113,8 @@ fn main() {
                 true peers,
                 true plain,
                 true oci,
-                true session_age
+                true session_age,
+                false group_commit
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

@@ -39,6 +39,7 @@ mod pg_tls;
 mod postgres;
 mod rows;
 mod sqlite;
+mod sqlite_commit;
 mod store;
 mod writer;
 

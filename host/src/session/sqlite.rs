@@ -8,7 +8,8 @@
 //! instead of failing.
 //!
 //! Cost: a commit is one transaction (an fsync of the WAL with
-//! [`Durability::Full`]); a lease reads the newest snapshot and the
+//! [`Durability::Full`]), shared by the appends of concurrent sessions
+//! that wait for it ([`super::sqlite_commit`]); a lease reads the newest snapshot and the
 //! records after it; [`SessionStore::read`] reads the whole journal.
 
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
 };
+use super::sqlite_commit::Committer;
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
     SessionSummary, StoredSession, StoredSnapshot,
@@ -62,6 +64,8 @@ pub struct SqliteStore {
     path: PathBuf,
     durability: Durability,
     connection: Arc<Mutex<Connection>>,
+    /// Appends, batched ([`super::sqlite_commit`]).
+    committer: Arc<Committer>,
 }
 
 impl SqliteStore {
@@ -94,9 +98,11 @@ impl SqliteStore {
         if !existed {
             restrict_to_owner(&path);
         }
+        let connection = Arc::new(Mutex::new(connection));
         let store = Self {
             durability,
-            connection: Arc::new(Mutex::new(connection)),
+            committer: Arc::new(Committer::start(Arc::clone(&connection), location.clone())),
+            connection,
             path,
         };
         store.prepare().map_err(|e| failure(&location, e))?;
@@ -197,7 +203,7 @@ impl SqliteStore {
     }
 }
 
-type Failure = rows::Failure<rusqlite::Error>;
+pub(super) type Failure = rows::Failure<rusqlite::Error>;
 
 impl From<rusqlite::Error> for Failure {
     fn from(e: rusqlite::Error) -> Self {
@@ -205,7 +211,7 @@ impl From<rusqlite::Error> for Failure {
     }
 }
 
-fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+pub(super) fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
     // A panic while holding the lock leaves no transaction open (it rolls
     // back on drop), so the connection is still good.
     connection
@@ -225,7 +231,7 @@ const NOT_A_STORE: &str = "\0not a store: ";
 /// not a database, damaged, another program's or newer is
 /// [`StoreError::NotAStore`] (the operator gave the wrong file, or it must
 /// be restored); anything else is [`StoreError::Backend`].
-fn failure(location: &str, e: rusqlite::Error) -> StoreError {
+pub(super) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
     let not_a_store = |problem: String| StoreError::NotAStore {
         location: location.to_owned(),
@@ -334,8 +340,8 @@ fn insert_session(
     insert_records(tx, &new.owner, &new.session_id, &new.rows)
 }
 
-fn insert_records(
-    tx: &rusqlite::Transaction<'_>,
+pub(super) fn insert_records(
+    tx: &Connection,
     owner: &str,
     session_id: &str,
     rows: &[Row],
@@ -499,56 +505,14 @@ impl SessionStore for SqliteStore {
         snapshot: Option<&'a StoredSnapshot>,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let rows = match encode(records) {
-            Ok(rows) => rows,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        let lease = lease.clone();
-        let snapshot = snapshot.cloned();
-        self.run(move |conn| {
-            let Some(first) = rows.first().map(|r| r.seq) else {
+        Box::pin(async move {
+            let rows = encode(records)?;
+            if rows.is_empty() {
                 return Ok(());
-            };
-            let last = rows.last().map_or(first, |r| r.seq);
-            let owner = owner_key(lease.user_id.as_deref());
-            let expires = expiry(now_ms, lease.ttl);
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let changed = tx.execute(
-                "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
-                 WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
-                   AND head = ?5",
-                params![
-                    owner,
-                    lease.session_id,
-                    lease.token,
-                    lease.holder.to_string(),
-                    first - 1,
-                    last,
-                    now_ms,
-                    expires
-                ],
-            )?;
-            if changed != 1 {
-                return Err(StoreError::LeaseLost {
-                    session_id: lease.session_id,
-                }
-                .into());
             }
-            insert_records(&tx, &owner, &lease.session_id, &rows)?;
-            if let Some(snapshot) = snapshot {
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO snapshots (owner, session_id, seq, body)
-                     VALUES (?1, ?2, ?3, ?4)",
-                )?
-                .execute(params![
-                    owner,
-                    lease.session_id,
-                    snapshot.seq,
-                    snapshot.body
-                ])?;
-            }
-            tx.commit()?;
-            Ok(())
+            self.committer
+                .append(lease.clone(), rows, snapshot.cloned(), now_ms)
+                .await
         })
     }
 

@@ -1,0 +1,206 @@
+//! Group commit for the embedded store: appends from concurrent sessions
+//! of one process share one transaction, so one fsync.
+//!
+//! One committer thread per store takes the appends waiting for it, up to
+//! [`MAX_BATCH`], and writes them in one `BEGIN IMMEDIATE` transaction,
+//! each in a savepoint of its own: an append whose fencing check fails
+//! (its lease was lost) is rolled back alone and fails alone; the others
+//! commit. Every member is answered only after the transaction committed
+//! (with `synchronous = FULL`, after the fsync), and a failed commit fails
+//! every member with its error. A lone append waits for nothing: the batch
+//! is whatever queued while the previous one was on disk.
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, TransactionBehavior, params};
+
+use super::rows::{Row, expiry, owner_key};
+use super::sqlite::{Failure, failure, insert_records, lock};
+use super::store::{Lease, StoredSnapshot};
+use crate::journal::StoreError;
+
+/// The most appends one transaction takes.
+pub(super) const MAX_BATCH: usize = 256;
+
+/// One append, waiting for its batch.
+struct Job {
+    lease: Lease,
+    rows: Vec<Row>,
+    snapshot: Option<StoredSnapshot>,
+    now_ms: u64,
+    reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The committer of one store's appends.
+#[derive(Debug)]
+pub(super) struct Committer {
+    jobs: Mutex<Sender<Job>>,
+    location: String,
+}
+
+impl Committer {
+    /// Starts the committer thread of the store at `location`; it ends
+    /// when the committer is dropped.
+    pub(super) fn start(connection: Arc<Mutex<Connection>>, location: String) -> Self {
+        let (jobs, queue) = std::sync::mpsc::channel();
+        let name = location.clone();
+        let spawned = std::thread::Builder::new()
+            .name("airlock-sqlite-commit".into())
+            .spawn(move || serve(&connection, &name, &queue));
+        if let Err(e) = spawned {
+            // Every append then fails, naming why.
+            tracing::error!(error = %e, "cannot start the session store's committer");
+        }
+        Self {
+            jobs: Mutex::new(jobs),
+            location,
+        }
+    }
+
+    /// Appends `rows` (and the snapshot) under `lease`, durably, in the
+    /// next batch.
+    pub(super) async fn append(
+        &self,
+        lease: Lease,
+        rows: Vec<Row>,
+        snapshot: Option<StoredSnapshot>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job {
+            lease,
+            rows,
+            snapshot,
+            now_ms,
+            reply,
+        };
+        let stopped = || StoreError::Backend {
+            location: self.location.clone(),
+            message: "the store's committer stopped".into(),
+        };
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(job);
+        sent.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// The committer thread: a batch of what is waiting, committed, answered;
+/// until every sender is gone.
+fn serve(connection: &Mutex<Connection>, location: &str, queue: &Receiver<Job>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let results = commit(&mut lock(connection), &batch);
+        for (job, result) in batch.into_iter().zip(results) {
+            let result = result.map_err(|f| match f {
+                Failure::Store(e) => e,
+                Failure::Backend(e) => failure(location, e),
+            });
+            // The appender may have gone (its task was cancelled): fine.
+            let _ = job.reply.send(result);
+        }
+    }
+}
+
+/// Commits `batch` in one transaction: each job's result.
+fn commit(conn: &mut Connection, batch: &[Job]) -> Vec<Result<(), Failure>> {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => return every(batch, &e),
+    };
+    let mut results = Vec::with_capacity(batch.len());
+    for job in batch {
+        let result = match tx.savepoint() {
+            Ok(mut savepoint) => {
+                let written = append(&savepoint, job);
+                if written.is_ok() {
+                    savepoint.commit().map_err(Failure::Backend)
+                } else {
+                    // Rolled back alone: the batch's others stand.
+                    let _ = savepoint.rollback();
+                    written
+                }
+            }
+            Err(e) => Err(Failure::Backend(e)),
+        };
+        results.push(result);
+    }
+    match tx.commit() {
+        Ok(()) => results,
+        Err(e) => every(batch, &e),
+    }
+}
+
+/// The same failure for every job of `batch`.
+fn every(batch: &[Job], e: &rusqlite::Error) -> Vec<Result<(), Failure>> {
+    batch
+        .iter()
+        .map(|_| Err(Failure::Backend(clone_error(e))))
+        .collect()
+}
+
+fn clone_error(e: &rusqlite::Error) -> rusqlite::Error {
+    match e {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            rusqlite::Error::SqliteFailure(*code, message.clone())
+        }
+        other => rusqlite::Error::InvalidParameterName(other.to_string()),
+    }
+}
+
+/// One append: the session's head moves and its records (and snapshot)
+/// go in only while the lease's token is the session's and the head is
+/// where this holder left it.
+fn append(conn: &Connection, job: &Job) -> Result<(), Failure> {
+    let (Some(first), Some(last)) = (job.rows.first(), job.rows.last()) else {
+        return Ok(());
+    };
+    let lease = &job.lease;
+    let owner = owner_key(lease.user_id.as_deref());
+    let changed = conn
+        .prepare_cached(
+            "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
+         WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
+           AND head = ?5",
+        )?
+        .execute(params![
+            owner,
+            lease.session_id,
+            lease.token,
+            lease.holder.to_string(),
+            first.seq - 1,
+            last.seq,
+            job.now_ms,
+            expiry(job.now_ms, lease.ttl)
+        ])?;
+    if changed != 1 {
+        return Err(StoreError::LeaseLost {
+            session_id: lease.session_id.clone(),
+        }
+        .into());
+    }
+    insert_records(conn, &owner, &lease.session_id, &job.rows)?;
+    if let Some(snapshot) = &job.snapshot {
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO snapshots (owner, session_id, seq, body)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![
+            owner,
+            lease.session_id,
+            snapshot.seq,
+            snapshot.body
+        ])?;
+    }
+    Ok(())
+}
