@@ -98,6 +98,14 @@ impl Scene {
         files
     }
 
+    /// `airlock call REFERENCE TOOL ARGS EXTRA... --json`.
+    fn call(&self, reference: &str, tool: &str, args: &str, extra: &[&str]) -> Output {
+        let mut all = vec!["call", reference, tool, args];
+        all.extend_from_slice(extra);
+        all.push("--json");
+        self.run(&all)
+    }
+
     fn keygen(&self, name: &str) {
         let out = self.run(&["keygen", "--out", &format!("keys/{name}")]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -223,15 +231,12 @@ fn a_signed_component_is_pushed_pulled_pinned_and_run_by_reference() {
     assert_eq!(again["lock_changed"], false);
 
     // Called by reference, under the policy's grants.
-    let called = ok_json(&scene.run(&[
-        "call",
+    let called = ok_json(&scene.call(
         &reference,
         "increment",
         r#"{"name": "a"}"#,
-        "--config",
-        &config,
-        "--json",
-    ]));
+        &["--config", &config],
+    ));
     assert_eq!(called["result"]["value"], 1);
     assert_eq!(called["deps"]["counters"]["a"], 1);
 
@@ -306,15 +311,12 @@ fn the_readme_registry_policy_pulls_signed_and_refuses_unsigned() {
         lock.contains("signed_by = [\"../../target/keys/publisher.pub\"]"),
         "{lock}"
     );
-    let called = ok_json(&scene.run(&[
-        "call",
+    let called = ok_json(&scene.call(
         &reference,
         "increment",
         r#"{"name": "runs"}"#,
-        "--config",
-        config,
-        "--json",
-    ]));
+        &["--config", config],
+    ));
     assert_eq!(called["deps"]["counters"]["runs"], 1);
 
     // The tag moved to unsigned bytes: refused, and the pinned bytes still run.
@@ -322,15 +324,12 @@ fn the_readme_registry_policy_pulls_signed_and_refuses_unsigned() {
     let update = scene.run(&["pull", "--update", "--config", config, "--json"]);
     let message = refused(&update, "unsigned");
     assert!(message.contains("target/keys/publisher.pub"), "{message}");
-    let called = ok_json(&scene.run(&[
-        "call",
+    let called = ok_json(&scene.call(
         &reference,
         "increment",
         r#"{"name": "runs"}"#,
-        "--config",
-        config,
-        "--json",
-    ]));
+        &["--config", config],
+    ));
     assert_eq!(called["result"]["value"], 1);
 }
 
@@ -366,25 +365,18 @@ fn a_tag_moved_to_other_bytes_is_refused_until_update() {
     assert_eq!(scene.stored().len(), 1, "the moved tag's bytes were stored");
 
     // Runs keep to the pin.
-    let called = ok_json(&scene.run(&[
-        "call",
-        &reference,
-        "increment",
-        r#"{"name": "x"}"#,
-        "--json",
-    ]));
+    let called = ok_json(&scene.call(&reference, "increment", r#"{"name": "x"}"#, &[]));
     assert_eq!(called["result"]["value"], 1);
 
     // After review, --update moves the pin, and runs follow it.
     ok_json(&scene.run(&["pull", &reference, "--insecure", "--update", "--json"]));
     assert!(scene.lock().contains(&second));
-    let converted = ok_json(&scene.run(&[
-        "call",
+    let converted = ok_json(&scene.call(
         &reference,
         "convert",
         r#"{"value": 1, "from": "kilometre", "to": "metre"}"#,
-        "--json",
-    ]));
+        &[],
+    ));
     assert_eq!(converted["result"], 1000.0);
 }
 
@@ -402,15 +394,12 @@ fn with_the_lock_and_the_store_filled_no_network_is_needed() {
     let lock = scene.lock();
     registry.stop();
 
-    let called = ok_json(&scene.run(&[
-        "call",
+    let called = ok_json(&scene.call(
         &reference,
         "increment",
         r#"{"name": "offline"}"#,
-        "--config",
-        &config,
-        "--json",
-    ]));
+        &["--config", &config],
+    ));
     assert_eq!(called["result"]["value"], 1);
     ok_json_inspect(&scene.run(&["inspect", &reference, "--config", &config, "--json"]));
     let script = root().join("guest-examples/scripts/vowels.json");
@@ -452,15 +441,12 @@ fn with_the_lock_and_the_store_filled_no_network_is_needed() {
         };
         chmod(0o777);
         let call = |name: &str| {
-            scene.run(&[
-                "call",
+            scene.call(
                 &reference,
                 "increment",
                 &format!(r#"{{"name": "{name}"}}"#),
-                "--config",
-                &config,
-                "--json",
-            ])
+                &["--config", &config],
+            )
         };
         let message = refused(&call("shared"), "unsafe_store");
         assert!(
@@ -532,15 +518,12 @@ fn signatures_are_checked_before_anything_is_stored() {
     ok_json(&pull("signed", "publisher"));
     let config = scene.policy(&policy_text("", &tool("signed", "other")));
     let message = refused(
-        &scene.run(&[
-            "call",
+        &scene.call(
             &registry.oci("tools/units:signed"),
             "increment",
             "{}",
-            "--config",
-            &config,
-            "--json",
-        ]),
+            &["--config", &config],
+        ),
         "unsigned",
     );
     assert!(message.contains("keys/other.pub"), "{message}");
@@ -581,15 +564,12 @@ fn signatures_are_checked_before_anything_is_stored() {
         &tool("signed", "publisher"),
     ));
     let message = refused(
-        &scene.run(&[
-            "call",
+        &scene.call(
             &registry.oci("tools/units:unsigned"),
             "convert",
             "{}",
-            "--config",
-            &config,
-            "--json",
-        ]),
+            &["--config", &config],
+        ),
         "no_key",
     );
     assert!(message.contains("tools/units:unsigned"), "{message}");
@@ -830,16 +810,7 @@ fn a_lock_edited_into_nonsense_is_refused_naming_the_line() {
     ok_json(&scene.run(&["pull", &reference, "--insecure", "--json"]));
     let lock = scene.lock();
     let component = digest(&std::fs::read(guest("stateful")).unwrap());
-    let call = || {
-        scene.run(&[
-            "call",
-            &reference,
-            "increment",
-            r#"{"name": "a"}"#,
-            "--insecure",
-            "--json",
-        ])
-    };
+    let call = || scene.call(&reference, "increment", r#"{"name": "a"}"#, &["--insecure"]);
     let write = |text: &str| std::fs::write(scene.path("airlock.lock"), text).unwrap();
 
     let line = lock
@@ -1050,14 +1021,12 @@ fn a_hostile_registry_is_refused_and_nothing_is_stored() {
         lock
     );
     // The good one is fetched again by its pinned digest and serves.
-    let called = ok_json(&scene.run(&[
-        "call",
+    let called = ok_json(&scene.call(
         &hostile.oci("t/good:1"),
         "increment",
         r#"{"name": "after"}"#,
-        "--insecure",
-        "--json",
-    ]));
+        &["--insecure"],
+    ));
     assert_eq!(called["result"]["value"], 1);
 }
 
@@ -1158,13 +1127,12 @@ fn components_cross_with_another_registry_client() {
         manifest_digest.as_str()
     );
     assert_eq!(pulled["components"][0]["component"], digest(&component));
-    let converted = ok_json(&scene.run(&[
-        "call",
+    let converted = ok_json(&scene.call(
         &theirs,
         "convert",
         r#"{"value": 2, "from": "kilometre", "to": "metre"}"#,
-        "--json",
-    ]));
+        &[],
+    ));
     assert_eq!(converted["result"], 2000.0);
 }
 

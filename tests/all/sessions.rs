@@ -1094,20 +1094,25 @@ async fn a_reader_that_goes_away_does_not_stop_the_run(backend: Backend) {
     );
 }
 
-/// A session of `calls` keyed increments of `x` (ids `k0`, `k1`, ...),
-/// snapshotted every 4 records, then closed.
-async fn keyed_increments(store: &Arc<dyn SessionStore>, id: &str, calls: usize) {
+/// Keyed increments of `x` (ids `k<n>` for each `n` of `keys`) on session
+/// `id`, snapshotted every `every` records, then closed.
+async fn keyed_increments(
+    store: &Arc<dyn SessionStore>,
+    id: &str,
+    keys: std::ops::Range<usize>,
+    every: u64,
+) {
     let mut session = Session::open(
         Arc::clone(store),
         SessionOptions {
-            snapshot_every: 4,
+            snapshot_every: every,
             ..options(None, id)
         },
         &ContextRules::default(),
     )
     .await
     .unwrap();
-    for k in 0..calls {
+    for k in keys {
         let call = airlock::ToolCall {
             id: format!("k{k}"),
             ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
@@ -1123,7 +1128,7 @@ async fn keyed_increments(store: &Arc<dyn SessionStore>, id: &str, calls: usize)
 async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once(backend: Backend) {
     let db = TestStore::new(backend, "snap").await;
     let store = db.open().await;
-    keyed_increments(&store, "long", 12).await;
+    keyed_increments(&store, "long", 0..12, 4).await;
     let rules = ContextRules::default();
     let opened = |every: u64| {
         Session::open(
@@ -1205,7 +1210,7 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
         session.close().await.unwrap();
     }
     // A session that is never snapshotted reads every record.
-    keyed_increments(&store, "other", 2).await;
+    keyed_increments(&store, "other", 0..2, 4).await;
     db.execute("DELETE FROM {p}snapshots").await;
     let session = opened(0).await.unwrap();
     assert_eq!(session.transcript().items_folded, 0);
@@ -1218,7 +1223,7 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
 /// of one is still found once a snapshot hides it.
 async fn a_store_of_schema_1_is_migrated_and_its_calls_indexed(backend: Backend) {
     let db = TestStore::new(backend, "migrate").await;
-    keyed_increments(&db.open().await, "old", 3).await;
+    keyed_increments(&db.open().await, "old", 0..3, 4).await;
     let downgrade = match backend {
         Backend::Sqlite => {
             "DROP INDEX records_by_call; ALTER TABLE records DROP COLUMN call_id;
@@ -1234,29 +1239,8 @@ async fn a_store_of_schema_1_is_migrated_and_its_calls_indexed(backend: Backend)
     db.execute(downgrade).await;
 
     let store = db.open().await;
-    keyed_increments(&store, "old", 0).await;
     // More calls, so that a snapshot now covers k0..k2.
-    let mut session = Session::open(
-        Arc::clone(&store),
-        SessionOptions {
-            snapshot_every: 2,
-            ..options(None, "old")
-        },
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
-    for k in 3..6 {
-        let call = airlock::ToolCall {
-            id: format!("k{k}"),
-            ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
-        };
-        session
-            .call_once(host().await, &call, &CancelToken::new())
-            .await
-            .unwrap();
-    }
-    session.close().await.unwrap();
+    keyed_increments(&store, "old", 3..6, 2).await;
     let mut session = Session::open(
         Arc::clone(&store),
         options(None, "old"),

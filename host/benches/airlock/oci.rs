@@ -50,25 +50,30 @@ fn start_registry(dir: &Path) -> (Child, String) {
 /// and store beside it without the network: what `airlock run --config`
 /// does before the first call.
 async fn start(path: &Path, store: &OciStore, cache: &Path) -> Host {
-    let mut policy = Policy::load(path).unwrap();
-    if policy.tools.iter().any(|t| t.oci.is_some()) {
-        let lock = Lock::load(&policy.lock_path()).unwrap();
-        let mut resolver = Resolver::new(
-            policy.oci.clone(),
-            Credentials::anonymous(),
-            store.clone(),
-            lock,
-        );
-        policy
-            .resolve_references(&mut resolver, Fetch::Never)
-            .await
-            .unwrap();
-    }
+    let (policy, _) = resolved(path, store, Fetch::Never).await;
     Host::builder()
         .cache(CompileCache::in_dir(cache))
         .build_with_policy(&policy)
         .await
         .unwrap()
+}
+
+/// The policy at `path`, its references resolved through the lock beside
+/// it and `store` as `fetch` allows; and the resolver (to save the lock).
+async fn resolved(path: &Path, store: &OciStore, fetch: Fetch) -> (Policy, Resolver) {
+    let mut policy = Policy::load(path).unwrap();
+    let lock = Lock::load(&policy.lock_path()).unwrap();
+    let mut resolver = Resolver::new(
+        policy.oci.clone(),
+        Credentials::anonymous(),
+        store.clone(),
+        lock,
+    );
+    policy
+        .resolve_references(&mut resolver, fetch)
+        .await
+        .unwrap();
+    (policy, resolver)
 }
 
 pub(crate) async fn run(b: &Bench, out: &mut String) {
@@ -118,21 +123,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     }
     // Pull once (what `airlock pull` does), then stop the registry.
     let store = OciStore::in_dir(dir.path().join("store"));
-    {
-        let mut policy = Policy::load(&by_reference).unwrap();
-        let lock = Lock::load(&policy.lock_path()).unwrap();
-        let mut resolver = Resolver::new(
-            policy.oci.clone(),
-            Credentials::anonymous(),
-            store.clone(),
-            lock,
-        );
-        policy
-            .resolve_references(&mut resolver, Fetch::Check)
-            .await
-            .unwrap();
-        resolver.save().unwrap();
-    }
+    let (_, mut resolver) = resolved(&by_reference, &store, Fetch::Check).await;
+    resolver.save().unwrap();
     let _ = registry.kill();
     let _ = registry.wait();
     // An operator pulls, then starts later: wait until the compile cache
