@@ -777,6 +777,8 @@ async fn hidden_and_secret_looking_keys_never_reach_the_store(backend: Backend) 
         ]),
     );
     let mut opening = options(None, "secrets");
+    // A snapshot with every commit: snapshots are scanned with the rest.
+    opening.snapshot_every = 1;
     opening.deps = Some(
         json!({
             "api_key": "MARK-api-key",
