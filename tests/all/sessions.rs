@@ -1402,6 +1402,15 @@ impl SessionStore for Counting {
     ) -> airlock::BoxFuture<'a, Result<airlock::session::StoredSession, StoreError>> {
         self.inner.read(owner, session_id)
     }
+    fn read_page<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        session_id: &'a str,
+        after: u64,
+        limit: u64,
+    ) -> airlock::BoxFuture<'a, Result<airlock::session::StoredSession, StoreError>> {
+        self.inner.read_page(owner, session_id, after, limit)
+    }
     fn list<'a>(
         &'a self,
         owner: Option<&'a str>,
@@ -1751,6 +1760,7 @@ async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend
 }
 
 crate::on_both_stores!(
+    the_streamed_export_is_the_whole_sessions_export,
     concurrent_appends_commit_together_and_a_fenced_one_fails_alone,
     pruning_removes_old_and_ephemeral_sessions_never_a_leased_one,
     a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice,
@@ -1771,3 +1781,161 @@ crate::on_both_stores!(
     many_sessions_from_several_processes_stay_intact,
     a_reader_that_goes_away_does_not_stop_the_run,
 );
+
+/// Appends `count` user messages of `size` bytes each to session `id`
+/// (created), `per_commit` a commit; the store's records.
+async fn fill(store: &Arc<dyn SessionStore>, id: &str, count: u64, size: usize, per_commit: u64) {
+    use airlock::journal::{Entry, Record};
+    use airlock::session::{Holder, LeaseRequest, SessionHeader};
+    let now = airlock::journal::now_ms();
+    let header = SessionHeader {
+        session_id: id.into(),
+        user_id: None,
+        created_at_ms: now,
+        metadata: BTreeMap::new(),
+        ephemeral: false,
+    };
+    let first = [Record {
+        seq: 1,
+        at_ms: now,
+        entry: Entry::Deps {
+            deps: json!({"counters": {"n": 1}}).as_object().unwrap().clone(),
+        },
+    }];
+    let holder = Holder::new();
+    let leased = store
+        .lease(LeaseRequest {
+            user_id: None,
+            session_id: id,
+            holder: &holder,
+            ttl: std::time::Duration::from_secs(600),
+            now_ms: now,
+            create: Some((&header, &first)),
+        })
+        .await
+        .unwrap();
+    let text = "x".repeat(size);
+    let mut seq = 1;
+    while seq <= count {
+        let batch: Vec<Record> = (seq + 1..=(seq + per_commit).min(count + 1))
+            .map(|s| Record {
+                seq: s,
+                at_ms: now,
+                entry: Entry::Message {
+                    message: Message::User {
+                        content: format!("{s}:{text}"),
+                    },
+                },
+            })
+            .collect();
+        seq += batch.len() as u64;
+        store
+            .append(&leased.lease, &batch, None, now)
+            .await
+            .unwrap();
+    }
+    store.release(&leased.lease).await.unwrap();
+}
+
+/// The streamed export (the CLI's) is the same document the library
+/// builds from the whole session.
+async fn the_streamed_export_is_the_whole_sessions_export(backend: Backend) {
+    let db = TestStore::new(backend, "stream").await;
+    let store = db.open().await;
+    // More records than a page, and the vowels run's items and messages.
+    fill(&store, "streamed", 300, 100, 7).await;
+    assert!(run_vowels(&db.spec, "streamed", &[]).status.success());
+    let out = sessions(&db.spec, &["export", "streamed"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let streamed = export_of(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let stored = store.read(None, "streamed").await.unwrap();
+    let whole = SessionExport::new(&stored, &ContextRules::default()).unwrap();
+    assert_eq!(streamed, whole);
+    assert_eq!(streamed.journal.len(), stored.records.len());
+}
+
+/// A session of 256 MiB exports with the binary's data segment capped at
+/// 64 MiB (RLIMIT_DATA, which counts the heap): it never holds the session
+/// whole. Under the same cap, `sessions show` (which reads the whole
+/// session) fails: the cap is real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_session_exports_in_bounded_memory() {
+    const SIZE: usize = 64 << 10;
+    const COUNT: u64 = 4 * 1024;
+    const CAP: u64 = 64 << 20;
+    let db = TestStore::new(Backend::Sqlite, "big").await;
+    // Filled behind the store's back, in one transaction (a debug build
+    // is slow to serialize a quarter of a gigabyte): the session with one
+    // record through the store, then the same message as records 2, 3, ...
+    let store = db.open().await;
+    fill(&store, "big", 1, 1, 1).await;
+    drop(store);
+    let entry = serde_json::to_string(&airlock::journal::Entry::Message {
+        message: Message::User {
+            content: "x".repeat(SIZE),
+        },
+    })
+    .unwrap();
+    {
+        let mut conn = rusqlite::Connection::open(&db.spec).unwrap();
+        let tx = conn.transaction().unwrap();
+        {
+            let mut insert = tx
+                .prepare(
+                    "INSERT INTO records (owner, session_id, seq, at_ms, entry)
+                     VALUES ('', 'big', ?1, 0, ?2)",
+                )
+                .unwrap();
+            for seq in 3..=COUNT + 1 {
+                insert.execute(rusqlite::params![seq, entry]).unwrap();
+            }
+        }
+        tx.execute(
+            "UPDATE sessions SET head = ?1 WHERE owner = '' AND session_id = 'big'",
+            [COUNT + 1],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+    }
+    let output = db.dir.path().join("big.json");
+    let airlock = env!("CARGO_BIN_EXE_airlock");
+    let capped = |args: &[&str]| {
+        std::process::Command::new("prlimit")
+            .arg(format!("--data={CAP}"))
+            .arg(airlock)
+            .args(args)
+            .args(["--store", &db.spec])
+            .output()
+            .expect("prlimit (util-linux) runs")
+    };
+    let out = capped(&[
+        "sessions",
+        "export",
+        "big",
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bytes = std::fs::metadata(&output).unwrap().len();
+    assert!(bytes > (256 << 20), "{bytes} bytes exported");
+    let whole = capped(&["sessions", "show", "big", "--json"]);
+    assert!(
+        !whole.status.success(),
+        "showing the whole session fit under the cap"
+    );
+    // Its ends are the document's: the version first, deps last.
+    use std::io::{Read, Seek};
+    let mut file = std::fs::File::open(&output).unwrap();
+    let mut head = [0u8; 16];
+    file.read_exact(&mut head).unwrap();
+    assert!(head.starts_with(b"{\"version\": 1,"), "{head:?}");
+    file.seek(std::io::SeekFrom::End(-400)).unwrap();
+    let mut tail = String::new();
+    file.read_to_string(&mut tail).unwrap();
+    assert!(
+        tail.contains("\"deps\": {\"counters\":{\"n\":1}}"),
+        "{tail}"
+    );
+    assert!(tail.contains("\"iteration\": 0"), "{tail}");
+    assert!(tail.trim_end().ends_with('}'), "{tail}");
+}

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use airlock::context::ContextRules;
 use airlock::journal::{Item, Role};
 use airlock::llm::Message;
-use airlock::session::export::{ImportError, SessionExport};
+use airlock::session::export::{ExportError, ImportError, SessionExport, write_export};
 use airlock::session::{SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
@@ -267,23 +267,45 @@ fn describe_item(item: &Item) -> String {
     }
 }
 
+/// Streams the export (a page of the journal at a time, so a session of
+/// any length exports in bounded memory) to stdout, or atomically to
+/// `--output` (a temporary file beside it, renamed once whole).
 async fn export(args: ExportArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
-    let export = read(store.as_ref(), owner, &args.id).await?;
-    let mut text = serde_json::to_vec_pretty(&export)
-        .map_err(|e| Failure::input("internal", format!("export does not serialize: {e}")))?;
-    text.push(b'\n');
+    let rules = ContextRules::default();
+    let failed = |e: ExportError| match e {
+        ExportError::Store(e) => Failure::from(e),
+        ExportError::Write(e) => {
+            Failure::input("output_file", format!("cannot write the export: {e}"))
+        }
+        other => Failure::input("output_file", other.to_string()),
+    };
     match &args.output {
-        Some(path) => airlock::fs::write_atomic(path, &text).map_err(|e| {
-            Failure::input("output_file", format!("--output {}: {e}", path.display()))
-        })?,
-        None => print_out(String::from_utf8_lossy(&text).trim_end()),
+        Some(path) => {
+            let output_error = |e: std::io::Error| {
+                Failure::input("output_file", format!("--output {}: {e}", path.display()))
+            };
+            let dir = match path.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir,
+                _ => std::path::Path::new("."),
+            };
+            let file = tempfile::NamedTempFile::new_in(dir).map_err(output_error)?;
+            let mut out = std::io::BufWriter::new(file);
+            write_export(store.as_ref(), owner, &args.id, &rules, &mut out)
+                .await
+                .map_err(failed)?;
+            let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
+            file.as_file().sync_all().map_err(output_error)?;
+            file.persist(path).map_err(|e| output_error(e.error))?;
+        }
+        None => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            write_export(store.as_ref(), owner, &args.id, &rules, &mut out)
+                .await
+                .map_err(failed)?;
+        }
     }
-    print_note(&format!(
-        "exported {} from {}",
-        export.session_id,
-        store.location()
-    ));
+    print_note(&format!("exported {} from {}", args.id, store.location()));
     Ok(())
 }
 

@@ -23,9 +23,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::store::{SessionHeader, StoredSession};
+use super::store::{Owner, SessionHeader, SessionStore, StoredSession};
 use crate::context::{ContextRules, Usage};
-use crate::journal::{Event, Folded, Record, secrets};
+use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
 
 /// The export format this version writes and reads.
@@ -170,4 +170,133 @@ impl SessionExport {
             ephemeral: false,
         }
     }
+}
+
+/// How many records a streamed export reads at a time.
+const EXPORT_PAGE: u64 = 64;
+
+/// What a streamed export failed on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Writing the document failed.
+    #[error("cannot write the export: {0}")]
+    Write(#[from] std::io::Error),
+}
+
+/// Writes the export of `owner`'s session `session_id` to `out` (the same
+/// document as [`SessionExport`], a field or an array element a line),
+/// reading its journal once, a page at a time: memory is bounded by a page
+/// and the session's deps, not by the session's length. The messages and
+/// items, which the document lists after the journal, are kept in two
+/// unnamed temporary files meanwhile (disk, not memory). Keys hidden by
+/// `rules` or secret-looking are removed. Returns how many records it
+/// wrote.
+pub async fn write_export(
+    store: &dyn SessionStore,
+    owner: Owner<'_>,
+    session_id: &str,
+    rules: &ContextRules,
+    out: &mut dyn std::io::Write,
+) -> Result<u64, ExportError> {
+    use std::io::Seek;
+    let corrupt = |problem: String| StoreError::Corrupt {
+        session_id: session_id.to_owned(),
+        problem,
+    };
+    let first = store.read_page(owner, session_id, 0, 0).await?;
+    let header = &first.header;
+    writeln!(out, "{{\"version\": {EXPORT_VERSION},")?;
+    for (key, value) in [
+        ("session_id", json_line(&header.session_id)?),
+        ("user_id", json_line(&header.user_id)?),
+        ("created_at_ms", json_line(&header.created_at_ms)?),
+        ("updated_at_ms", json_line(&first.updated_at_ms)?),
+        ("metadata", json_line(&header.metadata)?),
+    ] {
+        writeln!(out, "\"{key}\": {value},")?;
+    }
+    let mut messages = Spill::new()?;
+    let mut items = Spill::new()?;
+    let mut state = Folded::default();
+    let mut last = 0;
+    writeln!(out, "\"journal\": [")?;
+    loop {
+        let page = store
+            .read_page(owner, session_id, last, EXPORT_PAGE)
+            .await?;
+        let records: Vec<Record> = page
+            .records
+            .iter()
+            .map(|r| secrets::scrub_record(r, rules))
+            .collect();
+        state
+            .fold_from(last + 1, &records)
+            .map_err(|e| corrupt(e.to_string()))?;
+        state.transcript = Default::default();
+        for record in &records {
+            let comma = if record.seq == 1 { "" } else { "," };
+            writeln!(out, "{comma}{}", json_line(record)?)?;
+            match &record.entry {
+                Entry::Message { message } => messages.push(message)?,
+                Entry::Item { event } => items.push(event)?,
+                _ => {}
+            }
+        }
+        let full = records.len() as u64 == EXPORT_PAGE;
+        match records.last() {
+            Some(record) => last = record.seq,
+            None => break,
+        }
+        if !full {
+            break;
+        }
+    }
+    writeln!(out, "],")?;
+    for (key, spill) in [("messages", messages), ("items", items)] {
+        writeln!(out, "\"{key}\": [")?;
+        let mut file = spill.file.into_inner().map_err(|e| e.into_error())?;
+        file.rewind()?;
+        std::io::copy(&mut file, out)?;
+        writeln!(out, "],")?;
+    }
+    writeln!(
+        out,
+        "\"deps\": {},\n\"usage\": {},\n\"iteration\": {}\n}}",
+        json_line(&state.deps)?,
+        json_line(&state.usage)?,
+        state.iteration
+    )?;
+    out.flush()?;
+    Ok(last)
+}
+
+/// An array's elements, a line each, in an unnamed temporary file.
+struct Spill {
+    file: std::io::BufWriter<std::fs::File>,
+    written: u64,
+}
+
+impl Spill {
+    fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            file: std::io::BufWriter::new(tempfile::tempfile()?),
+            written: 0,
+        })
+    }
+
+    fn push(&mut self, value: &impl Serialize) -> std::io::Result<()> {
+        use std::io::Write;
+        let comma = if self.written == 0 { "" } else { "," };
+        writeln!(self.file, "{comma}{}", json_line(value)?)?;
+        self.written += 1;
+        Ok(())
+    }
+}
+
+fn json_line(value: &impl Serialize) -> Result<String, std::io::Error> {
+    serde_json::to_string(value).map_err(std::io::Error::other)
 }

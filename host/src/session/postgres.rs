@@ -42,7 +42,8 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
 use super::rows::{
-    self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
+    self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
+    owner_of,
 };
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
@@ -432,7 +433,7 @@ async fn read_session(
     tx: &impl GenericClient,
     owner: &str,
     session_id: &str,
-    from_snapshot: bool,
+    span: Span,
 ) -> Result<StoredSession, Failure> {
     let header = tx
         .query_opt(
@@ -453,7 +454,7 @@ async fn read_session(
         metadata: header.get(2),
         ephemeral: header.get(3),
     };
-    let snapshot = if from_snapshot {
+    let snapshot = if span.snapshot() {
         tx.query_opt(
             "SELECT seq, body FROM airlock_snapshots WHERE owner = $1 AND session_id = $2",
             &[&owner, &session_id],
@@ -466,12 +467,12 @@ async fn read_session(
     } else {
         None
     };
-    let after = big(snapshot.as_ref().map_or(0, |s| s.seq));
+    let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
     let rows = tx
         .query(
             "SELECT seq, at_ms, entry FROM airlock_records
-             WHERE owner = $1 AND session_id = $2 AND seq > $3 ORDER BY seq",
-            &[&owner, &session_id, &after],
+             WHERE owner = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            &[&owner, &session_id, &after, &limit],
         )
         .await?
         .into_iter()
@@ -550,7 +551,7 @@ impl SessionStore for PostgresStore {
                         .into());
                 }
             };
-            let session = read_session(&tx, &owner, session_id, true).await?;
+            let session = read_session(&tx, &owner, session_id, Span::FromSnapshot).await?;
             tx.commit().await?;
             Ok(Leased {
                 lease: Lease {
@@ -703,7 +704,30 @@ impl SessionStore for PostgresStore {
                 .read_only(true)
                 .start()
                 .await?;
-            let session = read_session(&tx, &owner, session_id, false).await?;
+            let session = read_session(&tx, &owner, session_id, Span::All).await?;
+            tx.commit().await?;
+            Ok(session)
+        }))
+    }
+
+    fn read_page<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        after: u64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        let owner = owner_key(owner);
+        Box::pin(self.run(async move {
+            let mut client = self.client().await?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let page = Span::Page { after, limit };
+            let session = read_session(&tx, &owner, session_id, page).await?;
             tx.commit().await?;
             Ok(session)
         }))

@@ -21,6 +21,35 @@ impl<E> From<StoreError> for Failure<E> {
     }
 }
 
+/// Which of a session's records a read returns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Span {
+    /// Every record.
+    All,
+    /// The newest snapshot and the records after it.
+    FromSnapshot,
+    /// At most `limit` records after record `after`.
+    Page { after: u64, limit: u64 },
+}
+
+impl Span {
+    /// Whether the snapshot is read.
+    pub(crate) fn snapshot(self) -> bool {
+        matches!(self, Span::FromSnapshot)
+    }
+
+    /// The records after this one and how many at most, given the
+    /// snapshot read (if any).
+    pub(crate) fn bounds(self, snapshot_seq: u64) -> (i64, i64) {
+        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match self {
+            Span::All => (0, i64::MAX),
+            Span::FromSnapshot => (big(snapshot_seq), i64::MAX),
+            Span::Page { after, limit } => (big(after), big(limit)),
+        }
+    }
+}
+
 /// When a lease taken or renewed at `now_ms` expires.
 pub(crate) fn expiry(now_ms: u64, ttl: Duration) -> u64 {
     now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))

@@ -19,7 +19,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use super::rows::{
-    self, HeaderRow, LeaseRow, NewSession, Row, decode_session, encode, expiry, owner_key, owner_of,
+    self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
+    owner_of,
 };
 use super::sqlite_commit::Committer;
 use super::store::{
@@ -389,7 +390,7 @@ fn read_session(
     conn: &Connection,
     owner: &str,
     session_id: &str,
-    from_snapshot: bool,
+    span: Span,
 ) -> Result<StoredSession, Failure> {
     let header = conn
         .query_row(
@@ -412,7 +413,7 @@ fn read_session(
         }
         .into());
     };
-    let snapshot = if from_snapshot {
+    let snapshot = if span.snapshot() {
         conn.prepare_cached("SELECT seq, body FROM snapshots WHERE owner = ?1 AND session_id = ?2")?
             .query_row(params![owner, session_id], |row| {
                 Ok(StoredSnapshot {
@@ -424,13 +425,13 @@ fn read_session(
     } else {
         None
     };
-    let after = snapshot.as_ref().map_or(0, |s| s.seq);
+    let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
     let mut query = conn.prepare_cached(
         "SELECT seq, at_ms, entry FROM records WHERE owner = ?1 AND session_id = ?2 AND seq > ?3
-         ORDER BY seq",
+         ORDER BY seq LIMIT ?4",
     )?;
     let rows = query
-        .query_map(params![owner, session_id, after], row_of)?
+        .query_map(params![owner, session_id, after, limit], row_of)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(decode_session(owner, session_id, header, snapshot, rows)?)
 }
@@ -482,7 +483,7 @@ impl SessionStore for SqliteStore {
                     (1, true)
                 }
             };
-            let session = read_session(&tx, &owner, &session_id, true)?;
+            let session = read_session(&tx, &owner, &session_id, Span::FromSnapshot)?;
             tx.commit()?;
             Ok(Leased {
                 lease: Lease {
@@ -570,7 +571,24 @@ impl SessionStore for SqliteStore {
         self.run(move |conn| {
             // One read transaction: the header and the journal agree.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let session = read_session(&tx, &owner, &session_id, false)?;
+            let session = read_session(&tx, &owner, &session_id, Span::All)?;
+            tx.commit()?;
+            Ok(session)
+        })
+    }
+
+    fn read_page<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        after: u64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
+        let owner = owner_key(owner);
+        let session_id = session_id.to_owned();
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let session = read_session(&tx, &owner, &session_id, Span::Page { after, limit })?;
             tx.commit()?;
             Ok(session)
         })

@@ -213,6 +213,17 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
 
+    /// The session's header and at most `limit` of its records after
+    /// record `after`, in order: a journal too long to read whole, read a
+    /// page at a time (an export).
+    fn read_page<'a>(
+        &'a self,
+        owner: Owner<'a>,
+        session_id: &'a str,
+        after: u64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+
     /// The owner's sessions, most recently updated first.
     fn list<'a>(
         &'a self,
