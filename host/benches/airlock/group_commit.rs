@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::harness::{Bench, component, root};
+use crate::scale_out::fresh_postgres_database;
 use airlock::context::ContextRules;
 use airlock::sandbox::CancelToken;
+use airlock::session::PostgresStore;
 use airlock::session::SessionStore;
 use airlock::{Host, Session, SessionOptions, SqliteStore, ToolCall};
 
@@ -68,11 +70,13 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     .unwrap();
     writeln!(
         out,
-        "Committed `Session::call`s a second on one host (one process, one SQLite file, WAL, \
-         `synchronous = FULL`: each call is acknowledged only once it is on disk): N sessions at once, \
-         each making its calls one after another. A pure call (no effectful grant) is one commit; the \
-         appends of concurrent sessions that wait while a commit is on disk share the next transaction \
-         and its fsync (at most 256 a batch).\n"
+        "Committed `Session::call`s a second on one host (one process; SQLite: one file, WAL, \
+         `synchronous = FULL`; each call is acknowledged only once it is on disk): N sessions at once, \
+         each making its calls one after another. A pure call (no effectful grant) is one commit; on \
+         SQLite the appends of concurrent sessions that wait while a commit is on disk share the next \
+         transaction and its fsync (at most 256 a batch); on Postgres (`make bench`'s throwaway server, \
+         fsync on) each append is one statement on a pooled connection, and the server's own WAL \
+         flushing groups what arrives together.\n"
     )
     .unwrap();
     let host = Arc::new(
@@ -80,21 +84,40 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             .await,
     );
     let dir = tempfile::tempdir_in(root().join("target")).unwrap();
-    let store: Arc<dyn SessionStore> =
-        Arc::new(SqliteStore::open(dir.path().join("group.db")).unwrap());
+    let mut stores: Vec<(&str, Arc<dyn SessionStore>)> = vec![(
+        "SQLite",
+        Arc::new(SqliteStore::open(dir.path().join("group.db")).unwrap()),
+    )];
+    if let Some(server) = std::env::var("AIRLOCK_BENCH_POSTGRES")
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
+        let url =
+            fresh_postgres_database(server.trim_end_matches('/'), "airlock_bench_group").await;
+        stores.push((
+            "Postgres (one host, a pool of 16 connections)",
+            Arc::new(PostgresStore::connect(&url).await.unwrap()),
+        ));
+    }
     let total = if b.quick { 512 } else { 4096 };
-    writeln!(out, "| sessions at once | calls each | committed calls/s |").unwrap();
-    writeln!(out, "|---|---|---|").unwrap();
+    writeln!(
+        out,
+        "| store | sessions at once | calls each | committed calls/s |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
     let mut rates = Vec::new();
-    for sessions in [1usize, 16, 256] {
-        let calls = (total / sessions).max(4);
-        let rate = calls_per_second(&host, &store, sessions, calls).await;
-        rates.push(rate);
-        writeln!(out, "| {sessions} | {calls} | {rate:.0} |").unwrap();
+    for (name, store) in &stores {
+        for sessions in [1usize, 16, 256] {
+            let calls = (total / sessions).max(4);
+            let rate = calls_per_second(&host, store, sessions, calls).await;
+            rates.push(rate);
+            writeln!(out, "| {name} | {sessions} | {calls} | {rate:.0} |").unwrap();
+        }
     }
     writeln!(
         out,
-        "\n256 sessions commit {:.1}× as many calls a second as 16 and {:.1}× as many as one.\n",
+        "\nOn SQLite, 256 sessions commit {:.1}× as many calls a second as 16 and {:.1}× as many as one.\n",
         rates[2] / rates[1],
         rates[2] / rates[0]
     )

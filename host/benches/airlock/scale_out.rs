@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// A fresh database on the Postgres server `make bench` starts
 /// (`AIRLOCK_BENCH_POSTGRES`, a URL without a database); its URL.
-async fn fresh_postgres_database(server: &str, name: &str) -> String {
+pub(crate) async fn fresh_postgres_database(server: &str, name: &str) -> String {
     let (client, connection) =
         tokio_postgres::connect(&format!("{server}/postgres"), tokio_postgres::NoTls)
             .await
