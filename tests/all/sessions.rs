@@ -1657,6 +1657,44 @@ async fn pruning_removes_old_and_ephemeral_sessions_never_a_leased_one(backend: 
     }
 }
 
+/// Creates session `id` (its first record: `deps`) leased to `holder`; the
+/// lease.
+async fn create_leased(
+    store: &Arc<dyn SessionStore>,
+    id: &str,
+    holder: &airlock::session::Holder,
+    deps: Value,
+) -> airlock::session::Lease {
+    use airlock::journal::{Entry, Record};
+    let now = airlock::journal::now_ms();
+    let header = airlock::session::SessionHeader {
+        session_id: id.into(),
+        user_id: None,
+        created_at_ms: now,
+        metadata: BTreeMap::new(),
+        ephemeral: false,
+    };
+    let first = [Record {
+        seq: 1,
+        at_ms: now,
+        entry: Entry::Deps {
+            deps: deps.as_object().cloned().unwrap_or_default(),
+        },
+    }];
+    store
+        .lease(airlock::session::LeaseRequest {
+            user_id: None,
+            session_id: id,
+            holder,
+            ttl: std::time::Duration::from_secs(600),
+            now_ms: now,
+            create: Some((&header, &first)),
+        })
+        .await
+        .unwrap()
+        .lease
+}
+
 /// Appends of many sessions at once (on SQLite, committed in shared
 /// batches): each lands exactly once and in order; one whose lease was
 /// taken over fails alone, writing nothing, and the others stand.
@@ -1669,33 +1707,7 @@ async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend
     let holder = Holder::new();
     let mut leases = Vec::new();
     for s in 0..32 {
-        let header = airlock::session::SessionHeader {
-            session_id: format!("b{s}"),
-            user_id: None,
-            created_at_ms: now,
-            metadata: BTreeMap::new(),
-            ephemeral: false,
-        };
-        let first = [Record {
-            seq: 1,
-            at_ms: now,
-            entry: Entry::Deps {
-                deps: serde_json::Map::new(),
-            },
-        }];
-        let id = format!("b{s}");
-        let leased = store
-            .lease(LeaseRequest {
-                user_id: None,
-                session_id: &id,
-                holder: &holder,
-                ttl: std::time::Duration::from_secs(60),
-                now_ms: now,
-                create: Some((&header, &first)),
-            })
-            .await
-            .unwrap();
-        leases.push(leased.lease);
+        leases.push(create_leased(&store, &format!("b{s}"), &holder, json!({})).await);
     }
     // Session b7's lease is taken over by another holder.
     let usurper = Holder::new();
@@ -1786,34 +1798,9 @@ crate::on_both_stores!(
 /// (created), `per_commit` a commit; the store's records.
 async fn fill(store: &Arc<dyn SessionStore>, id: &str, count: u64, size: usize, per_commit: u64) {
     use airlock::journal::{Entry, Record};
-    use airlock::session::{Holder, LeaseRequest, SessionHeader};
     let now = airlock::journal::now_ms();
-    let header = SessionHeader {
-        session_id: id.into(),
-        user_id: None,
-        created_at_ms: now,
-        metadata: BTreeMap::new(),
-        ephemeral: false,
-    };
-    let first = [Record {
-        seq: 1,
-        at_ms: now,
-        entry: Entry::Deps {
-            deps: json!({"counters": {"n": 1}}).as_object().unwrap().clone(),
-        },
-    }];
-    let holder = Holder::new();
-    let leased = store
-        .lease(LeaseRequest {
-            user_id: None,
-            session_id: id,
-            holder: &holder,
-            ttl: std::time::Duration::from_secs(600),
-            now_ms: now,
-            create: Some((&header, &first)),
-        })
-        .await
-        .unwrap();
+    let holder = airlock::session::Holder::new();
+    let lease = create_leased(store, id, &holder, json!({"counters": {"n": 1}})).await;
     let text = "x".repeat(size);
     let mut seq = 1;
     while seq <= count {
@@ -1829,12 +1816,9 @@ async fn fill(store: &Arc<dyn SessionStore>, id: &str, count: u64, size: usize, 
             })
             .collect();
         seq += batch.len() as u64;
-        store
-            .append(&leased.lease, &batch, None, now)
-            .await
-            .unwrap();
+        store.append(&lease, &batch, None, now).await.unwrap();
     }
-    store.release(&leased.lease).await.unwrap();
+    store.release(&lease).await.unwrap();
 }
 
 /// The streamed export (the CLI's) is the same document the library
