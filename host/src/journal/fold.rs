@@ -53,22 +53,48 @@ impl Folded {
 
     /// Applies one entry.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), String> {
+        self.absorb(entry.clone())
+    }
+
+    /// [`Folded::apply`], taking the entry (nothing is copied).
+    pub(crate) fn absorb(&mut self, entry: Entry) -> Result<(), String> {
         match entry {
-            Entry::Deps { deps } => self.deps = deps.clone(),
-            Entry::Message { message } => self.transcript.messages.push(message.clone()),
+            Entry::Deps { deps } => self.deps = deps,
+            Entry::Message { message } => self.transcript.messages.push(message),
             Entry::Item { event } => {
                 if let Item::ContextUpdate { ops, .. } = &event.item {
                     crate::context::replay(&mut self.deps, ops).map_err(|e| e.to_string())?;
                 }
-                self.transcript.items.push(event.clone());
+                self.transcript.items.push(event);
             }
             Entry::Usage { usage, iteration } => {
-                self.usage = *usage;
-                self.iteration = *iteration;
+                self.usage = usage;
+                self.iteration = iteration;
             }
         }
         Ok(())
     }
+}
+
+/// The log's function calls with no output, in order: an output closes
+/// the earliest open call with its id.
+pub(crate) fn open_calls(items: &[Event]) -> Vec<&Event> {
+    let mut open: Vec<&Event> = Vec::new();
+    for event in items {
+        match &event.item {
+            Item::FunctionCall { .. } => open.push(event),
+            Item::FunctionCallOutput { call_id, .. } => {
+                let at = open.iter().position(
+                    |e| matches!(&e.item, Item::FunctionCall { call, .. } if &call.id == call_id),
+                );
+                if let Some(at) = at {
+                    open.remove(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    open
 }
 
 /// Calls asked for and never answered, in the order asked: (call id,
@@ -99,16 +125,13 @@ pub fn unanswered_calls(transcript: &Transcript) -> Vec<(String, String, bool)> 
             Message::User { .. } | Message::System { .. } => {}
         }
     }
-    let mut started: Vec<(String, String, bool)> = Vec::new();
-    for event in &transcript.items {
-        match &event.item {
-            Item::FunctionCall { call, .. } => {
-                started.push((call.id.clone(), call.name.clone(), false));
-            }
-            Item::FunctionCallOutput { call_id, .. } => close(&mut started, call_id),
-            _ => {}
-        }
-    }
+    let mut started: Vec<(String, String, bool)> = open_calls(&transcript.items)
+        .into_iter()
+        .filter_map(|event| match &event.item {
+            Item::FunctionCall { call, .. } => Some((call.id.clone(), call.name.clone(), false)),
+            _ => None,
+        })
+        .collect();
     for (id, ..) in &asked {
         close(&mut started, id);
     }

@@ -18,8 +18,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::fold::{FoldError, Folded};
-use super::record::{Item, Record, Transcript};
+use super::fold::{FoldError, Folded, open_calls};
+use super::record::{Entry, Event, Record, Transcript};
 use crate::context::Usage;
 use crate::llm::Message;
 
@@ -40,7 +40,7 @@ pub struct Snapshot {
     /// Items of the log folded and not held in `open`.
     pub items_folded: u64,
     /// The log's calls still open at record `seq`, in order.
-    pub open: Vec<super::record::Event>,
+    pub open: Vec<Event>,
     /// Usage totals.
     pub usage: Usage,
     /// The last model request's number.
@@ -62,7 +62,7 @@ impl Snapshot {
     /// log reduced to the calls still open.
     pub fn of(folded: &Folded, seq: u64) -> Self {
         let transcript = &folded.transcript;
-        let open = open_calls(transcript);
+        let open: Vec<Event> = open_calls(&transcript.items).into_iter().cloned().collect();
         let held = transcript.items.len() as u64;
         Snapshot {
             version: SNAPSHOT_VERSION,
@@ -86,21 +86,25 @@ impl Snapshot {
     /// A stored snapshot, which must claim to fold up to `seq`.
     pub fn decode(seq: u64, text: &str) -> Result<Self, SnapshotError> {
         let fail = |problem: String| SnapshotError { seq, problem };
-        let version = serde_json::from_str::<Value>(text)
-            .map_err(|e| fail(format!("does not parse: {e}")))?
-            .get("version")
-            .and_then(Value::as_u64);
-        match version {
-            Some(v) if v == u64::from(SNAPSHOT_VERSION) => {}
-            Some(v) => {
-                return Err(fail(format!(
-                    "format {v}; this Airlock reads {SNAPSHOT_VERSION}"
-                )));
-            }
-            None => return Err(fail("no format version".into())),
-        }
+        let version_error = |version: Option<u64>| match version {
+            Some(v) => fail(format!("format {v}; this Airlock reads {SNAPSHOT_VERSION}")),
+            None => fail("no format version".into()),
+        };
+        // One parse when the snapshot is good (every resume); the version
+        // is looked at apart only to say why one is not.
         let snapshot: Snapshot =
-            serde_json::from_str(text).map_err(|e| fail(format!("does not parse: {e}")))?;
+            serde_json::from_str(text).map_err(|e| match serde_json::from_str::<Value>(text) {
+                Ok(value) => match value.get("version").and_then(Value::as_u64) {
+                    Some(v) if v == u64::from(SNAPSHOT_VERSION) => {
+                        fail(format!("does not parse: {e}"))
+                    }
+                    other => version_error(other),
+                },
+                Err(_) => fail(format!("does not parse: {e}")),
+            })?;
+        if snapshot.version != SNAPSHOT_VERSION {
+            return Err(version_error(Some(u64::from(snapshot.version))));
+        }
         if snapshot.seq != seq {
             return Err(fail(format!(
                 "it says it folds up to record {}",
@@ -144,41 +148,41 @@ impl Folded {
         records: impl IntoIterator<Item = &'a Record>,
     ) -> Result<(), FoldError> {
         for (expected, record) in (first..).zip(records) {
-            if record.seq != expected {
-                return Err(FoldError {
-                    seq: record.seq,
-                    problem: format!("out of order: expected record {expected}"),
-                });
-            }
-            self.apply(&record.entry).map_err(|problem| FoldError {
-                seq: record.seq,
-                problem,
-            })?;
+            self.fold_one(expected, record.seq, record.entry.clone())?;
         }
         Ok(())
     }
+
+    /// [`Folded::fold_from`], taking the records (nothing is copied).
+    pub(crate) fn fold_owned(&mut self, first: u64, records: Vec<Record>) -> Result<(), FoldError> {
+        for (expected, record) in (first..).zip(records) {
+            self.fold_one(expected, record.seq, record.entry)?;
+        }
+        Ok(())
+    }
+
+    fn fold_one(&mut self, expected: u64, seq: u64, entry: Entry) -> Result<(), FoldError> {
+        if seq != expected {
+            return Err(FoldError {
+                seq,
+                problem: format!("out of order: expected record {expected}"),
+            });
+        }
+        self.absorb(entry)
+            .map_err(|problem| FoldError { seq, problem })
+    }
 }
 
-/// The log's function calls with no output, in order (an output closes
-/// the earliest open call with its id, as [`super::unanswered_calls`]
-/// reads the log).
-fn open_calls(transcript: &Transcript) -> Vec<super::record::Event> {
-    let mut open: Vec<&super::record::Event> = Vec::new();
-    for event in &transcript.items {
-        match &event.item {
-            Item::FunctionCall { .. } => open.push(event),
-            Item::FunctionCallOutput { call_id, .. } => {
-                let at = open.iter().position(
-                    |e| matches!(&e.item, Item::FunctionCall { call, .. } if &call.id == call_id),
-                );
-                if let Some(at) = at {
-                    open.remove(at);
-                }
-            }
-            _ => {}
-        }
+impl Transcript {
+    /// Keeps of the item log only the calls still open, counting the rest
+    /// in `items_folded`: the form a snapshot holds, so that a fold kept
+    /// beside a session does not grow with its item log.
+    pub(crate) fn compact(&mut self) {
+        let before = self.items.len();
+        let open: Vec<Event> = open_calls(&self.items).into_iter().cloned().collect();
+        self.items_folded += (before - open.len()) as u64;
+        self.items = open;
     }
-    open.into_iter().cloned().collect()
 }
 
 #[cfg(test)]
@@ -188,7 +192,7 @@ mod tests {
 
     use super::*;
     use crate::context::ContextOp;
-    use crate::journal::record::{CallStatus, Entry, Event};
+    use crate::journal::record::{CallStatus, Item};
     use crate::journal::unanswered_calls;
     use crate::spec::ToolCall;
 
@@ -311,12 +315,14 @@ mod tests {
             let mut at = 0;
             for cut in cuts {
                 state.fold_from(at as u64 + 1, &records[at..cut]).unwrap();
+                // As the writer keeps it: compacted after each commit.
+                state.transcript.compact();
                 let snapshot = Snapshot::of(&state, cut as u64);
                 let stored = snapshot.encode();
                 state = Folded::from_snapshot(Snapshot::decode(cut as u64, &stored).unwrap());
                 at = cut;
             }
-            state.fold_from(at as u64 + 1, &records[at..]).unwrap();
+            state.fold_owned(at as u64 + 1, records[at..].to_vec()).unwrap();
             prop_assert_eq!(&state.deps, &whole.deps);
             prop_assert_eq!(&state.transcript.messages, &whole.transcript.messages);
             prop_assert_eq!(state.usage, whole.usage);

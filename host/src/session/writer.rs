@@ -45,10 +45,11 @@ impl Writer {
         store: Arc<dyn SessionStore>,
         lease: Lease,
         head: u64,
-        state: Folded,
+        mut state: Folded,
         snapshot_every: u64,
     ) -> Self {
         let committed = (state.usage, state.iteration);
+        state.transcript.compact();
         let lost = Arc::new(AtomicBool::new(false));
         let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
         Self {
@@ -100,7 +101,7 @@ impl Writer {
         let stored = snapshot.as_ref().map(|(stored, _)| stored);
         match self.store.append(&self.lease, &records, stored, now).await {
             Ok(()) => {
-                self.fold_committed(&records, snapshot.map(|(_, state)| state));
+                self.fold_committed(records, snapshot.map(|(_, state)| state));
                 self.head = last;
                 self.committed = usage;
                 Ok(())
@@ -137,17 +138,20 @@ impl Writer {
     }
 
     /// Brings the held state up to the records just committed (or to the
-    /// snapshot committed with them).
-    fn fold_committed(&mut self, records: &[Record], snapshotted: Option<Folded>) {
+    /// snapshot committed with them), its item log compacted to the calls
+    /// still open: the records are moved in, not copied.
+    fn fold_committed(&mut self, records: Vec<Record>, snapshotted: Option<Folded>) {
         if let Some(state) = snapshotted {
             self.state = Some(state);
             return;
         }
         let first = self.head + 1;
-        if let Some(state) = &mut self.state
-            && let Err(e) = state.fold_from(first, records)
-        {
-            self.give_up_state(&e.to_string());
+        let Some(state) = &mut self.state else {
+            return;
+        };
+        match state.fold_owned(first, records) {
+            Ok(()) => state.transcript.compact(),
+            Err(e) => self.give_up_state(&e.to_string()),
         }
     }
 
