@@ -339,21 +339,11 @@ impl SessionFlags {
             deps: self.deps()?,
             ..SessionOptions::default()
         };
-        if let Ok(text) = std::env::var("AIRLOCK_LEASE_TTL_MS") {
-            match text.parse::<u64>() {
-                Ok(ms) if ms > 0 => options.lease_ttl = std::time::Duration::from_millis(ms),
-                _ => tracing::warn!(
-                    "AIRLOCK_LEASE_TTL_MS is not a positive whole number; using the default"
-                ),
-            }
+        if let Some(ms) = env_number("AIRLOCK_LEASE_TTL_MS", 1) {
+            options.lease_ttl = std::time::Duration::from_millis(ms);
         }
-        if let Ok(text) = std::env::var("AIRLOCK_SNAPSHOT_EVERY") {
-            match text.parse::<u64>() {
-                Ok(every) => options.snapshot_every = every,
-                _ => tracing::warn!(
-                    "AIRLOCK_SNAPSHOT_EVERY is not a whole number of records; using the default"
-                ),
-            }
+        if let Some(every) = env_number("AIRLOCK_SNAPSHOT_EVERY", 0) {
+            options.snapshot_every = every;
         }
         Ok(options)
     }
@@ -567,6 +557,19 @@ struct Tools {
     host: Host,
     files: Vec<PathBuf>,
     retention: Retention,
+}
+
+/// The environment variable `name` as a whole number of at least `min`;
+/// a value that is not one is logged and ignored (the default applies).
+fn env_number(name: &str, min: u64) -> Option<u64> {
+    let text = std::env::var(name).ok()?;
+    match text.parse::<u64>() {
+        Ok(n) if n >= min => Some(n),
+        _ => {
+            tracing::warn!("{name} is not a whole number of at least {min}; using the default");
+            None
+        }
+    }
 }
 
 /// Prunes every owner's sessions past `retention`'s `ttl` (if it has one),

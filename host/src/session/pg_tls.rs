@@ -107,7 +107,9 @@ pub(crate) fn split_url(url: &str) -> Result<(String, TlsSettings), String> {
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value);
+        let value = percent_encoding::percent_decode_str(value)
+            .decode_utf8_lossy()
+            .into_owned();
         match key {
             "sslmode" => {
                 settings.mode = match value.as_str() {
@@ -141,30 +143,6 @@ pub(crate) fn split_url(url: &str) -> Result<(String, TlsSettings), String> {
         format!("{base}?{}", kept.join("&"))
     };
     Ok((url, settings))
-}
-
-/// `%XX` escapes decoded (a path in a URL).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `verify-ca`: the chain must verify; the name need not match.
