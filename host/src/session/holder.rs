@@ -35,11 +35,28 @@ struct Process {
 }
 
 impl Process {
-    /// This process, as far as it can be read.
+    /// This process, as far as it can be read: read from `/proc` once per
+    /// process (again in a forked child, whose pid differs).
     fn current() -> Option<Self> {
+        static CURRENT: std::sync::Mutex<Option<(u32, Option<Process>)>> =
+            std::sync::Mutex::new(None);
+        let pid = std::process::id();
+        let mut cached = CURRENT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*cached {
+            Some((read_by, process)) if *read_by == pid => process.clone(),
+            _ => {
+                let process = Self::read(pid);
+                *cached = Some((pid, process.clone()));
+                process
+            }
+        }
+    }
+
+    fn read(pid: u32) -> Option<Self> {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
         let pid_ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
-        let pid = std::process::id();
         Some(Self {
             boot: boot.trim().to_owned(),
             pid_ns: pid_ns.to_string_lossy().into_owned(),

@@ -413,13 +413,13 @@ async fn lock_lease(
     owner: &str,
     session_id: &str,
 ) -> Result<Option<LeaseRow>, tokio_postgres::Error> {
-    let row = tx
-        .query_opt(
+    let statement = tx
+        .prepare_cached(
             "SELECT lease_holder, lease_token, lease_expires_ms FROM airlock_sessions
              WHERE owner = $1 AND session_id = $2 FOR UPDATE",
-            &[&owner, &session_id],
         )
         .await?;
+    let row = tx.query_opt(&statement, &[&owner, &session_id]).await?;
     Ok(row.map(|row| LeaseRow {
         holder: row.get(0),
         token: num(row.get(1)),
@@ -435,13 +435,13 @@ async fn read_session(
     session_id: &str,
     span: Span,
 ) -> Result<StoredSession, Failure> {
-    let header = tx
-        .query_opt(
+    let statement = tx
+        .prepare_cached(
             "SELECT created_at_ms, updated_at_ms, metadata, ephemeral FROM airlock_sessions
              WHERE owner = $1 AND session_id = $2",
-            &[&owner, &session_id],
         )
         .await?;
+    let header = tx.query_opt(&statement, &[&owner, &session_id]).await?;
     let Some(header) = header else {
         return Err(StoreError::NotFound {
             session_id: session_id.to_owned(),
@@ -455,25 +455,29 @@ async fn read_session(
         ephemeral: header.get(3),
     };
     let snapshot = if span.snapshot() {
-        tx.query_opt(
-            "SELECT seq, body FROM airlock_snapshots WHERE owner = $1 AND session_id = $2",
-            &[&owner, &session_id],
-        )
-        .await?
-        .map(|row| StoredSnapshot {
-            seq: num(row.get(0)),
-            body: row.get(1),
-        })
+        let statement = tx
+            .prepare_cached(
+                "SELECT seq, body FROM airlock_snapshots WHERE owner = $1 AND session_id = $2",
+            )
+            .await?;
+        tx.query_opt(&statement, &[&owner, &session_id])
+            .await?
+            .map(|row| StoredSnapshot {
+                seq: num(row.get(0)),
+                body: row.get(1),
+            })
     } else {
         None
     };
     let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
-    let rows = tx
-        .query(
+    let statement = tx
+        .prepare_cached(
             "SELECT seq, at_ms, entry FROM airlock_records
              WHERE owner = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
-            &[&owner, &session_id, &after, &limit],
         )
+        .await?;
+    let rows = tx
+        .query(&statement, &[&owner, &session_id, &after, &limit])
         .await?
         .into_iter()
         .map(row_of);
@@ -517,10 +521,15 @@ impl SessionStore for PostgresStore {
                 if let Some(row) = lock_lease(&tx, &owner, session_id).await? {
                     row.check_free(session_id, now)?;
                     let token = row.token + 1;
+                    let statement = tx
+                        .prepare_cached(
+                            "UPDATE airlock_sessions
+                             SET lease_holder = $3, lease_token = $4, lease_expires_ms = $5
+                             WHERE owner = $1 AND session_id = $2",
+                        )
+                        .await?;
                     tx.execute(
-                        "UPDATE airlock_sessions
-                         SET lease_holder = $3, lease_token = $4, lease_expires_ms = $5
-                         WHERE owner = $1 AND session_id = $2",
+                        &statement,
                         &[
                             &owner,
                             &session_id,
@@ -644,11 +653,16 @@ impl SessionStore for PostgresStore {
         Box::pin(self.run(async move {
             let owner = owner_key(lease.user_id.as_deref());
             let client = self.client().await?;
-            let changed = client
-                .execute(
+            let statement = client
+                .prepare_cached(
                     "UPDATE airlock_sessions SET lease_expires_ms = $5
                      WHERE owner = $1 AND session_id = $2 AND lease_token = $3
                        AND lease_holder = $4",
+                )
+                .await?;
+            let changed = client
+                .execute(
+                    &statement,
                     &[
                         &owner,
                         &lease.session_id,
@@ -672,11 +686,16 @@ impl SessionStore for PostgresStore {
         Box::pin(self.run(async move {
             let owner = owner_key(lease.user_id.as_deref());
             let client = self.client().await?;
-            client
-                .execute(
+            let statement = client
+                .prepare_cached(
                     "UPDATE airlock_sessions SET lease_holder = NULL, lease_expires_ms = 0
                      WHERE owner = $1 AND session_id = $2 AND lease_token = $3
                        AND lease_holder = $4",
+                )
+                .await?;
+            client
+                .execute(
+                    &statement,
                     &[
                         &owner,
                         &lease.session_id,
@@ -801,13 +820,15 @@ impl SessionStore for PostgresStore {
         let owner = owner_key(owner);
         Box::pin(self.run(async move {
             let client = self.client().await?;
-            let rows = client
-                .query(
+            let statement = client
+                .prepare_cached(
                     "SELECT seq, at_ms, entry FROM airlock_records
                      WHERE owner = $1 AND session_id = $2 AND call_id = $3 AND call_id IS NOT NULL
                      ORDER BY seq",
-                    &[&owner, &session_id, &call_id],
                 )
+                .await?;
+            let rows = client
+                .query(&statement, &[&owner, &session_id, &call_id])
                 .await?
                 .into_iter()
                 .map(row_of);

@@ -10,6 +10,7 @@
 //! every member with its error. A lone append waits for nothing: the batch
 //! is whatever queued while the previous one was on disk.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
@@ -20,8 +21,9 @@ use super::sqlite::{Failure, failure, insert_records, lock};
 use super::store::{Lease, StoredSnapshot};
 use crate::journal::StoreError;
 
-/// The most appends one transaction takes.
-pub(super) const MAX_BATCH: usize = 256;
+/// The most appends one transaction takes, unless the store is told
+/// otherwise ([`SqliteStore::with_max_batch`](super::SqliteStore::with_max_batch)).
+pub const MAX_BATCH: usize = 256;
 
 /// One append, waiting for its batch.
 struct Job {
@@ -37,6 +39,7 @@ struct Job {
 pub(super) struct Committer {
     jobs: Mutex<Sender<Job>>,
     location: String,
+    max_batch: Arc<AtomicUsize>,
 }
 
 impl Committer {
@@ -45,9 +48,11 @@ impl Committer {
     pub(super) fn start(connection: Arc<Mutex<Connection>>, location: String) -> Self {
         let (jobs, queue) = std::sync::mpsc::channel();
         let name = location.clone();
+        let max_batch = Arc::new(AtomicUsize::new(MAX_BATCH));
+        let limit = Arc::clone(&max_batch);
         let spawned = std::thread::Builder::new()
             .name("airlock-sqlite-commit".into())
-            .spawn(move || serve(&connection, &name, &queue));
+            .spawn(move || serve(&connection, &name, &queue, &limit));
         if let Err(e) = spawned {
             // Every append then fails, naming why.
             tracing::error!(error = %e, "cannot start the session store's committer");
@@ -55,7 +60,14 @@ impl Committer {
         Self {
             jobs: Mutex::new(jobs),
             location,
+            max_batch,
         }
+    }
+
+    /// Takes at most `max_batch` appends (at least one) into a
+    /// transaction from the next batch on.
+    pub(super) fn set_max_batch(&self, max_batch: usize) {
+        self.max_batch.store(max_batch.max(1), Ordering::Relaxed);
     }
 
     /// Appends `rows` (and the snapshot) under `lease`, durably, in the
@@ -91,10 +103,16 @@ impl Committer {
 
 /// The committer thread: a batch of what is waiting, committed, answered;
 /// until every sender is gone.
-fn serve(connection: &Mutex<Connection>, location: &str, queue: &Receiver<Job>) {
+fn serve(
+    connection: &Mutex<Connection>,
+    location: &str,
+    queue: &Receiver<Job>,
+    max_batch: &AtomicUsize,
+) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        let limit = max_batch.load(Ordering::Relaxed);
+        while batch.len() < limit {
             match queue.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
@@ -113,39 +131,54 @@ fn serve(connection: &Mutex<Connection>, location: &str, queue: &Receiver<Job>) 
 }
 
 /// Commits `batch` in one transaction: each job's result.
+///
+/// A job refused by fencing writes nothing (its first statement is the
+/// check) and fails alone. Any other failure of a job may leave it half
+/// written: the transaction is rolled back, that job fails alone, and the
+/// others are written again without it. A failed commit fails every job it
+/// held.
 fn commit(conn: &mut Connection, batch: &[Job]) -> Vec<Result<(), Failure>> {
-    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(e) => return every(batch, &e),
-    };
-    let mut results = Vec::with_capacity(batch.len());
-    for job in batch {
-        let result = match tx.savepoint() {
-            Ok(mut savepoint) => {
-                let written = append(&savepoint, job);
-                if written.is_ok() {
-                    savepoint.commit().map_err(Failure::Backend)
-                } else {
-                    // Rolled back alone: the batch's others stand.
-                    let _ = savepoint.rollback();
-                    written
+    let mut results: Vec<Option<Result<(), Failure>>> = batch.iter().map(|_| None).collect();
+    'attempt: loop {
+        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            Err(e) => return finish(results, &e),
+        };
+        let mut written = Vec::with_capacity(batch.len());
+        for (i, job) in batch.iter().enumerate() {
+            if results[i].is_some() {
+                continue;
+            }
+            match append(&tx, job) {
+                Ok(()) => written.push(i),
+                Err(refused @ Failure::Store(StoreError::LeaseLost { .. })) => {
+                    results[i] = Some(Err(refused));
+                }
+                Err(failed) => {
+                    // Rolled back on drop; the others go again without it.
+                    results[i] = Some(Err(failed));
+                    continue 'attempt;
                 }
             }
-            Err(e) => Err(Failure::Backend(e)),
-        };
-        results.push(result);
-    }
-    match tx.commit() {
-        Ok(()) => results,
-        Err(e) => every(batch, &e),
+        }
+        if let Err(e) = tx.commit() {
+            return finish(results, &e);
+        }
+        for i in written {
+            results[i] = Some(Ok(()));
+        }
+        return results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
     }
 }
 
-/// The same failure for every job of `batch`.
-fn every(batch: &[Job], e: &rusqlite::Error) -> Vec<Result<(), Failure>> {
-    batch
-        .iter()
-        .map(|_| Err(Failure::Backend(clone_error(e))))
+/// Each job's result: its own, or `e` for those that have none.
+fn finish(
+    results: Vec<Option<Result<(), Failure>>>,
+    e: &rusqlite::Error,
+) -> Vec<Result<(), Failure>> {
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Failure::Backend(clone_error(e)))))
         .collect()
 }
 

@@ -151,7 +151,12 @@ impl TestStore {
                         .to_string_lossy()
                         .starts_with(&name)
                     {
-                        bytes.extend(std::fs::read(&file).unwrap());
+                        // SQLite may remove its -wal or -shm file meanwhile.
+                        match std::fs::read(&file) {
+                            Ok(read) => bytes.extend(read),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => panic!("{}: {e}", file.display()),
+                        }
                     }
                 }
                 assert!(
