@@ -3,31 +3,46 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::harness::{Bench, component, root};
 use crate::scale_out::fresh_postgres_database;
 use airlock::context::ContextRules;
 use airlock::sandbox::CancelToken;
+use airlock::session::MAX_BATCH;
 use airlock::session::PostgresStore;
 use airlock::session::SessionStore;
 use airlock::{Host, Session, SessionOptions, SqliteStore, ToolCall};
 
-/// `sessions` sessions at once, each making `calls` direct `increment`
-/// calls one after another; committed calls a second (each call
-/// acknowledged only once durable).
-async fn calls_per_second(
+/// How the calls are committed.
+#[derive(Clone, Copy)]
+enum Path {
+    /// Today's: a pure unkeyed call is one commit, shared with what other
+    /// sessions append meanwhile.
+    Grouped,
+    /// Before group commit: an intent commit before the call and an output
+    /// commit after it (a keyed call keeps this shape), each its own
+    /// transaction (a store with `with_max_batch(1)`).
+    Old,
+}
+
+/// `sessions` new sessions at once, each making `calls` direct
+/// `increment` calls one after another; the time per committed call (each
+/// acknowledged only once durable). `tag` keeps the session ids apart.
+async fn per_call(
     host: &Arc<Host>,
     store: &Arc<dyn SessionStore>,
+    tag: &str,
     sessions: usize,
     calls: usize,
-) -> f64 {
+    path: Path,
+) -> Duration {
     let mut opened = Vec::with_capacity(sessions);
     for s in 0..sessions {
         let session = Session::open(
             Arc::clone(store),
             SessionOptions {
-                session_id: Some(format!("g{sessions}-{s}")),
+                session_id: Some(format!("{tag}-{sessions}-{s}")),
                 ..SessionOptions::default()
             },
             &ContextRules::default(),
@@ -41,12 +56,21 @@ async fn calls_per_second(
     for mut session in opened {
         let host = Arc::clone(host);
         tasks.spawn(async move {
-            for _ in 0..calls {
-                let call = ToolCall::new("increment", r#"{"name":"n"}"#);
-                session
-                    .call(&host, &call, &CancelToken::new())
-                    .await
-                    .unwrap();
+            for i in 0..calls {
+                let cancel = CancelToken::new();
+                match path {
+                    Path::Grouped => {
+                        let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+                        session.call(&host, &call, &cancel).await.unwrap();
+                    }
+                    Path::Old => {
+                        let call = ToolCall {
+                            id: format!("c{i}"),
+                            ..ToolCall::new("increment", r#"{"name":"n"}"#)
+                        };
+                        session.call_once(&host, &call, &cancel).await.unwrap();
+                    }
+                }
             }
             session
         });
@@ -59,7 +83,7 @@ async fn calls_per_second(
     for session in done {
         session.close().await.unwrap();
     }
-    (sessions * calls) as f64 / took.as_secs_f64()
+    took / (sessions * calls) as u32
 }
 
 pub(crate) async fn run(b: &Bench, out: &mut String) {
@@ -74,7 +98,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
          `synchronous = FULL`; each call is acknowledged only once it is on disk): N sessions at once, \
          each making its calls one after another. A pure call (no effectful grant) is one commit; on \
          SQLite the appends of concurrent sessions that wait while a commit is on disk share the next \
-         transaction and its fsync (at most 256 a batch); on Postgres (`make bench`'s throwaway server, \
+         transaction and its fsync (at most {MAX_BATCH} a batch); on Postgres (`make bench`'s throwaway server, \
          fsync on) each append is one statement on a pooled connection, and the server's own WAL \
          flushing groups what arrives together.\n"
     )
@@ -88,6 +112,34 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         "SQLite",
         Arc::new(SqliteStore::open(dir.path().join("group.db")).unwrap()),
     )];
+    // Against the path before group commit, paired batch for batch: 16
+    // sessions making two commits a call, each commit its own transaction
+    // and fsync, beside 256 sessions on today's path.
+    let old: Arc<dyn SessionStore> = Arc::new(
+        SqliteStore::open(dir.path().join("old.db"))
+            .unwrap()
+            .with_max_batch(1),
+    );
+    let pairs = if b.quick { 3 } else { 11 };
+    let (mut old_runs, mut new_runs) = (0, 0);
+    let measured = b
+        .paired(
+            "group commit: 256 sessions today / 16 sessions before",
+            pairs,
+            async || {
+                old_runs += 1;
+                per_call(&host, &old, &format!("o{old_runs}"), 16, 32, Path::Old).await
+            },
+            async || {
+                new_runs += 1;
+                let tag = format!("n{new_runs}");
+                per_call(&host, &stores[0].1, &tag, 256, 8, Path::Grouped).await
+            },
+        )
+        .await;
+    if !b.reporting() {
+        return;
+    }
     if let Some(server) = std::env::var("AIRLOCK_BENCH_POSTGRES")
         .ok()
         .filter(|s| !s.is_empty())
@@ -110,7 +162,10 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     for (name, store) in &stores {
         for sessions in [1usize, 16, 256] {
             let calls = (total / sessions).max(4);
-            let rate = calls_per_second(&host, store, sessions, calls).await;
+            let rate = 1.0
+                / per_call(&host, store, "g", sessions, calls, Path::Grouped)
+                    .await
+                    .as_secs_f64();
             rates.push(rate);
             writeln!(out, "| {name} | {sessions} | {calls} | {rate:.0} |").unwrap();
         }
@@ -120,6 +175,30 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         "\nOn SQLite, 256 sessions commit {:.1}× as many calls a second as 16 and {:.1}× as many as one.\n",
         rates[2] / rates[1],
         rates[2] / rates[0]
+    )
+    .unwrap();
+
+    let rate = |d: Duration| 1.0 / d.as_secs_f64();
+    writeln!(
+        out,
+        "Beside the path before group commit ({pairs} pairs, SQLite, `synchronous = FULL`): 16 sessions \
+         whose calls each commit an intent and then an output, every commit its own transaction and \
+         fsync (`SqliteStore::with_max_batch(1)`, keyed calls), beside 256 sessions on today's path.\n"
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| before: 16 sessions | today: 256 sessions | today / before | target ≥ 10× |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    writeln!(
+        out,
+        "| {:.0} calls/s | {:.0} calls/s | {} | {} |\n",
+        rate(measured.a()),
+        rate(measured.b()),
+        measured.cell(),
+        measured.at_least(10.0)
     )
     .unwrap();
 }

@@ -114,7 +114,7 @@ fn main() {
                 true plain,
                 true oci,
                 true session_age,
-                false group_commit
+                true group_commit
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

@@ -2,9 +2,11 @@
 //! when the session is young beside when it holds 100,000 records.
 
 use std::fmt::Write as _;
+use std::process::Command;
 use std::sync::Arc;
+use std::time::Instant;
 
-use crate::harness::{Bench, batch, component, median, root, us};
+use crate::harness::{Bench, batch, component, median, paired, root, serve_http, us};
 use airlock::context::ContextRules;
 use airlock::journal::{CallStatus, Entry, Event, Item, Record, now_ms};
 use airlock::session::{DEFAULT_SNAPSHOT_EVERY, SessionHeader, SessionStore};
@@ -12,6 +14,13 @@ use airlock::{Host, Session, SessionOptions, SqliteStore, ToolCall};
 
 /// How many records the old session holds.
 const OLD_RECORDS: u64 = 100_000;
+
+/// The snapshot intervals the sweep measures.
+const SWEEP: [u64; 5] = [16, 32, 64, 128, 256];
+
+/// Bytes of deps in the session whose snapshots the sweep's write side
+/// pays for.
+const SWEEP_DEPS_BYTES: usize = 64 * 1024;
 
 /// A session's journal of `records` records: starting deps, then
 /// increments of `x` as a session's direct calls journal them (intent,
@@ -103,6 +112,64 @@ async fn request(host: &Host, store: &Arc<dyn SessionStore>, id: &str, every: u6
     session.close().await.unwrap();
 }
 
+/// One MCP `tools/call increment` naming `session` and a call key.
+async fn mcp_request(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    session: &str,
+    key: usize,
+) {
+    use rmcp::model::CallToolRequestParams;
+    let mut params = CallToolRequestParams::new("increment").with_arguments(
+        serde_json::json!({"name": "y"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let meta =
+        serde_json::json!({"airlock/session": session, "airlock/call": format!("mcp_{key}")});
+    params.meta = Some(meta.as_object().unwrap().clone().into());
+    let result = client.call_tool(params).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+}
+
+/// What writing snapshots costs a session's calls: the time per direct
+/// `Session::call` (one commit each) on a session with
+/// [`SWEEP_DEPS_BYTES`] of deps, snapshotted every `every` records.
+async fn calls_with_snapshots(
+    host: &Host,
+    store: &Arc<dyn SessionStore>,
+    id: &str,
+    every: u64,
+    calls: usize,
+) -> std::time::Duration {
+    let mut deps = serde_json::Map::new();
+    deps.insert(
+        "notes".into(),
+        serde_json::Value::String("n".repeat(SWEEP_DEPS_BYTES)),
+    );
+    let mut session = Session::open(
+        Arc::clone(store),
+        SessionOptions {
+            session_id: Some(id.into()),
+            snapshot_every: every,
+            deps: Some(deps),
+            ..SessionOptions::default()
+        },
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    let call = ToolCall::new("increment", r#"{"name":"z"}"#);
+    let cancel = airlock::sandbox::CancelToken::new();
+    let started = Instant::now();
+    for _ in 0..calls {
+        session.call(host, &call, &cancel).await.unwrap();
+    }
+    let took = started.elapsed() / calls as u32;
+    session.close().await.unwrap();
+    took
+}
+
 pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(out, "## 14. Sessions that stay fast: young and old\n").unwrap();
     writeln!(
@@ -155,6 +222,59 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             },
         )
         .await;
+    // The same requests over MCP: `airlock mcp --transport http` on the
+    // same store, each request naming its session in `_meta`.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    command
+        .args([
+            "mcp",
+            "--transport",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--tool",
+        ])
+        .arg(component("wasm32-wasip2/release/stateful.wasm"))
+        .arg("--store")
+        .arg(dir.path().join("age.db"))
+        .env("AIRLOCK_CACHE_DIR", &b.cache)
+        .env_remove("RUST_LOG");
+    let (mut server, url) = serve_http(command);
+    let client = {
+        use rmcp::ServiceExt;
+        ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            url,
+        ))
+        .await
+        .unwrap()
+    };
+    for n in 0..(pairs + 1) * batch_size {
+        insert(&store, &format!("mcp_young_{n}"), 10).await;
+    }
+    let (mut old_key, mut young_n) = (0, 0);
+    let over_mcp = b
+        .paired(
+            "MCP session request: old / young",
+            pairs,
+            async || {
+                batch(batch_size, async || {
+                    mcp_request(&client, "old", old_key).await;
+                    old_key += 1;
+                })
+                .await
+            },
+            async || {
+                batch(batch_size, async || {
+                    mcp_request(&client, &format!("mcp_young_{young_n}"), 0).await;
+                    young_n += 1;
+                })
+                .await
+            },
+        )
+        .await;
+    client.cancel().await.unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
     if !b.reporting() {
         return;
     }
@@ -167,24 +287,106 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         request(&host, &store, "unsnapshotted", 0, n).await;
     })
     .await;
+
+    // The sweep behind the default interval: what a request on the old
+    // session costs beside a young one with a snapshot every N records
+    // (its tail is at most N records), and what writing those snapshots
+    // costs a session's calls beside never writing one.
+    let sweep_pairs = if b.quick { 3 } else { 15 };
+    let sweep_calls = if b.quick { 12 } else { 48 };
+    let mut sweep = Vec::new();
+    for every in SWEEP {
+        for n in 0..(sweep_pairs + 1) * batch_size {
+            insert(&store, &format!("sweep_{every}_{n}"), 10).await;
+        }
+        let mut young_n = 0;
+        let read = paired(
+            sweep_pairs,
+            async || {
+                batch(batch_size, async || {
+                    request(&host, &store, "old", every, old_n).await;
+                    old_n += 1;
+                })
+                .await
+            },
+            async || {
+                batch(batch_size, async || {
+                    let id = format!("sweep_{every}_{young_n}");
+                    request(&host, &store, &id, every, 0).await;
+                    young_n += 1;
+                })
+                .await
+            },
+        )
+        .await;
+        let (mut with, mut without) = (0, 0);
+        let write = paired(
+            sweep_pairs,
+            async || {
+                with += 1;
+                let id = format!("with_{every}_{with}");
+                calls_with_snapshots(&host, &store, &id, every, sweep_calls).await
+            },
+            async || {
+                without += 1;
+                let id = format!("without_{every}_{without}");
+                calls_with_snapshots(&host, &store, &id, 0, sweep_calls).await
+            },
+        )
+        .await;
+        sweep.push((every, read, write));
+    }
+
     writeln!(
         out,
         "| pair | old (~{OLD_RECORDS} records) | young (10 records) | old / young | target ≤ 1.2× |"
     )
     .unwrap();
     writeln!(out, "|---|---|---|---|---|").unwrap();
+    for (name, measured) in [
+        (
+            "`Session` in the library: lease, load, one keyed call, release",
+            &measured,
+        ),
+        (
+            "MCP over streamable HTTP: one `tools/call` naming its session and a call key",
+            &over_mcp,
+        ),
+    ] {
+        writeln!(out, "{} {} |", measured.row(name), measured.at_most(1.2)).unwrap();
+    }
     writeln!(
         out,
-        "{} {} |\n",
-        measured.row("lease, load, one keyed call, release"),
-        measured.at_most(1.2)
-    )
-    .unwrap();
-    writeln!(
-        out,
-        "Without snapshots (the old session opened with `snapshot_every = 0`, so each request folds all \
+        "\nWithout snapshots (the old session opened with `snapshot_every = 0`, so each request folds all \
          {OLD_RECORDS} records): {} per request.\n",
         us(whole)
     )
     .unwrap();
+    writeln!(
+        out,
+        "**The interval.** Each N below, paired: the library request on the old session beside a young \
+         one with a snapshot every N records ({sweep_pairs} pairs), and {sweep_calls} direct calls on a \
+         session holding {} KiB of deps with a snapshot every N records beside the same calls with none \
+         (what writing snapshots costs). The default is N = {DEFAULT_SNAPSHOT_EVERY}.\n",
+        SWEEP_DEPS_BYTES / 1024
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| N | old request | old / young | call with snapshots | with / without snapshots |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|---|").unwrap();
+    for (every, read, write) in &sweep {
+        writeln!(
+            out,
+            "| {every} | {} | {} | {} | {} |",
+            us(read.a()),
+            read.cell(),
+            us(write.a()),
+            write.cell()
+        )
+        .unwrap();
+    }
+    writeln!(out).unwrap();
 }

@@ -308,7 +308,7 @@ impl SessionFlags {
     /// Opens (or creates) the session in the store: the user, the id, the
     /// starting deps, the lease's length (`AIRLOCK_LEASE_TTL_MS`, default
     /// 30 s), how often it is snapshotted (`AIRLOCK_SNAPSHOT_EVERY`
-    /// records, default 128, 0 for never); what it writes leaves out
+    /// records, default 32, 0 for never); what it writes leaves out
     /// `host`'s hidden keys.
     async fn open(&self, host: &Host) -> Result<Session, Failure> {
         self.open_kept(host, false, &Retention::default()).await

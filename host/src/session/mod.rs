@@ -55,6 +55,7 @@ pub use crate::journal::StoreError;
 pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
+pub use sqlite_commit::MAX_BATCH;
 pub use store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
     SessionSummary, StoredSession, StoredSnapshot,
@@ -77,13 +78,14 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// How many records a session's journal grows between snapshots unless
 /// the opener says otherwise ([`SessionOptions::snapshot_every`]). A
-/// resume folds at most this many records after the snapshot; each
-/// snapshot costs one copy of the deps and messages into the commit that
-/// crosses it. Chosen by measurement (docs/benchmarks.md §14): folding a
-/// tail of up to 128 records keeps a request on a 100,000-record session
-/// near one on a new session, while a snapshot (one encode of deps and
-/// messages) every ~30 direct calls costs little beside their fsyncs.
-pub const DEFAULT_SNAPSHOT_EVERY: u64 = 128;
+/// resume folds at most this many records after the snapshot (about 3 µs
+/// each); each snapshot costs one encode of the deps and messages into the
+/// commit that crosses it. Chosen by the sweep in docs/benchmarks.md §14
+/// (16 to 256): at 32 a request on a 100,000-record session costs least
+/// beside one on a new session, and snapshots cost a session holding
+/// 64 KiB of deps about a tenth more per call; a session with much larger
+/// deps and few reads may raise it.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 32;
 
 /// Longest session id, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 128;
