@@ -183,7 +183,12 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         out,
         "Beside the path before group commit ({pairs} pairs, SQLite, `synchronous = FULL`): 16 sessions \
          whose calls each commit an intent and then an output, every commit its own transaction and \
-         fsync (`SqliteStore::with_max_batch(1)`, keyed calls), beside 256 sessions on today's path.\n"
+         fsync (`SqliteStore::with_max_batch(1)`, keyed calls), beside 256 sessions on today's path. \
+         What bounds today's path on SQLite is its one committer thread: a profile of 256 sessions shows \
+         it writing the log pages each session's appends dirty (every session's records and index \
+         entries sit in B-tree pages of their own) and checkpointing them into the file; moving \
+         checkpoints to a thread of their own did not help on 2 cores, and a larger page cache did \
+         (it stopped batches spilling mid-transaction).\n"
     )
     .unwrap();
     writeln!(
