@@ -2,9 +2,12 @@
 //! store (a Postgres database, or one SQLite file that processes on one
 //! machine share, its appends group-committed); a driver spreads the calls
 //! of many sessions across them and one host is SIGKILLed mid-run, while
-//! batches of its concurrent sessions' commits are being written. No
-//! acknowledged update is lost, none is applied twice, and every session
-//! resumes.
+//! batches of its concurrent sessions' commits are being written: from
+//! outside, at a third of the calls, or (SQLite) by the host itself at a
+//! batch of several appends, once they are written into its transaction
+//! and before it commits, or once it committed and before anyone is
+//! answered. No acknowledged update is lost, none is applied twice, and
+//! every session resumes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,7 +21,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::Peer;
 use serde_json::{Value, json};
 
-use crate::support::mcp::{http_client, policy, serve_http};
+use crate::support::mcp::{HttpServer, http_client, policy, serve_http, serve_http_env};
 use crate::support::stores::{Backend, TestStore};
 
 const HOSTS: usize = 3;
@@ -85,14 +88,50 @@ struct Tally {
     busy: AtomicUsize,
 }
 
+/// How the victim dies.
+#[derive(Debug, Clone, Copy)]
+enum Kill {
+    /// SIGKILL from the driver once a third of the calls are acknowledged.
+    FromOutside,
+    /// SIGKILL from the host itself, at the point of a batch's commit that
+    /// `AIRLOCK_TEST_KILL_AT_COMMIT` names.
+    InCommit(&'static str),
+}
+
 async fn hosts_on_one_store_lose_no_update_when_one_is_killed(backend: Backend) {
+    one_host_killed(backend, Kill::FromOutside).await;
+}
+
+/// The victim dies with the appends of its third batch of several written
+/// into the transaction, none committed: none was acknowledged, so every
+/// one is retried elsewhere and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_before_a_batch_commits_loses_no_update() {
+    one_host_killed(Backend::Sqlite, Kill::InCommit("before:3")).await;
+}
+
+/// The victim dies with its third batch of several committed and no
+/// appender answered: the retries elsewhere find the committed calls and
+/// return their results without running them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_after_a_batch_commits_loses_no_update() {
+    one_host_killed(Backend::Sqlite, Kill::InCommit("after:3")).await;
+}
+
+async fn one_host_killed(backend: Backend, how: Kill) {
     let started = Instant::now();
     let db = TestStore::new(backend, "scale").await;
     let config = policy(db.dir.path());
-    let mut servers = Vec::new();
+    let mut servers: Vec<HttpServer> = Vec::new();
     let mut clients = Vec::new();
-    for _ in 0..HOSTS {
-        let server = serve_http(&config, &db.spec);
+    for host in 0..HOSTS {
+        let server = match how {
+            Kill::InCommit(point) if host == VICTIM => serve_http_env(
+                &["--config", &config, "--store", &db.spec],
+                &[("AIRLOCK_TEST_KILL_AT_COMMIT", point)],
+            ),
+            _ => serve_http(&config, &db.spec),
+        };
         clients.push(http_client(&server.url).await);
         servers.push(server);
     }
@@ -161,14 +200,27 @@ async fn hosts_on_one_store_lose_no_update_when_one_is_killed(backend: Backend) 
         }
     }
 
-    // Until a third is acknowledged; a driver that fails fails the test.
-    loop {
-        tokio::select! {
-            () = third.notified() => break,
-            done = drivers.join_next() => match done {
-                Some(done) => done.unwrap(),
-                None => break,
-            },
+    // Until a third is acknowledged, or the victim killed itself; a driver
+    // that fails fails the test.
+    {
+        let victim_died = async {
+            loop {
+                if matches!(how, Kill::InCommit(_)) && servers[VICTIM].exited() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::pin!(victim_died);
+        loop {
+            tokio::select! {
+                () = third.notified(), if matches!(how, Kill::FromOutside) => break,
+                () = &mut victim_died => break,
+                done = drivers.join_next() => match done {
+                    Some(done) => done.unwrap(),
+                    None => panic!("every call was answered before the victim died ({how:?})"),
+                },
+            }
         }
     }
     let killed_after = tally.acknowledged.load(Ordering::SeqCst);
@@ -243,7 +295,7 @@ async fn hosts_on_one_store_lose_no_update_when_one_is_killed(backend: Backend) 
         eprintln!(
             "scale: {HOSTS} hosts on one {backend:?} store, {SESSIONS} sessions x {INCREMENTS} increments: \
              {acknowledged} acknowledged, each counter = its acknowledged increments; host {VICTIM} \
-             SIGKILLed after {killed_after}; {lost} attempts lost with it and retried elsewhere, \
+             SIGKILLed ({how:?}) after {killed_after}; {lost} attempts lost with it and retried elsewhere, \
              {} answered 'in use', {interrupted} interrupted calls patched; {:.1} s",
             tally.busy.load(Ordering::SeqCst),
             started.elapsed().as_secs_f64()

@@ -109,6 +109,7 @@ fn serve(
     queue: &Receiver<Job>,
     max_batch: &AtomicUsize,
 ) {
+    let mut kill = KillPoint::from_env();
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         let limit = max_batch.load(Ordering::Relaxed);
@@ -118,7 +119,15 @@ fn serve(
                 Err(_) => break,
             }
         }
-        let results = commit(&mut lock(connection), &batch);
+        let aimed = kill.as_mut().and_then(|k| k.aims_at(batch.len()));
+        let results = commit(
+            &mut lock(connection),
+            &batch,
+            aimed == Some(Stage::BeforeCommit),
+        );
+        if aimed == Some(Stage::AfterCommit) {
+            KillPoint::die();
+        }
         for (job, result) in batch.into_iter().zip(results) {
             let result = result.map_err(|f| match f {
                 Failure::Store(e) => e,
@@ -137,7 +146,14 @@ fn serve(
 /// written: the transaction is rolled back, that job fails alone, and the
 /// others are written again without it. A failed commit fails every job it
 /// held.
-fn commit(conn: &mut Connection, batch: &[Job]) -> Vec<Result<(), Failure>> {
+///
+/// `die_before_commit`: a kill test's [`KillPoint`], reached once every
+/// job is written to the transaction.
+fn commit(
+    conn: &mut Connection,
+    batch: &[Job],
+    die_before_commit: bool,
+) -> Vec<Result<(), Failure>> {
     let mut results: Vec<Option<Result<(), Failure>>> = batch.iter().map(|_| None).collect();
     'attempt: loop {
         let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
@@ -160,6 +176,9 @@ fn commit(conn: &mut Connection, batch: &[Job]) -> Vec<Result<(), Failure>> {
                     continue 'attempt;
                 }
             }
+        }
+        if die_before_commit {
+            KillPoint::die();
         }
         if let Err(e) = tx.commit() {
             return finish(results, &e);
@@ -236,4 +255,64 @@ fn append(conn: &Connection, job: &Job) -> Result<(), Failure> {
         ])?;
     }
     Ok(())
+}
+
+/// The environment variable that sets a [`KillPoint`].
+const KILL_POINT_VAR: &str = "AIRLOCK_TEST_KILL_AT_COMMIT";
+
+/// Where in a batch's commit a durability test stops the process with
+/// SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Every append of the batch written into its transaction, nothing
+    /// durable yet.
+    BeforeCommit,
+    /// The transaction durable (with `synchronous = FULL`, after the
+    /// fsync), no appender answered yet.
+    AfterCommit,
+}
+
+/// For kill tests only: `AIRLOCK_TEST_KILL_AT_COMMIT=before:N` (or
+/// `after:N`) makes the process SIGKILL itself at the N-th batch that
+/// holds two or more appends, before its commit (or after it, before any
+/// appender hears). Read once, when the store opens; anything else in the
+/// variable is ignored.
+#[derive(Debug)]
+struct KillPoint {
+    stage: Stage,
+    batch: usize,
+    seen: usize,
+}
+
+impl KillPoint {
+    fn from_env() -> Option<Self> {
+        let value = std::env::var(KILL_POINT_VAR).ok()?;
+        let (stage, batch) = value.split_once(':')?;
+        let stage = match stage {
+            "before" => Stage::BeforeCommit,
+            "after" => Stage::AfterCommit,
+            _ => return None,
+        };
+        Some(Self {
+            stage,
+            batch: batch.parse().ok()?,
+            seen: 0,
+        })
+    }
+
+    /// Counts a batch of `appends`; where to die in it, when it is the one.
+    fn aims_at(&mut self, appends: usize) -> Option<Stage> {
+        if appends < 2 {
+            return None;
+        }
+        self.seen += 1;
+        (self.seen == self.batch).then_some(self.stage)
+    }
+
+    fn die() {
+        let me = rustix::process::getpid();
+        let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
+        // SIGKILL cannot be caught; should it not be delivered, stop anyway.
+        std::process::abort();
+    }
 }

@@ -164,6 +164,11 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
+    /// Whether it has ended (and is reaped).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Kills it (SIGKILL) and waits for it to be gone.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -190,10 +195,15 @@ pub async fn http_client(url: &str) -> Client {
 
 /// `airlock mcp --transport http` on a free port with `args`.
 pub fn serve_http_with(args: &[&str]) -> HttpServer {
+    serve_http_env(args, &[])
+}
+
+/// [`serve_http_with`] with `env` set for the server.
+pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
     use std::io::BufRead;
     let mut all = vec!["mcp", "--transport", "http", "--listen", "127.0.0.1:0"];
     all.extend_from_slice(args);
-    let mut child = airlock_command(&all, &[])
+    let mut child = airlock_command(&all, env)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
