@@ -20,6 +20,7 @@ mod cold_start;
 mod concurrency;
 mod deps_size;
 mod durability;
+mod export_memory;
 mod group_commit;
 mod harness;
 mod mcp_round_trip;
@@ -114,7 +115,8 @@ fn main() {
                 true plain,
                 true oci,
                 true session_age,
-                true group_commit
+                true group_commit,
+                false export_memory
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

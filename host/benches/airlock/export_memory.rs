@@ -1,0 +1,106 @@
+//! §16 Exporting a session of a gigabyte: the peak resident memory of
+//! `airlock sessions export`.
+
+use std::fmt::Write as _;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Bench, root, verdict};
+use airlock::SqliteStore;
+use airlock::journal::{Entry, now_ms};
+use airlock::llm::Message;
+use airlock::session::{SessionHeader, SessionStore};
+
+/// Bytes of one record's message.
+const RECORD_BYTES: usize = 64 << 10;
+
+/// The target: peak resident memory of the export, in MiB.
+const TARGET_MIB: u64 = 100;
+
+/// The peak resident memory (`VmHWM`) of `pid` so far, in KiB; 0 once it
+/// is gone.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(crate) async fn run(b: &Bench, out: &mut String) {
+    writeln!(out, "## 16. Exporting a session of a gigabyte\n").unwrap();
+    let total: u64 = if b.quick { 128 << 20 } else { 1 << 30 };
+    let dir = tempfile::tempdir_in(root().join("target")).unwrap();
+    let db = dir.path().join("export.db");
+    let store: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&db).unwrap());
+    let header = SessionHeader {
+        session_id: "big".into(),
+        user_id: None,
+        created_at_ms: now_ms(),
+        metadata: Default::default(),
+        ephemeral: false,
+    };
+    let entry = Entry::Message {
+        message: Message::User {
+            content: "x".repeat(RECORD_BYTES),
+        },
+    };
+    let count = total / RECORD_BYTES as u64;
+    let records: Vec<_> = (1..=count)
+        .map(|seq| airlock::journal::Record {
+            seq,
+            at_ms: now_ms(),
+            entry: entry.clone(),
+        })
+        .collect();
+    store.insert(&header, &records, now_ms()).await.unwrap();
+    drop(records);
+    drop(store);
+
+    let output = dir.path().join("big.json");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["sessions", "export", "big", "--output"])
+        .arg(&output)
+        .arg("--store")
+        .arg(&db)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // VmHWM is the peak so far: the last reading before the process ends
+    // is its peak, short of what it allocates in its last 5 ms.
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(peak_kib(child.id()));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = started.elapsed();
+    let exported = std::fs::metadata(&output).unwrap().len();
+    let peak_mib = peak / 1024;
+    writeln!(
+        out,
+        "`airlock sessions export` (release build) of one session of {count} records of {} KiB each ({} MiB of messages), \
+         from SQLite to a file (the export holds each message twice: in the journal and in the conversation); its peak resident memory (`VmHWM`, read every 5 ms while it runs).\n",
+        RECORD_BYTES >> 10,
+        total >> 20
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| exported | took | peak resident memory | target ≤ {TARGET_MIB} MiB |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|").unwrap();
+    writeln!(
+        out,
+        "| {:.2} GiB | {:.1} s | {peak_mib} MiB | {} |\n",
+        exported as f64 / f64::from(1u32 << 30),
+        took.as_secs_f64(),
+        verdict(peak_mib <= TARGET_MIB)
+    )
+    .unwrap();
+}
