@@ -190,6 +190,39 @@ async fn log_flood_hits_the_output_limit() {
     );
 }
 
+/// Empty records cost the host a record each: a flood of them stops at
+/// the same bound as text, each charged `LOG_RECORD_COST`, and the host
+/// holds no more than that many.
+#[tokio::test]
+async fn empty_log_flood_is_bounded_per_record() {
+    let host = hostile_host().await;
+    let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+    let before = snapshot(&ctx);
+    let failure = host
+        .call(&mut ctx, &airlock::ToolCall::new("flood_empty_log", "{}"))
+        .await
+        .unwrap_err();
+    let limit = hostile_limits().max_output_bytes;
+    assert!(
+        matches!(
+            failure.error,
+            CallError::OutputLimit {
+                stream: Stream::Log,
+                limit: l,
+            } if l == limit
+        ),
+        "{}",
+        failure.error
+    );
+    let kept = failure.output.logs.len();
+    assert!(kept > 0, "the records before the bound are kept");
+    assert!(
+        kept <= limit / airlock::sandbox::LOG_RECORD_COST,
+        "{kept} records kept under a {limit}-byte bound"
+    );
+    assert_host_still_serves(host, &mut ctx, &before).await;
+}
+
 #[tokio::test]
 async fn a_million_ops_are_refused() {
     // Building and lifting a million ops takes the guest a while; give it

@@ -45,6 +45,7 @@ const ATTACKS: &[(&str, &str)] = &[
     ),
     ("flood_stdout", "Print to stdout without end."),
     ("flood_log", "Log without end."),
+    ("flood_empty_log", "Log empty records without end."),
     ("million_ops", "Return a million ops."),
     ("op_bytes_flood", "Return ops holding 4 MiB of values."),
     ("non_json_result", "Return a result that is not JSON."),
@@ -145,6 +146,9 @@ impl exports::airlock::tool::tool::Guest for Hostile {
             },
             "flood_log" => loop {
                 log::log(log::Level::Info, &"flood ".repeat(1000));
+            },
+            "flood_empty_log" => loop {
+                log::log(log::Level::Info, "");
             },
             "million_ops" => (
                 "{}".into(),

@@ -443,7 +443,14 @@ pub struct LogRecord {
     pub message: String,
 }
 
-/// The log records of one call, bounded by total message bytes.
+/// What one log record costs against [`Limits::max_output_bytes`] beyond
+/// its text: the host keeps a level and a string for each (and frees
+/// them after the call), so a flood of empty records is bounded like a
+/// flood of text.
+pub const LOG_RECORD_COST: usize = 64;
+
+/// The log records of one call, bounded by their text and
+/// [`LOG_RECORD_COST`] each.
 #[derive(Debug)]
 pub(crate) struct CapturedLog {
     records: Vec<LogRecord>,
@@ -461,7 +468,10 @@ impl CapturedLog {
     }
 
     pub(crate) fn push(&mut self, record: LogRecord) -> Result<(), OutputLimitExceeded> {
-        let bytes = self.bytes.saturating_add(record.message.len());
+        let bytes = self
+            .bytes
+            .saturating_add(record.message.len())
+            .saturating_add(LOG_RECORD_COST);
         if bytes > self.limit {
             return Err(OutputLimitExceeded {
                 stream: Stream::Log,
