@@ -252,6 +252,14 @@ impl Paired {
         )
     }
 
+    /// Side a less side b, pair by pair: the median and interquartile
+    /// range of the differences.
+    pub(crate) fn difference(&self) -> (Duration, Duration, Duration) {
+        let differences: Vec<f64> = self.a.iter().zip(&self.b).map(|(a, b)| a - b).collect();
+        let at = |q| Duration::from_secs_f64(quantile(&differences, q).max(0.0));
+        (at(0.5), at(0.25), at(0.75))
+    }
+
     /// The ratio as a record for the next run's comparison.
     pub(crate) fn record(&self, name: &str) -> Value {
         let (q1, q3) = self.spread();

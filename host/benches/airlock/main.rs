@@ -108,7 +108,7 @@ fn main() {
                 true concurrency,
                 false agent_loop,
                 false durability,
-                false mcp_round_trip,
+                true mcp_round_trip,
                 true scale_out,
                 true parallel_turns,
                 true peers,

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::sync::Arc;
 
-use crate::harness::{Bench, component, median, root, serve_http, us};
+use std::time::Duration;
+
+use crate::harness::{Bench, batch, component, median, root, serve_http, us};
 use airlock::context::ContextRules;
 use airlock::session::SessionStore;
 use airlock::{RunContext, Session, SessionOptions, SqliteStore, ToolCall};
@@ -52,59 +54,94 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         .await
         .unwrap();
     let cancel = airlock::sandbox::CancelToken::new();
-    let journaled = median(n, async || {
-        session.call(&host, &call, &cancel).await.unwrap();
-    })
-    .await;
-    session.close().await.unwrap();
 
     let mut stdio_server = tokio::process::Command::from(server("stdio", "stdio.db"));
     stdio_server.args(["--session", "bench"]);
-    let client =
+    let stdio =
         ().serve(rmcp::transport::TokioChildProcess::new(stdio_server).unwrap())
             .await
             .unwrap();
-    let stdio = median(n, async || {
-        client.call_tool(params.clone()).await.unwrap();
-    })
-    .await;
-    client.cancel().await.unwrap();
-
     let (mut http_server, url) = serve_http(server("http", "http.db"));
-    let client = ()
+    let http = ()
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
             url,
         ))
         .await
         .unwrap();
-    let http = median(n, async || {
-        client.call_tool(params.clone()).await.unwrap();
-    })
-    .await;
-    client.cancel().await.unwrap();
+
+    // Each MCP call beside the journaled call it makes, batch for batch:
+    // the protocol's cost is the difference.
+    let pairs = if b.quick { 5 } else { 31 };
+    let size = if b.quick { 5 } else { 20 };
+    let mut rows = Vec::new();
+    for (name, client, target) in [
+        ("MCP over stdio", &stdio, 100),
+        ("MCP over streamable HTTP (loopback)", &http, 200),
+    ] {
+        let measured = b
+            .paired(
+                &format!("{name} / Session::call"),
+                pairs,
+                async || {
+                    batch(size, async || {
+                        client.call_tool(params.clone()).await.unwrap();
+                    })
+                    .await
+                },
+                async || {
+                    batch(size, async || {
+                        session.call(&host, &call, &cancel).await.unwrap();
+                    })
+                    .await
+                },
+            )
+            .await;
+        rows.push((name, measured, target));
+    }
+    session.close().await.unwrap();
+    stdio.cancel().await.unwrap();
+    http.cancel().await.unwrap();
     http_server.kill().unwrap();
     let _ = http_server.wait();
+    if !b.reporting() {
+        return;
+    }
 
     writeln!(
         out,
-        "`tools/call increment` from rmcp's client to `airlock mcp` (release build), one call at a time, \
-         median of {n}. Every MCP call is journaled (`Session::call`, SQLite WAL, `synchronous = FULL`); \
-         the protocol's own cost is the round trip less the journaled call.\n"
+        "`tools/call increment` from rmcp's client to `airlock mcp` (release build), one call at a time. \
+         Every MCP call is journaled (`Session::call`, SQLite WAL, `synchronous = FULL`); each transport's \
+         batches of {size} calls alternate with batches of {size} `Session::call`s in this process \
+         ({pairs} pairs), and the protocol's cost is the difference, pair by pair. `Host::call` (no \
+         journal, median of {n}): {}.\n",
+        us(direct)
     )
     .unwrap();
-    writeln!(out, "| path | per call | protocol cost |").unwrap();
-    writeln!(out, "|---|---|---|").unwrap();
-    writeln!(out, "| `Host::call` (in memory) | {} | |", us(direct)).unwrap();
-    writeln!(out, "| `Session::call` (journaled) | {} | |", us(journaled)).unwrap();
-    for (name, took) in [
-        ("MCP over stdio", stdio),
-        ("MCP over streamable HTTP (loopback)", http),
-    ] {
+    writeln!(
+        out,
+        "| path | per call | `Session::call` beside it | protocol cost (IQR) | target | |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|---|---|").unwrap();
+    for (name, measured, target) in rows {
+        let (cost, q1, q3) = measured.difference();
+        let target = Duration::from_micros(target);
+        let verdict = if q3 <= target {
+            "met"
+        } else if q1 > target {
+            "**not met**"
+        } else {
+            "not settled"
+        };
         writeln!(
             out,
-            "| {name} | {} | +{} |",
-            us(took),
-            us(took.saturating_sub(journaled))
+            "| {name} | {} | {} | +{} ({}–{}) | ≤ +{} | {verdict} |",
+            us(measured.a()),
+            us(measured.b()),
+            us(cost),
+            us(q1),
+            us(q3),
+            us(target)
         )
         .unwrap();
     }

@@ -108,7 +108,7 @@ async fn serve_stdio(
     let Some(session) = server.session() else {
         return Ok(());
     };
-    let result = match server.serve(rmcp::transport::stdio()).await {
+    let result = match server.serve(stdio()).await {
         Ok(running) => running
             .waiting()
             .await
@@ -280,4 +280,38 @@ async fn reload_on_change(
             )),
         }
     }
+}
+
+/// The stdio transport. When stdin and stdout are pipes (a client that
+/// launched the server), they are read and written through the runtime's
+/// reactor; tokio's own stdin and stdout hand every read and write to a
+/// blocking thread, a thread hop each way per message
+/// (docs/benchmarks.md §8). Anything else (a terminal, a file) keeps
+/// those.
+fn stdio() -> (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let reader = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Receiver::from_owned_fd(fd).ok());
+    let writer = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Sender::from_owned_fd(fd).ok());
+    (
+        match reader {
+            Some(pipe) => Box::new(pipe),
+            None => Box::new(tokio::io::stdin()),
+        },
+        match writer {
+            Some(pipe) => Box::new(pipe),
+            None => Box::new(tokio::io::stdout()),
+        },
+    )
 }
