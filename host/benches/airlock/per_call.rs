@@ -92,6 +92,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         (Duration::ZERO, Duration::ZERO)
     };
     let mut checks = Vec::new();
+    let mut breakdown = Vec::new();
     for lang in &LANGS {
         let host = b.host(&[component(lang.file)]).await;
         let per_batch = match lang.name {
@@ -146,6 +147,20 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         )
         .unwrap();
         checks.push((lang.name, measured, full));
+        // Where the floor's time goes: the median of each phase.
+        let runs = b.iters(if per_batch < 1000 { 200 } else { 2000 });
+        let mut phases: [Vec<Duration>; 4] = Default::default();
+        for _ in 0..runs {
+            let took = host.bench_phases(&base, &call).await.unwrap();
+            for (all, one) in phases.iter_mut().zip(took) {
+                all.push(one);
+            }
+        }
+        let medians = phases.map(|mut all| {
+            all.sort();
+            all[all.len() / 2]
+        });
+        breakdown.push((lang.name, medians, runs));
         eprintln!(
             "per-call {}: full {} floor {}",
             lang.name,
@@ -161,6 +176,32 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
          gives up per-call isolation; Airlock keeps the isolation.\n"
     )
     .unwrap();
+    writeln!(
+        out,
+        "Where a fresh-instance call's time goes (`Host::bench_phases`: the raw floor's steps, each the \
+         median of its runs): a new store with its admission to the pool and the context view; \
+         instantiating from the `InstancePre`; the call itself; dropping the store, which returns the \
+         instance's memories and tables to the pool and resets them. docs/performance.md reads these.\n"
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| tool | store and view | instantiate | call | drop | runs |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|---|---|").unwrap();
+    for (name, [store, instantiate, call, dropped], runs) in &breakdown {
+        writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {runs} |",
+            us(*store),
+            us(*instantiate),
+            us(*call),
+            us(*dropped)
+        )
+        .unwrap();
+    }
+    writeln!(out).unwrap();
     writeln!(out, "Targets:\n").unwrap();
     for (name, measured, full) in &checks {
         writeln!(

@@ -34,6 +34,52 @@ impl Host {
         }
     }
 
+    /// One fresh-instance call in phases, as [`Host::bench_raw_call`]
+    /// makes it: a new store (with its admission to the pool) and the
+    /// context view; instantiating; the call; dropping the store (which
+    /// returns the instance's memories and tables to the pool, resetting
+    /// them).
+    pub async fn bench_phases(
+        &self,
+        ctx: &RunContext,
+        call: &ToolCall,
+    ) -> Result<[Duration; 4], CallError> {
+        let component = self.component_of(&call.name)?;
+        let pre = airlock_pre(component)?;
+        let started = Instant::now();
+        let mut store = self
+            .new_store(
+                &component.limits,
+                &component.grants,
+                &component.gate,
+                CancelToken::new(),
+            )
+            .await?;
+        let view = push_view(&mut store, component, ctx, call, false)?;
+        let stored = Instant::now();
+        let instance = match pre.instantiate_async(&mut store).await {
+            Ok(instance) => instance,
+            Err(e) => return Err(classify(e, &store, &component.limits)),
+        };
+        let instantiated = Instant::now();
+        if let Err(e) = instance
+            .airlock_tool_tool()
+            .call_call(&mut store, view, &call.name, &call.arguments)
+            .await
+        {
+            return Err(classify(e, &store, &component.limits));
+        }
+        let called = Instant::now();
+        drop(store);
+        let dropped = Instant::now();
+        Ok([
+            stored - started,
+            instantiated - stored,
+            called - instantiated,
+            dropped - called,
+        ])
+    }
+
     /// What an instance-reusing host (such as Extism) pays: one store and
     /// instance, then `n` calls on it. Returns the time of the `n` calls.
     /// Airlock never does this outside benchmarks: state would leak
