@@ -150,17 +150,19 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         // Where the floor's time goes: the median of each phase.
         let runs = b.iters(if per_batch < 1000 { 200 } else { 2000 });
         let mut phases: [Vec<Duration>; 4] = Default::default();
+        let faults_before = minor_faults();
         for _ in 0..runs {
             let took = host.bench_phases(&base, &call).await.unwrap();
             for (all, one) in phases.iter_mut().zip(took) {
                 all.push(one);
             }
         }
+        let faults = (minor_faults() - faults_before) / runs as u64;
         let medians = phases.map(|mut all| {
             all.sort();
             all[all.len() / 2]
         });
-        breakdown.push((lang.name, medians, runs));
+        breakdown.push((lang.name, medians, faults, runs));
         eprintln!(
             "per-call {}: full {} floor {}",
             lang.name,
@@ -186,14 +188,14 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     .unwrap();
     writeln!(
         out,
-        "| tool | store and view | instantiate | call | drop | runs |"
+        "| tool | store and view | instantiate | call | drop | page faults a call | runs |"
     )
     .unwrap();
-    writeln!(out, "|---|---|---|---|---|---|").unwrap();
-    for (name, [store, instantiate, call, dropped], runs) in &breakdown {
+    writeln!(out, "|---|---|---|---|---|---|---|").unwrap();
+    for (name, [store, instantiate, call, dropped], faults, runs) in &breakdown {
         writeln!(
             out,
-            "| {name} | {} | {} | {} | {} | {runs} |",
+            "| {name} | {} | {} | {} | {} | {faults} | {runs} |",
             us(*store),
             us(*instantiate),
             us(*call),
@@ -222,4 +224,13 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         }
     }
     writeln!(out).unwrap();
+}
+
+/// The process's minor page faults so far (`/proc/self/stat`, field 10).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat.rsplit_once(')')
+        .and_then(|(_, fields)| fields.split_whitespace().nth(7))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
