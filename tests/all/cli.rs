@@ -126,6 +126,22 @@ fn call_text_output_and_save_deps_carry_state_between_calls() {
     assert_eq!(saved, json!({"counters": {"vowels": 3}}));
 }
 
+/// Arguments default to `{}` (issue 31.4): a tool that takes none is
+/// called without them, and a required one left out is named by the
+/// tool's schema.
+#[test]
+fn call_without_arguments_passes_an_empty_object() {
+    let stateful = guest("stateful");
+    let out = airlock(&["call", path(&stateful), "show_state", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["result"],
+        json!({"counters": {}, "notes": []})
+    );
+    let out = airlock(&["call", path(&stateful), "increment"]);
+    assert_input_error(&out, "\"name\" is a required property");
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

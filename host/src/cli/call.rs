@@ -24,7 +24,9 @@ pub struct CallArgs {
     component: ComponentArg,
     /// The tool to call (see `airlock inspect`).
     name: String,
-    /// The arguments, a JSON object.
+    /// The arguments, a JSON object (`{}` when left out; a required one
+    /// that is missing is named by the tool's schema).
+    #[arg(value_name = "ARGS", default_value = "{}")]
     args: String,
     #[command(flatten)]
     flags: RunFlags,
