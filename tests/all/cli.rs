@@ -306,6 +306,15 @@ fn run_input_errors_exit_2_naming_what_is_missing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("PROVIDER:MODEL"));
 
+    // OpenAI's API without a key: said before any request (issue 31.9).
+    let out = airlock(&["run", "--tool", s, "--model", "openai:gpt-4o-mini", "hello"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("set OPENAI_API_KEY"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     let out = airlock(&[
         "run",
         "--tool",

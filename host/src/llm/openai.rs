@@ -24,8 +24,16 @@ pub struct OpenAiModel {
 
 impl OpenAiModel {
     /// A client for `model`; the key comes from `options` or
-    /// `OPENAI_API_KEY` (none is needed for local servers).
+    /// `OPENAI_API_KEY`. OpenAI's own API needs one, and its absence is an
+    /// error here, before any request; a server at another base URL (a
+    /// local one) may need none.
     pub fn new(model: &str, options: ProviderOptions) -> Result<Self, ModelError> {
+        if options.api_key.is_none() && options.base_url.is_none() {
+            return Err(ModelError::Config(
+                "openai: set OPENAI_API_KEY (or OPENAI_BASE_URL for a server that needs no key)"
+                    .into(),
+            ));
+        }
         let base = options
             .base_url
             .clone()

@@ -231,6 +231,7 @@ pub fn airlock_command(args: &[&str], env: &[(&str, &str)]) -> Command {
         .env_remove("AIRLOCK_LEASE_TTL_MS")
         .env_remove("RUST_LOG")
         .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("GITHUB_TOKEN");
     for (k, v) in env {
