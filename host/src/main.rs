@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     }
     // The OCI client logs what registries' token endpoints answer (the
     // tokens) at debug level: its logs stay at warn, whatever RUST_LOG asks.
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let mut filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     for quiet in ["oci_client=warn", "oci_client::client=warn"] {
         if let Ok(directive) = quiet.parse() {
             filter = filter.add_directive(directive);
@@ -44,4 +44,22 @@ fn main() -> ExitCode {
     // never answers): exit without joining them.
     runtime.shutdown_background();
     code
+}
+
+/// The log filter `RUST_LOG` asks for. A bare level (`RUST_LOG=debug`) is
+/// Airlock's own: the libraries under it (wasmtime, Cranelift, hyper) stay
+/// at `warn`, where their internals do not drown what Airlock says.
+/// Anything with a target (`RUST_LOG=wasmtime=debug`, `warn,airlock=trace`)
+/// is taken as written; nothing, or nothing valid, is `warn`.
+fn log_filter(asked: Option<&str>) -> EnvFilter {
+    let asked = asked.map(str::trim).filter(|a| !a.is_empty());
+    let levels = ["error", "warn", "info", "debug", "trace", "off"];
+    let directives = match asked {
+        Some(level) if levels.contains(&level.to_ascii_lowercase().as_str()) => {
+            format!("warn,airlock={level}")
+        }
+        Some(other) => other.to_owned(),
+        None => "warn".to_owned(),
+    };
+    EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("warn"))
 }

@@ -142,6 +142,27 @@ fn call_without_arguments_passes_an_empty_object() {
     assert_input_error(&out, "\"name\" is a required property");
 }
 
+/// `RUST_LOG=debug` is Airlock's debug output, not wasmtime's internals;
+/// a filter that names its targets is taken as written (issue 31.17).
+#[test]
+fn a_bare_log_level_is_airlocks_own() {
+    let stateful = guest("stateful");
+    let targets = |filter: &str| {
+        let out = crate::support::airlock_with_env(
+            &["call", path(&stateful), "show_state"],
+            &[("RUST_LOG", filter)],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let debug = targets("debug");
+    assert!(debug.contains("airlock::"), "{debug}");
+    assert!(!debug.contains("wasmtime"), "{debug}");
+    let wasmtime = targets("wasmtime=debug");
+    assert!(wasmtime.contains("wasmtime::"), "{wasmtime}");
+    assert!(!wasmtime.contains("airlock::"), "{wasmtime}");
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));
