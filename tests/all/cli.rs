@@ -163,6 +163,44 @@ fn a_bare_log_level_is_airlocks_own() {
     assert!(!wasmtime.contains("airlock::"), "{wasmtime}");
 }
 
+/// A policy that does not list the component: nothing said when it lists
+/// no tool at all; one plain line when it lists others (issue 31.14).
+#[test]
+fn an_unlisted_component_is_noted_only_when_the_policy_lists_others() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "show_state",
+        "--config",
+        path(&empty),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+
+    let other = dir.path().join("other.toml");
+    let hostile = guest("hostile");
+    std::fs::write(&other, format!("[[tool]]\npath = {:?}\n", path(&hostile))).unwrap();
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "show_state",
+        "--config",
+        path(&other),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("airlock: "), "{err}");
+    assert!(
+        err.contains("does not list") && !err.contains("WARN"),
+        "{err}"
+    );
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

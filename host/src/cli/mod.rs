@@ -542,10 +542,14 @@ async fn load_host(
     let scoped = policy.restricted_to(&path);
     let mut host = host_builder().build_with_policy(&scoped).await?;
     if scoped.tools.is_empty() {
-        tracing::warn!(
-            "{} does not list {component}; it gets nothing",
-            policy.source.display(),
-        );
+        // Worth a word only when the policy grants other tools: then a
+        // path that does not match is the likely mistake.
+        if !policy.tools.is_empty() {
+            print_note(&format!(
+                "{} does not list {component}, so it runs with no grants and the default limits",
+                policy.source.display(),
+            ));
+        }
         host.load(&path).await?;
     }
     Ok((host, pulled))
