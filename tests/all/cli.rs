@@ -201,6 +201,49 @@ fn an_unlisted_component_is_noted_only_when_the_policy_lists_others() {
     );
 }
 
+/// A call on a stored session says which session in which store, in text
+/// and in `--json`, failed or not (issue 31.2).
+#[test]
+fn call_on_a_session_names_the_session_and_its_store() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("named.db");
+    let call = |args: &str, json: bool| {
+        let mut all = vec![
+            "call",
+            path(&stateful),
+            "add_note",
+            args,
+            "--session",
+            "named",
+        ];
+        all.extend(["--store", path(&db)]);
+        if json {
+            all.push("--json");
+        }
+        airlock(&all)
+    };
+    let out = call(r#"{"text":"x"}"#, false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.ends_with(&format!(
+            "stored: session named in sqlite:{}\n",
+            db.display()
+        )),
+        "{text}"
+    );
+    let out = call(r#"{"text":"y"}"#, true);
+    let doc = stdout_json(&out);
+    assert_eq!(doc["session_id"], "named");
+    assert_eq!(doc["store"], format!("sqlite:{}", db.display()));
+    let out = call(r#"{"text":7}"#, true);
+    assert!(!out.status.success());
+    let doc = stdout_json(&out);
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["session_id"], "named");
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

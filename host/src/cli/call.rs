@@ -53,7 +53,13 @@ pub async fn run(args: CallArgs) -> ExitCode {
     }
     let result = host.call(&mut ctx, &call).await;
     let deps = shown_deps(&ctx, &host);
-    finish(&args, &host, result.map_err(Failure::from), deps)
+    finish(&args, &host, result.map_err(Failure::from), deps, None)
+}
+
+/// The stored session a call was committed to: its id and where it lives.
+struct Stored {
+    session_id: String,
+    store: String,
 }
 
 /// The call on a stored session: its deps come from the store, and the
@@ -72,7 +78,11 @@ async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitC
             other => Failure::input("internal", other.to_string()),
         });
     let deps = Value::Object(session.stored_deps(host.context_rules()));
-    let code = finish(args, host, result, deps);
+    let stored = Stored {
+        session_id: session.id().to_owned(),
+        store: session.location().to_owned(),
+    };
+    let code = finish(args, host, result, deps, Some(&stored));
     if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "cannot release the session");
     }
@@ -84,26 +94,33 @@ fn finish(
     host: &Host,
     result: Result<CallOutcome, Failure>,
     deps: Value,
+    stored: Option<&Stored>,
 ) -> ExitCode {
     match result {
         Ok(outcome) => {
             if let Some(path) = &args.flags.save_deps
                 && let Err(failure) = save_deps(path, &deps)
             {
-                return fail(args, &failure, Some(deps));
+                return fail_stored(args, &failure, Some(deps), stored);
             }
-            print_success(args, host, &outcome, deps);
+            print_success(args, host, &outcome, deps, stored);
             ExitCode::SUCCESS
         }
-        Err(failure) => fail(args, &failure, Some(deps)),
+        Err(failure) => fail_stored(args, &failure, Some(deps), stored),
     }
 }
 
-fn print_success(args: &CallArgs, host: &Host, outcome: &CallOutcome, deps: Value) {
+fn print_success(
+    args: &CallArgs,
+    host: &Host,
+    outcome: &CallOutcome,
+    deps: Value,
+    stored: Option<&Stored>,
+) {
     // Ops as they may be shown: none on hidden or secret-looking keys.
     let updates = scrub_ops(&outcome.updates, host.context_rules());
     if args.flags.json {
-        let doc = json!({
+        let mut doc = json!({
             "ok": true,
             "result": outcome.result,
             "updates": updates,
@@ -113,6 +130,10 @@ fn print_success(args: &CallArgs, host: &Host, outcome: &CallOutcome, deps: Valu
             "stderr": outcome.output.stderr,
             "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
         });
+        if let (Some(stored), Value::Object(doc)) = (stored, &mut doc) {
+            doc.insert("session_id".into(), json!(stored.session_id));
+            doc.insert("store".into(), json!(stored.store));
+        }
         print_json(&doc);
         return;
     }
@@ -140,6 +161,13 @@ fn print_success(args: &CallArgs, host: &Host, outcome: &CallOutcome, deps: Valu
         }
     }
     text.push_str(&format!("deps:   {}", show_json(&deps)));
+    if let Some(stored) = stored {
+        text.push_str(&format!(
+            "\nstored: session {} in {}",
+            field(&stored.session_id),
+            field(&stored.store)
+        ));
+    }
     print_out(&text);
 }
 
@@ -155,7 +183,21 @@ fn describe_op(op: &ContextOp) -> String {
 
 /// A failed call, with the deps (unchanged; null if they never parsed).
 fn fail(args: &CallArgs, failure: &Failure, deps: Option<Value>) -> ExitCode {
+    fail_stored(args, failure, deps, None)
+}
+
+/// [`fail`], naming the stored session (in `--json`) when there is one.
+fn fail_stored(
+    args: &CallArgs,
+    failure: &Failure,
+    deps: Option<Value>,
+    stored: Option<&Stored>,
+) -> ExitCode {
     let mut extra = serde_json::Map::new();
     extra.insert("deps".into(), deps.unwrap_or(Value::Null));
+    if let Some(stored) = stored {
+        extra.insert("session_id".into(), json!(stored.session_id));
+        extra.insert("store".into(), json!(stored.store));
+    }
     report_failure(failure, args.flags.json, extra)
 }
