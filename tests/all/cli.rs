@@ -244,6 +244,43 @@ fn call_on_a_session_names_the_session_and_its_store() {
     assert_eq!(doc["session_id"], "named");
 }
 
+/// A second run on a session prints its own usage, and the session's
+/// totals on a line of their own (issue 31.6).
+#[test]
+fn a_resumed_run_prints_its_own_usage_and_the_sessions_total() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("usage.db");
+    let script = root().join("guest-examples/scripts/vowels.json");
+    let run = |json: bool| {
+        let mut args = vec!["run", "--tool", path(&stateful), "--script", path(&script)];
+        args.extend(["--session", "u", "--store", path(&db), "Count the vowels."]);
+        if json {
+            args.push("--json");
+        }
+        airlock(&args)
+    };
+    let first = run(false);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let text = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(
+        text.ends_with("usage:  4 requests, 5 tool calls, 2163 input + 124 output tokens\n"),
+        "{text}"
+    );
+    let second = run(false);
+    let text = String::from_utf8_lossy(&second.stdout).into_owned();
+    assert!(
+        text.ends_with(
+            "usage:  4 requests, 5 tool calls, 2163 input + 124 output tokens\n\
+             session usage, every run: 8 requests, 10 tool calls, 4326 input + 248 output tokens\n"
+        ),
+        "{text}"
+    );
+    let third = stdout_json(&run(true));
+    assert_eq!(third["usage"]["requests"], 4);
+    assert_eq!(third["session_usage"]["requests"], 12);
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

@@ -14,6 +14,7 @@ use airlock::journal::{CallStatus, Event, Item, Role};
 use airlock::llm::{self, Model, ProviderOptions, ScriptModel};
 use airlock::{BoxFuture, ToolCall};
 
+use airlock::context::Usage;
 use airlock::policy::TurnPolicy;
 use airlock::retention::Retention;
 use airlock::sandbox::CancelToken;
@@ -76,6 +77,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(session) => session,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
+    // What the session had used before this run: the run's own usage is
+    // what it adds.
+    let before = session.context().usage;
     let mut events_file = match open_events(args.events.as_deref()) {
         Ok(file) => file,
         Err(failure) => return report_failure(&failure, false, serde_json::Map::new()),
@@ -148,7 +152,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     {
         print_error(&failure.message);
     }
-    let code = finish(&args, &session, deps, result);
+    let code = finish(&args, &session, &before, deps, result);
     if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "cannot release the session");
     }
@@ -243,14 +247,32 @@ fn show_progress(event: &Event) {
     print_out(&super::terminal::field(&line));
 }
 
+/// Usage in words: `4 requests, 5 tool calls, 2163 input + 124 output
+/// tokens`.
+fn describe_usage(usage: &Usage) -> String {
+    format!(
+        "{} requests, {} tool calls, {} input + {} output tokens",
+        usage.requests, usage.tool_calls, usage.input_tokens, usage.output_tokens
+    )
+}
+
 fn finish(
     args: &RunArgs,
     session: &Session,
+    before: &Usage,
     deps: Value,
     result: Result<RunOutcome, RunError>,
 ) -> ExitCode {
     let ctx = session.context();
-    let usage = json!(ctx.usage);
+    // This run's usage; the session's totals too when it had earlier runs.
+    let run_usage = ctx.usage.since(before);
+    let usage = json!(run_usage);
+    let session_usage = json!(ctx.usage);
+    let totals = if *before == Usage::default() {
+        String::new()
+    } else {
+        format!("\nsession usage, every run: {}", describe_usage(&ctx.usage))
+    };
     match result {
         Ok(outcome) => {
             if args.flags.json {
@@ -259,6 +281,7 @@ fn finish(
                     "answer": outcome.answer,
                     "deps": deps,
                     "usage": usage,
+                    "session_usage": session_usage,
                     "iterations": outcome.iterations,
                     "session_id": outcome.session_id,
                     "run_id": outcome.run_id,
@@ -266,13 +289,10 @@ fn finish(
                 }));
             } else {
                 print_out(&format!(
-                    "\nanswer: {}\ndeps:   {}\nusage:  {} requests, {} tool calls, {} input + {} output tokens",
+                    "\nanswer: {}\ndeps:   {}\nusage:  {}{totals}",
                     outcome.answer,
                     show_json(&deps),
-                    ctx.usage.requests,
-                    ctx.usage.tool_calls,
-                    ctx.usage.input_tokens,
-                    ctx.usage.output_tokens,
+                    describe_usage(&run_usage),
                 ));
             }
             ExitCode::SUCCESS
@@ -284,6 +304,7 @@ fn finish(
                     "error": {"kind": error.kind(), "message": error.to_string()},
                     "deps": deps,
                     "usage": usage,
+                    "session_usage": session_usage,
                     "iterations": ctx.iteration,
                     "session_id": ctx.session_id(),
                     "run_id": ctx.run_id(),

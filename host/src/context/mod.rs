@@ -213,6 +213,17 @@ impl Usage {
     pub fn total_tokens(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
     }
+
+    /// What was used since `earlier` (totals taken before), field by
+    /// field; never below zero.
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            requests: self.requests.saturating_sub(earlier.requests),
+            tool_calls: self.tool_calls.saturating_sub(earlier.tool_calls),
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+        }
+    }
 }
 
 impl Serialize for Usage {
