@@ -281,6 +281,49 @@ fn a_resumed_run_prints_its_own_usage_and_the_sessions_total() {
     assert_eq!(third["session_usage"]["requests"], 12);
 }
 
+/// A missing session is named with its user and store; an import that
+/// collides says how out, and `--as` is that way (issue 31.13).
+#[test]
+fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("named.db");
+    let store = format!("sqlite:{}", db.display());
+    let with_store = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--store", path(&db)]);
+        airlock(&all)
+    };
+    let out = with_store(&["sessions", "show", "demo", "--user", "bob"]);
+    assert_input_error(
+        &out,
+        &format!("no session demo (of user \"bob\") in {store}"),
+    );
+
+    let out = with_store(&[
+        "call",
+        path(&stateful),
+        "add_note",
+        r#"{"text":"x"}"#,
+        "--session",
+        "demo",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let file = dir.path().join("demo.json");
+    let out = with_store(&["sessions", "export", "demo", "--output", path(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = with_store(&["sessions", "import", path(&file)]);
+    assert_input_error(&out, "--as NEW_ID");
+    assert!(stderr(&out).contains(&format!(
+        "session demo already exists (with no user) in {store}"
+    )));
+    let out = with_store(&["sessions", "import", path(&file), "--as", "copy", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["session_id"], "copy");
+    let out = with_store(&["sessions", "show", "copy", "--json"]);
+    assert_eq!(stdout_json(&out)["deps"], json!({"notes": ["x"]}));
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

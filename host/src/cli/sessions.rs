@@ -93,6 +93,10 @@ pub struct ExportArgs {
 pub struct ImportArgs {
     /// The export file, or `-` for stdin.
     file: PathBuf,
+    /// Import it under this id instead of the one in the file (when the
+    /// store already has that one).
+    #[arg(long = "as", value_name = "ID")]
+    as_id: Option<String>,
     #[command(flatten)]
     store: StoreFlags,
     /// Print one JSON object instead of text.
@@ -125,6 +129,29 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
 async fn open(flags: &StoreFlags) -> Result<(Arc<dyn SessionStore>, Option<&str>), Failure> {
     let owner = flags.owner()?;
     Ok((flags.open().await?, owner))
+}
+
+/// A store error, a missing or existing session named with its owner and
+/// its store, and what to do about an existing one.
+fn located(e: StoreError, owner: Option<&str>, store: &dyn SessionStore) -> Failure {
+    let whose = owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
+    let (extra, mut failure) = match &e {
+        StoreError::NotFound { .. } => (String::new(), Failure::from(e)),
+        StoreError::AlreadyExists { session_id } => (
+            format!(
+                "; import it under another id with --as NEW_ID, or remove this one first \
+                 (airlock sessions rm {session_id})"
+            ),
+            Failure::from(e),
+        ),
+        _ => return Failure::from(e),
+    };
+    failure.message = format!(
+        "{} ({whose}) in {}{extra}",
+        failure.message,
+        store.location()
+    );
+    failure
 }
 
 async fn list(args: ListArgs) -> Result<(), Failure> {
@@ -160,7 +187,10 @@ async fn read(
     owner: Option<&str>,
     id: &str,
 ) -> Result<SessionExport, Failure> {
-    let session = store.read(owner, id).await?;
+    let session = store
+        .read(owner, id)
+        .await
+        .map_err(|e| located(e, owner, store))?;
     SessionExport::new(&session, &ContextRules::default()).map_err(|e| {
         Failure::from(StoreError::Corrupt {
             session_id: id.to_owned(),
@@ -318,7 +348,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
         std::fs::read_to_string(&args.file)
     }
     .map_err(|e| Failure::input("file_not_readable", format!("{shown}: {e}")))?;
-    let export = SessionExport::parse(&text, &ContextRules::default()).map_err(|e| {
+    let mut export = SessionExport::parse(&text, &ContextRules::default()).map_err(|e| {
         let kind = match e {
             ImportError::MissingVersion => "missing_version",
             ImportError::UnsupportedVersion(_) => "unsupported_version",
@@ -342,9 +372,15 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
             ),
         ));
     }
+    if let Some(id) = &args.as_id {
+        airlock::session::check_session_id(id)
+            .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
+        export.session_id = id.clone();
+    }
     store
         .insert(&export.header(), &export.journal, export.updated_at_ms)
-        .await?;
+        .await
+        .map_err(|e| located(e, owner, store.as_ref()))?;
     if args.json {
         print_json(
             &json!({"ok": true, "store": store.location(), "session_id": export.session_id}),
@@ -363,7 +399,8 @@ async fn remove(args: IdArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
     store
         .remove(owner, &args.id, airlock::journal::now_ms())
-        .await?;
+        .await
+        .map_err(|e| located(e, owner, store.as_ref()))?;
     if args.json {
         print_json(&json!({"ok": true, "store": store.location(), "session_id": args.id}));
     } else {
