@@ -324,6 +324,36 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
     assert_eq!(stdout_json(&out)["deps"], json!({"notes": ["x"]}));
 }
 
+/// A store in a directory that does not exist is an error, not a new
+/// tree (issue 31.1); the default location is made when missing.
+#[test]
+fn a_store_in_a_missing_directory_is_refused() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no/such/dir/s.db");
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "show_state",
+        "--session",
+        "s",
+        "--store",
+        path(&missing),
+    ]);
+    assert_input_error(&out, "does not exist; create it first");
+    assert!(!dir.path().join("no").exists(), "nothing was created");
+    let out = airlock(&["sessions", "list", "--store", path(&missing)]);
+    assert_input_error(&out, "--store");
+
+    let data = dir.path().join("fresh-data");
+    let out = crate::support::airlock_with_env(
+        &["call", path(&stateful), "show_state", "--session", "s"],
+        &[("AIRLOCK_DATA_DIR", path(&data))],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(data.join("sessions.db").is_file());
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

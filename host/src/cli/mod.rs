@@ -254,7 +254,25 @@ impl StoreFlags {
             return Ok(Arc::new(PostgresStore::connect(url).await?));
         }
         let path = match &self.store {
-            Some(path) => PathBuf::from(path),
+            Some(path) => {
+                let path = PathBuf::from(path);
+                // A directory named by hand must be there: a typo should not
+                // quietly make a new tree with an empty store in it. Only the
+                // default location is made when missing.
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+                    && !dir.is_dir()
+                {
+                    return Err(Failure::input(
+                        "store_dir_missing",
+                        format!(
+                            "--store {}: the directory {} does not exist; create it first",
+                            path.display(),
+                            dir.display()
+                        ),
+                    ));
+                }
+                path
+            }
             None => airlock::session::default_store_path().ok_or_else(|| {
                 Failure::input(
                     "no_store",
