@@ -354,6 +354,53 @@ fn a_store_in_a_missing_directory_is_refused() {
     assert!(data.join("sessions.db").is_file());
 }
 
+/// A call that needs approval with no terminal to ask on stops the run
+/// with exit 2 naming the flag; `--yes` approves it (issue 31.7).
+#[test]
+fn approval_without_a_terminal_needs_yes() {
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\napproval = \"ask\"\n",
+            path(&stateful)
+        ),
+    )
+    .unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"{"turns": [{"tool_calls": [{"name": "increment", "arguments": {"name": "a"}}]}, {"text": "done"}]}"#,
+    )
+    .unwrap();
+    let db = dir.path().join("ask.db");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--config", path(&policy), "--script", path(&script)];
+        args.extend(["--store", path(&db), "go"]);
+        args.extend_from_slice(extra);
+        crate::support::airlock_command(&args, &[])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("tool increment needs approval") && err.contains("--yes"),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+
+    let out = run(&["--yes", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["answer"], "done");
+    assert_eq!(doc["deps"], json!({"counters": {"a": 1}}));
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// the results of running them in order.
     #[arg(long)]
     sequential: bool,
+    /// Approve every call of a tool whose policy asks for approval
+    /// (`approval = "ask"`) without asking: for scripts and pipes. Without
+    /// it and without a terminal, such a call stops the run (exit 2).
+    #[arg(long)]
+    yes: bool,
     /// Write the item log as JSON lines to FILE, or `-` for stdout (then
     /// progress is not printed).
     #[arg(long, value_name = "FILE")]
@@ -121,10 +126,11 @@ pub async fn run(args: RunArgs) -> ExitCode {
         ..AgentOptions::default()
     };
     let (sender, mut receiver) = mpsc::unbounded_channel();
+    let approver = Arc::new(CliApprover::new(args.yes, cancel.clone()));
     let run = async {
         let agent = Agent::new(Arc::clone(&host), model)
             .options(options)
-            .approver(Arc::new(TerminalApprover))
+            .approver(Arc::clone(&approver) as Arc<dyn airlock::agent::Approver>)
             .events(sender)
             .cancel_token(cancel.clone());
         agent.run_session(&mut session, &args.prompt).await
@@ -152,7 +158,23 @@ pub async fn run(args: RunArgs) -> ExitCode {
     {
         print_error(&failure.message);
     }
-    let code = finish(&args, &session, &before, deps, result);
+    let code = match approver.refused() {
+        // The run stopped at a call it could not ask about: say so and
+        // which flag to use, once.
+        Some(tool) => report_failure(
+            &Failure::input(
+                "approval_needs_terminal",
+                format!(
+                    "tool {} needs approval (approval = \"ask\") and there is no terminal to ask on: \
+                     pass --yes to approve every call, or run it on a terminal",
+                    super::terminal::field(&tool)
+                ),
+            ),
+            args.flags.json,
+            serde_json::Map::new(),
+        ),
+        None => finish(&args, &session, &before, deps, result),
+    };
     if let Err(e) = session.close().await {
         tracing::warn!(error = %e, "cannot release the session");
     }
@@ -326,12 +348,50 @@ fn finish(
     }
 }
 
-/// Asks on the terminal: approve, reject, or edit the arguments. End of
-/// input (no terminal) rejects.
-struct TerminalApprover;
+/// Decides about calls that need approval: approves them all (`--yes`);
+/// asks on the terminal (approve, reject, or edit the arguments; end of
+/// input rejects); or, with no terminal to ask on, rejects the call and
+/// stops the run, remembering the tool so the command can say which flag
+/// to use.
+struct CliApprover {
+    yes: bool,
+    terminal: bool,
+    cancel: CancelToken,
+    refused: std::sync::Mutex<Option<String>>,
+}
 
-impl airlock::agent::Approver for TerminalApprover {
+impl CliApprover {
+    fn new(yes: bool, cancel: CancelToken) -> Self {
+        Self {
+            yes,
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stdin()),
+            cancel,
+            refused: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The tool whose call stopped the run for want of a terminal.
+    fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl airlock::agent::Approver for CliApprover {
     fn decide<'a>(&'a self, call: &'a ToolCall) -> BoxFuture<'a, Decision> {
+        if self.yes {
+            return Box::pin(async { Decision::Approve });
+        }
+        if !self.terminal {
+            self.refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_or_insert_with(|| call.name.clone());
+            self.cancel.cancel();
+            return Box::pin(async { Decision::Reject });
+        }
         let question = format!(
             "approve {} {}? [y]es / [n]o / [e]dit: ",
             super::terminal::field(&call.name),
@@ -352,7 +412,11 @@ fn ask(question: &str) -> Decision {
         let _ = err.flush();
         let mut line = String::new();
         match std::io::stdin().read_line(&mut line) {
-            Ok(0) | Err(_) => None,
+            Ok(0) | Err(_) => {
+                // End of input is "no"; end the prompt's line.
+                let _ = writeln!(err);
+                None
+            }
             Ok(_) => Some(line.trim().to_owned()),
         }
     };
