@@ -401,6 +401,37 @@ fn approval_without_a_terminal_needs_yes() {
     assert_eq!(doc["deps"], json!({"counters": {"a": 1}}));
 }
 
+/// `inspect` shows every grant the policy gives, imported or not, and its
+/// parameters aligned (issue 31.16).
+#[test]
+fn inspect_shows_every_grant_aligned() {
+    let fetch = guest("http_fetch");
+    let config = root().join("guest-examples/airlock.toml");
+    let out = airlock(&["inspect", path(&fetch), "--config", path(&config)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for line in [
+        "  dirs         /examples <- ",
+        "  env          TZ\n",
+        "  http         https://api.github.com, http://localhost:8080\n",
+        "  http bounds  1048576 response bytes, 100 requests, 8 connections at once\n",
+        "  approval     ask before each call\n",
+        "  reruns       effectful: never run speculatively\n",
+        "context: read (nothing); write (nothing)",
+    ] {
+        assert!(text.contains(line), "{line:?} in:\n{text}");
+    }
+    // The schema's lines continue under `parameters: `.
+    assert!(
+        text.contains("    parameters: {\n                  \"properties\""),
+        "{text}"
+    );
+    let out = airlock(&["inspect", path(&fetch), "--config", path(&config), "--json"]);
+    let grants = &stdout_json(&out)["grants"];
+    assert_eq!(grants["approval"], "ask");
+    assert_eq!(grants["http_bounds"]["max_response_bytes"], 1048576);
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

@@ -85,11 +85,72 @@ fn grants_json(component: &LoadedComponent) -> Value {
             "max_deps_bytes": limits.ops.max_deps_bytes,
             "max_host_resources": limits.max_host_resources,
         },
+        "http_bounds": {
+            "max_response_bytes": grants.http.max_response_bytes,
+            "max_requests": grants.http.max_requests,
+            "max_connections": grants.http.max_connections,
+        },
+        "approval": component.approval(),
+        "may_rerun": component.may_rerun(),
         "context": {
             "read": component.access().read.patterns(),
             "write": component.access().write.patterns(),
         },
     })
+}
+
+/// Every grant in words, one per line, aligned: what the policy gives the
+/// component whatever it imports.
+fn grant_lines(component: &LoadedComponent, described: &[(&'static str, String)]) -> String {
+    let grants = component.grants();
+    let mut lines: Vec<(&str, String)> = Vec::new();
+    for kind in ["dirs", "env", "http"] {
+        let items: Vec<&str> = described
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, line)| line.as_str())
+            .collect();
+        let shown = if items.is_empty() {
+            "none".to_owned()
+        } else {
+            items.join(", ")
+        };
+        lines.push((kind, shown));
+    }
+    if !grants.http.allowed().is_empty() {
+        lines.push((
+            "http bounds",
+            format!(
+                "{} response bytes, {} requests, {} connections at once",
+                grants.http.max_response_bytes,
+                grants.http.max_requests,
+                grants.http.max_connections
+            ),
+        ));
+    }
+    for (_, line) in described.iter().filter(|(k, _)| *k == "secrets") {
+        lines.push(("secret", format!("{line} (never visible to the tool)")));
+    }
+    lines.push((
+        "approval",
+        match component.approval() {
+            airlock::policy::Approval::Ask => "ask before each call".to_owned(),
+            airlock::policy::Approval::Never => "never asked".to_owned(),
+        },
+    ));
+    lines.push((
+        "reruns",
+        if component.may_rerun() {
+            "may run speculatively in a parallel turn".to_owned()
+        } else {
+            "effectful: never run speculatively".to_owned()
+        },
+    ));
+    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    lines
+        .iter()
+        .map(|(kind, line)| format!("  {kind:width$}  {}\n", field(line)))
+        .collect()
 }
 
 pub async fn run(args: InspectArgs) -> ExitCode {
@@ -156,10 +217,9 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         {
             text.push_str(&format!("    function:   {}\n", field(&source)));
         }
-        text.push_str(&format!(
-            "    parameters: {}\n",
-            show_json(&spec.parameters)
-        ));
+        // Multi-line JSON continues under its first line.
+        let parameters = show_json(&spec.parameters).replace('\n', "\n                ");
+        text.push_str(&format!("    parameters: {parameters}\n"));
     }
     if !component.skipped().is_empty() {
         text.push_str("\nnot offered as tools:\n");
@@ -177,17 +237,23 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         let (capability, granted) = capability(import, &described);
         text.push_str(&format!("  {import:width$}  {capability}: {granted}\n"));
     }
-    for (_, line) in described.iter().filter(|(k, _)| *k == "secrets") {
-        text.push_str(&format!("\nsecret {line} (never visible to the tool)"));
-    }
+    text.push_str("\ngrants:\n");
+    text.push_str(&grant_lines(component, &described));
     text.push_str(&format!("\nlimits: {}\n", component.limits().describe()));
+    let patterns = |list: &[String]| {
+        if list.is_empty() {
+            "(nothing)".to_owned()
+        } else {
+            list.join(", ")
+        }
+    };
     if component.is_plain() {
         text.push_str("context: none (a plain component gets no view of deps and returns no ops)");
     } else {
         text.push_str(&format!(
             "context: read {}; write {}",
-            component.access().read.patterns().join(", "),
-            component.access().write.patterns().join(", "),
+            patterns(component.access().read.patterns()),
+            patterns(component.access().write.patterns()),
         ));
     }
     print_out(&text);
