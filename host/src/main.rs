@@ -4,7 +4,6 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -27,7 +26,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let args = cli::Cli::parse();
+    let args = cli::Cli::parse_with_help();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

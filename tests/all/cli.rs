@@ -432,6 +432,26 @@ fn inspect_shows_every_grant_aligned() {
     assert_eq!(grants["http_bounds"]["max_response_bytes"], 1048576);
 }
 
+/// `--session`'s help is each command's own (issue 31.15).
+#[test]
+fn each_command_explains_its_own_session_flag() {
+    let help = |command: &str| {
+        let out = airlock(&[command, "--help"]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (call, run, mcp) = (help("call"), help("run"), help("mcp"));
+    assert!(call.contains("Without it, nothing is stored"), "{call}");
+    assert!(
+        run.contains("Without it, the run starts a new session"),
+        "{run}"
+    );
+    assert!(mcp.contains("Not for --transport http"), "{mcp}");
+    for text in [&call, &run, &mcp] {
+        assert!(!text.contains("`call` only"), "{text}");
+    }
+}
+
 /// One clear `error:` line naming what is wrong, and exit code 2.
 fn assert_input_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));

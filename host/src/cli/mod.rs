@@ -47,6 +47,47 @@ pub struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// Parses the command line, with help texts that are each command's
+    /// own where a shared flag means something different in each.
+    pub fn parse_with_help() -> Self {
+        use clap::FromArgMatches;
+        let matches = Self::command_with_help().get_matches();
+        match Self::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    }
+
+    /// The command, with `--session`'s help said for each subcommand.
+    pub fn command_with_help() -> clap::Command {
+        use clap::CommandFactory;
+        let session = [
+            (
+                "call",
+                "Commit the call to this stored session (created if it does not exist) and take the \
+                 deps from it. Without it, nothing is stored",
+            ),
+            (
+                "run",
+                "Continue this session (created if it does not exist). Without it, the run starts a \
+                 new session (shown on the first line)",
+            ),
+            (
+                "mcp",
+                "Serve this session over stdio (created if it does not exist); without it, a new \
+                 one. Not for --transport http, where each MCP session gets its own Airlock \
+                 session or names one in _meta \"airlock/session\"",
+            ),
+        ];
+        let mut command = Self::command();
+        for (name, help) in session {
+            command = command.mut_subcommand(name, |c| c.mut_arg("id", |a| a.help(help)));
+        }
+        command
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Show the tools a component exports and what it imports.
@@ -215,9 +256,8 @@ pub struct SessionFlags {
     /// On an existing session, these keys are laid over its stored deps.
     #[arg(long, value_name = "FILE_OR_JSON")]
     deps: Option<String>,
-    /// Continue this session (created if it does not exist). `run` and
-    /// `mcp` always work on a session (a new one when not given); `call`
-    /// only with this flag.
+    /// Work on this session (created if it does not exist). Each command
+    /// says what it does without it ([`Cli::command_with_help`]).
     #[arg(long = "session", alias = "session-id", value_name = "ID")]
     id: Option<String>,
     #[command(flatten)]
