@@ -748,3 +748,98 @@ async fn hiding_and_unhiding_by_reload_take_effect_over_stdio() {
     assert_eq!(read.structured_content.unwrap()["values"]["later"], "kept");
     client.cancel().await.unwrap();
 }
+
+/// DELETE ends an MCP session over HTTP as the transport says: a success
+/// the client reads as one (204, not 202), and the Airlock session's lease
+/// ends with it (issue 31.11).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ends_the_session_with_204_and_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("delete.db");
+    let stateful = guest("stateful");
+    let server = serve_http_with(&[
+        "--tool",
+        stateful.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+    ]);
+    // Plain HTTP on loopback; reqwest still wants a TLS provider named.
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let http = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .build()
+        .unwrap();
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(id) = session {
+            request = request.header("mcp-session-id", id);
+        }
+        request.body(body.to_string()).send()
+    };
+    let initialized = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    )
+    .await
+    .unwrap();
+    let id = initialized.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(initialized);
+    post(
+        Some(&id),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .unwrap();
+    let answer = post(
+        Some(&id),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "increment", "arguments": {"name": "a"}}}),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(answer.contains(r#"\"value\":1"#), "{answer}");
+    let store = SqliteStore::open(&db).unwrap();
+    let leased = || async {
+        let sessions = store.list(None).await.unwrap();
+        assert_eq!(sessions.len(), 1, "{sessions:?}");
+        sessions[0].leased_until_ms.is_some()
+    };
+    assert!(leased().await, "the MCP session holds its Airlock session");
+
+    let deleted = http
+        .delete(&server.url)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), reqwest::StatusCode::NO_CONTENT);
+    // The lease is given up as the session's server is dropped.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leased().await {
+        assert!(
+            Instant::now() < deadline,
+            "the lease outlived the MCP session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(server);
+}

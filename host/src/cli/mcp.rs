@@ -185,10 +185,20 @@ async fn serve_http(
                     if request.uri().path() != "/mcp" {
                         return Ok::<_, Infallible>(not_found());
                     }
-                    Ok(service
+                    let delete = request.method() == hyper::Method::DELETE;
+                    let mut response = service
                         .handle(request)
                         .await
-                        .map(http_body_util::Either::Left))
+                        .map(http_body_util::Either::Left);
+                    // A session ended by DELETE: rmcp answers 202, which
+                    // clients read as a failure (the MCP Python SDK logs
+                    // "Session termination failed: 202"); a success with
+                    // nothing to say is 204. Its Airlock session's lease
+                    // ends as the MCP session's server is dropped.
+                    if delete && response.status() == hyper::StatusCode::ACCEPTED {
+                        *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+                    }
+                    Ok(response)
                 }
             });
             let io = wasmtime_wasi_http::io::TokioIo::new(stream);
