@@ -843,3 +843,53 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
     }
     drop(server);
 }
+
+/// Over stdio, a line that is not JSON gets a JSON-RPC parse error
+/// (-32700, id null), JSON that is not JSON-RPC an invalid-request error
+/// (-32600, with its id), and the server goes on to serve the next
+/// message (issue 31.12).
+#[test]
+fn stdio_answers_what_is_not_json_rpc_and_keeps_serving() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rpc.db");
+    let stateful = guest("stateful");
+    let mut child = airlock_command(
+        &[
+            "mcp",
+            "--tool",
+            stateful.to_str().unwrap(),
+            "--store",
+            db.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    writeln!(stdin, "this is not json").unwrap();
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert_eq!(reply["id"], Value::Null);
+    writeln!(stdin, r#"{{"id": 7, "method": "ping"}}"#).unwrap();
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert_eq!(reply["id"], 7);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    writeln!(stdin, "{initialize}").unwrap();
+    let reply = next();
+    assert_eq!(reply["id"], 1, "{reply}");
+    assert_eq!(reply["result"]["serverInfo"]["name"], "airlock");
+    drop(stdin);
+    assert!(
+        child.wait().unwrap().success(),
+        "the server ends with its input"
+    );
+}

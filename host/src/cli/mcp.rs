@@ -292,13 +292,132 @@ async fn reload_on_change(
     }
 }
 
-/// The stdio transport. When stdin and stdout are pipes (a client that
+/// The stdio transport, checked: a line that is not JSON is answered
+/// with a JSON-RPC parse error (-32700), and JSON that is not a JSON-RPC
+/// 2.0 message with an invalid-request error (-32600), and the server
+/// keeps serving (rmcp alone would skip them without a word). Every
+/// message out, rmcp's and these, is written whole, one line each.
+fn stdio() -> (tokio::io::DuplexStream, LineWriter) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (input, mut output) = raw_stdio();
+    let (lines, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(line) = outgoing.recv().await {
+            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let (mut to_server, from_client) = tokio::io::duplex(1 << 16);
+    let errors = lines.clone();
+    tokio::spawn(async move {
+        let mut input = tokio::io::BufReader::new(input);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match input.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            match check_message(&line) {
+                Ok(()) => {
+                    if to_server.write_all(&line).await.is_err() {
+                        break;
+                    }
+                }
+                Err(reply) => {
+                    let _ = errors.send(reply);
+                }
+            }
+        }
+        // End of input: dropping `to_server` ends the server's.
+    });
+    (
+        from_client,
+        LineWriter {
+            pending: Vec::new(),
+            lines,
+        },
+    )
+}
+
+/// `Ok` for a line to pass to the server (a JSON-RPC 2.0 message, a
+/// batch, or a blank line); else the error response to send back.
+fn check_message(line: &[u8]) -> Result<(), Vec<u8>> {
+    use serde_json::{Value, json};
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let (id, code, message) = match serde_json::from_slice::<Value>(line) {
+        Err(e) => (Value::Null, -32700, format!("Parse error: {e}")),
+        Ok(Value::Array(_)) => return Ok(()),
+        Ok(Value::Object(message)) if message.get("jsonrpc") == Some(&json!("2.0")) => {
+            return Ok(());
+        }
+        Ok(other) => (
+            other.get("id").cloned().unwrap_or(Value::Null),
+            -32600,
+            "Invalid Request: not a JSON-RPC 2.0 message".to_owned(),
+        ),
+    };
+    let mut reply =
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+            .to_string()
+            .into_bytes();
+    reply.push(b'\n');
+    Err(reply)
+}
+
+/// rmcp's side of stdout: what it writes goes out a whole line at a time,
+/// so that an error response sent meanwhile never lands inside one of its
+/// messages.
+struct LineWriter {
+    pending: Vec<u8>,
+    lines: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl tokio::io::AsyncWrite for LineWriter {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.pending.extend_from_slice(bytes);
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            if self.lines.send(line).is_err() {
+                return std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+            }
+        }
+        std::task::Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            let _ = self.lines.send(rest);
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// stdin and stdout. When they are pipes (a client that
 /// launched the server), they are read and written through the runtime's
 /// reactor; tokio's own stdin and stdout hand every read and write to a
 /// blocking thread, a thread hop each way per message
 /// (docs/benchmarks.md §8). Anything else (a terminal, a file) keeps
 /// those.
-fn stdio() -> (
+fn raw_stdio() -> (
     Box<dyn tokio::io::AsyncRead + Send + Unpin>,
     Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
 ) {
