@@ -350,6 +350,33 @@ pub(crate) fn sample_peak_rss(
     })
 }
 
+/// `airlock mcp` over `transport` (`stdio`, or `http` on a free loopback
+/// port: start it with [`serve_http`]) serving `tool`, its sessions in
+/// `store` (a file or a URL), compiling into the bench's cache.
+pub(crate) fn airlock_mcp(
+    b: &Bench,
+    transport: &str,
+    tool: &Path,
+    store: impl AsRef<std::ffi::OsStr>,
+) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    command
+        .args([
+            "mcp",
+            "--transport",
+            transport,
+            "--listen",
+            "127.0.0.1:0",
+            "--tool",
+        ])
+        .arg(tool)
+        .arg("--store")
+        .arg(store)
+        .env("AIRLOCK_CACHE_DIR", &b.cache)
+        .env_remove("RUST_LOG");
+    command
+}
+
 /// Starts `airlock mcp --transport http` from `command`; the child and the
 /// URL it says it serves at.
 pub(crate) fn serve_http(mut command: Command) -> (std::process::Child, String) {

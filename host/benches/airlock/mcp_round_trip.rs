@@ -1,12 +1,11 @@
 //! §8 The MCP round trip over stdio and streamable HTTP.
 
 use std::fmt::Write as _;
-use std::process::Command;
 use std::sync::Arc;
 
 use std::time::Duration;
 
-use crate::harness::{Bench, batch, component, median, root, serve_http, us};
+use crate::harness::{Bench, airlock_mcp, batch, component, median, root, serve_http, us};
 use airlock::context::ContextRules;
 use airlock::session::SessionStore;
 use airlock::{RunContext, Session, SessionOptions, SqliteStore, ToolCall};
@@ -18,25 +17,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(out, "## 8. MCP round trip\n").unwrap();
     let dir = tempfile::tempdir_in(root().join("target")).unwrap();
     let stateful = component("wasm32-wasip2/release/stateful.wasm");
-    let exe = env!("CARGO_BIN_EXE_airlock");
-    let server = |transport: &str, db: &str| {
-        let mut command = Command::new(exe);
-        command
-            .args([
-                "mcp",
-                "--transport",
-                transport,
-                "--listen",
-                "127.0.0.1:0",
-                "--tool",
-            ])
-            .arg(&stateful)
-            .arg("--store")
-            .arg(dir.path().join(db))
-            .env("AIRLOCK_CACHE_DIR", &b.cache)
-            .env_remove("RUST_LOG");
-        command
-    };
+    let server =
+        |transport: &str, db: &str| airlock_mcp(b, transport, &stateful, dir.path().join(db));
     let arguments = json!({"name": "n"}).as_object().unwrap().clone();
     let params = CallToolRequestParams::new("increment").with_arguments(arguments);
     let n = b.iters(400);

@@ -3,10 +3,9 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Bench, component, root, serve_http};
+use crate::harness::{Bench, airlock_mcp, component, root, serve_http};
 use serde_json::json;
 
 /// A fresh database on the Postgres server `make bench` starts
@@ -141,21 +140,7 @@ impl HostSet {
         let mut children = Vec::new();
         let mut clients = Vec::new();
         for _ in 0..hosts {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
-            command
-                .args([
-                    "mcp",
-                    "--transport",
-                    "http",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--tool",
-                ])
-                .arg(stateful)
-                .args(["--store", store])
-                .env("AIRLOCK_CACHE_DIR", &b.cache)
-                .env_remove("RUST_LOG");
-            let (child, url) = serve_http(command);
+            let (child, url) = serve_http(airlock_mcp(b, "http", stateful, store));
             children.push(child);
             clients.push(
                 ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(

@@ -2,11 +2,10 @@
 //! when the session is young beside when it holds 100,000 records.
 
 use std::fmt::Write as _;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::harness::{Bench, batch, component, median, paired, root, serve_http, us};
+use crate::harness::{Bench, airlock_mcp, batch, component, median, paired, root, serve_http, us};
 use airlock::context::ContextRules;
 use airlock::journal::{CallStatus, Entry, Event, Item, Record, now_ms};
 use airlock::session::{DEFAULT_SNAPSHOT_EVERY, SessionHeader, SessionStore};
@@ -224,22 +223,9 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         .await;
     // The same requests over MCP: `airlock mcp --transport http` on the
     // same store, each request naming its session in `_meta`.
-    let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
-    command
-        .args([
-            "mcp",
-            "--transport",
-            "http",
-            "--listen",
-            "127.0.0.1:0",
-            "--tool",
-        ])
-        .arg(component("wasm32-wasip2/release/stateful.wasm"))
-        .arg("--store")
-        .arg(dir.path().join("age.db"))
-        .env("AIRLOCK_CACHE_DIR", &b.cache)
-        .env_remove("RUST_LOG");
-    let (mut server, url) = serve_http(command);
+    let stateful = component("wasm32-wasip2/release/stateful.wasm");
+    let (mut server, url) =
+        serve_http(airlock_mcp(b, "http", &stateful, dir.path().join("age.db")));
     let client = {
         use rmcp::ServiceExt;
         ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(

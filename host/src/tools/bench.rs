@@ -13,13 +13,22 @@ use crate::sandbox::CallState;
 use crate::sandbox::CancelToken;
 
 impl Host {
-    /// The floor under [`Host::call`]: a fresh store and instance from the
-    /// cached `InstancePre`, one `call`, drop. No argument checks, no
-    /// result parsing, no ops applied.
-    pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
+    /// `call`'s component, its `InstancePre`, and a new store for it (with
+    /// its admission to the pool), as [`Host::call`] makes them.
+    async fn bench_store(
+        &self,
+        call: &ToolCall,
+    ) -> Result<
+        (
+            &LoadedComponent,
+            &ToolHostPre<CallState>,
+            wasmtime::Store<CallState>,
+        ),
+        CallError,
+    > {
         let component = self.component_of(&call.name)?;
         let pre = airlock_pre(component)?;
-        let mut store = self
+        let store = self
             .new_store(
                 &component.limits,
                 &component.grants,
@@ -27,6 +36,14 @@ impl Host {
                 CancelToken::new(),
             )
             .await?;
+        Ok((component, pre, store))
+    }
+
+    /// The floor under [`Host::call`]: a fresh store and instance from the
+    /// cached `InstancePre`, one `call`, drop. No argument checks, no
+    /// result parsing, no ops applied.
+    pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
+        let (component, pre, mut store) = self.bench_store(call).await?;
         let view = push_view(&mut store, component, ctx, call, false)?;
         match instantiate_and_call(&mut store, pre, view, &call.name, call).await {
             Ok(_) => Ok(()),
@@ -44,17 +61,8 @@ impl Host {
         ctx: &RunContext,
         call: &ToolCall,
     ) -> Result<[Duration; 4], CallError> {
-        let component = self.component_of(&call.name)?;
-        let pre = airlock_pre(component)?;
         let started = Instant::now();
-        let mut store = self
-            .new_store(
-                &component.limits,
-                &component.grants,
-                &component.gate,
-                CancelToken::new(),
-            )
-            .await?;
+        let (component, pre, mut store) = self.bench_store(call).await?;
         let view = push_view(&mut store, component, ctx, call, false)?;
         let stored = Instant::now();
         let instance = match pre.instantiate_async(&mut store).await {
@@ -90,16 +98,7 @@ impl Host {
         call: &ToolCall,
         n: u32,
     ) -> Result<Duration, CallError> {
-        let component = self.component_of(&call.name)?;
-        let pre = airlock_pre(component)?;
-        let mut store = self
-            .new_store(
-                &component.limits,
-                &component.grants,
-                &component.gate,
-                CancelToken::new(),
-            )
-            .await?;
+        let (component, pre, mut store) = self.bench_store(call).await?;
         let instance = match pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => return Err(classify(e, &store, &component.limits)),
