@@ -1,4 +1,4 @@
-//! `airlock call TOOL.wasm NAME ARGS`: one call, its result, ops and deps.
+//! `airlock call TOOL.wasm NAME [ARGS]`: one call, its result, ops and deps.
 
 use std::process::ExitCode;
 
