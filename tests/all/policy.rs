@@ -69,7 +69,7 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
     );
     assert!(
         shown.contains(
-            "secret GITHUB_TOKEN (set) -> header authorization on https://api.github.com"
+            "  secret       GITHUB_TOKEN (set) -> header authorization on https://api.github.com"
         ),
         "{shown}"
     );
@@ -87,7 +87,7 @@ fn secrets_are_resolved_per_call() {
     assert_eq!(doc["grants"]["secrets"][0]["set"], false);
     let out = airlock(&["inspect", s(&fetch), "--config", s(&policy)], &[]);
     assert!(
-        text(&out.stdout).contains("secret GITHUB_TOKEN (not set) -> header authorization"),
+        text(&out.stdout).contains("  secret       GITHUB_TOKEN (not set) -> header authorization"),
         "{}",
         text(&out.stdout)
     );
