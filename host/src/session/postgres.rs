@@ -197,6 +197,30 @@ impl PostgresStore {
         }
     }
 
+    /// `span` of a session, in one read-only snapshot (the header and the
+    /// journal agree).
+    async fn read_span(
+        &self,
+        owner: Owner<'_>,
+        session_id: &str,
+        span: Span,
+    ) -> Result<StoredSession, StoreError> {
+        self.run(async move {
+            let owner = owner_key(owner);
+            let mut client = self.client().await?;
+            let tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let session = read_session(&tx, &owner, session_id, span).await?;
+            tx.commit().await?;
+            Ok(session)
+        })
+        .await
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(|e| {
             self.fail(match e {
@@ -713,20 +737,7 @@ impl SessionStore for PostgresStore {
         owner: Owner<'a>,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        Box::pin(self.run(async move {
-            let owner = owner_key(owner);
-            let mut client = self.client().await?;
-            // One snapshot: the header and the journal agree.
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await?;
-            let session = read_session(&tx, &owner, session_id, Span::All).await?;
-            tx.commit().await?;
-            Ok(session)
-        }))
+        Box::pin(self.read_span(owner, session_id, Span::All))
     }
 
     fn read_page<'a>(
@@ -736,20 +747,7 @@ impl SessionStore for PostgresStore {
         after: u64,
         limit: u64,
     ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        let owner = owner_key(owner);
-        Box::pin(self.run(async move {
-            let mut client = self.client().await?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await?;
-            let page = Span::Page { after, limit };
-            let session = read_session(&tx, &owner, session_id, page).await?;
-            tx.commit().await?;
-            Ok(session)
-        }))
+        Box::pin(self.read_span(owner, session_id, Span::Page { after, limit }))
     }
 
     fn list<'a>(

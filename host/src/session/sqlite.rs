@@ -199,6 +199,24 @@ impl SqliteStore {
         tx.commit()
     }
 
+    /// `span` of a session, in one read transaction (the header and the
+    /// journal agree).
+    fn read_span(
+        &self,
+        owner: Owner<'_>,
+        session_id: &str,
+        span: Span,
+    ) -> BoxFuture<'static, Result<StoredSession, StoreError>> {
+        let owner = owner_key(owner);
+        let session_id = session_id.to_owned();
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let session = read_session(&tx, &owner, &session_id, span)?;
+            tx.commit()?;
+            Ok(session)
+        })
+    }
+
     /// Runs `work` on the connection on a blocking thread.
     fn run<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
     where
@@ -584,15 +602,7 @@ impl SessionStore for SqliteStore {
         owner: Owner<'a>,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        let owner = owner_key(owner);
-        let session_id = session_id.to_owned();
-        self.run(move |conn| {
-            // One read transaction: the header and the journal agree.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let session = read_session(&tx, &owner, &session_id, Span::All)?;
-            tx.commit()?;
-            Ok(session)
-        })
+        self.read_span(owner, session_id, Span::All)
     }
 
     fn read_page<'a>(
@@ -602,14 +612,7 @@ impl SessionStore for SqliteStore {
         after: u64,
         limit: u64,
     ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        let owner = owner_key(owner);
-        let session_id = session_id.to_owned();
-        self.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let session = read_session(&tx, &owner, &session_id, Span::Page { after, limit })?;
-            tx.commit()?;
-            Ok(session)
-        })
+        self.read_span(owner, session_id, Span::Page { after, limit })
     }
 
     fn list<'a>(
