@@ -342,23 +342,29 @@ fn stdio() -> (tokio::io::DuplexStream, LineWriter) {
 }
 
 /// `Ok` for a line to pass to the server (a JSON-RPC 2.0 message, a
-/// batch, or a blank line); else the error response to send back.
+/// batch, or a blank line); else the error response to send back. Reads
+/// only `jsonrpc` and `id` (the rest is skipped, not built), as this runs
+/// on every message before rmcp parses it.
 fn check_message(line: &[u8]) -> Result<(), Vec<u8>> {
     use serde_json::{Value, json};
-    if line.iter().all(u8::is_ascii_whitespace) {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        jsonrpc: Option<String>,
+        #[serde(default)]
+        id: Value,
+    }
+    let start = line.iter().position(|b| !b.is_ascii_whitespace());
+    let Some(start) = start else {
+        return Ok(());
+    };
+    if line[start] == b'[' {
         return Ok(());
     }
-    let (id, code, message) = match serde_json::from_slice::<Value>(line) {
+    let (id, code, message) = match serde_json::from_slice::<Probe>(line) {
+        Ok(probe) if probe.jsonrpc.as_deref() == Some("2.0") => return Ok(()),
+        Ok(probe) => (probe.id, -32600, INVALID_REQUEST.to_owned()),
+        Err(e) if e.is_data() => (Value::Null, -32600, INVALID_REQUEST.to_owned()),
         Err(e) => (Value::Null, -32700, format!("Parse error: {e}")),
-        Ok(Value::Array(_)) => return Ok(()),
-        Ok(Value::Object(message)) if message.get("jsonrpc") == Some(&json!("2.0")) => {
-            return Ok(());
-        }
-        Ok(other) => (
-            other.get("id").cloned().unwrap_or(Value::Null),
-            -32600,
-            "Invalid Request: not a JSON-RPC 2.0 message".to_owned(),
-        ),
     };
     let mut reply =
         json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
@@ -367,6 +373,8 @@ fn check_message(line: &[u8]) -> Result<(), Vec<u8>> {
     reply.push(b'\n');
     Err(reply)
 }
+
+const INVALID_REQUEST: &str = "Invalid Request: not a JSON-RPC 2.0 message";
 
 /// rmcp's side of stdout: what it writes goes out a whole line at a time,
 /// so that an error response sent meanwhile never lands inside one of its
