@@ -602,7 +602,10 @@ async fn a_keyed_call_runs_at_most_once_across_restarts() {
 fn raw_journal(db: &Path) -> Vec<(String, i64, String)> {
     let conn = rusqlite::Connection::open(db).unwrap();
     let mut query = conn
-        .prepare("SELECT session_id, seq, entry FROM records ORDER BY session_id, seq")
+        .prepare(
+            "SELECT s.session_id, r.seq, r.entry FROM records r JOIN sessions s USING (sid)
+             ORDER BY s.session_id, r.seq",
+        )
         .unwrap();
     query
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))

@@ -1101,10 +1101,21 @@ async fn a_reader_that_goes_away_does_not_stop_the_run(backend: Backend) {
     );
 }
 
-/// Keyed increments of `x` (ids `k<n>` for each `n` of `keys`) on session
-/// `id`, snapshotted every `every` records, then closed.
+/// Keyed increments of `x` (ids `k<n>` for each `n` of `keys`) on the
+/// anonymous session `id`, snapshotted every `every` records, then closed.
 async fn keyed_increments(
     store: &Arc<dyn SessionStore>,
+    id: &str,
+    keys: std::ops::Range<usize>,
+    every: u64,
+) {
+    keyed_increments_of(store, None, id, keys, every).await;
+}
+
+/// [`keyed_increments`] on `user`'s session `id`.
+async fn keyed_increments_of(
+    store: &Arc<dyn SessionStore>,
+    user: Option<&str>,
     id: &str,
     keys: std::ops::Range<usize>,
     every: u64,
@@ -1113,7 +1124,7 @@ async fn keyed_increments(
         Arc::clone(store),
         SessionOptions {
             snapshot_every: every,
-            ..options(None, id)
+            ..options(user, id)
         },
         &ContextRules::default(),
     )
@@ -1225,48 +1236,134 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
     session.close().await.unwrap();
 }
 
-/// A store written by schema 1 (no call index, no snapshots) is migrated
-/// when opened: the calls already journaled are indexed, so a keyed retry
-/// of one is still found once a snapshot hides it.
-async fn a_store_of_schema_1_is_migrated_and_its_calls_indexed(backend: Backend) {
-    let db = TestStore::new(backend, "migrate").await;
-    keyed_increments(&db.open().await, "old", 0..3, 4).await;
-    let downgrade = match backend {
-        Backend::Sqlite => {
-            "DROP INDEX records_by_call; ALTER TABLE records DROP COLUMN call_id;
-             ALTER TABLE sessions DROP COLUMN ephemeral;
-             DROP TABLE snapshots; PRAGMA user_version = 1;"
+/// What each schema before this one looked like, as the Airlock of its
+/// day wrote it, rebuilt from the current tables with the same rows: the
+/// SQL that turns a store into one of `version`.
+fn downgrade_to(backend: Backend, version: u32) -> &'static str {
+    match (backend, version) {
+        // Schema 1: sessions and records keyed by owner and id, no call
+        // index, no snapshots.
+        (Backend::Sqlite, 1) => {
+            "CREATE TABLE sessions_v1 (
+                owner TEXT NOT NULL, session_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL, metadata TEXT NOT NULL, head INTEGER NOT NULL,
+                lease_holder TEXT, lease_token INTEGER NOT NULL, lease_expires_ms INTEGER NOT NULL,
+                PRIMARY KEY (owner, session_id)) WITHOUT ROWID;
+             INSERT INTO sessions_v1 SELECT owner, session_id, created_at_ms, updated_at_ms,
+                metadata, head, lease_holder, lease_token, lease_expires_ms FROM sessions;
+             CREATE TABLE records_v1 (
+                owner TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+                at_ms INTEGER NOT NULL, entry TEXT NOT NULL,
+                PRIMARY KEY (owner, session_id, seq)) WITHOUT ROWID;
+             INSERT INTO records_v1 SELECT s.owner, s.session_id, r.seq, r.at_ms, r.entry
+                FROM records r JOIN sessions s USING (sid);
+             DROP TABLE records; DROP TABLE snapshots; DROP TABLE sessions;
+             ALTER TABLE sessions_v1 RENAME TO sessions; ALTER TABLE records_v1 RENAME TO records;
+             PRAGMA user_version = 1;"
         }
-        Backend::Postgres => {
+        // Schema 2: schema 1 with the call id (indexed), the ephemeral
+        // flag and snapshots, all keyed by owner and id.
+        (Backend::Sqlite, 2) => {
+            "CREATE TABLE sessions_v2 (
+                owner TEXT NOT NULL, session_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL, metadata TEXT NOT NULL, head INTEGER NOT NULL,
+                lease_holder TEXT, lease_token INTEGER NOT NULL, lease_expires_ms INTEGER NOT NULL,
+                ephemeral INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (owner, session_id)) WITHOUT ROWID;
+             INSERT INTO sessions_v2 SELECT owner, session_id, created_at_ms, updated_at_ms,
+                metadata, head, lease_holder, lease_token, lease_expires_ms, ephemeral FROM sessions;
+             CREATE TABLE records_v2 (
+                owner TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+                at_ms INTEGER NOT NULL, entry TEXT NOT NULL, call_id TEXT,
+                PRIMARY KEY (owner, session_id, seq)) WITHOUT ROWID;
+             INSERT INTO records_v2 SELECT s.owner, s.session_id, r.seq, r.at_ms, r.entry, r.call_id
+                FROM records r JOIN sessions s USING (sid);
+             CREATE TABLE snapshots_v2 (
+                owner TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+                body TEXT NOT NULL, PRIMARY KEY (owner, session_id)) WITHOUT ROWID;
+             INSERT INTO snapshots_v2 SELECT s.owner, s.session_id, n.seq, n.body
+                FROM snapshots n JOIN sessions s USING (sid);
+             DROP TABLE records; DROP TABLE snapshots; DROP TABLE sessions;
+             ALTER TABLE sessions_v2 RENAME TO sessions; ALTER TABLE records_v2 RENAME TO records;
+             ALTER TABLE snapshots_v2 RENAME TO snapshots;
+             CREATE INDEX records_by_call ON records (owner, session_id, call_id);
+             PRAGMA user_version = 2;"
+        }
+        (Backend::Postgres, 1) => {
             "ALTER TABLE airlock_records DROP COLUMN call_id; DROP TABLE airlock_snapshots;
              ALTER TABLE airlock_sessions DROP COLUMN ephemeral;
              UPDATE airlock_schema SET version = 1;"
         }
-    };
-    db.execute(downgrade).await;
+        _ => unreachable!("no schema {version} on {backend:?}"),
+    }
+}
 
-    let store = db.open().await;
-    // More calls, so that a snapshot now covers k0..k2.
-    keyed_increments(&store, "old", 3..6, 2).await;
-    let mut session = Session::open(
-        Arc::clone(&store),
-        options(None, "old"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
-    assert!(session.transcript().items_folded > 0);
-    let retry = airlock::ToolCall {
-        id: "k0".into(),
-        ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+/// A store written by an earlier schema (SQLite: 1 and 2; Postgres: 1)
+/// is migrated when opened: every session keeps its owner, journal and
+/// deps (two users' sessions of the same id stay apart), the calls
+/// already journaled are indexed, so a keyed retry of one is still found
+/// once a snapshot hides it, and the migrated store takes new calls.
+async fn an_earlier_schema_is_migrated_and_its_calls_indexed(backend: Backend) {
+    let versions: &[u32] = match backend {
+        Backend::Sqlite => &[1, 2],
+        Backend::Postgres => &[1],
     };
-    let again = session
-        .call_once(host().await, &retry, &CancelToken::new())
+    for &version in versions {
+        let db = TestStore::new(backend, &format!("migrate{version}")).await;
+        {
+            let store = db.open().await;
+            keyed_increments(&store, "old", 0..3, 4).await;
+            keyed_increments_of(&store, Some("bob"), "old", 0..5, 4).await;
+        }
+        let before = {
+            let store = db.open().await;
+            let anonymous = store.read(None, "old").await.unwrap().records;
+            let bob = store.read(Some("bob"), "old").await.unwrap().records;
+            (anonymous, bob)
+        };
+        db.execute(downgrade_to(backend, version)).await;
+
+        let store = db.open().await;
+        let after = (
+            store.read(None, "old").await.unwrap().records,
+            store.read(Some("bob"), "old").await.unwrap().records,
+        );
+        assert_eq!(
+            serde_json::to_value(&after).unwrap(),
+            serde_json::to_value(&before).unwrap(),
+            "schema {version}: every record kept, each under its own owner"
+        );
+        // More calls, so that a snapshot now covers k0..k2.
+        keyed_increments(&store, "old", 3..6, 2).await;
+        let mut session = Session::open(
+            Arc::clone(&store),
+            options(None, "old"),
+            &ContextRules::default(),
+        )
         .await
         .unwrap();
-    assert_eq!(again.result["value"], 1);
-    assert_eq!(session.context().deps()["counters"]["x"], 6);
-    session.close().await.unwrap();
+        assert!(session.transcript().items_folded > 0);
+        let retry = airlock::ToolCall {
+            id: "k0".into(),
+            ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+        };
+        let again = session
+            .call_once(host().await, &retry, &CancelToken::new())
+            .await
+            .unwrap();
+        assert_eq!(again.result["value"], 1, "schema {version}");
+        assert_eq!(session.context().deps()["counters"]["x"], 6);
+        session.close().await.unwrap();
+        let bob = Session::open(
+            Arc::clone(&store),
+            options(Some("bob"), "old"),
+            &ContextRules::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(bob.context().deps()["counters"]["x"], 5, "schema {version}");
+        bob.close().await.unwrap();
+    }
 }
 
 /// A file that is not a session store Airlock can use is refused with
@@ -1795,7 +1892,7 @@ crate::on_both_stores!(
     concurrent_appends_commit_together_and_a_fenced_one_fails_alone,
     pruning_removes_old_and_ephemeral_sessions_never_a_leased_one,
     a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice,
-    a_store_of_schema_1_is_migrated_and_its_calls_indexed,
+    an_earlier_schema_is_migrated_and_its_calls_indexed,
     a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once,
     a_remote_holders_lease_blocks_until_it_expires,
     every_field_round_trips_through_the_store_and_an_export,
@@ -1885,8 +1982,8 @@ async fn a_large_session_exports_in_bounded_memory() {
         {
             let mut insert = tx
                 .prepare(
-                    "INSERT INTO records (owner, session_id, seq, at_ms, entry)
-                     VALUES ('', 'big', ?1, 0, ?2)",
+                    "INSERT INTO records (sid, seq, at_ms, entry)
+                     SELECT sid, ?1, 0, ?2 FROM sessions WHERE owner = '' AND session_id = 'big'",
                 )
                 .unwrap();
             for seq in 3..=COUNT + 1 {

@@ -1,16 +1,24 @@
 //! The embedded store: one SQLite file (WAL mode), SQLite compiled in.
 //!
-//! Three tables: `sessions` (a row per session: header, last record
-//! number, lease), `records` (the journal, with the call id of each call's
-//! records indexed) and `snapshots` (each session's newest). Every write
-//! is one `BEGIN IMMEDIATE` transaction, so any number of processes may
-//! share the file: a writer waits for another (up to [`BUSY_TIMEOUT`])
-//! instead of failing.
+//! Three tables: `sessions` (a row per session: its key `sid`, header,
+//! last record number, lease), `records` (the journal) and `snapshots`
+//! (each session's newest). Every write is one `BEGIN IMMEDIATE`
+//! transaction, so any number of processes may share the file: a writer
+//! waits for another (up to [`BUSY_TIMEOUT`]) instead of failing.
+//!
+//! Layout (schema 3): records are kept in the order they were appended
+//! (`rid`, the table's rowid), so a batch of many sessions' appends fills
+//! the table's last pages instead of one page per session; what finds a
+//! session's records is the index `(sid, seq)` of small integer entries,
+//! and `(sid, call_id)` for the records of a call. A session is named by
+//! its integer `sid` inside the file (never reused: `AUTOINCREMENT`), by
+//! owner and id everywhere else.
 //!
 //! Cost: a commit is one transaction (an fsync of the WAL with
 //! [`Durability::Full`]), shared by the appends of concurrent sessions
-//! that wait for it ([`super::sqlite_commit`]); a lease reads the newest snapshot and the
-//! records after it; [`SessionStore::read`] reads the whole journal.
+//! that wait for it ([`super::sqlite_commit`]); a lease reads the newest
+//! snapshot and the records after it (one index range, then a row each);
+//! [`SessionStore::read`] reads the whole journal.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -34,11 +42,49 @@ use crate::journal::{Record, StoreError};
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema this version writes (`PRAGMA user_version`): 2 added
-/// `records.call_id` (indexed), `snapshots` and `sessions.ephemeral`.
-const SCHEMA_VERSION: i64 = 2;
+/// `records.call_id` (indexed), `snapshots` and `sessions.ephemeral`; 3
+/// keys sessions by an integer `sid` and keeps records in append order.
+const SCHEMA_VERSION: i64 = 3;
+
+/// The tables and indexes of schema 3.
+const SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS sessions (
+        sid INTEGER PRIMARY KEY AUTOINCREMENT,
+        owner TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        head INTEGER NOT NULL,
+        lease_holder TEXT,
+        lease_token INTEGER NOT NULL,
+        lease_expires_ms INTEGER NOT NULL,
+        ephemeral INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (owner, session_id)
+    );
+    CREATE TABLE IF NOT EXISTS records (
+        rid INTEGER PRIMARY KEY,
+        sid INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        at_ms INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        call_id TEXT
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS records_by_seq ON records (sid, seq);
+    CREATE INDEX IF NOT EXISTS records_by_call ON records (sid, call_id)
+        WHERE call_id IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS snapshots (
+        sid INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );";
 
 /// The most page cache the store's connection keeps, in KiB.
 const CACHE_KIB: i64 = 32 * 1024;
+
+/// How many pages the write-ahead log grows to before its pages are copied
+/// into the database file (4 KiB each: 16 MiB).
+const WAL_CHECKPOINT_PAGES: i64 = 4096;
 
 /// What a commit survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -158,43 +204,21 @@ impl SqliteStore {
         // and reads its pages again. The cache grows only as pages are
         // used (docs/benchmarks.md §15).
         conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
+        // Checkpoint (copy the log into the file) every 16 MiB of log, not
+        // SQLite's 4 MiB: the pages every batch rewrites (the sessions'
+        // rows, the indexes' last leaves) are then copied once for many
+        // batches (docs/benchmarks.md §15: about a fifth more calls a
+        // second with 256 sessions). The log file stays about this size.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let version = check_ours(&tx)?;
         if version == 1 {
             migrate_v1(&tx)?;
         }
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS sessions (
-                owner TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                created_at_ms INTEGER NOT NULL,
-                updated_at_ms INTEGER NOT NULL,
-                metadata TEXT NOT NULL,
-                head INTEGER NOT NULL,
-                lease_holder TEXT,
-                lease_token INTEGER NOT NULL,
-                lease_expires_ms INTEGER NOT NULL,
-                ephemeral INTEGER NOT NULL DEFAULT 0,
-                PRIMARY KEY (owner, session_id)
-            ) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS records (
-                owner TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                at_ms INTEGER NOT NULL,
-                entry TEXT NOT NULL,
-                call_id TEXT,
-                PRIMARY KEY (owner, session_id, seq)
-            ) WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS records_by_call ON records (owner, session_id, call_id);
-            CREATE TABLE IF NOT EXISTS snapshots (
-                owner TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                body TEXT NOT NULL,
-                PRIMARY KEY (owner, session_id)
-            ) WITHOUT ROWID;",
-        )?;
+        if version == 1 || version == 2 {
+            migrate_v2(&tx)?;
+        }
+        tx.execute_batch(SCHEMA)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()
     }
@@ -346,6 +370,38 @@ fn migrate_v1(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Schema 2 to 3: the same rows in the new tables (sessions keyed by
+/// `sid`, records in append order, each session's records in a row
+/// after the other), then the old tables dropped. One pass over the
+/// journal, in the migration's transaction.
+fn migrate_v2(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS snapshots (owner TEXT, session_id TEXT, seq INTEGER, body TEXT);
+         ALTER TABLE sessions RENAME TO sessions_v2;
+         ALTER TABLE records RENAME TO records_v2;
+         ALTER TABLE snapshots RENAME TO snapshots_v2;
+         DROP INDEX IF EXISTS records_by_call;",
+    )?;
+    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(
+        "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata, head,
+                               lease_holder, lease_token, lease_expires_ms, ephemeral)
+             SELECT owner, session_id, created_at_ms, updated_at_ms, metadata, head,
+                    lease_holder, lease_token, lease_expires_ms, ephemeral
+             FROM sessions_v2 ORDER BY owner, session_id;
+         INSERT INTO records (sid, seq, at_ms, entry, call_id)
+             SELECT s.sid, r.seq, r.at_ms, r.entry, r.call_id
+             FROM records_v2 r JOIN sessions s ON s.owner = r.owner AND s.session_id = r.session_id
+             ORDER BY s.sid, r.seq;
+         INSERT INTO snapshots (sid, seq, body)
+             SELECT s.sid, n.seq, n.body
+             FROM snapshots_v2 n JOIN sessions s ON s.owner = n.owner AND s.session_id = n.session_id;
+         DROP TABLE snapshots_v2;
+         DROP TABLE records_v2;
+         DROP TABLE sessions_v2;",
+    )
+}
+
 /// Inserts a session's row and journal; `lease` is (holder, token,
 /// expiry) when the session is created leased.
 fn insert_session(
@@ -358,10 +414,10 @@ fn insert_session(
         Some((holder, token, expires)) => (Some(holder), token, expires),
         None => (None, 0, 0),
     };
-    tx.execute(
+    let sid = tx.query_row(
         "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
                head, lease_holder, lease_token, lease_expires_ms, ephemeral)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING sid",
         params![
             new.owner,
             new.session_id,
@@ -374,50 +430,53 @@ fn insert_session(
             expires,
             new.ephemeral
         ],
+        |row| row.get(0),
     )?;
-    insert_records(tx, &new.owner, &new.session_id, &new.rows)
+    insert_records(tx, sid, &new.rows)
 }
 
-pub(super) fn insert_records(
-    tx: &Connection,
-    owner: &str,
-    session_id: &str,
-    rows: &[Row],
-) -> rusqlite::Result<()> {
+/// Appends `rows` to the journal of the session `sid` (after the
+/// records of every append committed before: the table's last pages).
+pub(super) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlite::Result<()> {
     let mut insert = tx.prepare_cached(
-        "INSERT INTO records (owner, session_id, seq, at_ms, entry, call_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     for row in rows {
-        insert.execute(params![
-            owner,
-            session_id,
-            row.seq,
-            row.at_ms,
-            row.entry,
-            row.call_id
-        ])?;
+        insert.execute(params![sid, row.seq, row.at_ms, row.entry, row.call_id])?;
     }
     Ok(())
 }
 
+/// A session's key in this file and its lease columns.
 fn lease_row(
     tx: &rusqlite::Transaction<'_>,
     owner: &str,
     session_id: &str,
-) -> rusqlite::Result<Option<LeaseRow>> {
+) -> rusqlite::Result<Option<(i64, LeaseRow)>> {
     tx.prepare_cached(
-        "SELECT lease_holder, lease_token, lease_expires_ms FROM sessions
+        "SELECT sid, lease_holder, lease_token, lease_expires_ms FROM sessions
          WHERE owner = ?1 AND session_id = ?2",
     )?
     .query_row(params![owner, session_id], |row| {
-        Ok(LeaseRow {
-            holder: row.get(0)?,
-            token: row.get(1)?,
-            expires_ms: row.get(2)?,
-        })
+        Ok((
+            row.get(0)?,
+            LeaseRow {
+                holder: row.get(1)?,
+                token: row.get(2)?,
+                expires_ms: row.get(3)?,
+            },
+        ))
     })
     .optional()
+}
+
+/// Removes the session `sid`: its journal, snapshot and row.
+fn delete_session(tx: &rusqlite::Transaction<'_>, sid: i64) -> rusqlite::Result<()> {
+    for table in ["records", "snapshots", "sessions"] {
+        tx.prepare_cached(&format!("DELETE FROM {table} WHERE sid = ?1"))?
+            .execute([sid])?;
+    }
+    Ok(())
 }
 
 /// Reads a session: every record, or (`from_snapshot`) its newest
@@ -430,27 +489,30 @@ fn read_session(
 ) -> Result<StoredSession, Failure> {
     let header = conn
         .prepare_cached(
-            "SELECT created_at_ms, updated_at_ms, metadata, ephemeral FROM sessions
+            "SELECT sid, created_at_ms, updated_at_ms, metadata, ephemeral FROM sessions
              WHERE owner = ?1 AND session_id = ?2",
         )?
         .query_row(params![owner, session_id], |row| {
-            Ok(HeaderRow {
-                created_at_ms: row.get(0)?,
-                updated_at_ms: row.get(1)?,
-                metadata: row.get(2)?,
-                ephemeral: row.get(3)?,
-            })
+            Ok((
+                row.get::<_, i64>(0)?,
+                HeaderRow {
+                    created_at_ms: row.get(1)?,
+                    updated_at_ms: row.get(2)?,
+                    metadata: row.get(3)?,
+                    ephemeral: row.get(4)?,
+                },
+            ))
         })
         .optional()?;
-    let Some(header) = header else {
+    let Some((sid, header)) = header else {
         return Err(StoreError::NotFound {
             session_id: session_id.to_owned(),
         }
         .into());
     };
     let snapshot = if span.snapshot() {
-        conn.prepare_cached("SELECT seq, body FROM snapshots WHERE owner = ?1 AND session_id = ?2")?
-            .query_row(params![owner, session_id], |row| {
+        conn.prepare_cached("SELECT seq, body FROM snapshots WHERE sid = ?1")?
+            .query_row([sid], |row| {
                 Ok(StoredSnapshot {
                     seq: row.get(0)?,
                     body: row.get(1)?,
@@ -462,11 +524,10 @@ fn read_session(
     };
     let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
     let mut query = conn.prepare_cached(
-        "SELECT seq, at_ms, entry FROM records WHERE owner = ?1 AND session_id = ?2 AND seq > ?3
-         ORDER BY seq LIMIT ?4",
+        "SELECT seq, at_ms, entry FROM records WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = query
-        .query_map(params![owner, session_id, after, limit], row_of)?
+        .query_map(params![sid, after, limit], row_of)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(decode_session(owner, session_id, header, snapshot, rows)?)
 }
@@ -500,14 +561,14 @@ impl SessionStore for SqliteStore {
             let create = create.transpose()?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let (token, created) = match lease_row(&tx, &owner, &session_id)? {
-                Some(row) => {
+                Some((sid, row)) => {
                     row.check_free(&session_id, now)?;
                     let token = row.token + 1;
                     tx.prepare_cached(
-                        "UPDATE sessions SET lease_holder = ?3, lease_token = ?4, lease_expires_ms = ?5
-                         WHERE owner = ?1 AND session_id = ?2",
+                        "UPDATE sessions SET lease_holder = ?2, lease_token = ?3, lease_expires_ms = ?4
+                         WHERE sid = ?1",
                     )?
-                    .execute(params![owner, session_id, holder_text, token, expires])?;
+                    .execute(params![sid, holder_text, token, expires])?;
                     (token, false)
                 }
                 None => {
@@ -679,8 +740,9 @@ impl SessionStore for SqliteStore {
         let call_id = call_id.to_owned();
         self.run(move |conn| {
             let mut query = conn.prepare_cached(
-                "SELECT seq, at_ms, entry FROM records INDEXED BY records_by_call
-                 WHERE owner = ?1 AND session_id = ?2 AND call_id = ?3 ORDER BY seq",
+                "SELECT r.seq, r.at_ms, r.entry
+                 FROM sessions s JOIN records r INDEXED BY records_by_call ON r.sid = s.sid
+                 WHERE s.owner = ?1 AND s.session_id = ?2 AND r.call_id = ?3 ORDER BY r.seq",
             )?;
             let rows = query
                 .query_map(params![owner, session_id, call_id], row_of)?
@@ -701,29 +763,24 @@ impl SessionStore for SqliteStore {
         );
         self.run(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let doomed: Vec<(String, String)> = tx
+            let doomed: Vec<(i64, String, String)> = tx
                 .prepare_cached(
-                    "SELECT owner, session_id FROM sessions
+                    "SELECT sid, owner, session_id FROM sessions
                      WHERE (?1 IS NULL OR owner = ?1)
                        AND (updated_at_ms < ?2 OR (ephemeral AND updated_at_ms < ?3))
                        AND (lease_holder IS NULL OR lease_expires_ms <= ?4)",
                 )?
                 .query_map(params![owner, before, ephemeral_before, now], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            for (owner, session_id) in &doomed {
-                for table in ["records", "snapshots", "sessions"] {
-                    tx.execute(
-                        &format!("DELETE FROM {table} WHERE owner = ?1 AND session_id = ?2"),
-                        params![owner, session_id],
-                    )?;
-                }
+            for (sid, ..) in &doomed {
+                delete_session(&tx, *sid)?;
             }
             tx.commit()?;
             Ok(doomed
                 .into_iter()
-                .map(|(owner, session_id)| Pruned {
+                .map(|(_, owner, session_id)| Pruned {
                     user_id: owner_of(owner),
                     session_id,
                 })
@@ -741,20 +798,11 @@ impl SessionStore for SqliteStore {
         let session_id = session_id.to_owned();
         self.run(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(row) = lease_row(&tx, &owner, &session_id)? else {
+            let Some((sid, row)) = lease_row(&tx, &owner, &session_id)? else {
                 return Err(StoreError::NotFound { session_id }.into());
             };
             row.check_free(&session_id, now_ms)?;
-            for table in ["records", "snapshots"] {
-                tx.execute(
-                    &format!("DELETE FROM {table} WHERE owner = ?1 AND session_id = ?2"),
-                    params![owner, session_id],
-                )?;
-            }
-            tx.execute(
-                "DELETE FROM sessions WHERE owner = ?1 AND session_id = ?2",
-                params![owner, session_id],
-            )?;
+            delete_session(&tx, sid)?;
             tx.commit()?;
             Ok(())
         })

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::rows::{Row, expiry, owner_key};
 use super::sqlite::{Failure, failure, insert_records, lock};
@@ -219,40 +219,39 @@ fn append(conn: &Connection, job: &Job) -> Result<(), Failure> {
     };
     let lease = &job.lease;
     let owner = owner_key(lease.user_id.as_deref());
-    let changed = conn
+    let sid: Option<i64> = conn
         .prepare_cached(
             "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
          WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
-           AND head = ?5",
+           AND head = ?5
+         RETURNING sid",
         )?
-        .execute(params![
-            owner,
-            lease.session_id,
-            lease.token,
-            lease.holder.to_string(),
-            first.seq - 1,
-            last.seq,
-            job.now_ms,
-            expiry(job.now_ms, lease.ttl)
-        ])?;
-    if changed != 1 {
+        .query_row(
+            params![
+                owner,
+                lease.session_id,
+                lease.token,
+                lease.holder.to_string(),
+                first.seq - 1,
+                last.seq,
+                job.now_ms,
+                expiry(job.now_ms, lease.ttl)
+            ],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let Some(sid) = sid else {
         return Err(StoreError::LeaseLost {
             session_id: lease.session_id.clone(),
         }
         .into());
-    }
-    insert_records(conn, &owner, &lease.session_id, &job.rows)?;
+    };
+    insert_records(conn, sid, &job.rows)?;
     if let Some(snapshot) = &job.snapshot {
         conn.prepare_cached(
-            "INSERT OR REPLACE INTO snapshots (owner, session_id, seq, body)
-             VALUES (?1, ?2, ?3, ?4)",
+            "INSERT OR REPLACE INTO snapshots (sid, seq, body) VALUES (?1, ?2, ?3)",
         )?
-        .execute(params![
-            owner,
-            lease.session_id,
-            snapshot.seq,
-            snapshot.body
-        ])?;
+        .execute(params![sid, snapshot.seq, snapshot.body])?;
     }
     Ok(())
 }
