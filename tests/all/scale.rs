@@ -3,8 +3,8 @@
 //! machine share, its appends group-committed); a driver spreads the calls
 //! of many sessions across them and one host is SIGKILLed mid-run, while
 //! batches of its concurrent sessions' commits are being written: from
-//! outside, at a third of the calls, or (SQLite) by the host itself at a
-//! batch of several appends, once they are written into its transaction
+//! outside, at a third of the calls, or by the host itself at a batch of
+//! several appends, once they are written into its transaction
 //! and before it commits, or once it committed and before anyone is
 //! answered. No acknowledged update is lost, none is applied twice, and
 //! every session resumes.
@@ -105,17 +105,15 @@ async fn hosts_on_one_store_lose_no_update_when_one_is_killed(backend: Backend) 
 /// The victim dies with the appends of its third batch of several written
 /// into the transaction, none committed: none was acknowledged, so every
 /// one is retried elsewhere and runs once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_killed_before_a_batch_commits_loses_no_update() {
-    one_host_killed(Backend::Sqlite, Kill::InCommit("before:3")).await;
+async fn a_host_killed_before_a_batch_commits_loses_no_update(backend: Backend) {
+    one_host_killed(backend, Kill::InCommit("before:3")).await;
 }
 
 /// The victim dies with its third batch of several committed and no
 /// appender answered: the retries elsewhere find the committed calls and
 /// return their results without running them again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_killed_after_a_batch_commits_loses_no_update() {
-    one_host_killed(Backend::Sqlite, Kill::InCommit("after:3")).await;
+async fn a_host_killed_after_a_batch_commits_loses_no_update(backend: Backend) {
+    one_host_killed(backend, Kill::InCommit("after:3")).await;
 }
 
 async fn one_host_killed(backend: Backend, how: Kill) {
@@ -303,4 +301,8 @@ async fn one_host_killed(backend: Backend, how: Kill) {
     }
 }
 
-crate::on_both_stores!(hosts_on_one_store_lose_no_update_when_one_is_killed);
+crate::on_both_stores!(
+    hosts_on_one_store_lose_no_update_when_one_is_killed,
+    a_host_killed_before_a_batch_commits_loses_no_update,
+    a_host_killed_after_a_batch_commits_loses_no_update,
+);

@@ -33,10 +33,12 @@
 //!   write, so a reloaded policy applies from the next write on. The live
 //!   deps of a run keep them; a resumed session does not have them.
 
+mod batch;
 pub mod export;
 mod holder;
 mod pg_tls;
 mod postgres;
+mod postgres_commit;
 mod rows;
 mod sqlite;
 mod sqlite_commit;
@@ -52,10 +54,10 @@ use serde_json::{Map, Value};
 
 /// What a store operation fails with (the journal's [`StoreError`]).
 pub use crate::journal::StoreError;
+pub use batch::MAX_BATCH;
 pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
-pub use sqlite_commit::MAX_BATCH;
 pub use store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
     SessionSummary, StoredSession, StoredSnapshot,

@@ -9,11 +9,13 @@
 //! - taking a lease locks the session's row (`SELECT … FOR UPDATE`), so of
 //!   two hosts leasing one session at once one waits and then sees the
 //!   other's lease;
-//! - an append is one statement that moves the session's head and inserts
-//!   the records only if the session still has the lease's fencing token
-//!   and the head the appender expects; a host that lost its lease (it
-//!   expired, another host took the session) inserts nothing, whatever its
-//!   timing;
+//! - an append moves the session's head and inserts the records only if
+//!   the session still has the lease's fencing token and the head the
+//!   appender expects, in the statement that checks it; a host that lost
+//!   its lease (it expired, another host took the session) inserts
+//!   nothing, whatever its timing. The appends of one host's concurrent
+//!   sessions share that statement and its transaction
+//!   ([`super::postgres_commit`]);
 //! - the schema is created and migrated under a transaction-scoped
 //!   advisory lock, so hosts starting together migrate once.
 //!
@@ -23,9 +25,11 @@
 //! holder then fails with [`StoreError::LeaseLost`], saving nothing more);
 //! the fencing token keeps the journal whole either way.
 //!
-//! Cost: an append is one round trip and one transaction (an fsync of the
-//! server's WAL); taking a lease is five round trips and reads the
-//! snapshot and the tail. Connections are opened as needed, up to the pool's size.
+//! Cost: a lone append is one round trip and one transaction (an fsync of
+//! the server's WAL), and appends that arrive while others are being
+//! committed share the next; taking a lease is five round trips and reads
+//! the snapshot and the tail. Connections are opened as needed, up to the
+//! pool's size.
 //!
 //! A lease reads the session's newest snapshot and the records after it;
 //! an append that writes a snapshot writes it in the same statement.
@@ -41,6 +45,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
+use super::postgres_commit::Committer;
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
     owner_of,
@@ -118,6 +123,8 @@ CREATE TABLE airlock_snapshots (
 pub struct PostgresStore {
     pool: Pool,
     location: String,
+    /// Appends, batched ([`super::postgres_commit`]).
+    committer: std::sync::Arc<Committer>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -185,7 +192,12 @@ impl PostgresStore {
                 location: location.clone(),
                 message: e.to_string(),
             })?;
-        let store = Self { pool, location };
+        let committer = std::sync::Arc::new(Committer::start(pool.clone(), location.clone()));
+        let store = Self {
+            pool,
+            location,
+            committer,
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -328,7 +340,7 @@ fn describe_config(config: &Config) -> String {
 
 /// A database error as one line: the server's message (never the values of
 /// the row at fault), or the client's with its cause.
-fn describe(e: &tokio_postgres::Error) -> String {
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} ({})", db.message(), db.code().code());
     }
@@ -351,7 +363,7 @@ impl From<tokio_postgres::Error> for Failure {
 
 /// A number as Postgres's `bigint` (every id, time and count Airlock keeps
 /// fits; larger saturates).
-fn big(n: u64) -> i64 {
+pub(super) fn big(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -607,70 +619,15 @@ impl SessionStore for PostgresStore {
         snapshot: Option<&'a StoredSnapshot>,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.run(async move {
+        Box::pin(async move {
             let rows = encode(records)?;
-            let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            if rows.is_empty() {
                 return Ok(());
-            };
-            let owner = owner_key(lease.user_id.as_deref());
-            let (seqs, times, entries, calls) = columns(&rows);
-            let snapshot_seq = big(snapshot.map_or(0, |s| s.seq));
-            let snapshot_body = snapshot.map(|s| s.body.as_str());
-            let client = self.client().await?;
-            // One statement, so one transaction: the head moves and the
-            // records (and the snapshot, when given) go in only while the
-            // lease's token is the session's and the head is where this
-            // holder left it.
-            let statement = client
-                .prepare_cached(
-                    "WITH moved AS (
-                       UPDATE airlock_sessions
-                       SET head = $6, updated_at_ms = $7, lease_expires_ms = $8
-                       WHERE owner = $1 AND session_id = $2 AND lease_token = $3
-                         AND lease_holder = $4 AND head = $5
-                       RETURNING 1),
-                     snapshot AS (
-                       INSERT INTO airlock_snapshots (owner, session_id, seq, body)
-                       SELECT $1, $2, $13, $14::text
-                       WHERE $14::text IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
-                       ON CONFLICT (owner, session_id)
-                         DO UPDATE SET seq = EXCLUDED.seq, body = EXCLUDED.body)
-                     INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry, call_id)
-                     SELECT $1, $2, r.seq, r.at_ms, r.entry, r.call_id
-                     FROM unnest($9::bigint[], $10::bigint[], $11::text[], $12::text[])
-                       AS r(seq, at_ms, entry, call_id)
-                     WHERE EXISTS (SELECT 1 FROM moved)",
-                )
-                .await?;
-            let inserted = client
-                .execute(
-                    &statement,
-                    &[
-                        &owner,
-                        &lease.session_id,
-                        &big(lease.token),
-                        &lease.holder.to_string(),
-                        &big(first.seq.saturating_sub(1)),
-                        &big(last.seq),
-                        &big(now_ms),
-                        &big(expiry(now_ms, lease.ttl)),
-                        &seqs,
-                        &times,
-                        &entries,
-                        &calls,
-                        &snapshot_seq,
-                        &snapshot_body,
-                    ],
-                )
-                .await?;
-            if inserted as usize != rows.len() {
-                return Err(StoreError::LeaseLost {
-                    session_id: lease.session_id.clone(),
-                }
-                .into());
             }
-            Ok(())
-        }))
+            self.committer
+                .append(lease.clone(), rows, snapshot.cloned(), now_ms)
+                .await
+        })
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {

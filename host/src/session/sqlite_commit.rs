@@ -1,14 +1,16 @@
 //! Group commit for the embedded store: appends from concurrent sessions
-//! of one process share one transaction, so one fsync.
+//! of one process share one transaction, so one fsync ([`super::batch`]).
 //!
 //! One committer thread per store takes the appends waiting for it, up to
-//! [`MAX_BATCH`], and writes them in one `BEGIN IMMEDIATE` transaction,
-//! each in a savepoint of its own: an append whose fencing check fails
-//! (its lease was lost) is rolled back alone and fails alone; the others
-//! commit. Every member is answered only after the transaction committed
-//! (with `synchronous = FULL`, after the fsync), and a failed commit fails
-//! every member with its error. A lone append waits for nothing: the batch
-//! is whatever queued while the previous one was on disk.
+//! [`MAX_BATCH`], and writes them in one `BEGIN IMMEDIATE` transaction. An
+//! append whose fencing check fails (its lease was lost) writes nothing
+//! (the check is its first statement) and fails alone; an append that
+//! fails half-way rolls the transaction back, fails alone, and the others
+//! are written again without it. Every member is answered only after the
+//! transaction committed (with `synchronous = FULL`, after the fsync), and
+//! a failed commit fails every member with its error. A lone append waits
+//! for nothing: the batch is whatever queued while the previous one was on
+//! disk.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -16,23 +18,11 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::batch::{Job, KillPoint, MAX_BATCH, Stage, stopped};
 use super::rows::{Row, expiry, owner_key};
 use super::sqlite::{Failure, failure, insert_records, lock};
 use super::store::{Lease, StoredSnapshot};
 use crate::journal::StoreError;
-
-/// The most appends one transaction takes, unless the store is told
-/// otherwise ([`SqliteStore::with_max_batch`](super::SqliteStore::with_max_batch)).
-pub const MAX_BATCH: usize = 256;
-
-/// One append, waiting for its batch.
-struct Job {
-    lease: Lease,
-    rows: Vec<Row>,
-    snapshot: Option<StoredSnapshot>,
-    now_ms: u64,
-    reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
-}
 
 /// The committer of one store's appends.
 #[derive(Debug)]
@@ -79,25 +69,14 @@ impl Committer {
         snapshot: Option<StoredSnapshot>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job {
-            lease,
-            rows,
-            snapshot,
-            now_ms,
-            reply,
-        };
-        let stopped = || StoreError::Backend {
-            location: self.location.clone(),
-            message: "the store's committer stopped".into(),
-        };
+        let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
         let sent = self
             .jobs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .send(job);
-        sent.map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        sent.map_err(|_| stopped(&self.location))?;
+        answer.await.map_err(|_| stopped(&self.location))?
     }
 }
 
@@ -119,7 +98,7 @@ fn serve(
                 Err(_) => break,
             }
         }
-        let aimed = kill.as_mut().and_then(|k| k.aims_at(batch.len()));
+        let aimed = KillPoint::aims_at(&mut kill, batch.len());
         let results = commit(
             &mut lock(connection),
             &batch,
@@ -129,12 +108,10 @@ fn serve(
             KillPoint::die();
         }
         for (job, result) in batch.into_iter().zip(results) {
-            let result = result.map_err(|f| match f {
+            job.answer(result.map_err(|f| match f {
                 Failure::Store(e) => e,
                 Failure::Backend(e) => failure(location, e),
-            });
-            // The appender may have gone (its task was cancelled): fine.
-            let _ = job.reply.send(result);
+            }));
         }
     }
 }
@@ -241,10 +218,7 @@ fn append(conn: &Connection, job: &Job) -> Result<(), Failure> {
         )
         .optional()?;
     let Some(sid) = sid else {
-        return Err(StoreError::LeaseLost {
-            session_id: lease.session_id.clone(),
-        }
-        .into());
+        return Err(job.lease_lost().into());
     };
     insert_records(conn, sid, &job.rows)?;
     if let Some(snapshot) = &job.snapshot {
@@ -254,64 +228,4 @@ fn append(conn: &Connection, job: &Job) -> Result<(), Failure> {
         .execute(params![sid, snapshot.seq, snapshot.body])?;
     }
     Ok(())
-}
-
-/// The environment variable that sets a [`KillPoint`].
-const KILL_POINT_VAR: &str = "AIRLOCK_TEST_KILL_AT_COMMIT";
-
-/// Where in a batch's commit a durability test stops the process with
-/// SIGKILL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Every append of the batch written into its transaction, nothing
-    /// durable yet.
-    BeforeCommit,
-    /// The transaction durable (with `synchronous = FULL`, after the
-    /// fsync), no appender answered yet.
-    AfterCommit,
-}
-
-/// For kill tests only: `AIRLOCK_TEST_KILL_AT_COMMIT=before:N` (or
-/// `after:N`) makes the process SIGKILL itself at the N-th batch that
-/// holds two or more appends, before its commit (or after it, before any
-/// appender hears). Read once, when the store opens; anything else in the
-/// variable is ignored.
-#[derive(Debug)]
-struct KillPoint {
-    stage: Stage,
-    batch: usize,
-    seen: usize,
-}
-
-impl KillPoint {
-    fn from_env() -> Option<Self> {
-        let value = std::env::var(KILL_POINT_VAR).ok()?;
-        let (stage, batch) = value.split_once(':')?;
-        let stage = match stage {
-            "before" => Stage::BeforeCommit,
-            "after" => Stage::AfterCommit,
-            _ => return None,
-        };
-        Some(Self {
-            stage,
-            batch: batch.parse().ok()?,
-            seen: 0,
-        })
-    }
-
-    /// Counts a batch of `appends`; where to die in it, when it is the one.
-    fn aims_at(&mut self, appends: usize) -> Option<Stage> {
-        if appends < 2 {
-            return None;
-        }
-        self.seen += 1;
-        (self.seen == self.batch).then_some(self.stage)
-    }
-
-    fn die() {
-        let me = rustix::process::getpid();
-        let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
-        // SIGKILL cannot be caught; should it not be delivered, stop anyway.
-        std::process::abort();
-    }
 }

@@ -1,0 +1,131 @@
+//! What the stores' committers share: an append waiting for its batch,
+//! how many a batch takes, and the points inside a batch's commit where a
+//! durability test stops the process.
+//!
+//! A committer takes the appends that queued while the previous batch was
+//! being committed (at least one, at most its limit) and commits them in
+//! one transaction, so concurrent sessions share one fsync; a lone append
+//! waits for nothing. Every member is answered only after its batch is
+//! durable, a fenced member fails alone, and a failed commit fails every
+//! member it held ([`super::sqlite_commit`], [`super::postgres_commit`]).
+
+use super::rows::Row;
+use super::store::{Lease, StoredSnapshot};
+use crate::journal::StoreError;
+
+/// The most appends one transaction takes, unless the store is told
+/// otherwise ([`SqliteStore::with_max_batch`](super::SqliteStore::with_max_batch)).
+pub const MAX_BATCH: usize = 256;
+
+/// One append, waiting for its batch.
+#[derive(Debug)]
+pub(super) struct Job {
+    pub lease: Lease,
+    pub rows: Vec<Row>,
+    pub snapshot: Option<StoredSnapshot>,
+    pub now_ms: u64,
+    pub reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+impl Job {
+    /// A job, and where its answer arrives.
+    pub(super) fn new(
+        lease: Lease,
+        rows: Vec<Row>,
+        snapshot: Option<StoredSnapshot>,
+        now_ms: u64,
+    ) -> (Self, tokio::sync::oneshot::Receiver<Result<(), StoreError>>) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Self {
+            lease,
+            rows,
+            snapshot,
+            now_ms,
+            reply,
+        };
+        (job, answer)
+    }
+
+    /// Answers the appender (who may have gone: its task was cancelled).
+    pub(super) fn answer(self, result: Result<(), StoreError>) {
+        let _ = self.reply.send(result);
+    }
+
+    /// What a job refused by fencing fails with.
+    pub(super) fn lease_lost(&self) -> StoreError {
+        StoreError::LeaseLost {
+            session_id: self.lease.session_id.clone(),
+        }
+    }
+}
+
+/// What an appender is told when the committer is gone.
+pub(super) fn stopped(location: &str) -> StoreError {
+    StoreError::Backend {
+        location: location.to_owned(),
+        message: "the store's committer stopped".into(),
+    }
+}
+
+/// The environment variable that sets a [`KillPoint`].
+const KILL_POINT_VAR: &str = "AIRLOCK_TEST_KILL_AT_COMMIT";
+
+/// Where in a batch's commit a durability test stops the process with
+/// SIGKILL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Every append of the batch written into its transaction, nothing
+    /// durable yet.
+    BeforeCommit,
+    /// The transaction durable (on SQLite with `synchronous = FULL`,
+    /// after the fsync; on Postgres, once the server said it committed),
+    /// no appender answered yet.
+    AfterCommit,
+}
+
+/// For kill tests only: `AIRLOCK_TEST_KILL_AT_COMMIT=before:N` (or
+/// `after:N`) makes the process SIGKILL itself at the N-th batch that
+/// holds two or more appends, before its commit (or after it, before any
+/// appender hears). Read once, when the store opens; anything else in the
+/// variable is ignored.
+#[derive(Debug)]
+pub(super) struct KillPoint {
+    stage: Stage,
+    batch: usize,
+    seen: usize,
+}
+
+impl KillPoint {
+    pub(super) fn from_env() -> Option<Self> {
+        let value = std::env::var(KILL_POINT_VAR).ok()?;
+        let (stage, batch) = value.split_once(':')?;
+        let stage = match stage {
+            "before" => Stage::BeforeCommit,
+            "after" => Stage::AfterCommit,
+            _ => return None,
+        };
+        Some(Self {
+            stage,
+            batch: batch.parse().ok()?,
+            seen: 0,
+        })
+    }
+
+    /// Counts a batch of `appends`; where to die in it, when it is the one.
+    pub(super) fn aims_at(point: &mut Option<Self>, appends: usize) -> Option<Stage> {
+        let point = point.as_mut()?;
+        if appends < 2 {
+            return None;
+        }
+        point.seen += 1;
+        (point.seen == point.batch).then_some(point.stage)
+    }
+
+    /// SIGKILLs this process.
+    pub(super) fn die() -> ! {
+        let me = rustix::process::getpid();
+        let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
+        // SIGKILL cannot be caught; should it not be delivered, stop anyway.
+        std::process::abort();
+    }
+}
