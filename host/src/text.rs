@@ -1,4 +1,8 @@
-//! Shortening text for messages without splitting a UTF-8 character.
+//! Shortening text for messages without splitting a UTF-8 character, and
+//! JSON text that a terminal shows rather than acts on.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 /// `text` if it is at most `max` bytes; otherwise its longest prefix of at
 /// most `max` bytes that ends on a character boundary, followed by `…`.
@@ -25,6 +29,31 @@ pub fn tail(text: &str, max: usize) -> String {
         start += 1;
     }
     format!("…{}", &text[start..])
+}
+
+/// Characters a terminal (or a reader) may act on rather than show: the
+/// C0 and C1 controls, DEL, and the bidi overrides and isolates.
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// serde_json text with DEL, the C1 controls and bidi overrides (which it
+/// leaves raw) written as `\u` escapes. They can only occur inside JSON
+/// strings, where the escape denotes the same character: the document
+/// means the same, and printing it moves no cursor.
+pub fn safe_json(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_unsafe(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -1954,10 +1954,11 @@ async fn the_streamed_export_is_the_whole_sessions_export(backend: Backend) {
     assert_eq!(streamed.journal.len(), stored.records.len());
 }
 
-/// A session of 256 MiB exports with the binary's data segment capped at
-/// 64 MiB (RLIMIT_DATA, which counts the heap): it never holds the session
-/// whole. Under the same cap, `sessions show` (which reads the whole
-/// session) fails: the cap is real.
+/// A session of 256 MiB exports, and is shown (as JSON and as text), with
+/// the binary's data segment capped at 64 MiB (RLIMIT_DATA, which counts
+/// the heap): neither holds the session whole. Under the same cap,
+/// importing the export (which reads the whole document) fails: the cap is
+/// real.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_session_exports_in_bounded_memory() {
     const SIZE: usize = 64 << 10;
@@ -2018,10 +2019,36 @@ async fn a_large_session_exports_in_bounded_memory() {
     assert!(out.status.success(), "{}", stderr(&out));
     let bytes = std::fs::metadata(&output).unwrap().len();
     assert!(bytes > (256 << 20), "{bytes} bytes exported");
-    let whole = capped(&["sessions", "show", "big", "--json"]);
+    let whole = capped(&[
+        "sessions",
+        "import",
+        output.to_str().unwrap(),
+        "--as",
+        "big-copy",
+    ]);
     assert!(
         !whole.status.success(),
-        "showing the whole session fit under the cap"
+        "importing the whole session fit under the cap"
+    );
+    let shown = capped(&["sessions", "show", "big", "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert!(shown.stdout.len() > (256 << 20), "{}", shown.stdout.len());
+    assert!(shown.stdout.starts_with(b"{\"version\": 1,"));
+    let end = String::from_utf8_lossy(&shown.stdout[shown.stdout.len() - 400..]).into_owned();
+    assert!(end.contains("\"deps\": {\"counters\":{\"n\":1}}"), "{end}");
+    assert!(end.trim_end().ends_with("\"ok\": true\n}"), "{end}");
+    let text = capped(&["sessions", "show", "big"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert_eq!(
+        text.matches("\n  user: ").count() as u64,
+        COUNT,
+        "one line a message"
+    );
+    assert!(
+        text.contains("deps:     {\"counters\":{\"n\":1}}"),
+        "{}",
+        &text[..400]
     );
     // Its ends are the document's: the version first, deps last.
     use std::io::{Read, Seek};

@@ -13,9 +13,11 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use airlock::context::ContextRules;
-use airlock::journal::{Item, Role};
+use airlock::journal::{Entry, Item, Role};
 use airlock::llm::Message;
-use airlock::session::export::{ExportError, ImportError, SessionExport, write_export};
+use airlock::session::export::{
+    ExportError, ImportError, JournalPages, SessionExport, Spill, write_export,
+};
 use airlock::session::{SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
@@ -181,58 +183,75 @@ async fn list(args: ListArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The session as an export: the shape `show --json` prints.
-async fn read(
-    store: &dyn SessionStore,
-    owner: Option<&str>,
-    id: &str,
-) -> Result<SessionExport, Failure> {
-    let session = store
-        .read(owner, id)
-        .await
-        .map_err(|e| located(e, owner, store))?;
-    SessionExport::new(&session, &ContextRules::default()).map_err(|e| {
-        Failure::from(StoreError::Corrupt {
-            session_id: id.to_owned(),
-            problem: e.to_string(),
-        })
-    })
-}
-
+/// Shows a session, reading its journal once, a page at a time (as
+/// export does): the messages and events, which the text lists after the
+/// header that needs the whole fold, wait in temporary files.
 async fn show(args: IdArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
-    let export = read(store.as_ref(), owner, &args.id).await?;
+    let store = store.as_ref();
+    let rules = ContextRules::default();
+    let located = |e: StoreError| located(e, owner, store);
+    let failed = |e: ExportError| match e {
+        ExportError::Store(e) => located(e),
+        other => Failure::input("output_file", other.to_string()),
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
-        let mut doc = serde_json::to_value(&export).unwrap_or(Value::Null);
-        if let Value::Object(map) = &mut doc {
-            map.insert("store".into(), Value::String(store.location()));
-            map.insert("ok".into(), Value::Bool(true));
-        }
-        print_json(&doc);
-        return Ok(());
+        let extra = [
+            ("store", Value::String(store.location())),
+            ("ok", Value::Bool(true)),
+        ];
+        // A reader that went away (`| head`) ends the output, not an error.
+        return match write_export(store, owner, &args.id, &rules, &extra, &mut out).await {
+            Err(ExportError::Write(_)) | Ok(_) => Ok(()),
+            Err(e) => Err(failed(e)),
+        };
     }
-    let u = &export.usage;
-    let mut text = format!(
-        "store:    {}\nsession:  {}\nuser:     {}\ncreated:  {}\nupdated:  {}\nusage:    {} requests, {} tool calls, {} input + {} output tokens\ndeps:     {}\n\nmessages:\n",
+    let mut pages = JournalPages::open(store, owner, &args.id, &rules)
+        .await
+        .map_err(located)?;
+    let spilled = |e: std::io::Error| failed(ExportError::Write(e));
+    let mut messages = Spill::new().map_err(spilled)?;
+    let mut events = Spill::new().map_err(spilled)?;
+    while let Some(records) = pages.next().await.map_err(located)? {
+        for record in records {
+            let line = match &record.entry {
+                Entry::Message { message } => (&mut messages, describe_message(message)),
+                Entry::Item { event } => (
+                    &mut events,
+                    format!("{} {}", event.id, describe_item(&event.item)),
+                ),
+                _ => continue,
+            };
+            line.0
+                .push_line(&format!("  {}", super::terminal::shown(&line.1)))
+                .map_err(spilled)?;
+        }
+    }
+    let (header, folded) = (&pages.header, pages.folded());
+    let u = &folded.usage;
+    let head = format!(
+        "store:    {}\nsession:  {}\nuser:     {}\ncreated:  {}\nupdated:  {}\nusage:    {} requests, {} tool calls, {} input + {} output tokens\ndeps:     {}\n",
         store.location(),
-        export.session_id,
-        export.user_id.as_deref().unwrap_or("(anonymous)"),
-        utc(export.created_at_ms),
-        utc(export.updated_at_ms),
+        header.session_id,
+        header.user_id.as_deref().unwrap_or("(anonymous)"),
+        utc(header.created_at_ms),
+        utc(pages.updated_at_ms),
         u.requests,
         u.tool_calls,
         u.input_tokens,
         u.output_tokens,
-        show_json(&Value::Object(export.deps.clone())),
+        show_json(&Value::Object(folded.deps.clone())),
     );
-    for message in &export.messages {
-        text.push_str(&format!("  {}\n", describe_message(message)));
-    }
-    text.push_str("\nevents:\n");
-    for event in &export.items {
-        text.push_str(&format!("  {} {}\n", event.id, describe_item(&event.item)));
-    }
-    print_out(text.trim_end());
+    // A reader that went away (`| head`) ends the output, not an error.
+    let _ = (|| -> std::io::Result<()> {
+        use std::io::Write;
+        write!(out, "{}\nmessages:\n", super::terminal::shown(&head))?;
+        messages.copy_to(&mut out)?;
+        writeln!(out, "\nevents:")?;
+        events.copy_to(&mut out)?;
+        out.flush()
+    })();
     Ok(())
 }
 
@@ -321,7 +340,7 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
             };
             let file = tempfile::NamedTempFile::new_in(dir).map_err(output_error)?;
             let mut out = std::io::BufWriter::new(file);
-            write_export(store.as_ref(), owner, &args.id, &rules, &mut out)
+            write_export(store.as_ref(), owner, &args.id, &rules, &[], &mut out)
                 .await
                 .map_err(failed)?;
             let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
@@ -330,7 +349,7 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            write_export(store.as_ref(), owner, &args.id, &rules, &mut out)
+            write_export(store.as_ref(), owner, &args.id, &rules, &[], &mut out)
                 .await
                 .map_err(failed)?;
         }

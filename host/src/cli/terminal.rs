@@ -13,10 +13,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// Characters a terminal (or a reader) may act on rather than show.
-fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
+use airlock::text::is_unsafe;
 
 fn escape(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     if !text.chars().any(|c| is_unsafe(c) && !keep(c)) {
@@ -47,22 +44,9 @@ pub fn field(text: &str) -> Cow<'_, str> {
     escape(text, |_| false)
 }
 
-/// serde_json text with DEL, the C1 controls and bidi overrides (which it
-/// leaves raw) written as `\u` escapes. They can only occur inside JSON
-/// strings, where the escape denotes the same character.
+/// serde_json text written so a terminal shows it ([`airlock::text::safe_json`]).
 pub fn json(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if is_unsafe(c) {
-            let _ = write!(out, "\\u{:04x}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
+    airlock::text::safe_json(text)
 }
 
 /// `text` on one line (runs of white space folded), at most `max` bytes.

@@ -187,116 +187,197 @@ pub enum ExportError {
     Write(#[from] std::io::Error),
 }
 
+/// A session's journal read a page at a time, each page's records
+/// scrubbed of hidden and secret-looking keys and folded as they come:
+/// memory is a page and the fold's deps, usage and open calls, never the
+/// session's length (the fold keeps no transcript).
+#[derive(Debug)]
+pub struct JournalPages<'a> {
+    store: &'a dyn SessionStore,
+    owner: Owner<'a>,
+    rules: &'a ContextRules,
+    /// The session's header, as read before its first page.
+    pub header: SessionHeader,
+    /// When its last record was committed, as read before its first page.
+    pub updated_at_ms: u64,
+    state: Folded,
+    last: u64,
+    done: bool,
+}
+
+impl<'a> JournalPages<'a> {
+    /// Reads the header of `owner`'s session `session_id`; no record yet.
+    pub async fn open(
+        store: &'a dyn SessionStore,
+        owner: Owner<'a>,
+        session_id: &str,
+        rules: &'a ContextRules,
+    ) -> Result<Self, StoreError> {
+        let first = store.read_page(owner, session_id, 0, 0).await?;
+        Ok(Self {
+            store,
+            owner,
+            rules,
+            header: first.header,
+            updated_at_ms: first.updated_at_ms,
+            state: Folded::default(),
+            last: 0,
+            done: false,
+        })
+    }
+
+    /// The next page of records (at most 64), scrubbed and
+    /// folded; `None` after the last.
+    pub async fn next(&mut self) -> Result<Option<Vec<Record>>, StoreError> {
+        if self.done {
+            return Ok(None);
+        }
+        let session_id = &self.header.session_id;
+        let page = self
+            .store
+            .read_page(self.owner, session_id, self.last, EXPORT_PAGE)
+            .await?;
+        let records: Vec<Record> = page
+            .records
+            .iter()
+            .map(|r| secrets::scrub_record(r, self.rules))
+            .collect();
+        self.state
+            .fold_from(self.last + 1, &records)
+            .map_err(|e| StoreError::Corrupt {
+                session_id: session_id.clone(),
+                problem: e.to_string(),
+            })?;
+        self.state.transcript = Default::default();
+        self.done = (records.len() as u64) < EXPORT_PAGE;
+        match records.last() {
+            Some(record) => self.last = record.seq,
+            None => return Ok(None),
+        }
+        Ok(Some(records))
+    }
+
+    /// The fold of the pages read so far (deps, usage, iteration; no
+    /// transcript).
+    pub fn folded(&self) -> &Folded {
+        &self.state
+    }
+
+    /// The number of the last record read.
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+}
+
 /// Writes the export of `owner`'s session `session_id` to `out` (the same
-/// document as [`SessionExport`], a field or an array element a line),
-/// reading its journal once, a page at a time: memory is bounded by a page
-/// and the session's deps, not by the session's length. The messages and
-/// items, which the document lists after the journal, are kept in two
-/// unnamed temporary files meanwhile (disk, not memory). Keys hidden by
-/// `rules` or secret-looking are removed. Returns how many records it
-/// wrote.
+/// document as [`SessionExport`], a field or an array element a line, and
+/// then each of `extra`'s fields), reading its journal once, a page at a
+/// time ([`JournalPages`]): memory is bounded by a page and the session's
+/// deps, not by the session's length. The messages and items, which the
+/// document lists after the journal, are kept in two unnamed temporary
+/// files meanwhile (disk, not memory). Keys hidden by `rules` or
+/// secret-looking are removed. Returns how many records it wrote.
 pub async fn write_export(
     store: &dyn SessionStore,
     owner: Owner<'_>,
     session_id: &str,
     rules: &ContextRules,
+    extra: &[(&str, Value)],
     out: &mut dyn std::io::Write,
 ) -> Result<u64, ExportError> {
-    use std::io::Seek;
-    let corrupt = |problem: String| StoreError::Corrupt {
-        session_id: session_id.to_owned(),
-        problem,
-    };
-    let first = store.read_page(owner, session_id, 0, 0).await?;
-    let header = &first.header;
+    let mut pages = JournalPages::open(store, owner, session_id, rules).await?;
+    let header = &pages.header;
     writeln!(out, "{{\"version\": {EXPORT_VERSION},")?;
     for (key, value) in [
         ("session_id", json_line(&header.session_id)?),
         ("user_id", json_line(&header.user_id)?),
         ("created_at_ms", json_line(&header.created_at_ms)?),
-        ("updated_at_ms", json_line(&first.updated_at_ms)?),
+        ("updated_at_ms", json_line(&pages.updated_at_ms)?),
         ("metadata", json_line(&header.metadata)?),
     ] {
         writeln!(out, "\"{key}\": {value},")?;
     }
     let mut messages = Spill::new()?;
     let mut items = Spill::new()?;
-    let mut state = Folded::default();
-    let mut last = 0;
     writeln!(out, "\"journal\": [")?;
-    loop {
-        let page = store
-            .read_page(owner, session_id, last, EXPORT_PAGE)
-            .await?;
-        let records: Vec<Record> = page
-            .records
-            .iter()
-            .map(|r| secrets::scrub_record(r, rules))
-            .collect();
-        state
-            .fold_from(last + 1, &records)
-            .map_err(|e| corrupt(e.to_string()))?;
-        state.transcript = Default::default();
+    while let Some(records) = pages.next().await? {
         for record in &records {
             let comma = if record.seq == 1 { "" } else { "," };
             writeln!(out, "{comma}{}", json_line(record)?)?;
             match &record.entry {
-                Entry::Message { message } => messages.push(message)?,
-                Entry::Item { event } => items.push(event)?,
+                Entry::Message { message } => messages.push_json(message)?,
+                Entry::Item { event } => items.push_json(event)?,
                 _ => {}
             }
-        }
-        let full = records.len() as u64 == EXPORT_PAGE;
-        match records.last() {
-            Some(record) => last = record.seq,
-            None => break,
-        }
-        if !full {
-            break;
         }
     }
     writeln!(out, "],")?;
     for (key, spill) in [("messages", messages), ("items", items)] {
         writeln!(out, "\"{key}\": [")?;
-        let mut file = spill.file.into_inner().map_err(|e| e.into_error())?;
-        file.rewind()?;
-        std::io::copy(&mut file, out)?;
+        spill.copy_to(out)?;
         writeln!(out, "],")?;
     }
-    writeln!(
+    let state = pages.folded();
+    write!(
         out,
-        "\"deps\": {},\n\"usage\": {},\n\"iteration\": {}\n}}",
+        "\"deps\": {},\n\"usage\": {},\n\"iteration\": {}",
         json_line(&state.deps)?,
         json_line(&state.usage)?,
         state.iteration
     )?;
+    for (key, value) in extra {
+        write!(out, ",\n{}: {}", json_line(key)?, json_line(value)?)?;
+    }
+    writeln!(out, "\n}}")?;
     out.flush()?;
-    Ok(last)
+    Ok(pages.last())
 }
 
-/// An array's elements, a line each, in an unnamed temporary file.
-struct Spill {
+/// Lines written to an unnamed temporary file, to be copied out later
+/// (disk, not memory): an array's elements, or any text a line at a time.
+#[derive(Debug)]
+pub struct Spill {
     file: std::io::BufWriter<std::fs::File>,
     written: u64,
 }
 
 impl Spill {
-    fn new() -> std::io::Result<Self> {
+    /// An empty spill.
+    pub fn new() -> std::io::Result<Self> {
         Ok(Self {
             file: std::io::BufWriter::new(tempfile::tempfile()?),
             written: 0,
         })
     }
 
-    fn push(&mut self, value: &impl Serialize) -> std::io::Result<()> {
-        use std::io::Write;
+    /// `value` as JSON, the next element of an array.
+    fn push_json(&mut self, value: &impl Serialize) -> std::io::Result<()> {
         let comma = if self.written == 0 { "" } else { "," };
-        writeln!(self.file, "{comma}{}", json_line(value)?)?;
+        let line = format!("{comma}{}", json_line(value)?);
+        self.push_line(&line)
+    }
+
+    /// `line` and a newline.
+    pub fn push_line(&mut self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        writeln!(self.file, "{line}")?;
         self.written += 1;
+        Ok(())
+    }
+
+    /// Copies every line written to `out`.
+    pub fn copy_to(self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        use std::io::Seek;
+        let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.rewind()?;
+        std::io::copy(&mut file, out)?;
         Ok(())
     }
 }
 
+/// `value` as one line of JSON that a terminal shows rather than acts on
+/// ([`crate::text::safe_json`]).
 fn json_line(value: &impl Serialize) -> Result<String, std::io::Error> {
-    serde_json::to_string(value).map_err(std::io::Error::other)
+    let text = serde_json::to_string(value).map_err(std::io::Error::other)?;
+    Ok(crate::text::safe_json(&text).into_owned())
 }
