@@ -436,15 +436,32 @@ fn insert_session(
 }
 
 /// Appends `rows` to the journal of the session `sid` (after the
-/// records of every append committed before: the table's last pages).
+/// records of every append committed before: the table's last pages), up
+/// to [`ROWS_A_STATEMENT`] rows a statement (a call's records are one).
 pub(super) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlite::Result<()> {
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    for row in rows {
-        insert.execute(params![sid, row.seq, row.at_ms, row.entry, row.call_id])?;
+    for chunk in rows.chunks(ROWS_A_STATEMENT) {
+        let mut insert = tx.prepare_cached(&insert_statement(chunk.len()))?;
+        let mut at = 1;
+        for row in chunk {
+            insert.raw_bind_parameter(at, sid)?;
+            insert.raw_bind_parameter(at + 1, row.seq)?;
+            insert.raw_bind_parameter(at + 2, row.at_ms)?;
+            insert.raw_bind_parameter(at + 3, &row.entry)?;
+            insert.raw_bind_parameter(at + 4, &row.call_id)?;
+            at += 5;
+        }
+        insert.raw_execute()?;
     }
     Ok(())
+}
+
+/// The most records one `INSERT` writes.
+const ROWS_A_STATEMENT: usize = 8;
+
+/// `INSERT INTO records` of `rows` rows (five parameters each).
+fn insert_statement(rows: usize) -> String {
+    let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
+    format!("INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES {values}")
 }
 
 /// A session's key in this file and its lease columns.
