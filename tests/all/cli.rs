@@ -720,3 +720,59 @@ fn guest_control_characters_never_reach_the_terminal() {
         "the event log keeps the exact text: {text}"
     );
 }
+
+/// A run that fails is told once, on stderr, with its kind; one that fails
+/// before anything is journaled leaves no session, while one whose prompt
+/// was journaled keeps it, to be resumed (issue 31.3).
+#[test]
+fn a_failed_run_says_so_once_and_stores_only_what_it_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, r#"{"turns": []}"#).unwrap();
+    let stateful = guest("stateful");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "hi",
+            "--script",
+            path(&empty),
+            "--tool",
+            path(&stateful),
+            "--store",
+            path(&store),
+        ];
+        args.extend_from_slice(extra);
+        airlock(&args)
+    };
+    let listed = || {
+        let out = airlock(&["sessions", "list", "--json", "--store", path(&store)]);
+        stdout_json(&out)["sessions"].as_array().unwrap().len()
+    };
+
+    // Fails before its prompt is journaled: nothing stored.
+    let out = run(&["--events", path(&dir.path().join("missing/events.jsonl"))]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("error:").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(listed(), 0, "a run that journaled nothing left a session");
+
+    // Fails at the model, its prompt journaled: said once, kept.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let (said, shown) = (
+        stderr(&out),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    );
+    assert_eq!(said.matches("error:").count(), 1, "{said}");
+    assert!(
+        said.contains("error: run failed (model_error): script"),
+        "{said}"
+    );
+    assert!(!shown.contains("run failed"), "said twice: {shown}");
+    assert_eq!(listed(), 1);
+}

@@ -896,3 +896,60 @@ fn stdio_answers_what_is_not_json_rpc_and_keeps_serving() {
         "the server ends with its input"
     );
 }
+
+/// An MCP connection that never calls a tool leaves no session behind, on
+/// either transport: one that closes before `initialize`, one that sends
+/// garbage, one that initializes, lists the tools and goes (issue 31.3).
+/// The first call stores the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_calls_nothing_leaves_no_session() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = policy(dir.path());
+    let db = dir.path().join("idle.db");
+    let listed = || async {
+        let store = SqliteStore::open(&db).unwrap();
+        store.list(None).await.unwrap()
+    };
+
+    // stdio, named session: end of input at once; then an initialized
+    // client that only lists the tools.
+    let out = airlock_command(&["mcp"], &[])
+        .args(on_session(&config, &db, "idle"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("connection closed: initialize request"),
+        "{said}"
+    );
+    let (client, _) = connect(&on_session(&config, &db, "idle")).await;
+    assert!(!client.list_all_tools().await.unwrap().is_empty());
+    client.cancel().await.unwrap();
+    assert!(listed().await.is_empty(), "stdio left a session");
+
+    // HTTP: a connection that closes, one that sends garbage, a client
+    // that initializes and lists.
+    let server = serve_http(&config, db.to_str().unwrap());
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    drop(tokio::net::TcpStream::connect(&address).await.unwrap());
+    let mut garbage = tokio::net::TcpStream::connect(&address).await.unwrap();
+    garbage.write_all(b"not http at all\r\n\r\n").await.unwrap();
+    drop(garbage);
+    let client = http_client(&server.url).await;
+    assert!(!client.list_all_tools().await.unwrap().is_empty());
+    client.cancel().await.unwrap();
+    assert!(listed().await.is_empty(), "HTTP left a session");
+
+    // A call stores its session.
+    let client = http_client(&server.url).await;
+    let answer = call(&client, "increment", json!({"name": "a"})).await;
+    assert_eq!(answer.structured_content.unwrap()["value"], 1);
+    client.cancel().await.unwrap();
+    assert_eq!(listed().await.len(), 1);
+}

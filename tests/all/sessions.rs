@@ -27,6 +27,20 @@ fn options(user: Option<&str>, id: &str) -> SessionOptions {
     }
 }
 
+/// Opens `options`' session and closes it, stored: a new session is
+/// stored by its first commit (here, its deps).
+async fn stored(store: &Arc<dyn SessionStore>, options: SessionOptions) {
+    let deps = options.deps.clone().unwrap_or_default();
+    let mut session = Session::open(Arc::clone(store), options, &ContextRules::default())
+        .await
+        .unwrap();
+    session
+        .set_deps(deps, &ContextRules::default())
+        .await
+        .unwrap();
+    session.close().await.unwrap();
+}
+
 /// A script model from `turns` (written to a file in `dir`).
 fn script(dir: &Path, name: &str, turns: Value) -> Arc<ScriptModel> {
     let path = dir.join(format!("{name}.json"));
@@ -120,14 +134,7 @@ async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend)
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
     let dir = &db.dir;
-    let session = Session::open(
-        Arc::clone(&store),
-        options(None, "v"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
-    session.close().await.unwrap();
+    stored(&store, options(None, "v")).await;
     let stored = store.read(None, "v").await.unwrap();
     let good = serde_json::to_value(SessionExport::new(&stored, &ContextRules::default()).unwrap())
         .unwrap();
@@ -187,20 +194,10 @@ async fn users_are_a_hard_partition(backend: Backend) {
     let dir = &db.dir;
     let mut opening = options(Some("alice"), "shared-name");
     opening.deps = Some(json!({"owner": "alice"}).as_object().unwrap().clone());
-    Session::open(Arc::clone(&store), opening, &ContextRules::default())
-        .await
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    stored(&store, opening).await;
     let mut anonymous = options(None, "anon-only");
     anonymous.deps = Some(json!({"owner": "nobody"}).as_object().unwrap().clone());
-    Session::open(Arc::clone(&store), anonymous, &ContextRules::default())
-        .await
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
+    stored(&store, anonymous).await;
 
     for outsider in [Some("bob"), None, Some("Alice"), Some("alice ")] {
         if outsider.is_some() {
@@ -230,10 +227,9 @@ async fn users_are_a_hard_partition(backend: Backend) {
         assert!(own.context().deps().is_empty());
         assert!(own.transcript().messages.is_empty());
         own.close().await.unwrap();
-        store
-            .remove(outsider, "shared-name", airlock::journal::now_ms())
-            .await
-            .unwrap();
+        // It committed nothing, so it was never stored.
+        let read = store.read(outsider, "shared-name").await.unwrap_err();
+        assert!(matches!(read, StoreError::NotFound { .. }), "{read}");
     }
     // The anonymous bucket is its own: alice cannot see its session.
     let alice = store.list(Some("alice")).await.unwrap();
@@ -426,16 +422,7 @@ async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
 
 async fn of_two_concurrent_opens_exactly_one_wins(backend: Backend) {
     let db = TestStore::new(backend, "race").await;
-    Session::open(
-        db.open().await,
-        options(None, "race"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap()
-    .close()
-    .await
-    .unwrap();
+    stored(&db.open().await, options(None, "race")).await;
     for round in 0..10 {
         // Two stores (two connections, as two processes would have).
         let barrier = Arc::new(tokio::sync::Barrier::new(2));
@@ -460,11 +447,51 @@ async fn of_two_concurrent_opens_exactly_one_wins(backend: Backend) {
         assert_eq!(loser.kind(), airlock::ErrorKind::SessionInUse);
         winner.close().await.unwrap();
     }
+    // Two openers of a new id: both open (nothing is stored yet); of their
+    // first commits, exactly one creates the session, and the other is
+    // refused having written nothing.
+    for round in 0..5 {
+        let id = format!("new-{round}");
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let attempt = |store: Arc<dyn SessionStore>, name: &'static str| {
+            let (barrier, id) = (Arc::clone(&barrier), id.clone());
+            tokio::spawn(async move {
+                let mut session =
+                    Session::open(store, options(None, &id), &ContextRules::default())
+                        .await
+                        .unwrap();
+                assert!(session.created());
+                barrier.wait().await;
+                let deps = json!({"by": name}).as_object().unwrap().clone();
+                let result = session.set_deps(deps, &ContextRules::default()).await;
+                session.close().await.unwrap();
+                (name, result)
+            })
+        };
+        let a = attempt(db.open().await, "a");
+        let b = attempt(db.open().await, "b");
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let (winner, loser) = match (a, b) {
+            ((w, Ok(())), (_, Err(e))) | ((_, Err(e)), (w, Ok(()))) => (w, e),
+            (a, b) => panic!("round {round}: {a:?} / {b:?}"),
+        };
+        assert!(matches!(loser, StoreError::AlreadyExists { .. }), "{loser}");
+        let store = db.open().await;
+        let kept = store.read(None, &id).await.unwrap();
+        let folded = Folded::fold(&kept.records).unwrap();
+        assert_eq!(folded.deps["by"], winner, "round {round}");
+        assert_eq!(
+            kept.records.len(),
+            2,
+            "round {round}: the loser wrote nothing"
+        );
+    }
 }
 
 async fn a_lost_lease_commits_nothing_more(backend: Backend) {
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
+    stored(&store, options(None, "fence")).await;
     let mut short = options(None, "fence");
     short.lease_ttl = std::time::Duration::from_millis(1);
     let mut stale = Session::open(Arc::clone(&store), short, &ContextRules::default())
@@ -1566,6 +1593,7 @@ async fn a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice(backend: B
         .await
         .unwrap();
     let shared: Arc<dyn SessionStore> = store.clone();
+    stored(&shared, options(None, "commits")).await;
     let mut session = Session::open(shared, options(None, "commits"), &ContextRules::default())
         .await
         .unwrap();

@@ -261,8 +261,8 @@ fn show_progress(event: &Event) {
             )
         }
         Item::ContextUpdate { ops, .. } => format!("         ops: {}", op_summary(ops)),
-        Item::Error { kind, message } => format!("run failed ({kind}): {message}"),
-        // The prompt, and items added by later versions.
+        // The prompt; the run's failure (said once, at the end); and items
+        // added by later versions.
         _ => return,
     };
     // Each event is one line, whatever newlines the model or tool put in it.
@@ -333,7 +333,7 @@ fn finish(
                     "store": session.location(),
                 }));
             } else {
-                print_error(&error);
+                print_error(&format!("run failed ({}): {error}", error.kind()));
                 print_out(&format!("deps: {}", show_json(&deps)));
             }
             match error {

@@ -313,6 +313,14 @@ impl Session {
     /// `options.deps` laid over an existing one's) leave out the keys
     /// `rules` hide and secret-looking ones.
     ///
+    /// A new session (no id given, or one that names no session) is not
+    /// stored until its first commit, which creates it with that commit's
+    /// records in one transaction and takes its lease: an opener that
+    /// commits nothing (a run that fails before its prompt is journaled,
+    /// an MCP connection that never calls a tool) leaves nothing behind.
+    /// Of two openers of the same new id, the second to commit fails with
+    /// [`StoreError::AlreadyExists`] and writes nothing.
+    ///
     /// Fails with [`StoreError::InUse`] while another run holds the
     /// session, and changes nothing then.
     ///
@@ -329,12 +337,12 @@ impl Session {
         if let Some(user) = &options.user_id {
             check_user_id(user)?;
         }
-        let session_id = match &options.session_id {
+        let (session_id, named) = match &options.session_id {
             Some(id) => {
                 check_session_id(id)?;
-                id.clone()
+                (id.clone(), true)
             }
-            None => crate::context::new_id("sess"),
+            None => (crate::context::new_id("sess"), false),
         };
         let holder = Holder::new();
         let now = now_ms();
@@ -345,24 +353,57 @@ impl Session {
             metadata: options.metadata.clone(),
             ephemeral: options.ephemeral,
         };
-        let first = [Record {
+        let first = Record {
             seq: 1,
             at_ms: now,
             entry: Entry::Deps {
                 deps: secrets::scrub_deps(options.deps.as_ref().unwrap_or(&Map::new()), rules),
             },
-        }];
-        let leased = store
-            .lease(LeaseRequest {
+        };
+        // A fresh id names no session; a given one may.
+        let leased = if named {
+            let request = LeaseRequest {
                 user_id: options.user_id.as_deref(),
                 session_id: &session_id,
                 holder: &holder,
                 ttl: options.lease_ttl,
                 now_ms: now,
-                create: Some((&header, &first)),
-            })
-            .await?;
+                create: None,
+            };
+            match store.lease(request).await {
+                Ok(leased) => Some(leased),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            None
+        };
         let location = store.location();
+        let Some(leased) = leased else {
+            // New: created by its first commit.
+            let birth = writer::Birth {
+                header,
+                first,
+                holder,
+                ttl: options.lease_ttl,
+            };
+            let writer = Writer::unborn(store, birth, options.snapshot_every);
+            let deps = options.deps.unwrap_or_default();
+            let mut ctx = RunContext::new(deps).with_session_id(&session_id);
+            if let Some(user) = &options.user_id {
+                ctx = ctx.with_user_id(user);
+            }
+            for (key, value) in options.metadata {
+                ctx = ctx.with_metadata(key, value);
+            }
+            return Ok(Session {
+                ctx,
+                transcript: Transcript::default(),
+                writer,
+                created: true,
+                location,
+            });
+        };
         let stored = leased.session;
         let corrupt = |e: crate::journal::FoldError| StoreError::Corrupt {
             session_id: session_id.clone(),
@@ -404,12 +445,7 @@ impl Session {
         );
 
         let header = stored.header;
-        // A new session's live deps are all the opener gave, secrets too;
-        // the store has them without.
-        let deps = match (leased.created, &options.deps) {
-            (true, Some(given)) => given.clone(),
-            _ => folded.deps,
-        };
+        let deps = folded.deps;
         let mut ctx = RunContext::new(deps).with_session_id(&session_id);
         if let Some(user) = &header.user_id {
             ctx = ctx.with_user_id(user);
@@ -423,12 +459,10 @@ impl Session {
             ctx,
             transcript: folded.transcript,
             writer,
-            created: leased.created,
+            created: false,
             location,
         };
-        if !session.created
-            && let Some(overlay) = options.deps
-        {
+        if let Some(overlay) = options.deps {
             session.ctx.deps_mut().extend(overlay);
             let deps = secrets::scrub_deps(session.ctx.deps(), rules);
             session.commit(vec![Entry::Deps { deps }]).await?;
@@ -579,7 +613,8 @@ impl Session {
         self.ctx.session_id()
     }
 
-    /// Whether opening it created it.
+    /// Whether it is new: it did not exist when opened, and its first
+    /// commit creates it.
     pub fn created(&self) -> bool {
         self.created
     }

@@ -1,15 +1,28 @@
 //! The write side of a leased session: numbers records and commits them
 //! while the lease holds, snapshots the journal's fold every so many
-//! records, and keeps the lease alive.
+//! records, and keeps the lease alive. A new session is created by its
+//! first commit (with its first record), not by opening it: an opener
+//! that commits nothing leaves nothing behind.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::store::{Lease, SessionStore, StoredSnapshot};
+use super::Holder;
+use super::store::{Lease, LeaseRequest, SessionHeader, SessionStore, StoredSnapshot};
 use crate::BoxFuture;
 use crate::context::{RunContext, Usage};
 use crate::journal::{Entry, Folded, Record, Sink, Snapshot, StoreError, now_ms};
+
+/// A session not created yet: what its first commit creates it with.
+#[derive(Debug)]
+pub(crate) struct Birth {
+    pub header: SessionHeader,
+    /// Record 1 (the starting deps).
+    pub first: Record,
+    pub holder: Holder,
+    pub ttl: Duration,
+}
 
 /// A leased session's journal, as a [`Sink`]: each commit is one append
 /// of the next records, accepted by the store only while the lease is the
@@ -18,7 +31,12 @@ use crate::journal::{Entry, Folded, Record, Sink, Snapshot, StoreError, now_ms};
 #[derive(Debug)]
 pub(crate) struct Writer {
     store: Arc<dyn SessionStore>,
-    lease: Lease,
+    session_id: String,
+    user_id: Option<String>,
+    /// The lease, once the session exists; `None` before its first commit.
+    lease: Option<Lease>,
+    /// What the first commit creates the session with, until it did.
+    birth: Option<Birth>,
     /// The number of the last record committed.
     head: u64,
     /// The usage and iteration last committed.
@@ -34,7 +52,7 @@ pub(crate) struct Writer {
     /// Set when the lease is known lost (a commit or a renewal said so) or
     /// given up.
     lost: Arc<AtomicBool>,
-    heartbeat: tokio::task::JoinHandle<()>,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
     released: bool,
 }
 
@@ -45,22 +63,54 @@ impl Writer {
         store: Arc<dyn SessionStore>,
         lease: Lease,
         head: u64,
-        mut state: Folded,
+        state: Folded,
         snapshot_every: u64,
+    ) -> Self {
+        let lost = Arc::new(AtomicBool::new(false));
+        let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
+        let mut writer = Self::with(store, &lease.session_id, lease.user_id.clone(), state);
+        writer.head = head;
+        writer.snapshot_every = snapshot_every;
+        writer.lost = lost;
+        writer.heartbeat = Some(heartbeat);
+        writer.lease = Some(lease);
+        writer
+    }
+
+    /// Writes a session that does not exist yet: its first commit creates
+    /// it (with `birth.first` and the commit's records, in one transaction)
+    /// and takes its lease. Fails with [`StoreError::AlreadyExists`] when
+    /// another opener created it meanwhile.
+    pub(crate) fn unborn(store: Arc<dyn SessionStore>, birth: Birth, snapshot_every: u64) -> Self {
+        let state = Folded::fold(std::slice::from_ref(&birth.first)).unwrap_or_default();
+        let header = &birth.header;
+        let mut writer = Self::with(store, &header.session_id, header.user_id.clone(), state);
+        writer.head = birth.first.seq;
+        writer.snapshot_every = snapshot_every;
+        writer.birth = Some(birth);
+        writer
+    }
+
+    fn with(
+        store: Arc<dyn SessionStore>,
+        session_id: &str,
+        user_id: Option<String>,
+        mut state: Folded,
     ) -> Self {
         let committed = (state.usage, state.iteration);
         state.transcript.compact();
-        let lost = Arc::new(AtomicBool::new(false));
-        let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
         Self {
             store,
-            lease,
-            head,
+            session_id: session_id.to_owned(),
+            user_id,
+            lease: None,
+            birth: None,
+            head: 0,
             committed,
             state: Some(state),
-            snapshot_every,
-            lost,
-            heartbeat,
+            snapshot_every: 0,
+            lost: Arc::new(AtomicBool::new(false)),
+            heartbeat: None,
             released: false,
         }
     }
@@ -97,9 +147,17 @@ impl Writer {
             })
             .collect();
         let last = self.head + records.len() as u64;
+        if self.birth.is_some() {
+            self.create(records, now).await?;
+            self.committed = usage;
+            return Ok(());
+        }
         let snapshot = self.snapshot_at(last, &records);
         let stored = snapshot.as_ref().map(|(stored, _)| stored);
-        match self.store.append(&self.lease, &records, stored, now).await {
+        let Some(lease) = &self.lease else {
+            return Err(self.lost_error());
+        };
+        match self.store.append(lease, &records, stored, now).await {
             Ok(()) => {
                 self.fold_committed(records, snapshot.map(|(_, state)| state));
                 self.head = last;
@@ -113,6 +171,47 @@ impl Writer {
                 Err(e)
             }
         }
+    }
+
+    /// Creates the session with `first` and `records` (one transaction),
+    /// taking its lease; from then on the writer appends.
+    async fn create(&mut self, records: Vec<Record>, now: u64) -> Result<(), StoreError> {
+        let Some(birth) = &self.birth else {
+            return Err(self.lost_error());
+        };
+        let mut all = Vec::with_capacity(records.len() + 1);
+        all.push(birth.first.clone());
+        all.extend(records);
+        let leased = self
+            .store
+            .lease(LeaseRequest {
+                user_id: birth.header.user_id.as_deref(),
+                session_id: &birth.header.session_id,
+                holder: &birth.holder,
+                ttl: birth.ttl,
+                now_ms: now,
+                create: Some((&birth.header, &all)),
+            })
+            .await?;
+        if !leased.created {
+            // Another opener made it after this one looked: it is theirs.
+            let _ = self.store.release(&leased.lease).await;
+            return Err(StoreError::AlreadyExists {
+                session_id: self.session_id.clone(),
+            });
+        }
+        let last = all.last().map_or(self.head, |r| r.seq);
+        let records = all.split_off(1);
+        self.heartbeat = Some(spawn_heartbeat(
+            Arc::clone(&self.store),
+            leased.lease.clone(),
+            Arc::clone(&self.lost),
+        ));
+        self.lease = Some(leased.lease);
+        self.birth = None;
+        self.fold_committed(records, None);
+        self.head = last;
+        Ok(())
     }
 
     /// The snapshot to write with `records` (ending at record `last`), and
@@ -157,7 +256,7 @@ impl Writer {
 
     fn give_up_state(&mut self, problem: &str) {
         tracing::warn!(
-            session = %self.lease.session_id,
+            session = %self.session_id,
             problem,
             "the journal's fold cannot be kept; no more snapshots of this session from this run"
         );
@@ -166,18 +265,17 @@ impl Writer {
 
     /// The committed records about the tool call `call_id`.
     pub(crate) async fn call_records(&self, call_id: &str) -> Result<Vec<Record>, StoreError> {
+        if self.birth.is_some() {
+            return Ok(Vec::new());
+        }
         self.store
-            .call_records(
-                self.lease.user_id.as_deref(),
-                &self.lease.session_id,
-                call_id,
-            )
+            .call_records(self.user_id.as_deref(), &self.session_id, call_id)
             .await
     }
 
     fn lost_error(&self) -> StoreError {
         StoreError::LeaseLost {
-            session_id: self.lease.session_id.clone(),
+            session_id: self.session_id.clone(),
         }
     }
 
@@ -185,9 +283,15 @@ impl Writer {
     /// [`StoreError::LeaseLost`].
     pub(crate) async fn release(&mut self) -> Result<(), StoreError> {
         self.lost.store(true, Ordering::SeqCst);
-        self.heartbeat.abort();
+        if let Some(heartbeat) = &self.heartbeat {
+            heartbeat.abort();
+        }
         self.released = true;
-        self.store.release(&self.lease).await
+        self.birth = None;
+        match &self.lease {
+            Some(lease) => self.store.release(lease).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -203,7 +307,12 @@ impl Sink for Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.heartbeat.abort();
+        if let Some(heartbeat) = &self.heartbeat {
+            heartbeat.abort();
+        }
+        let Some(lease) = &self.lease else {
+            return;
+        };
         if self.released {
             return;
         }
@@ -211,7 +320,7 @@ impl Drop for Writer {
         // there to do it; otherwise it expires.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(&self.store);
-            let lease = self.lease.clone();
+            let lease = lease.clone();
             runtime.spawn(async move {
                 if let Err(e) = store.release(&lease).await {
                     tracing::warn!(error = %e, "cannot release a session lease");
