@@ -24,6 +24,7 @@ mod ops;
 mod plain;
 mod policy;
 mod postgres_tls;
+mod readme;
 mod scale;
 mod script;
 mod sessions;

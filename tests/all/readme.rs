@@ -1,0 +1,217 @@
+//! README.md's commands, run as pasted (issue 31.5): every line of every
+//! `sh` block, from the repository's root, in the order the README gives
+//! them, with the built `airlock` first on `PATH` (the README's `export
+//! PATH=…` line) and a data directory of its own. A line that needs what a
+//! test cannot have here (the network, a model's API key, a registry or a
+//! Postgres server started by hand, a crate built outside the repository,
+//! a server that runs until stopped) is skipped for a reason named in
+//! [`SKIPPED`]; the tests of those features cover them. Where the README
+//! shows a command's output (`$ command` then its lines), each shown line
+//! must be in what it prints; where it shows `# error: …` after a command,
+//! the command must fail saying that.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{cache_dir, root};
+
+/// Lines not run, by how they start or what they hold, and why.
+const SKIPPED: &[(&str, &str)] = &[
+    (
+        "export PATH=",
+        "the test puts the built airlock first on PATH",
+    ),
+    ("make ", "make targets: what `make test` itself runs"),
+    ("cargo ", "builds a crate outside the repository"),
+    (
+        "airlock call target/wasm32-wasip2/release/greeter.wasm",
+        "the greeter crate is built outside the repository",
+    ),
+    (
+        "airlock keygen",
+        "the registry walk-through (tests/all/oci.rs runs it against a registry)",
+    ),
+    ("airlock push", "the registry walk-through"),
+    ("airlock pull", "the registry walk-through"),
+    ("oci://", "the registry walk-through"),
+    (
+        "--config guest-examples/registry/",
+        "the registry walk-through",
+    ),
+    (
+        "airlock mcp",
+        "a server that runs until stopped (tests/all/mcp.rs drives it)",
+    ),
+    ("=...", "needs an API key or token"),
+    ("=sk-", "needs an API key"),
+    ("OPENAI_BASE_URL=", "needs a model server"),
+];
+
+/// One command of the README and what it is shown to print.
+#[derive(Debug)]
+struct Shown {
+    line: usize,
+    command: String,
+    /// Lines it prints (after a `$ ` command).
+    output: Vec<String>,
+    /// Text its error must hold (`# error: …` after it).
+    error: Option<String>,
+}
+
+/// Every command of the README's `sh` blocks, in order.
+fn commands(readme: &str) -> Vec<Shown> {
+    let mut shown: Vec<Shown> = Vec::new();
+    let mut in_sh = false;
+    let mut prompted = false;
+    let mut pending = String::new();
+    for (n, raw) in readme.lines().enumerate() {
+        if raw.starts_with("```") {
+            in_sh = raw == "```sh";
+            prompted = false;
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let line = raw.trim();
+        if let Some(error) = line.strip_prefix("# error: ") {
+            if let Some(last) = shown.last_mut() {
+                last.error = Some(error.trim_matches('"').to_owned());
+            }
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let command = match line.strip_prefix("$ ") {
+            Some(command) => {
+                prompted = true;
+                command
+            }
+            None if prompted => {
+                if let Some(last) = shown.last_mut() {
+                    last.output.push(line.to_owned());
+                }
+                continue;
+            }
+            None => line,
+        };
+        // A trailing backslash, or an open quote, continues the command on
+        // the next line.
+        if let Some(head) = command.strip_suffix('\\') {
+            pending.push_str(head);
+            continue;
+        }
+        pending.push_str(command);
+        if open_quote(&pending) {
+            pending.push('\n');
+            continue;
+        }
+        let whole = std::mem::take(&mut pending);
+        shown.push(Shown {
+            line: n + 1,
+            command: whole,
+            output: Vec::new(),
+            error: None,
+        });
+    }
+    shown
+}
+
+/// Whether `text` ends inside a quoted string (as `sh` reads quotes; a
+/// `#` after a blank outside quotes starts a comment, whose quotes do not
+/// count).
+fn open_quote(text: &str) -> bool {
+    let (mut quote, mut escaped, mut blank) = (None, false, true);
+    for c in text.chars() {
+        match (quote, c) {
+            (_, _) if escaped => escaped = false,
+            (None, '#') if blank => break,
+            (None | Some('"'), '\\') => escaped = true,
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+        blank = c.is_whitespace() || c == '\n';
+    }
+    quote.is_some()
+}
+
+fn skipped(command: &str) -> Option<&'static str> {
+    SKIPPED
+        .iter()
+        .find(|(pattern, _)| command.starts_with(pattern) || command.contains(pattern))
+        .map(|(_, why)| *why)
+}
+
+#[test]
+fn every_offline_command_in_the_readme_runs_as_pasted() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_airlock")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let all = commands(&readme);
+    assert!(all.len() > 20, "the README's commands were not found");
+    let (mut ran, mut skips) = (0, Vec::new());
+    for shown in &all {
+        if let Some(why) = skipped(&shown.command) {
+            skips.push(format!(
+                "README.md:{}: {} ({why})",
+                shown.line, shown.command
+            ));
+            continue;
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&shown.command)
+            .current_dir(&root)
+            .env("PATH", &path)
+            .env("AIRLOCK_DATA_DIR", data.path())
+            .env("AIRLOCK_CACHE_DIR", cache_dir())
+            .env_remove("AIRLOCK_STORE")
+            .env_remove("RUST_LOG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        let at = format!(
+            "README.md:{}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            shown.line, shown.command
+        );
+        match &shown.error {
+            Some(error) => {
+                assert!(!out.status.success(), "{at}: should fail");
+                assert!(
+                    stderr.contains(error.as_str()),
+                    "{at}: should say {error:?}"
+                );
+            }
+            None => assert!(out.status.success(), "{at}"),
+        }
+        for line in &shown.output {
+            assert!(
+                stdout.contains(line.as_str()),
+                "{at}: should print {line:?}"
+            );
+        }
+        ran += 1;
+    }
+    assert!(ran >= 15, "only {ran} commands ran");
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("README: {ran} commands ran as pasted; skipped:");
+        for skip in &skips {
+            eprintln!("  {skip}");
+        }
+    }
+}
