@@ -776,3 +776,72 @@ fn a_failed_run_says_so_once_and_stores_only_what_it_journaled() {
     assert!(!shown.contains("run failed"), "said twice: {shown}");
     assert_eq!(listed(), 1);
 }
+
+/// `inspect` and `call` build the host `run` builds from a policy, so a
+/// policy `run` refuses (two tools named alike) is refused by each, with
+/// the same message (issue 31.8); and a tool of another component of the
+/// policy is not the named component's.
+#[test]
+fn inspect_call_and_run_refuse_the_same_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let stateful = guest("stateful");
+    let copy = dir.path().join("stateful-copy.wasm");
+    std::fs::copy(&stateful, &copy).unwrap();
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {stateful:?}\n\n[[tool]]\npath = {copy:?}\n"),
+    )
+    .unwrap();
+    let script = root().join("guest-examples/scripts/vowels.json");
+    let said: Vec<String> = [
+        airlock(&["inspect", path(&stateful), "--config", path(&policy)]),
+        airlock(&[
+            "call",
+            path(&stateful),
+            "increment",
+            "--config",
+            path(&policy),
+        ]),
+        airlock(&[
+            "run",
+            "hi",
+            "--script",
+            path(&script),
+            "--config",
+            path(&policy),
+        ]),
+    ]
+    .iter()
+    .map(|out| {
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+        stderr(out)
+    })
+    .collect();
+    for text in &said {
+        assert!(
+            text.contains("tool \"increment\" is defined twice"),
+            "{text}"
+        );
+    }
+
+    let examples = root().join("guest-examples/airlock.toml");
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "fetch",
+        "--config",
+        path(&examples),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["error"]["kind"], "unknown_tool");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("add_note"),
+        "{doc}"
+    );
+}

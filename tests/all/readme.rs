@@ -166,7 +166,15 @@ fn every_offline_command_in_the_readme_runs_as_pasted() {
             ));
             continue;
         }
-        let out = Command::new("sh")
+        let mut command = Command::new("sh");
+        // Postgres's client settings of the server `make test` runs under
+        // would make the README's own `pg_virtualenv` collide with it.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PG") {
+                command.env_remove(name);
+            }
+        }
+        let out = command
             .arg("-c")
             .arg(&shown.command)
             .current_dir(&root)

@@ -43,11 +43,27 @@ pub async fn run(args: CallArgs) -> ExitCode {
         &args.flags.registry,
     )
     .await;
-    let host = match loaded {
-        Ok((host, _)) => host,
+    let (host, component) = match loaded {
+        Ok((host, component, _)) => (host, component),
         Err(failure) => return fail(&args, &failure, None),
     };
     let call = ToolCall::new(args.name.as_str(), args.args.as_str());
+    // The policy's other tools are in the host; the call is the named
+    // component's.
+    if !component.tools().iter().any(|t| t.name == args.name) {
+        let mut tools: Vec<&str> = component.tools().iter().map(|t| t.name.as_str()).collect();
+        tools.sort_unstable();
+        let failure = Failure::input(
+            "unknown_tool",
+            format!(
+                "unknown tool {:?}; available: {}",
+                args.name,
+                tools.join(", ")
+            ),
+        );
+        let deps = shown_deps(&ctx, &host);
+        return finish(&args, &host, Err(failure), deps, None);
+    }
     if args.flags.session.id.is_some() {
         return call_in_session(&args, &host, &call).await;
     }

@@ -154,17 +154,12 @@ fn grant_lines(component: &LoadedComponent, described: &[(&'static str, String)]
 }
 
 pub async fn run(args: InspectArgs) -> ExitCode {
-    let (host, pulled) =
+    let (_host, component, pulled) =
         match load_host(&args.component, args.config.as_deref(), &args.registry).await {
             Ok(loaded) => loaded,
             Err(failure) => return fail(&args, &failure),
         };
-    let Some(component) = host.components().first() else {
-        return fail(
-            &args,
-            &Failure::input("internal", "no component was loaded"),
-        );
-    };
+    let component = &*component;
     let described = component.grants().describe();
     let imports = component.imports();
     let oci = pulled.as_ref().map(super::oci::describe);

@@ -28,6 +28,7 @@ use airlock::retention::Retention;
 use airlock::session::{
     Durability, PostgresStore, SessionError, SessionStore, StoreError, is_postgres_url,
 };
+use airlock::tools::LoadedComponent;
 use airlock::{
     CallError, CallFailure, Host, LoadError, RunContext, Session, SessionOptions, SqliteStore,
 };
@@ -580,37 +581,45 @@ fn print_note(text: &str) {
     );
 }
 
-/// Builds a host and loads `component` (a file, or a reference: pulled if
-/// the store lacks it) under the policy at `config`. A component the
-/// policy does not list, or any component without a policy, gets nothing
-/// beyond the default limits. What a reference resolved to comes back
-/// with the host.
+/// Builds the host `run` and `mcp` would build from the policy at
+/// `config` (every tool it lists, with its grants, limits and names: one
+/// validation path, so a policy `run` refuses is refused here too), and
+/// loads `component` (a file, or a reference: pulled if the store lacks
+/// it) beside them when the policy does not list it: then it gets nothing
+/// beyond the default limits. Returns the host, the component, and what a
+/// reference resolved to.
 async fn load_host(
     component: &ComponentArg,
     config: Option<&Path>,
     registry: &RegistryFlags,
-) -> Result<(Host, Option<Resolved>), Failure> {
+) -> Result<(Host, Arc<LoadedComponent>, Option<Resolved>), Failure> {
     let mut policy = load_policy(config)?;
     let (path, pulled) = oci::resolve_one(component, policy.as_mut(), registry).await?;
-    let Some(policy) = policy else {
-        let mut host = host_builder().build()?;
-        host.load(&path).await?;
-        return Ok((host, pulled));
-    };
-    let scoped = policy.restricted_to(&path);
-    let mut host = host_builder().build_with_policy(&scoped).await?;
-    if scoped.tools.is_empty() {
+    let listed = policy
+        .as_ref()
+        .is_some_and(|p| p.for_component(&path).is_some());
+    if let Some(policy) = policy.as_ref().filter(|p| !listed && !p.tools.is_empty()) {
         // Worth a word only when the policy grants other tools: then a
         // path that does not match is the likely mistake.
-        if !policy.tools.is_empty() {
-            print_note(&format!(
-                "{} does not list {component}, so it runs with no grants and the default limits",
-                policy.source.display(),
-            ));
-        }
-        host.load(&path).await?;
+        print_note(&format!(
+            "{} does not list {component}, so it runs with no grants and the default limits",
+            policy.source.display(),
+        ));
     }
-    Ok((host, pulled))
+    let extra = if listed {
+        Vec::new()
+    } else {
+        vec![ComponentArg::File(path.clone())]
+    };
+    let host = tools_host(policy, &extra, registry).await?.host;
+    let wanted = path.canonicalize().unwrap_or(path);
+    let loaded = host
+        .components()
+        .iter()
+        .find(|c| c.path().canonicalize().is_ok_and(|p| p == wanted))
+        .cloned()
+        .ok_or_else(|| Failure::input("internal", format!("{component} was not loaded")))?;
+    Ok((host, loaded, pulled))
 }
 
 /// A host with tools, and the files it was built from (a change to any of

@@ -318,8 +318,10 @@ impl Session {
     /// records in one transaction and takes its lease: an opener that
     /// commits nothing (a run that fails before its prompt is journaled,
     /// an MCP connection that never calls a tool) leaves nothing behind.
-    /// Of two openers of the same new id, the second to commit fails with
-    /// [`StoreError::AlreadyExists`] and writes nothing.
+    /// Of two openers of the same new id, the second to commit writes
+    /// nothing and fails: [`StoreError::InUse`] while the first holds the
+    /// session, [`StoreError::AlreadyExists`] after (never does it append
+    /// to a session it did not load).
     ///
     /// Fails with [`StoreError::InUse`] while another run holds the
     /// session, and changes nothing then.

@@ -79,8 +79,9 @@ impl Writer {
 
     /// Writes a session that does not exist yet: its first commit creates
     /// it (with `birth.first` and the commit's records, in one transaction)
-    /// and takes its lease. Fails with [`StoreError::AlreadyExists`] when
-    /// another opener created it meanwhile.
+    /// and takes its lease. When another opener created it meanwhile,
+    /// fails with [`StoreError::InUse`] (theirs is leased) or
+    /// [`StoreError::AlreadyExists`], writing nothing.
     pub(crate) fn unborn(store: Arc<dyn SessionStore>, birth: Birth, snapshot_every: u64) -> Self {
         let state = Folded::fold(std::slice::from_ref(&birth.first)).unwrap_or_default();
         let header = &birth.header;
