@@ -286,7 +286,7 @@ impl McpServer {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
             },
-            Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure.error)),
+            Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure)),
             Err(e) => error_result(e.to_string()),
         }
     }

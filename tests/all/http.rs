@@ -488,3 +488,65 @@ async fn an_echoed_secret_is_redacted_before_the_tool_sees_it() {
         "the server did get the secret"
     );
 }
+
+/// A policy that names `localhost` does not allow `127.0.0.1` (nor the
+/// reverse), and the refusal says so where the operator reads it: the
+/// `airlock call` error names the host, what the allowlist names, and what
+/// to list (issue 31.10); the same text reaches the model with the failure.
+/// Nothing reaches the server, and the allowed form works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_name_and_its_address_are_different_hosts_and_the_refusal_says_so() {
+    use crate::support::{airlock, guest};
+    let server = Loopback::start().await;
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
+    let fetcher = guest("http_fetch");
+    for (listed, asked) in [("localhost", "127.0.0.1"), ("127.0.0.1", "localhost")] {
+        let policy = dir.path().join(format!("{listed}.toml"));
+        std::fs::write(
+            &policy,
+            format!("[[tool]]\npath = {fetcher:?}\nhttp = [\"http://{listed}:{port}\"]\n"),
+        )
+        .unwrap();
+        let fetch = |host: &str| {
+            let args = json!({"url": format!("http://{host}:{port}/x")}).to_string();
+            airlock(&[
+                "call",
+                fetcher.to_str().unwrap(),
+                "fetch",
+                &args,
+                "--config",
+                policy.to_str().unwrap(),
+            ])
+        };
+        let sent = server.requests().len();
+        let out = fetch(asked);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        let expected = format!(
+            "host {asked} is not in the allowlist; the allowlist names {listed} (a pattern \
+             matches the host as the URL writes it) — list the address itself"
+        );
+        assert!(said.contains(&expected), "{said}");
+        assert_eq!(server.requests().len(), sent, "a refused request was sent");
+        let out = fetch(listed);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // In the library: the refusal is in the failure's output and in what
+    // the model is told.
+    let host = fetch_host(config(&[&format!("http://localhost:{port}")], vec![])).await;
+    let mut ctx = RunContext::default();
+    let call = airlock::ToolCall::new(
+        "fetch",
+        json!({"url": format!("http://127.0.0.1:{port}/x")}).to_string(),
+    );
+    let failure = host.call(&mut ctx, &call).await.unwrap_err();
+    assert_eq!(failure.output.refusals.len(), 1, "{:?}", failure.output);
+    let told = airlock::journal::failure_text(&failure);
+    assert!(told.contains("the allowlist names localhost"), "{told}");
+}

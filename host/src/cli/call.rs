@@ -144,6 +144,7 @@ fn print_success(
             "logs": outcome.output.logs,
             "stdout": outcome.output.stdout,
             "stderr": outcome.output.stderr,
+            "refusals": outcome.output.refusals,
             "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
         });
         if let (Some(stored), Value::Object(doc)) = (stored, &mut doc) {
@@ -175,6 +176,9 @@ fn print_success(
         for line in stream.lines() {
             text.push_str(&format!("{name}: {line}\n"));
         }
+    }
+    for why in &outcome.output.refusals {
+        text.push_str(&format!("refused: {}\n", field(why)));
     }
     text.push_str(&format!("deps:   {}", show_json(&deps)));
     if let Some(stored) = stored {

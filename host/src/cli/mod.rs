@@ -224,8 +224,11 @@ impl From<SessionError> for Failure {
 }
 
 impl From<CallFailure> for Failure {
+    /// The call's error, and what the host refused it with why.
     fn from(f: CallFailure) -> Self {
-        f.error.into()
+        let mut failure = Failure::from(f.error);
+        failure.message = airlock::journal::with_refusals(failure.message, &f.output);
+        failure
     }
 }
 

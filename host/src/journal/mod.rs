@@ -30,6 +30,6 @@ mod snapshot;
 
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
 pub use record::{CallStatus, Entry, Event, Item, Outcome, Record, Role, Transcript, now_ms};
-pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE, failure_text};
+pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE, failure_text, with_refusals};
 pub use sink::{Conversation, Sink, StoreError};
 pub use snapshot::{SNAPSHOT_VERSION, Snapshot, SnapshotError};

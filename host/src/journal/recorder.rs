@@ -20,13 +20,23 @@ pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler."
 pub const CANCELLED_MESSAGE: &str = "Tool call was cancelled.";
 
 /// What the model (or an MCP client) is told of a failed call: the
-/// failure's kind and message; a `retry` asks it to try again.
-pub fn failure_text(error: &CallError) -> String {
-    match error {
+/// failure's kind and message (a `retry` asks it to try again), and what
+/// the host refused the tool, with why ([`GuestOutput::refusals`]).
+pub fn failure_text(failure: &CallFailure) -> String {
+    let text = match &failure.error {
         CallError::Retry(message) => format!("Error (retry): {message}. Please try again."),
         CallError::Cancelled => CANCELLED_MESSAGE.to_owned(),
         other => format!("Error ({}): {other}", other.kind()),
+    };
+    with_refusals(text, &failure.output)
+}
+
+/// `text`, followed by what the host refused the call, if anything.
+pub fn with_refusals(text: String, output: &GuestOutput) -> String {
+    if output.refusals.is_empty() {
+        return text;
     }
+    format!("{text} (the host refused: {})", output.refusals.join("; "))
 }
 
 /// How a call that was asked for ended.
@@ -169,7 +179,7 @@ impl<'c> Recorder<'c> {
                     CallError::Cancelled => CallStatus::Cancelled,
                     _ => CallStatus::Failed,
                 },
-                failure_text(&failure.error),
+                failure_text(failure),
                 Some(failure.kind()),
                 failure.output.clone(),
                 Vec::new(),

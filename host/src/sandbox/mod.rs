@@ -41,8 +41,9 @@ use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub(crate) use limits::{CallLimiter, ResourceHit};
 pub use limits::{Limits, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
+pub(crate) use output::Refusals;
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
-pub use output::{GuestOutput, Stream};
+pub use output::{GuestOutput, MAX_REFUSALS, Stream};
 pub(crate) use until::{Stop, until};
 
 /// How often the epoch advances. A call's deadline is checked on each tick,
@@ -322,6 +323,8 @@ pub struct CallState {
     pub(crate) stderr: CapturedOutput,
     /// Records from the `log` interface, bounded like stdout.
     pub(crate) log: CapturedLog,
+    /// What the host refused the guest, and why.
+    refusals: Refusals,
     pub(crate) deadline: Instant,
     pub(crate) cancel: CancelToken,
     /// The call's room in the instance pool, given back when the store
@@ -362,6 +365,7 @@ impl CallState {
         };
         grants.prepare(&mut setup)?;
         let secrets = setup.secrets;
+        let refusals = Refusals::default();
         // What the host holds for the guest is bounded like its memory:
         // this many resources at once, each buffer capped so that together
         // they fit the memory limit.
@@ -373,7 +377,8 @@ impl CallState {
             wasi: wasi.build(),
             table,
             http,
-            http_hooks: HttpHooks::new(Arc::clone(grants), secrets, deadline),
+            http_hooks: HttpHooks::new(Arc::clone(grants), secrets, deadline, refusals.clone()),
+            refusals,
             limiter: CallLimiter::new(limits),
             stdout,
             stderr,
@@ -393,6 +398,7 @@ impl CallState {
             logs: self.log.take(),
             stdout: self.stdout.text(),
             stderr: self.stderr.text(),
+            refusals: self.refusals.take(),
         }
     }
 }

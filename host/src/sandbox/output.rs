@@ -29,12 +29,47 @@ pub struct GuestOutput {
     /// What the guest wrote to stderr.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr: String,
+    /// What the guest asked for that the host refused, each with why (an
+    /// HTTP request off the allowlist, to a non-public address, past the
+    /// call's request or connection limit). Written by the host, never by
+    /// the guest; at most [`MAX_REFUSALS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<String>,
 }
 
 impl GuestOutput {
-    /// Whether the guest wrote nothing at all.
+    /// Whether the guest wrote nothing at all and nothing was refused.
     pub fn is_empty(&self) -> bool {
-        self.logs.is_empty() && self.stdout.is_empty() && self.stderr.is_empty()
+        self.logs.is_empty()
+            && self.stdout.is_empty()
+            && self.stderr.is_empty()
+            && self.refusals.is_empty()
+    }
+}
+
+/// The most refusals a call keeps (the same refusal is kept once).
+pub const MAX_REFUSALS: usize = 8;
+
+/// Where the host notes, during a call, what it refused the guest and why
+/// ([`GuestOutput::refusals`]): shared by the call's state and its
+/// capabilities' hooks. Bounded: a guest that asks a million times costs
+/// [`MAX_REFUSALS`] notes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Refusals(Arc<Mutex<Vec<String>>>);
+
+impl Refusals {
+    /// Notes a refusal (once, and only while fewer than [`MAX_REFUSALS`]
+    /// are kept).
+    pub(crate) fn note(&self, why: String) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() < MAX_REFUSALS && !kept.contains(&why) {
+            kept.push(why);
+        }
+    }
+
+    /// The refusals noted so far, leaving none.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

@@ -43,7 +43,7 @@ pub use pattern::HostPattern;
 pub(crate) use pattern::Scheme;
 
 use super::{CallSetup, Grant, GrantError, Grants};
-use crate::sandbox::CallState;
+use crate::sandbox::{CallState, Refusals};
 
 /// Default cap on a response body a tool may read: 10 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 10 << 20;
@@ -181,6 +181,8 @@ pub(crate) struct HttpHooks {
     requests: u32,
     /// One permit per open connection; made on the call's first request.
     connections: Option<Arc<Semaphore>>,
+    /// Where a refused request is noted, with why, for the call's output.
+    refusals: Refusals,
 }
 
 impl HttpHooks {
@@ -188,6 +190,7 @@ impl HttpHooks {
         grants: Arc<Grants>,
         secrets: Vec<ResolvedSecret>,
         deadline: Instant,
+        refusals: Refusals,
     ) -> Self {
         Self {
             grants,
@@ -195,6 +198,7 @@ impl HttpHooks {
             deadline,
             requests: 0,
             connections: None,
+            refusals,
         }
     }
 }
@@ -213,10 +217,12 @@ impl WasiHttpHooks for HttpHooks {
         let grant = &self.grants.http;
         self.requests = self.requests.saturating_add(1);
         let permit = if self.requests > grant.max_requests {
-            tracing::info!(
-                limit = grant.max_requests,
-                "HTTP request refused: the call's request limit"
+            let why = format!(
+                "HTTP request refused: the call may send at most {} (max_requests)",
+                grant.max_requests
             );
+            tracing::info!("{why}");
+            self.refusals.note(why);
             None
         } else {
             let connections = self
@@ -224,19 +230,32 @@ impl WasiHttpHooks for HttpHooks {
                 .get_or_insert_with(|| Arc::new(Semaphore::new(grant.max_connections)));
             let permit = Arc::clone(connections).try_acquire_owned().ok();
             if permit.is_none() {
-                tracing::info!(
-                    limit = grant.max_connections,
-                    "HTTP request refused: the call's connection limit"
+                let why = format!(
+                    "HTTP request refused: the call may hold at most {} connections at once \
+                     (max_connections)",
+                    grant.max_connections
                 );
+                tracing::info!("{why}");
+                self.refusals.note(why);
             }
             permit
         };
         let grants = Arc::clone(&self.grants);
         let secrets = self.secrets.clone();
         let deadline = self.deadline;
+        let refusals = self.refusals.clone();
         Box::new(async move {
             let permit = permit.ok_or(HttpError::ConnectionLimitReached)?;
-            sender::send(&grants.http, &secrets, deadline, request, options, permit).await
+            sender::send(
+                &grants.http,
+                &secrets,
+                deadline,
+                request,
+                options,
+                permit,
+                &refusals,
+            )
+            .await
         })
     }
 }

@@ -114,6 +114,55 @@ impl HostPattern {
                     .is_ok_and(|ip| canonical(ip).is_loopback()))
     }
 
+    /// Why no pattern of `allow` lets a request to `scheme://host:port`
+    /// through, in one sentence an operator can act on. Patterns match a
+    /// host as the URL writes it: `localhost` and a loopback address are
+    /// different hosts to them, and that is said when it is the reason.
+    pub(crate) fn explain_miss(
+        allow: &[HostPattern],
+        scheme: Scheme,
+        host: &str,
+        port: u16,
+    ) -> String {
+        let scheme_text = match scheme {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        let shown_host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let wanted = format!("{scheme_text}://{shown_host}:{port}");
+        let loopback = |h: &str| {
+            h == "localhost"
+                || h.parse::<IpAddr>()
+                    .is_ok_and(|ip| canonical(ip).is_loopback())
+        };
+        let other_name = allow.iter().find(|p| {
+            p.scheme == scheme
+                && p.port == port
+                && p.is_loopback()
+                && loopback(host)
+                && p.host != host
+        });
+        let listed: Vec<&str> = allow.iter().map(HostPattern::as_str).collect();
+        let listed = if listed.is_empty() {
+            "the tool has no HTTP grant".to_owned()
+        } else {
+            format!("the allowlist is {}", listed.join(", "))
+        };
+        match other_name {
+            Some(p) => format!(
+                "HTTP request to {wanted} refused: host {host} is not in the allowlist; the \
+                 allowlist names {} (a pattern matches the host as the URL writes it) — list the \
+                 address itself",
+                p.host
+            ),
+            None => format!("HTTP request to {wanted} refused: not on the allowlist ({listed})"),
+        }
+    }
+
     pub(crate) fn matches(&self, scheme: Scheme, host: &str, port: u16) -> bool {
         if scheme != self.scheme || port != self.port {
             return false;

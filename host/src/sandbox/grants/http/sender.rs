@@ -19,8 +19,9 @@ use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use super::address::is_non_public;
-use super::pattern::Scheme;
+use super::pattern::{HostPattern, Scheme};
 use super::{HttpGrant, IoFuture, ResolvedSecret};
+use crate::sandbox::Refusals;
 
 /// Connections all calls together may hold open: tools share the host's
 /// file descriptors with each other and with the host itself (the cache,
@@ -45,6 +46,7 @@ pub(super) async fn send(
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
     call_permit: OwnedSemaphorePermit,
+    refusals: &Refusals,
 ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
     let uri = request.uri().clone();
     let scheme = match uri.scheme_str() {
@@ -61,7 +63,9 @@ pub(super) async fn send(
     let port = uri.port_u16().unwrap_or(scheme.default_port());
 
     let Some(pattern) = grant.find(scheme, &host, port) else {
-        tracing::info!(%uri, "HTTP request refused: not on the tool's allowlist");
+        let why = HostPattern::explain_miss(grant.allowed(), scheme, &host, port);
+        tracing::info!(%uri, "{why}");
+        refusals.note(why);
         return Err(HttpError::HttpRequestDenied);
     };
 
@@ -76,7 +80,23 @@ pub(super) async fn send(
         .filter(|a| !is_non_public(a.ip()) || pattern.names_address(a.ip()))
         .collect();
     if permitted.is_empty() {
-        tracing::info!(%uri, ?addrs, "HTTP request refused: resolves to a non-public address");
+        let why = format!(
+            "HTTP request to {}://{}:{port} refused: {host} resolves to a non-public address \
+             ({}), which only a pattern naming that address allows",
+            uri.scheme_str().unwrap_or("http"),
+            if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host.clone()
+            },
+            addrs
+                .iter()
+                .map(|a| a.ip().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        tracing::info!(%uri, "{why}");
+        refusals.note(why);
         return Err(HttpError::DestinationIpProhibited);
     }
 
