@@ -845,3 +845,90 @@ fn inspect_call_and_run_refuse_the_same_policy() {
         "{doc}"
     );
 }
+
+/// `airlock --help` (long) and README list every exit code and every
+/// environment variable the host reads (found in its source, less the ones
+/// it sets for itself); value names are the same words everywhere
+/// (issue 31.15).
+#[test]
+fn long_help_and_readme_list_exit_codes_and_every_variable() {
+    let help = String::from_utf8_lossy(&airlock(&["--help"]).stdout).into_owned();
+    let short = String::from_utf8_lossy(&airlock(&["-h"]).stdout).into_owned();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    for code in ["0", "1", "2", "3", "4", "130"] {
+        assert!(
+            help.contains(&format!("\n  {code} ")),
+            "exit {code} in --help"
+        );
+        assert!(
+            readme.contains(&format!("| `{code}` |")),
+            "exit {code} in README"
+        );
+    }
+    assert!(!short.contains("Exit codes"), "-h stays short");
+    // Set by Airlock for itself (a compiling child, a kill test).
+    let internal = [
+        "AIRLOCK_COMPILE_CHILD",
+        "AIRLOCK_COMPILE_MEMORY",
+        "AIRLOCK_COMPILE_CPU_SECS",
+        "AIRLOCK_TEST_KILL_AT_COMMIT",
+    ];
+    let mut read = std::collections::BTreeSet::new();
+    let mut dirs = vec![root().join("host/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for piece in text.split('"').skip(1).step_by(2) {
+                let named = ["AIRLOCK_", "OPENAI_", "ANTHROPIC_"]
+                    .iter()
+                    .any(|p| piece.starts_with(p));
+                if named
+                    && piece.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                    && !internal.contains(&piece)
+                {
+                    read.insert(piece.to_owned());
+                }
+            }
+        }
+    }
+    read.insert("RUST_LOG".into());
+    assert!(read.len() >= 15, "{read:?}");
+    for name in &read {
+        assert!(help.contains(name.as_str()), "{name} in --help");
+        assert!(readme.contains(&format!("`{name}`")), "{name} in README");
+    }
+    // One word per kind of value, whatever the command.
+    let mut names = std::collections::BTreeSet::new();
+    for command in [
+        &["inspect"][..],
+        &["call"],
+        &["run"],
+        &["mcp"],
+        &["pull"],
+        &["push"],
+        &["sign"],
+        &["keygen"],
+        &["sessions", "list"],
+        &["sessions", "show"],
+        &["sessions", "export"],
+        &["sessions", "import"],
+        &["sessions", "prune"],
+    ] {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let text = String::from_utf8_lossy(&airlock(&args).stdout).into_owned();
+        for part in text.split('<').skip(1) {
+            if let Some(name) = part.split('>').next() {
+                names.insert(name.to_owned());
+            }
+        }
+    }
+    for odd in ["KEY", "MAX_ITERATIONS", "SYSTEM", "PATH", "DIRECTORY"] {
+        assert!(!names.contains(odd), "<{odd}> in a --help: {names:?}");
+    }
+}

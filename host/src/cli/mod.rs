@@ -41,8 +41,39 @@ pub const EXIT_INTERNAL: u8 = 3;
 pub const EXIT_IN_USE: u8 = 4;
 
 /// Run untrusted LLM-agent tools as sandboxed WebAssembly components.
+/// What `airlock --help` adds after the commands: exit codes and the
+/// environment (`-h` leaves it out).
+const LONG_HELP: &str = "\
+Exit codes:
+  0    success
+  1    the tool ran and failed (call), or the run failed (run: a model error, --max-iterations)
+  2    bad input: a file, argument, policy, component, deps, store or session that cannot be used
+  3    internal error (the session store failed)
+  4    the session is in use by another run (its lease expires unless renewed)
+  130  cancelled (Ctrl-C; the tool in flight is stopped, the session saved)
+
+Environment:
+  AIRLOCK_STORE               the session store (--store): a SQLite file or a postgres:// URL
+  AIRLOCK_DATA_DIR            where the default store sessions.db lives (else ~/.local/share/airlock)
+  AIRLOCK_STORE_SYNC          full (default: each commit on disk) or normal (survives a process crash)
+  AIRLOCK_LEASE_TTL_MS        how long a session's lease outlives its holder's last renewal (30000)
+  AIRLOCK_SNAPSHOT_EVERY      records between a session's snapshots (32; 0: none)
+  AIRLOCK_CACHE_DIR           the compile cache (else ~/.cache/airlock)
+  AIRLOCK_COMPILE_TIMEOUT_MS  how long compiling a component may take (120000)
+  AIRLOCK_COMPILE_MEMORY_MB   how much memory compiling a component may take (4096)
+  AIRLOCK_OCI_DIR             the store of components pulled from registries (else oci/ in the cache)
+  AIRLOCK_REGISTRY_USERNAME   a registry's user and password (or AIRLOCK_REGISTRY_TOKEN), before
+  AIRLOCK_REGISTRY_PASSWORD   the docker config's auths
+  AIRLOCK_REGISTRY_TOKEN
+  OPENAI_API_KEY              --model openai:…; OPENAI_BASE_URL for another OpenAI-compatible server
+  OPENAI_BASE_URL
+  ANTHROPIC_API_KEY           --model anthropic:…; ANTHROPIC_BASE_URL for another endpoint
+  ANTHROPIC_BASE_URL
+  RUST_LOG                    tracing on stderr: a bare level is Airlock's own (debug, info, …);
+                              name a target to hear a library (wasmtime=debug)";
+
 #[derive(Debug, Parser)]
-#[command(name = "airlock", version, about)]
+#[command(name = "airlock", version, about, after_long_help = LONG_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -321,7 +321,7 @@ pub struct PushArgs {
     #[arg(value_name = "REFERENCE")]
     reference: String,
     /// Also sign it with this private key (see `airlock keygen`).
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "FILE")]
     sign: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryFlags,
@@ -418,7 +418,7 @@ pub struct SignArgs {
     #[arg(value_name = "REFERENCE")]
     reference: String,
     /// The private key (PEM, PKCS#8; see `airlock keygen`).
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "FILE")]
     key: PathBuf,
     #[command(flatten)]
     registry: RegistryFlags,

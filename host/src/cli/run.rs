@@ -48,10 +48,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
     /// Model requests allowed before the run fails.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10)]
     max_iterations: u32,
     /// A system prompt for the model.
-    #[arg(long)]
+    #[arg(long, value_name = "TEXT")]
     system: Option<String>,
     /// Run the calls of a model turn one after another (the policy's
     /// `[turn] parallel = false`). By default they run concurrently, with
