@@ -718,3 +718,86 @@ fn compiling_is_bounded_in_time_and_memory() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("increment"));
 }
+
+/// A component in WAT whose one function has `locals` locals, read after
+/// `loops` loops: Cranelift builds a block parameter per local per loop.
+fn heavy_component(locals: usize, loops: usize) -> String {
+    let mut body = format!("(local {})", "i32 ".repeat(locals));
+    body.push_str(&"(loop local.get 0 br_if 0)".repeat(loops));
+    for i in 0..locals {
+        body.push_str(&format!(" local.get {i} drop"));
+    }
+    format!(
+        "(component
+           (core module $m (func (export \"run\") (result i32) {body} i32.const 7))
+           (core instance $i (instantiate $m))
+           (func (export \"run\") (result u32) (canon lift (core func $i \"run\"))))"
+    )
+}
+
+/// Issue 32.2: a 22 KB function of 2,000 locals and 2,000 loops takes 2 s
+/// and 430 MB to compile (4× that at twice each, under 100 KB); it is
+/// refused before it compiles, on every path: the library's default
+/// (in-process) compiler and the binary's child alike. Nothing is cached,
+/// and the next component loads and runs. A lighter one of the same shape
+/// compiles and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_asks_the_compiler_for_too_much_is_refused_unbuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let heavy = dir.path().join("heavy.wat");
+    std::fs::write(&heavy, heavy_component(2000, 2000)).unwrap();
+    let light = dir.path().join("light.wat");
+    std::fs::write(&light, heavy_component(200, 200)).unwrap();
+    let cache = dir.path().join("cache");
+    let cached = || -> usize {
+        std::fs::read_dir(&cache).map_or(0, |d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            })
+            .count()
+        })
+    };
+
+    let mut host = Host::builder()
+        .cache(CompileCache::in_dir(&cache))
+        .build()
+        .unwrap();
+    let err = host.load(&heavy).await.unwrap_err();
+    let LoadError::CompileLimit { path, problem } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(path, &heavy);
+    assert!(
+        problem.contains("has 2000 locals and 2000 blocks, loops and ifs"),
+        "{problem}"
+    );
+    assert_eq!(cached(), 0, "a refused component was cached");
+    host.load(&light).await.unwrap();
+    let mut ctx = RunContext::default();
+    let out = call(&host, &mut ctx, "run", json!({})).await.unwrap();
+    assert_eq!(out.result, 7);
+    assert_eq!(cached(), 1);
+
+    let cache = cache.to_str().unwrap();
+    let out = crate::support::airlock_with_env(
+        &["call", heavy.to_str().unwrap(), "run"],
+        &[("AIRLOCK_CACHE_DIR", cache)],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("2000 locals") && said.contains("it is not compiled"),
+        "{said}"
+    );
+    assert_eq!(cached(), 1, "a refused component was cached");
+    let out = crate::support::airlock_with_env(
+        &["call", light.to_str().unwrap(), "run"],
+        &[("AIRLOCK_CACHE_DIR", cache)],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

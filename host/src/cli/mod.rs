@@ -59,8 +59,8 @@ Environment:
   AIRLOCK_LEASE_TTL_MS        how long a session's lease outlives its holder's last renewal (30000)
   AIRLOCK_SNAPSHOT_EVERY      records between a session's snapshots (32; 0: none)
   AIRLOCK_CACHE_DIR           the compile cache (else ~/.cache/airlock)
-  AIRLOCK_COMPILE_TIMEOUT_MS  how long compiling a component may take (120000)
-  AIRLOCK_COMPILE_MEMORY_MB   how much memory compiling a component may take (4096)
+  AIRLOCK_COMPILE_TIMEOUT_MS  how long compiling a component may take (5 s and 1 s per MiB)
+  AIRLOCK_COMPILE_MEMORY_MB   how much memory compiling may take (256 MiB and 48 bytes per byte)
   AIRLOCK_OCI_DIR             the store of components pulled from registries (else oci/ in the cache)
   AIRLOCK_REGISTRY_USERNAME   a registry's user and password (or AIRLOCK_REGISTRY_TOKEN), before
   AIRLOCK_REGISTRY_PASSWORD   the docker config's auths
@@ -583,10 +583,11 @@ fn host_builder() -> airlock::HostBuilder {
     })
 }
 
-/// Compiling in a bounded child process of this binary:
-/// `AIRLOCK_COMPILE_TIMEOUT_MS` (default 120,000) and
-/// `AIRLOCK_COMPILE_MEMORY_MB` (default 4,096) set the bounds. `None` (and
-/// compiling in this process) only if this binary's path is unknown.
+/// Compiling in a bounded child process of this binary, the bounds scaled
+/// to each component ([`airlock::sandbox::CompileLimits::for_size`]) unless
+/// `AIRLOCK_COMPILE_TIMEOUT_MS` or `AIRLOCK_COMPILE_MEMORY_MB` set them.
+/// `None` (and compiling in this process) only if this binary's path is
+/// unknown.
 fn child_compiler() -> Option<airlock::sandbox::Compiler> {
     let exe = std::env::current_exe().ok()?;
     let mut limits = airlock::sandbox::CompileLimits::default();
@@ -599,10 +600,10 @@ fn child_compiler() -> Option<airlock::sandbox::Compiler> {
         parsed
     };
     if let Some(ms) = number("AIRLOCK_COMPILE_TIMEOUT_MS") {
-        limits.timeout = std::time::Duration::from_millis(ms);
+        limits.timeout = Some(std::time::Duration::from_millis(ms));
     }
     if let Some(mb) = number("AIRLOCK_COMPILE_MEMORY_MB") {
-        limits.max_memory_bytes = mb.saturating_mul(1 << 20);
+        limits.max_memory_bytes = Some(mb.saturating_mul(1 << 20));
     }
     Some(airlock::sandbox::Compiler::Child { exe, limits })
 }

@@ -26,11 +26,14 @@ use super::{Sandbox, SandboxConfig};
 /// Set (to `1`) in the environment of a compile child.
 pub const CHILD_ENV: &str = "AIRLOCK_COMPILE_CHILD";
 
-/// How components are compiled.
+/// How components are compiled. Whichever, a component whose functions
+/// ask the compiler for too much is refused before it compiles
+/// ([`super::complexity`]).
 #[derive(Debug, Clone, Default)]
 pub enum Compiler {
-    /// In this process, on a blocking thread, with no bound (the library's
-    /// default: an embedder's executable may have no child entry point).
+    /// In this process, on a blocking thread (the library's default: an
+    /// embedder's executable may have no child entry point). Bounded by
+    /// [`super::complexity`] only: no deadline and no memory cap.
     #[default]
     InProcess,
     /// In a child process running `exe`, which calls
@@ -43,21 +46,43 @@ pub enum Compiler {
     },
 }
 
-/// Bounds on compiling one component in a child process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Bounds on compiling one component in a child process. Unset, each is
+/// scaled to the component ([`CompileLimits::for_size`]): a small
+/// component gets a few seconds and a few hundred MiB, an interpreter's
+/// more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CompileLimits {
-    /// Wall-clock time; the child is killed past it. Default 120 s.
-    pub timeout: Duration,
-    /// Data memory of the child (`RLIMIT_DATA`). Default 4 GiB.
-    pub max_memory_bytes: u64,
+    /// Wall-clock time; the child is killed past it (and its CPU time is
+    /// capped at as much per core). Default: 5 s and 1 s per MiB.
+    pub timeout: Option<Duration>,
+    /// Data memory of the child (`RLIMIT_DATA`). Default: 256 MiB and 48
+    /// bytes per byte of component.
+    pub max_memory_bytes: Option<u64>,
 }
 
-impl Default for CompileLimits {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(120),
-            max_memory_bytes: 4 << 30,
-        }
+/// Compile time every component is given, whatever its size.
+const BASE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Compile time given per MiB of component.
+const TIMEOUT_PER_MIB: Duration = Duration::from_secs(1);
+/// Compile memory every component is given.
+const BASE_MEMORY: u64 = 256 << 20;
+/// Compile memory given per byte of component. CPython (18 MB) peaks at
+/// 360 MB and SpiderMonkey (12 MB) at 390 MB, compiling on 2 cores.
+const MEMORY_PER_BYTE: u64 = 48;
+
+impl CompileLimits {
+    /// The deadline and memory for a component of `bytes` bytes: what is
+    /// set, else scaled to its size. Python's 18 MB get 23 s and 1.1 GiB;
+    /// a 100 KB component 5 s and 261 MiB.
+    pub fn for_size(&self, bytes: usize) -> (Duration, u64) {
+        let mib = u32::try_from(bytes >> 20).unwrap_or(u32::MAX);
+        let timeout = self
+            .timeout
+            .unwrap_or_else(|| BASE_TIMEOUT.saturating_add(TIMEOUT_PER_MIB.saturating_mul(mib)));
+        let memory = self.max_memory_bytes.unwrap_or_else(|| {
+            BASE_MEMORY.saturating_add(MEMORY_PER_BYTE.saturating_mul(bytes as u64))
+        });
+        (timeout, memory)
     }
 }
 
@@ -73,6 +98,10 @@ pub(crate) fn precompile(
     engine: &wasmtime::Engine,
     bytes: &[u8],
 ) -> wasmtime::Result<Vec<u8>> {
+    // WAT text is weighed (and compiled) as the binary it stands for.
+    let bytes = &*wat::parse_bytes(bytes)?;
+    super::complexity::check(bytes)
+        .map_err(|e| wasmtime::Error::new(CompileFailure(e.to_string())))?;
     match compiler {
         Compiler::InProcess => engine.precompile_component(bytes),
         Compiler::Child { exe, limits } => {
@@ -88,18 +117,17 @@ fn in_child(
     bytes: &[u8],
 ) -> Result<Vec<u8>, CompileFailure> {
     let fail = |what: &str, e: std::io::Error| CompileFailure(format!("{what}: {e}"));
+    let (timeout, max_memory) = limits.for_size(bytes.len());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let dir = tempfile::tempdir().map_err(|e| fail("cannot make a work directory", e))?;
     let (input, output) = (dir.path().join("in.wasm"), dir.path().join("out.cwasm"));
     std::fs::write(&input, bytes).map_err(|e| fail("cannot write the component", e))?;
     let mut child = Command::new(exe)
         .env(CHILD_ENV, "1")
-        .env(
-            "AIRLOCK_COMPILE_MEMORY",
-            limits.max_memory_bytes.to_string(),
-        )
+        .env("AIRLOCK_COMPILE_MEMORY", max_memory.to_string())
         .env(
             "AIRLOCK_COMPILE_CPU_SECS",
-            (limits.timeout.as_secs() + 1).to_string(),
+            (timeout.as_secs().saturating_mul(cores as u64) + 1).to_string(),
         )
         .arg(&input)
         .arg(&output)
@@ -110,7 +138,7 @@ fn in_child(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| fail(&format!("cannot start the compiler ({})", exe.display()), e))?;
-    let deadline = Instant::now() + limits.timeout;
+    let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -119,7 +147,7 @@ fn in_child(
                 let _ = child.wait();
                 return Err(CompileFailure(format!(
                     "compiling took longer than {} ms; it was stopped",
-                    limits.timeout.as_millis()
+                    timeout.as_millis()
                 )));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
@@ -136,7 +164,7 @@ fn in_child(
         return Err(CompileFailure(format!(
             "the compiler {how}: the component is invalid, or needs more than the {} MiB of \
              memory or the CPU time compiling may use",
-            limits.max_memory_bytes >> 20
+            max_memory >> 20
         )));
     }
     std::fs::read(&output).map_err(|e| fail("cannot read the compiled code", e))

@@ -15,6 +15,7 @@
 mod admission;
 pub(crate) mod cache;
 mod compiler;
+pub mod complexity;
 pub mod grants;
 mod limits;
 mod output;

@@ -133,8 +133,10 @@ pub enum LoadError {
         /// What it needs and what it may hold.
         problem: String,
     },
-    /// Compiling the component ran past its limits (time, memory) or
-    /// crashed, in its compile child.
+    /// The component asks the compiler for more than a component may
+    /// ([`crate::sandbox::complexity`]), or compiling it ran past its
+    /// limits (time, memory) or crashed, in its compile child. Nothing is
+    /// cached.
     #[error("{}: {problem}", .path.display())]
     CompileLimit {
         /// The file's path.
