@@ -27,7 +27,8 @@ use crate::journal::StoreError;
 /// The committer of one store's appends.
 #[derive(Debug)]
 pub(super) struct Committer {
-    jobs: Mutex<Sender<Job>>,
+    /// Shared by every appender (a `Sender` is `Sync`: no lock).
+    jobs: Sender<Job>,
     location: String,
     max_batch: Arc<AtomicUsize>,
 }
@@ -48,7 +49,7 @@ impl Committer {
             tracing::error!(error = %e, "cannot start the session store's committer");
         }
         Self {
-            jobs: Mutex::new(jobs),
+            jobs,
             location,
             max_batch,
         }
@@ -70,12 +71,7 @@ impl Committer {
         now_ms: u64,
     ) -> Result<(), StoreError> {
         let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .send(job);
-        sent.map_err(|_| stopped(&self.location))?;
+        self.jobs.send(job).map_err(|_| stopped(&self.location))?;
         answer.await.map_err(|_| stopped(&self.location))?
     }
 }
