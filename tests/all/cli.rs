@@ -48,6 +48,17 @@ fn call_json_prints_the_result_ops_and_new_deps() {
     );
 }
 
+/// `out` is an `unknown_tool` failure (exit 2, as JSON) whose message
+/// names `listed` among the tools there are; its document.
+fn assert_unknown_tool(out: &Output, listed: &str) -> Value {
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+    let doc = stdout_json(out);
+    assert_eq!(doc["error"]["kind"], "unknown_tool");
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(listed), "{doc}");
+    doc
+}
+
 #[test]
 fn call_json_failure_keeps_deps_and_exits_non_zero() {
     let stateful = guest("stateful");
@@ -77,15 +88,7 @@ fn call_json_failure_keeps_deps_and_exits_non_zero() {
         deps,
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    let doc = stdout_json(&out);
-    assert_eq!(doc["error"]["kind"], "unknown_tool");
-    assert!(
-        doc["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("increment")
-    );
+    let doc = assert_unknown_tool(&out, "increment");
     assert_eq!(doc["deps"], json!({"notes": "a string"}));
 }
 
@@ -834,16 +837,7 @@ fn inspect_call_and_run_refuse_the_same_policy() {
         path(&examples),
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    let doc = stdout_json(&out);
-    assert_eq!(doc["error"]["kind"], "unknown_tool");
-    assert!(
-        doc["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("add_note"),
-        "{doc}"
-    );
+    assert_unknown_tool(&out, "add_note");
 }
 
 /// `airlock --help` (long) and README list every exit code and every

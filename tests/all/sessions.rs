@@ -1146,6 +1146,21 @@ async fn keyed_increments(
     keyed_increments_of(store, None, id, keys, every).await;
 }
 
+/// One keyed increment of counter `name` with call id `id`.
+async fn keyed_increment(
+    session: &mut Session,
+    id: &str,
+    name: &str,
+) -> Result<airlock::CallOutcome, airlock::session::SessionCallError> {
+    let call = airlock::ToolCall {
+        id: id.into(),
+        ..airlock::ToolCall::new("increment", json!({ "name": name }).to_string())
+    };
+    session
+        .call_once(host().await, &call, &CancelToken::new())
+        .await
+}
+
 /// [`keyed_increments`] on `user`'s session `id`.
 async fn keyed_increments_of(
     store: &Arc<dyn SessionStore>,
@@ -1207,34 +1222,14 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
 
     // A retry of a call folded into the snapshot is found (by the store's
     // index) and does not run again; a new key runs.
-    let retry = airlock::ToolCall {
-        id: "k0".into(),
-        ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
-    };
-    let again = session
-        .call_once(host().await, &retry, &CancelToken::new())
-        .await
-        .unwrap();
+    let again = keyed_increment(&mut session, "k0", "x").await.unwrap();
     assert_eq!(again.result["value"], 1, "k0's own outcome");
     assert_eq!(session.context().deps()["counters"]["x"], 12);
-    let reused = airlock::ToolCall {
-        id: "k1".into(),
-        ..airlock::ToolCall::new("increment", r#"{"name":"y"}"#)
-    };
     assert!(matches!(
-        session
-            .call_once(host().await, &reused, &CancelToken::new())
-            .await,
+        keyed_increment(&mut session, "k1", "y").await,
         Err(airlock::session::SessionCallError::IdReused { .. })
     ));
-    let fresh = airlock::ToolCall {
-        id: "k12".into(),
-        ..retry.clone()
-    };
-    session
-        .call_once(host().await, &fresh, &CancelToken::new())
-        .await
-        .unwrap();
+    keyed_increment(&mut session, "k12", "x").await.unwrap();
     assert_eq!(session.context().deps()["counters"]["x"], 13);
     session.close().await.unwrap();
 
@@ -1377,14 +1372,7 @@ async fn an_earlier_schema_is_migrated_and_its_calls_indexed(backend: Backend) {
         .await
         .unwrap();
         assert!(session.transcript().items_folded > 0);
-        let retry = airlock::ToolCall {
-            id: "k0".into(),
-            ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
-        };
-        let again = session
-            .call_once(host().await, &retry, &CancelToken::new())
-            .await
-            .unwrap();
+        let again = keyed_increment(&mut session, "k0", "x").await.unwrap();
         assert_eq!(again.result["value"], 1, "schema {version}");
         assert_eq!(session.context().deps()["counters"]["x"], 6);
         session.close().await.unwrap();

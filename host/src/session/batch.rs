@@ -29,7 +29,7 @@ pub(super) struct Job {
 
 impl Job {
     /// A job, and where its answer arrives.
-    pub(super) fn new(
+    fn new(
         lease: Lease,
         rows: Vec<Row>,
         snapshot: Option<StoredSnapshot>,
@@ -59,8 +59,25 @@ impl Job {
     }
 }
 
+/// Hands an append to a committer through `send` (false: the committer
+/// is gone) and waits for its answer: `Ok` once it is durable.
+pub(super) async fn submit(
+    location: &str,
+    send: impl FnOnce(Job) -> bool,
+    lease: Lease,
+    rows: Vec<Row>,
+    snapshot: Option<StoredSnapshot>,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
+    if !send(job) {
+        return Err(stopped(location));
+    }
+    answer.await.map_err(|_| stopped(location))?
+}
+
 /// What an appender is told when the committer is gone.
-pub(super) fn stopped(location: &str) -> StoreError {
+fn stopped(location: &str) -> StoreError {
     StoreError::Backend {
         location: location.to_owned(),
         message: "the store's committer stopped".into(),

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::batch::{Job, KillPoint, MAX_BATCH, Stage, stopped};
+use super::batch::{Job, KillPoint, MAX_BATCH, Stage, submit};
 use super::postgres::{big, describe};
 use super::rows::{Row, expiry, owner_key};
 use super::store::{Lease, StoredSnapshot};
@@ -88,9 +88,8 @@ impl Committer {
         snapshot: Option<StoredSnapshot>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
-        self.jobs.send(job).map_err(|_| stopped(&self.location))?;
-        answer.await.map_err(|_| stopped(&self.location))?
+        let send = |job| self.jobs.send(job).is_ok();
+        submit(&self.location, send, lease, rows, snapshot, now_ms).await
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::batch::{Job, KillPoint, MAX_BATCH, Stage, stopped};
+use super::batch::{Job, KillPoint, MAX_BATCH, Stage, submit};
 use super::rows::{Row, expiry, owner_key};
 use super::sqlite::{Failure, failure, insert_records, lock};
 use super::store::{Lease, StoredSnapshot};
@@ -70,9 +70,8 @@ impl Committer {
         snapshot: Option<StoredSnapshot>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
-        self.jobs.send(job).map_err(|_| stopped(&self.location))?;
-        answer.await.map_err(|_| stopped(&self.location))?
+        let send = |job| self.jobs.send(job).is_ok();
+        submit(&self.location, send, lease, rows, snapshot, now_ms).await
     }
 }
 
