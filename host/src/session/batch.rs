@@ -59,21 +59,54 @@ impl Job {
     }
 }
 
-/// Hands an append to a committer through `send` (false: the committer
-/// is gone) and waits for its answer: `Ok` once it is durable.
-pub(super) async fn submit(
-    location: &str,
-    send: impl FnOnce(Job) -> bool,
-    lease: Lease,
-    rows: Vec<Row>,
-    snapshot: Option<StoredSnapshot>,
-    now_ms: u64,
-) -> Result<(), StoreError> {
-    let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
-    if !send(job) {
-        return Err(stopped(location));
+/// The appenders' side of a committer: the channel its jobs queue on,
+/// and the store its errors name.
+#[derive(Debug)]
+pub(super) struct Inbox<Q> {
+    jobs: Q,
+    location: String,
+}
+
+/// A channel a committer takes [`Job`]s from.
+pub(super) trait JobQueue {
+    /// Queues `job`; false if the committer is gone.
+    fn push(&self, job: Job) -> bool;
+}
+
+impl JobQueue for std::sync::mpsc::Sender<Job> {
+    fn push(&self, job: Job) -> bool {
+        self.send(job).is_ok()
     }
-    answer.await.map_err(|_| stopped(location))?
+}
+
+impl JobQueue for tokio::sync::mpsc::UnboundedSender<Job> {
+    fn push(&self, job: Job) -> bool {
+        self.send(job).is_ok()
+    }
+}
+
+impl<Q: JobQueue> Inbox<Q> {
+    /// The inbox of the committer that reads `jobs`, for the store at
+    /// `location`.
+    pub(super) fn new(jobs: Q, location: String) -> Self {
+        Self { jobs, location }
+    }
+
+    /// Appends `rows` (and the snapshot) under `lease` in the next batch:
+    /// `Ok` once they are durable.
+    pub(super) async fn append(
+        &self,
+        lease: Lease,
+        rows: Vec<Row>,
+        snapshot: Option<StoredSnapshot>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
+        if !self.jobs.push(job) {
+            return Err(stopped(&self.location));
+        }
+        answer.await.map_err(|_| stopped(&self.location))?
+    }
 }
 
 /// What an appender is told when the committer is gone.

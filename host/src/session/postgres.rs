@@ -45,7 +45,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
-use super::postgres_commit::Committer;
+use super::postgres_commit::{self, Committer};
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
     owner_of,
@@ -192,7 +192,7 @@ impl PostgresStore {
                 location: location.clone(),
                 message: e.to_string(),
             })?;
-        let committer = std::sync::Arc::new(Committer::start(pool.clone(), location.clone()));
+        let committer = std::sync::Arc::new(postgres_commit::start(pool.clone(), location.clone()));
         let store = Self {
             pool,
             location,

@@ -27,10 +27,9 @@ use std::sync::Arc;
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::batch::{Job, KillPoint, MAX_BATCH, Stage, submit};
+use super::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
 use super::postgres::{big, describe};
-use super::rows::{Row, expiry, owner_key};
-use super::store::{Lease, StoredSnapshot};
+use super::rows::{expiry, owner_key};
 use crate::journal::StoreError;
 
 /// Every member of a batch at once: its session's head moves where its
@@ -63,34 +62,15 @@ WITH job AS (
 )
 SELECT n FROM moved";
 
-/// The committer of one store's appends.
-#[derive(Debug)]
-pub(super) struct Committer {
-    jobs: mpsc::UnboundedSender<Job>,
-    location: String,
-}
+/// The committer of one store's appends: its inbox.
+pub(super) type Committer = Inbox<mpsc::UnboundedSender<Job>>;
 
-impl Committer {
-    /// Starts the committer task of the store whose connections `pool`
-    /// gives; it ends when the committer is dropped. Needs a Tokio runtime.
-    pub(super) fn start(pool: Pool, location: String) -> Self {
-        let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(serve(pool, location.clone(), queue));
-        Self { jobs, location }
-    }
-
-    /// Appends `rows` (and the snapshot) under `lease`, durably, in the
-    /// next batch.
-    pub(super) async fn append(
-        &self,
-        lease: Lease,
-        rows: Vec<Row>,
-        snapshot: Option<StoredSnapshot>,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        let send = |job| self.jobs.send(job).is_ok();
-        submit(&self.location, send, lease, rows, snapshot, now_ms).await
-    }
+/// Starts the committer task of the store whose connections `pool`
+/// gives; it ends when the committer is dropped. Needs a Tokio runtime.
+pub(super) fn start(pool: Pool, location: String) -> Committer {
+    let (jobs, queue) = mpsc::unbounded_channel();
+    tokio::spawn(serve(pool, location.clone(), queue));
+    Inbox::new(jobs, location)
 }
 
 /// How many batches are being committed at once: while the server writes

@@ -625,6 +625,7 @@ impl SessionStore for SqliteStore {
                 return Ok(());
             }
             self.committer
+                .inbox
                 .append(lease.clone(), rows, snapshot.cloned(), now_ms)
                 .await
         })

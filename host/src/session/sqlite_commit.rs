@@ -18,18 +18,16 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::batch::{Job, KillPoint, MAX_BATCH, Stage, submit};
-use super::rows::{Row, expiry, owner_key};
+use super::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
+use super::rows::{expiry, owner_key};
 use super::sqlite::{Failure, failure, insert_records, lock};
-use super::store::{Lease, StoredSnapshot};
 use crate::journal::StoreError;
 
 /// The committer of one store's appends.
 #[derive(Debug)]
 pub(super) struct Committer {
     /// Shared by every appender (a `Sender` is `Sync`: no lock).
-    jobs: Sender<Job>,
-    location: String,
+    pub inbox: Inbox<Sender<Job>>,
     max_batch: Arc<AtomicUsize>,
 }
 
@@ -49,8 +47,7 @@ impl Committer {
             tracing::error!(error = %e, "cannot start the session store's committer");
         }
         Self {
-            jobs,
-            location,
+            inbox: Inbox::new(jobs, location),
             max_batch,
         }
     }
@@ -59,19 +56,6 @@ impl Committer {
     /// transaction from the next batch on.
     pub(super) fn set_max_batch(&self, max_batch: usize) {
         self.max_batch.store(max_batch.max(1), Ordering::Relaxed);
-    }
-
-    /// Appends `rows` (and the snapshot) under `lease`, durably, in the
-    /// next batch.
-    pub(super) async fn append(
-        &self,
-        lease: Lease,
-        rows: Vec<Row>,
-        snapshot: Option<StoredSnapshot>,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        let send = |job| self.jobs.send(job).is_ok();
-        submit(&self.location, send, lease, rows, snapshot, now_ms).await
     }
 }
 
