@@ -15,7 +15,7 @@
 //! - [`Lock`]: `airlock.lock`, each reference's manifest and component
 //!   digests (and who signed them), reviewed like `Cargo.lock`. Runs use
 //!   it and need no network once the store holds what it names.
-//! - [`resolve`]: a policy's references to local files, through the lock
+//! - `resolve`: a policy's references to local files, through the lock
 //!   (and a pull for those not yet pulled).
 
 mod config;

@@ -2,7 +2,7 @@
 //! interface is a tool host all the same. Each function it exports (at the
 //! world's level, or in an exported interface at any depth) is a tool whose
 //! input schema comes from its WIT types ([`schema`]); its arguments and
-//! result cross by the same mapping ([`value`]).
+//! result cross by the same mapping (`value`).
 //!
 //! Such a tool gets no context view and returns no ops: it is a function of
 //! its arguments (and of what its grants let it reach). A function whose

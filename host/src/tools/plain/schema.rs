@@ -20,7 +20,7 @@
 //!
 //! Resources (`own`, `borrow`), futures, streams and error contexts cannot
 //! cross as JSON: a function whose parameters or result hold one is not
-//! offered as a tool ([`unsupported`] says why). Maps are not enabled in
+//! offered as a tool (`unsupported` says why). Maps are not enabled in
 //! this engine.
 //!
 //! The schemas use only keywords that OpenAI's and Anthropic's tool formats
