@@ -114,6 +114,12 @@ async fn serve_stdio(
             .await
             .map(|reason| tracing::debug!(?reason, "the MCP client went away"))
             .map_err(|e| Failure::input("mcp", format!("the MCP service failed: {e}"))),
+        // A client that closes the pipe before initializing went away,
+        // as one that closes it later does: nothing failed.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(during)) => {
+            tracing::debug!(during, "the MCP client went away before initializing");
+            Ok(())
+        }
         Err(e) => Err(Failure::input(
             "mcp",
             format!("MCP initialization failed: {e}"),
