@@ -303,6 +303,19 @@ impl<'s> From<&'s mut Session> for Conversation<'s> {
     }
 }
 
+/// A session's live context: `deps`, and the id, user and metadata its
+/// header names.
+fn context_of(deps: Map<String, Value>, header: &SessionHeader) -> RunContext {
+    let mut ctx = RunContext::new(deps).with_session_id(&header.session_id);
+    if let Some(user) = &header.user_id {
+        ctx = ctx.with_user_id(user);
+    }
+    for (key, value) in &header.metadata {
+        ctx = ctx.with_metadata(key, value);
+    }
+    ctx
+}
+
 impl Session {
     /// Leases the session `options.session_id` (created when it does not
     /// exist, or when no id is given) and loads it: deps are the fold of
@@ -389,15 +402,8 @@ impl Session {
                 holder,
                 ttl: options.lease_ttl,
             };
+            let ctx = context_of(options.deps.unwrap_or_default(), &birth.header);
             let writer = Writer::unborn(store, birth, options.snapshot_every);
-            let deps = options.deps.unwrap_or_default();
-            let mut ctx = RunContext::new(deps).with_session_id(&session_id);
-            if let Some(user) = &options.user_id {
-                ctx = ctx.with_user_id(user);
-            }
-            for (key, value) in options.metadata {
-                ctx = ctx.with_metadata(key, value);
-            }
             return Ok(Session {
                 ctx,
                 transcript: Transcript::default(),
@@ -446,15 +452,7 @@ impl Session {
             options.snapshot_every,
         );
 
-        let header = stored.header;
-        let deps = folded.deps;
-        let mut ctx = RunContext::new(deps).with_session_id(&session_id);
-        if let Some(user) = &header.user_id {
-            ctx = ctx.with_user_id(user);
-        }
-        for (key, value) in header.metadata {
-            ctx = ctx.with_metadata(key, value);
-        }
+        let mut ctx = context_of(folded.deps, &stored.header);
         ctx.usage = folded.usage;
         ctx.iteration = folded.iteration;
         let mut session = Session {

@@ -24,6 +24,18 @@ pub(crate) struct Birth {
     pub ttl: Duration,
 }
 
+/// Whether the session exists yet, and its lease once it does.
+#[derive(Debug)]
+enum Holding {
+    /// Not created yet: what its first commit creates it with.
+    Unborn(Box<Birth>),
+    /// Created and leased: the lease, and the task that renews it.
+    Leased {
+        lease: Lease,
+        heartbeat: tokio::task::JoinHandle<()>,
+    },
+}
+
 /// A leased session's journal, as a [`Sink`]: each commit is one append
 /// of the next records, accepted by the store only while the lease is the
 /// session's (fencing). A heartbeat renews the lease every third of its
@@ -33,10 +45,7 @@ pub(crate) struct Writer {
     store: Arc<dyn SessionStore>,
     session_id: String,
     user_id: Option<String>,
-    /// The lease, once the session exists; `None` before its first commit.
-    lease: Option<Lease>,
-    /// What the first commit creates the session with, until it did.
-    birth: Option<Birth>,
+    holding: Holding,
     /// The number of the last record committed.
     head: u64,
     /// The usage and iteration last committed.
@@ -52,7 +61,6 @@ pub(crate) struct Writer {
     /// Set when the lease is known lost (a commit or a renewal said so) or
     /// given up.
     lost: Arc<AtomicBool>,
-    heartbeat: Option<tokio::task::JoinHandle<()>>,
     released: bool,
 }
 
@@ -68,12 +76,12 @@ impl Writer {
     ) -> Self {
         let lost = Arc::new(AtomicBool::new(false));
         let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
-        let mut writer = Self::with(store, &lease.session_id, lease.user_id.clone(), state);
+        let (session_id, user_id) = (lease.session_id.clone(), lease.user_id.clone());
+        let holding = Holding::Leased { lease, heartbeat };
+        let mut writer = Self::with(store, session_id, user_id, holding, state);
         writer.head = head;
         writer.snapshot_every = snapshot_every;
         writer.lost = lost;
-        writer.heartbeat = Some(heartbeat);
-        writer.lease = Some(lease);
         writer
     }
 
@@ -84,34 +92,42 @@ impl Writer {
     /// [`StoreError::AlreadyExists`], writing nothing.
     pub(crate) fn unborn(store: Arc<dyn SessionStore>, birth: Birth, snapshot_every: u64) -> Self {
         let state = Folded::fold(std::slice::from_ref(&birth.first)).unwrap_or_default();
-        let header = &birth.header;
-        let mut writer = Self::with(store, &header.session_id, header.user_id.clone(), state);
-        writer.head = birth.first.seq;
+        let (session_id, user_id) = (
+            birth.header.session_id.clone(),
+            birth.header.user_id.clone(),
+        );
+        let head = birth.first.seq;
+        let mut writer = Self::with(
+            store,
+            session_id,
+            user_id,
+            Holding::Unborn(Box::new(birth)),
+            state,
+        );
+        writer.head = head;
         writer.snapshot_every = snapshot_every;
-        writer.birth = Some(birth);
         writer
     }
 
     fn with(
         store: Arc<dyn SessionStore>,
-        session_id: &str,
+        session_id: String,
         user_id: Option<String>,
+        holding: Holding,
         mut state: Folded,
     ) -> Self {
         let committed = (state.usage, state.iteration);
         state.transcript.compact();
         Self {
             store,
-            session_id: session_id.to_owned(),
+            session_id,
             user_id,
-            lease: None,
-            birth: None,
+            holding,
             head: 0,
             committed,
             state: Some(state),
             snapshot_every: 0,
             lost: Arc::new(AtomicBool::new(false)),
-            heartbeat: None,
             released: false,
         }
     }
@@ -148,14 +164,14 @@ impl Writer {
             })
             .collect();
         let last = self.head + records.len() as u64;
-        if self.birth.is_some() {
+        if matches!(self.holding, Holding::Unborn(_)) {
             self.create(records, now).await?;
             self.committed = usage;
             return Ok(());
         }
         let snapshot = self.snapshot_at(last, &records);
         let stored = snapshot.as_ref().map(|(stored, _)| stored);
-        let Some(lease) = &self.lease else {
+        let Holding::Leased { lease, .. } = &self.holding else {
             return Err(self.lost_error());
         };
         match self.store.append(lease, &records, stored, now).await {
@@ -177,7 +193,7 @@ impl Writer {
     /// Creates the session with `first` and `records` (one transaction),
     /// taking its lease; from then on the writer appends.
     async fn create(&mut self, records: Vec<Record>, now: u64) -> Result<(), StoreError> {
-        let Some(birth) = &self.birth else {
+        let Holding::Unborn(birth) = &self.holding else {
             return Err(self.lost_error());
         };
         let mut all = Vec::with_capacity(records.len() + 1);
@@ -203,13 +219,15 @@ impl Writer {
         }
         let last = all.last().map_or(self.head, |r| r.seq);
         let records = all.split_off(1);
-        self.heartbeat = Some(spawn_heartbeat(
+        let heartbeat = spawn_heartbeat(
             Arc::clone(&self.store),
             leased.lease.clone(),
             Arc::clone(&self.lost),
-        ));
-        self.lease = Some(leased.lease);
-        self.birth = None;
+        );
+        self.holding = Holding::Leased {
+            lease: leased.lease,
+            heartbeat,
+        };
         self.fold_committed(records, None);
         self.head = last;
         Ok(())
@@ -266,7 +284,7 @@ impl Writer {
 
     /// The committed records about the tool call `call_id`.
     pub(crate) async fn call_records(&self, call_id: &str) -> Result<Vec<Record>, StoreError> {
-        if self.birth.is_some() {
+        if matches!(self.holding, Holding::Unborn(_)) {
             return Ok(Vec::new());
         }
         self.store
@@ -284,14 +302,13 @@ impl Writer {
     /// [`StoreError::LeaseLost`].
     pub(crate) async fn release(&mut self) -> Result<(), StoreError> {
         self.lost.store(true, Ordering::SeqCst);
-        if let Some(heartbeat) = &self.heartbeat {
-            heartbeat.abort();
-        }
         self.released = true;
-        self.birth = None;
-        match &self.lease {
-            Some(lease) => self.store.release(lease).await,
-            None => Ok(()),
+        match &self.holding {
+            Holding::Leased { lease, heartbeat } => {
+                heartbeat.abort();
+                self.store.release(lease).await
+            }
+            Holding::Unborn(_) => Ok(()),
         }
     }
 }
@@ -308,12 +325,10 @@ impl Sink for Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        if let Some(heartbeat) = &self.heartbeat {
-            heartbeat.abort();
-        }
-        let Some(lease) = &self.lease else {
+        let Holding::Leased { lease, heartbeat } = &self.holding else {
             return;
         };
+        heartbeat.abort();
         if self.released {
             return;
         }
