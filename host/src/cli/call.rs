@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use airlock::journal::secrets::scrub_ops;
 use airlock::sandbox::CancelToken;
 use airlock::session::SessionCallError;
-use airlock::{CallOutcome, ContextOp, Host, ToolCall};
+use airlock::{CallError, CallOutcome, ContextOp, Host, ToolCall};
 
 use super::terminal::field;
 use super::{
@@ -51,16 +51,12 @@ pub async fn run(args: CallArgs) -> ExitCode {
     // The policy's other tools are in the host; the call is the named
     // component's.
     if !component.tools().iter().any(|t| t.name == args.name) {
-        let mut tools: Vec<&str> = component.tools().iter().map(|t| t.name.as_str()).collect();
-        tools.sort_unstable();
-        let failure = Failure::input(
-            "unknown_tool",
-            format!(
-                "unknown tool {:?}; available: {}",
-                args.name,
-                tools.join(", ")
-            ),
-        );
+        let mut available: Vec<String> = component.tools().iter().map(|t| t.name.clone()).collect();
+        available.sort_unstable();
+        let failure = Failure::from(CallError::UnknownTool {
+            name: args.name.clone(),
+            available,
+        });
         let deps = shown_deps(&ctx, &host);
         return finish(&args, &host, Err(failure), deps, None);
     }

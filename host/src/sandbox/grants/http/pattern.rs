@@ -18,6 +18,20 @@ impl Scheme {
             Scheme::Https => 443,
         }
     }
+
+    /// `scheme://host:port` as a refusal names it (an IPv6 host in
+    /// brackets).
+    pub(crate) fn origin(self, host: &str, port: u16) -> String {
+        let scheme = match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        if host.contains(':') {
+            format!("{scheme}://[{host}]:{port}")
+        } else {
+            format!("{scheme}://{host}:{port}")
+        }
+    }
 }
 
 /// One allowed destination: `scheme://host[:port]`, where `host` may start
@@ -124,16 +138,7 @@ impl HostPattern {
         host: &str,
         port: u16,
     ) -> String {
-        let scheme_text = match scheme {
-            Scheme::Http => "http",
-            Scheme::Https => "https",
-        };
-        let shown_host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.to_owned()
-        };
-        let wanted = format!("{scheme_text}://{shown_host}:{port}");
+        let wanted = scheme.origin(host, port);
         let loopback = |h: &str| {
             h == "localhost"
                 || h.parse::<IpAddr>()

@@ -81,14 +81,9 @@ pub(super) async fn send(
         .collect();
     if permitted.is_empty() {
         let why = format!(
-            "HTTP request to {}://{}:{port} refused: {host} resolves to a non-public address \
-             ({}), which only a pattern naming that address allows",
-            uri.scheme_str().unwrap_or("http"),
-            if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host.clone()
-            },
+            "HTTP request to {} refused: {host} resolves to a non-public address ({}), which \
+             only a pattern naming that address allows",
+            scheme.origin(&host, port),
             addrs
                 .iter()
                 .map(|a| a.ip().to_string())
