@@ -1910,6 +1910,80 @@ async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend
     store.release(&taken.lease).await.unwrap();
 }
 
+/// A session removed and made again under the same id is a new session:
+/// its appends land in the new one (a committer that remembered where the
+/// first one was looks again) and nothing of the first comes back.
+async fn a_session_removed_and_made_again_is_written_as_the_new_one(backend: Backend) {
+    use airlock::journal::Entry;
+    let db = TestStore::new(backend, "again").await;
+    let store = db.open().await;
+    let deps = |n: u64| json!({ "n": n }).as_object().unwrap().clone();
+    // Two commits: a new session's first creates it, the second is an
+    // append to it.
+    let mut first = Session::open(
+        Arc::clone(&store),
+        options(None, "again"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    for n in [0, 1] {
+        first
+            .set_deps(deps(n), &ContextRules::default())
+            .await
+            .unwrap();
+    }
+    first.close().await.unwrap();
+    store
+        .remove(None, "again", airlock::journal::now_ms())
+        .await
+        .unwrap();
+
+    let mut second = Session::open(
+        Arc::clone(&store),
+        options(None, "again"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    assert!(second.created());
+    for n in [2, 3] {
+        second
+            .set_deps(deps(n), &ContextRules::default())
+            .await
+            .unwrap();
+    }
+    second.close().await.unwrap();
+
+    let again = store.read(None, "again").await.unwrap();
+    let written: Vec<(u64, Value)> = again
+        .records
+        .iter()
+        .map(|r| match &r.entry {
+            Entry::Deps { deps } => (r.seq, Value::Object(deps.clone())),
+            other => panic!("unexpected record {other:?}"),
+        })
+        .collect();
+    // Its own first record (the empty deps it was opened with), then its
+    // two commits; nothing of the first session.
+    assert_eq!(
+        written,
+        [(1, json!({})), (2, json!({"n": 2})), (3, json!({"n": 3}))]
+    );
+    let resumed = Session::open(
+        Arc::clone(&store),
+        options(None, "again"),
+        &ContextRules::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        Value::Object(resumed.context().deps().clone()),
+        json!({"n": 3})
+    );
+    resumed.close().await.unwrap();
+}
+
 crate::on_both_stores!(
     the_streamed_export_is_the_whole_sessions_export,
     concurrent_appends_commit_together_and_a_fenced_one_fails_alone,
@@ -1931,6 +2005,7 @@ crate::on_both_stores!(
     the_cli_never_prints_or_saves_secret_keys,
     many_sessions_from_several_processes_stay_intact,
     a_reader_that_goes_away_does_not_stop_the_run,
+    a_session_removed_and_made_again_is_written_as_the_new_one,
 );
 
 /// Appends `count` user messages of `size` bytes each to session `id`

@@ -11,7 +11,14 @@
 //! a failed commit fails every member with its error. A lone append waits
 //! for nothing: the batch is whatever queued while the previous one was on
 //! disk.
+//!
+//! With many sessions the committer's thread is what bounds calls a
+//! second (docs/benchmarks.md §15), so it does only the writing: a second
+//! thread answers each durable batch while the next one is written, and a
+//! session's row is found by its integer key once the committer has seen
+//! it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -41,7 +48,10 @@ impl Committer {
         let limit = Arc::clone(&max_batch);
         let spawned = std::thread::Builder::new()
             .name("airlock-sqlite-commit".into())
-            .spawn(move || serve(&connection, &name, &queue, &limit));
+            .spawn(move || {
+                let answers = Answerer::start();
+                serve(&connection, &name, &queue, &limit, &answers);
+            });
         if let Err(e) = spawned {
             // Every append then fails, naming why.
             tracing::error!(error = %e, "cannot start the session store's committer");
@@ -59,6 +69,53 @@ impl Committer {
     }
 }
 
+/// A committed batch: each member and its result.
+type Answered = Vec<(Job, Result<(), StoreError>)>;
+
+/// Answers committed batches on a thread of its own, so that the
+/// committer writes the next batch meanwhile: waking a batch's hundreds of
+/// appenders (each a task of the async runtime, woken from outside it)
+/// costs about a third as much as writing them. Dropping the batch (its
+/// encoded records) happens there too. Without that thread (it could not
+/// be started) the committer answers itself.
+struct Answerer(Option<Sender<Answered>>);
+
+impl Answerer {
+    fn start() -> Self {
+        let (answers, batches) = std::sync::mpsc::channel::<Answered>();
+        let spawned = std::thread::Builder::new()
+            .name("airlock-sqlite-answer".into())
+            .spawn(move || {
+                for batch in batches {
+                    for (job, result) in batch {
+                        job.answer(result);
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => Self(Some(answers)),
+            Err(e) => {
+                tracing::warn!(error = %e, "the session store's committer answers its batches itself");
+                Self(None)
+            }
+        }
+    }
+
+    /// Answers `batch`'s members, in order; they already are durable.
+    fn answer(&self, batch: Answered) {
+        let batch = match &self.0 {
+            Some(answers) => match answers.send(batch) {
+                Ok(()) => return,
+                Err(returned) => returned.0,
+            },
+            None => batch,
+        };
+        for (job, result) in batch {
+            job.answer(result);
+        }
+    }
+}
+
 /// The committer thread: a batch of what is waiting, committed, answered;
 /// until every sender is gone.
 fn serve(
@@ -66,8 +123,10 @@ fn serve(
     location: &str,
     queue: &Receiver<Job>,
     max_batch: &AtomicUsize,
+    answers: &Answerer,
 ) {
     let mut kill = KillPoint::from_env();
+    let mut sids = Sids::default();
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         let limit = max_batch.load(Ordering::Relaxed);
@@ -80,18 +139,25 @@ fn serve(
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
         let results = commit(
             &mut lock(connection),
+            &mut sids,
             &batch,
             aimed == Some(Stage::BeforeCommit),
         );
         if aimed == Some(Stage::AfterCommit) {
             KillPoint::die();
         }
-        for (job, result) in batch.into_iter().zip(results) {
-            job.answer(result.map_err(|f| match f {
-                Failure::Store(e) => e,
-                Failure::Backend(e) => failure(location, e),
-            }));
-        }
+        let answered = batch
+            .into_iter()
+            .zip(results)
+            .map(|(job, result)| {
+                let result = result.map_err(|f| match f {
+                    Failure::Store(e) => e,
+                    Failure::Backend(e) => failure(location, e),
+                });
+                (job, result)
+            })
+            .collect();
+        answers.answer(answered);
     }
 }
 
@@ -107,6 +173,7 @@ fn serve(
 /// job is written to the transaction.
 fn commit(
     conn: &mut Connection,
+    sids: &mut Sids,
     batch: &[Job],
     die_before_commit: bool,
 ) -> Vec<Result<(), Failure>> {
@@ -121,7 +188,7 @@ fn commit(
             if results[i].is_some() {
                 continue;
             }
-            match append(&tx, job) {
+            match append(&tx, sids, job) {
                 Ok(()) => written.push(i),
                 Err(refused @ Failure::Store(StoreError::LeaseLost { .. })) => {
                     results[i] = Some(Err(refused));
@@ -166,39 +233,101 @@ fn clone_error(e: &rusqlite::Error) -> rusqlite::Error {
     }
 }
 
+/// The row ids (`sid`) of the sessions this committer has appended to,
+/// by owner and session id: a session's row is then found by its integer
+/// key, not by a walk of the `(owner, session_id)` index comparing text,
+/// which was a tenth of a batch's work. A session removed and made again
+/// has a new `sid` (they are never reused), so a stale entry finds no row
+/// and the append looks the session up by name again.
+#[derive(Default)]
+struct Sids {
+    /// Owner → session id → `sid`.
+    by_owner: HashMap<String, HashMap<String, i64>>,
+    len: usize,
+}
+
+impl Sids {
+    /// The most sessions remembered; past it, the map starts afresh.
+    const MOST: usize = 1 << 16;
+
+    fn get(&self, owner: &str, session_id: &str) -> Option<i64> {
+        self.by_owner.get(owner)?.get(session_id).copied()
+    }
+
+    fn remember(&mut self, owner: String, session_id: &str, sid: i64) {
+        if self.len >= Self::MOST {
+            *self = Self::default();
+        }
+        let sessions = self.by_owner.entry(owner).or_default();
+        if sessions.insert(session_id.to_owned(), sid).is_none() {
+            self.len += 1;
+        }
+    }
+}
+
 /// One append: the session's head moves and its records (and snapshot)
 /// go in only while the lease's token is the session's and the head is
 /// where this holder left it.
-fn append(conn: &Connection, job: &Job) -> Result<(), Failure> {
+fn append(conn: &Connection, sids: &mut Sids, job: &Job) -> Result<(), Failure> {
     let (Some(first), Some(last)) = (job.rows.first(), job.rows.last()) else {
         return Ok(());
     };
     let lease = &job.lease;
     let owner = owner_key(lease.user_id.as_deref());
-    let sid: Option<i64> = conn
-        .prepare_cached(
-            "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
-         WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
-           AND head = ?5
-         RETURNING sid",
-        )?
-        .query_row(
-            params![
-                owner,
-                lease.session_id,
-                lease.token,
-                lease.holder.to_string(),
-                first.seq - 1,
-                last.seq,
-                job.now_ms,
-                expiry(job.now_ms, lease.ttl)
-            ],
-            |row| row.get(0),
-        )
-        .optional()?;
+    let holder = lease.holder.to_string();
+    let expires = expiry(job.now_ms, lease.ttl);
+    let known = sids.get(&owner, &lease.session_id);
+    let mut sid: Option<i64> = None;
+    if let Some(known) = known {
+        sid = conn
+            .prepare_cached(
+                "UPDATE sessions SET head = ?5, updated_at_ms = ?6, lease_expires_ms = ?7
+             WHERE sid = ?1 AND lease_token = ?2 AND lease_holder = ?3 AND head = ?4
+             RETURNING sid",
+            )?
+            .query_row(
+                params![
+                    known,
+                    lease.token,
+                    holder,
+                    first.seq - 1,
+                    last.seq,
+                    job.now_ms,
+                    expires
+                ],
+                |row| row.get(0),
+            )
+            .optional()?;
+    }
+    if sid.is_none() {
+        sid = conn
+            .prepare_cached(
+                "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
+             WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
+               AND head = ?5
+             RETURNING sid",
+            )?
+            .query_row(
+                params![
+                    owner,
+                    lease.session_id,
+                    lease.token,
+                    holder,
+                    first.seq - 1,
+                    last.seq,
+                    job.now_ms,
+                    expires
+                ],
+                |row| row.get(0),
+            )
+            .optional()?;
+    }
     let Some(sid) = sid else {
         return Err(job.lease_lost().into());
     };
+    if known != Some(sid) {
+        sids.remember(owner, &lease.session_id, sid);
+    }
     insert_records(conn, sid, &job.rows)?;
     if let Some(snapshot) = &job.snapshot {
         conn.prepare_cached(
