@@ -37,26 +37,32 @@ async fn per_call(
     calls: usize,
     path: Path,
 ) -> Duration {
-    let mut opened = Vec::with_capacity(sessions);
+    // Opened and stored at once, before the clock starts (a new session is
+    // stored by its first commit): what is timed is calls, not creating
+    // sessions.
+    let mut opening = tokio::task::JoinSet::new();
     for s in 0..sessions {
-        let mut session = Session::open(
-            Arc::clone(store),
-            SessionOptions {
-                session_id: Some(format!("{tag}-{sessions}-{s}")),
-                ..SessionOptions::default()
-            },
-            &ContextRules::default(),
-        )
-        .await
-        .unwrap();
-        // Stored before the clock starts (a new session is stored by its
-        // first commit): what is timed is calls, not creating sessions.
-        session
-            .set_deps(serde_json::Map::new(), &ContextRules::default())
+        let store = Arc::clone(store);
+        let id = format!("{tag}-{sessions}-{s}");
+        opening.spawn(async move {
+            let mut session = Session::open(
+                store,
+                SessionOptions {
+                    session_id: Some(id),
+                    ..SessionOptions::default()
+                },
+                &ContextRules::default(),
+            )
             .await
             .unwrap();
-        opened.push(session);
+            session
+                .set_deps(serde_json::Map::new(), &ContextRules::default())
+                .await
+                .unwrap();
+            session
+        });
     }
+    let opened = opening.join_all().await;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for mut session in opened {
