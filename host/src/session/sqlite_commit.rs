@@ -277,38 +277,20 @@ fn append(conn: &Connection, sids: &mut Sids, job: &Job) -> Result<(), Failure> 
     let holder = lease.holder.to_string();
     let expires = expiry(job.now_ms, lease.ttl);
     let known = sids.get(&owner, &lease.session_id);
+    // By `sid` when known, else (or when that row is gone) by name. Both
+    // statements take the same nine parameters; each uses its own.
+    const BY_SID: &str = "UPDATE sessions SET head = ?7, updated_at_ms = ?8, lease_expires_ms = ?9
+        WHERE sid = ?1 AND lease_token = ?4 AND lease_holder = ?5 AND head = ?6 RETURNING sid";
+    const BY_NAME: &str = "UPDATE sessions SET head = ?7, updated_at_ms = ?8, lease_expires_ms = ?9
+        WHERE owner = ?2 AND session_id = ?3 AND lease_token = ?4 AND lease_holder = ?5
+          AND head = ?6 RETURNING sid";
     let mut sid: Option<i64> = None;
-    if let Some(known) = known {
+    for sql in known.map(|_| BY_SID).into_iter().chain([BY_NAME]) {
         sid = conn
-            .prepare_cached(
-                "UPDATE sessions SET head = ?5, updated_at_ms = ?6, lease_expires_ms = ?7
-             WHERE sid = ?1 AND lease_token = ?2 AND lease_holder = ?3 AND head = ?4
-             RETURNING sid",
-            )?
+            .prepare_cached(sql)?
             .query_row(
                 params![
                     known,
-                    lease.token,
-                    holder,
-                    first.seq - 1,
-                    last.seq,
-                    job.now_ms,
-                    expires
-                ],
-                |row| row.get(0),
-            )
-            .optional()?;
-    }
-    if sid.is_none() {
-        sid = conn
-            .prepare_cached(
-                "UPDATE sessions SET head = ?6, updated_at_ms = ?7, lease_expires_ms = ?8
-             WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4
-               AND head = ?5
-             RETURNING sid",
-            )?
-            .query_row(
-                params![
                     owner,
                     lease.session_id,
                     lease.token,
@@ -321,6 +303,9 @@ fn append(conn: &Connection, sids: &mut Sids, job: &Job) -> Result<(), Failure> 
                 |row| row.get(0),
             )
             .optional()?;
+        if sid.is_some() {
+            break;
+        }
     }
     let Some(sid) = sid else {
         return Err(job.lease_lost().into());
