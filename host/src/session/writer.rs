@@ -36,6 +36,16 @@ enum Holding {
     },
 }
 
+impl Holding {
+    /// The session's id.
+    fn session_id(&self) -> &str {
+        match self {
+            Holding::Unborn(birth) => &birth.header.session_id,
+            Holding::Leased { lease, .. } => &lease.session_id,
+        }
+    }
+}
+
 /// A leased session's journal, as a [`Sink`]: each commit is one append
 /// of the next records, accepted by the store only while the lease is the
 /// session's (fencing). A heartbeat renews the lease every third of its
@@ -43,8 +53,6 @@ enum Holding {
 #[derive(Debug)]
 pub(crate) struct Writer {
     store: Arc<dyn SessionStore>,
-    session_id: String,
-    user_id: Option<String>,
     holding: Holding,
     /// The number of the last record committed.
     head: u64,
@@ -76,9 +84,7 @@ impl Writer {
     ) -> Self {
         let lost = Arc::new(AtomicBool::new(false));
         let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
-        let (session_id, user_id) = (lease.session_id.clone(), lease.user_id.clone());
-        let holding = Holding::Leased { lease, heartbeat };
-        let mut writer = Self::with(store, session_id, user_id, holding, state);
+        let mut writer = Self::with(store, Holding::Leased { lease, heartbeat }, state);
         writer.head = head;
         writer.snapshot_every = snapshot_every;
         writer.lost = lost;
@@ -92,36 +98,18 @@ impl Writer {
     /// [`StoreError::AlreadyExists`], writing nothing.
     pub(crate) fn unborn(store: Arc<dyn SessionStore>, birth: Birth, snapshot_every: u64) -> Self {
         let state = Folded::fold(std::slice::from_ref(&birth.first)).unwrap_or_default();
-        let (session_id, user_id) = (
-            birth.header.session_id.clone(),
-            birth.header.user_id.clone(),
-        );
         let head = birth.first.seq;
-        let mut writer = Self::with(
-            store,
-            session_id,
-            user_id,
-            Holding::Unborn(Box::new(birth)),
-            state,
-        );
+        let mut writer = Self::with(store, Holding::Unborn(Box::new(birth)), state);
         writer.head = head;
         writer.snapshot_every = snapshot_every;
         writer
     }
 
-    fn with(
-        store: Arc<dyn SessionStore>,
-        session_id: String,
-        user_id: Option<String>,
-        holding: Holding,
-        mut state: Folded,
-    ) -> Self {
+    fn with(store: Arc<dyn SessionStore>, holding: Holding, mut state: Folded) -> Self {
         let committed = (state.usage, state.iteration);
         state.transcript.compact();
         Self {
             store,
-            session_id,
-            user_id,
             holding,
             head: 0,
             committed,
@@ -214,7 +202,7 @@ impl Writer {
             // Another opener made it after this one looked: it is theirs.
             let _ = self.store.release(&leased.lease).await;
             return Err(StoreError::AlreadyExists {
-                session_id: self.session_id.clone(),
+                session_id: birth.header.session_id.clone(),
             });
         }
         let last = all.last().map_or(self.head, |r| r.seq);
@@ -275,7 +263,7 @@ impl Writer {
 
     fn give_up_state(&mut self, problem: &str) {
         tracing::warn!(
-            session = %self.session_id,
+            session = %self.holding.session_id(),
             problem,
             "the journal's fold cannot be kept; no more snapshots of this session from this run"
         );
@@ -284,17 +272,17 @@ impl Writer {
 
     /// The committed records about the tool call `call_id`.
     pub(crate) async fn call_records(&self, call_id: &str) -> Result<Vec<Record>, StoreError> {
-        if matches!(self.holding, Holding::Unborn(_)) {
+        let Holding::Leased { lease, .. } = &self.holding else {
             return Ok(Vec::new());
-        }
+        };
         self.store
-            .call_records(self.user_id.as_deref(), &self.session_id, call_id)
+            .call_records(lease.user_id.as_deref(), &lease.session_id, call_id)
             .await
     }
 
     fn lost_error(&self) -> StoreError {
         StoreError::LeaseLost {
-            session_id: self.session_id.clone(),
+            session_id: self.holding.session_id().to_owned(),
         }
     }
 
