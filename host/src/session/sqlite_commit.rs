@@ -85,13 +85,7 @@ impl Answerer {
         let (answers, batches) = std::sync::mpsc::channel::<Answered>();
         let spawned = std::thread::Builder::new()
             .name("airlock-sqlite-answer".into())
-            .spawn(move || {
-                for batch in batches {
-                    for (job, result) in batch {
-                        job.answer(result);
-                    }
-                }
-            });
+            .spawn(move || batches.into_iter().for_each(answer_all));
         match spawned {
             Ok(_) => Self(Some(answers)),
             Err(e) => {
@@ -110,9 +104,14 @@ impl Answerer {
             },
             None => batch,
         };
-        for (job, result) in batch {
-            job.answer(result);
-        }
+        answer_all(batch);
+    }
+}
+
+/// Tells each member of a durable batch its result.
+fn answer_all(batch: Answered) {
+    for (job, result) in batch {
+        job.answer(result);
     }
 }
 
