@@ -3,7 +3,7 @@
 use airlock::RunContext;
 use serde_json::json;
 
-use crate::support::{call, host};
+use crate::support::{call, host, hostile_host};
 
 #[tokio::test]
 async fn every_call_is_a_fresh_instance() {
@@ -22,4 +22,24 @@ async fn every_call_is_a_fresh_instance() {
         .unwrap();
     assert_eq!(first_b.result["value"], 1);
     assert_eq!(a.deps()["counters"]["n"], 2);
+}
+
+#[tokio::test]
+async fn a_call_finds_no_trace_of_the_calls_before_it() {
+    // `scribble` counts its calls in a global and marks every other page of
+    // a data segment and of zeroed memory: 128 separate dirty runs, more
+    // than the instance pool's reset finds in one scan of the memory. Each
+    // call reports what the calls before it left. The pool hands the same
+    // memory slot back call after call, so only a full reset keeps these
+    // at zero.
+    let host = hostile_host().await;
+    let mut ctx = RunContext::default();
+    for i in 0..8 {
+        let outcome = call(host, &mut ctx, "scribble", json!({})).await.unwrap();
+        assert_eq!(
+            outcome.result,
+            json!({"calls_before": 0, "dirty_pages": 0}),
+            "call {i} found another call's traces"
+        );
+    }
 }

@@ -79,6 +79,13 @@ const ATTACKS: &[(&str, &str)] = &[
         "tcp_connect",
         "Open a raw TCP connection to {addr} and send a request.",
     ),
+    (
+        "scribble",
+        "Count this call in a global and report what earlier calls left behind (the count before this call, \
+         and every page of a 512 KiB data segment of ones and of 512 KiB of zeroed memory that is not \
+         pristine), then leave a mark on every other page of both (128 separate dirty runs) for the next \
+         call to find.",
+    ),
 ];
 
 impl exports::airlock::tool::tool::Guest for Hostile {
@@ -244,6 +251,7 @@ impl exports::airlock::tool::tool::Guest for Hostile {
                     }
                 }
             }
+            "scribble" => (scribble().to_string(), pwned()),
             other => return Err(ToolError::Failed(format!("no attack named {other:?}"))),
         };
         Ok(ToolOutput { result, updates })
@@ -312,6 +320,45 @@ fn memory_bomb() -> ! {
         chunk[0] = 1;
         hoard.push(std::hint::black_box(chunk));
     }
+}
+
+/// Pages (of 4 KiB, the host's page) in each of `scribble`'s arrays.
+const SCRIBBLE_PAGES: usize = 128;
+const PAGE: usize = 4096;
+/// Page-aligned, so that every other page marked is a separate dirty run.
+#[repr(C, align(4096))]
+struct Pages([u8; SCRIBBLE_PAGES * PAGE]);
+/// Ones: a data segment, so part of the component's memory image.
+static mut IMAGE: Pages = Pages([1; SCRIBBLE_PAGES * PAGE]);
+/// Zeros: not in the image (zeroed memory).
+static mut ZEROED: Pages = Pages([0; SCRIBBLE_PAGES * PAGE]);
+static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Reports what an earlier call left in this instance's memory, then
+/// leaves marks of its own: a fresh instance reports `calls_before: 0` and
+/// no dirty pages, every time.
+fn scribble() -> Value {
+    let calls_before = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut dirty = 0;
+    for (array, pristine) in [
+        (std::ptr::addr_of_mut!(IMAGE).cast::<u8>(), 1u8),
+        (std::ptr::addr_of_mut!(ZEROED).cast::<u8>(), 0u8),
+    ] {
+        for page in 0..SCRIBBLE_PAGES {
+            // SAFETY: within the array; volatile so that neither the check
+            // nor the marks are optimized away.
+            unsafe {
+                let start = array.add(page * PAGE);
+                if (0..PAGE).any(|i| start.add(i).read_volatile() != pristine) {
+                    dirty += 1;
+                }
+                if page % 2 == 0 {
+                    start.write_volatile(0xab);
+                }
+            }
+        }
+    }
+    json!({ "calls_before": calls_before, "dirty_pages": dirty })
 }
 
 #[inline(never)]

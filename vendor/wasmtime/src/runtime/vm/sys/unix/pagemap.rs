@@ -123,109 +123,32 @@ impl PageMap {
 ///
 /// This function is a dual implementation of this function in the
 /// `pagemap_disabled` module except it uses the `PAGEMAP_SCAN` [ioctl] on
-/// Linux to be more clever about calling the `reset_manually` closure.
-/// Semantically though this still has the same meaning where all of `ptr` for
-/// `len` bytes will be reset, either through `reset_manually` or `decommit`.
-/// The optimization here is that `reset_manually` will only be called on
-/// regions as-necessary and `decommit` can be skipped entirely in some
-/// situations.
+/// Linux to find the pages a guest dirtied. All of `ptr` for `len` bytes is
+/// reset, either in place through `reset_manually` (the page stays resident
+/// and the next instance takes no fault on it) or through `decommit`.
 ///
-/// The `PAGEMAP_SCAN` [ioctl] scans a region of memory and reports back
-/// "regions of interest" as configured by the scan. It also does things with
-/// uffd and write-protected pages, but that's not leveraged here. Specifically
-/// this function will perform a scan of `ptr` for `len` bytes which will search
-/// for pages that:
+/// The scan looks for pages that:
 ///
-/// * Are present.
-/// * Have been written.
-/// * Are NOT backed by the "zero" page.
-/// * Are NOT backed by a "file" page.
+/// * Have been written (`Categories::WRITTEN`), whether they are present or
+///   swapped out. (Airlock's patch: upstream 48 also required
+///   `Categories::PRESENT`, so a dirty page the kernel had swapped out was
+///   neither reset nor decommitted and the next instance in the slot read
+///   the previous one's data.) A page never touched is neither written nor
+///   present, so it is not reported.
+/// * Are NOT backed by the "zero" page (`!Categories::PFNZERO`): the guest
+///   only read it.
+/// * Are NOT backed by a "file" page (`!Categories::FILE`): the guest only
+///   read the memory image there.
 ///
-/// By default WebAssembly memories/tables are all accessible virtual memory,
-/// but paging optimizations on Linux means they don't actually have a backing
-/// page. For example when an instance starts for the first time its entire
-/// linear memory will be mapped as anonymous memory where page-table-entries
-/// don't even exist for the new memory. Most modules will then have an initial
-/// image mapped in, but that still won't have any page table entries. When
-/// memory is accessed for the first time a page fault will be generated and
-/// handled by the kernel.
-///
-/// If memory is read then the page fault will force a PTE to be allocated to
-/// either zero-backed pages (e.g. ZFOD behavior) or a file-backed page if the
-/// memory is in the initial image mapping. For ZFOD the kernel uses a single
-/// page for the entire system of zeros and for files it uses the page map cache
-/// in the kernel to share the same page across many mappings (as it's all
-/// read-only anyway). Note that in this situation the PTE allocated will have
-/// the write permission disabled meaning that a write will later generate a
-/// page fault.
-///
-/// If memory is written then that will allocate a fresh page from the kernel.
-/// If the PTE was not previously present then the fresh page is initialized
-/// either with zeros or a copy of the contents of the file-backed mapping. If
-/// the PTE was previously present then its previous contents are copied into
-/// the new page. In all of these cases the final PTE allocate will be a private
-/// page to just this process which will be reflected nowhere else on the
-/// system.
-///
-/// Putting this all together this helps explain the search criteria for
-/// `PAGEMAP_SCAN`, notably:
-///
-/// * `Categories::PRESENT` - we're only interested in present pages, anything
-///   unmapped wasn't touched by the guest so no need for the host to touch it
-///   either.
-///
-/// * `Categories::WRITTEN` - if a page was only read by the guest no need to
-///   take a look at it as the contents aren't changed from the initial image.
-///
-/// * `!Categories::PFNZERO` - if a page is mapped to the zero page then it's
-///   guaranteed to be readonly and it means that wasm read the memory but
-///   didn't write to it, additionally meaning it doesn't need to be reset.
-///
-/// * `!Categories::FILE` - similar to `!PFNZERO` if a page is mapped to a file
-///   then for us that means it's readonly meaning wasm only read the memory,
-///   didn't write to it, so the page can be skipped.
-///
-/// The `PAGEMAP_SCAN` will report back a set of contiguous regions of memory
-/// which match our scan flags that we're looking for. Each of these regions is
-/// then passed to `reset_manually` as-is. The ioctl will additionally then
-/// report a "walk_end" address which is the last address it considered before
-/// the scan was halted. A scan can stop for 3 reasons:
-///
-/// * The end of the region of memory being scanned was reached. In this case
-///   the entire region was scanned meaning that all dirty memory was reported
-///   through `reset_manually`. This means that `decommit` can be skipped
-///   entirely (or invoked with a 0 length here which will also end up with it
-///   being skipped).
-///
-/// * The scan's `max_pages` setting was reached. The `keep_resident` argument
-///   indicates the maximal amount of memory to pass to `reset_manually` and
-///   this translates to the `max_pages` configuration option to the ioctl. The
-///   sum total of the size of all regions reported from the ioctl is guaranteed
-///   to be less than `max_pages`. This means that if a scan reaches the
-///   `keep_resident` limit before reaching the end then the ioctl will bail out
-///   early. That means that the wasm module's working set of memory was larger
-///   than `keep_resident` and then the rest of it will be `decommit`'d away.
-///
-/// * The scan's returned set of regions exceeds the capacity passed into the
-///   ioctl. The `pm_scan_arg` of the ioctl takes a `vec` and `vec_len` which is
-///   a region of memory to store a list of `page_region` structures. Below this
-///   is always `MAX_REGIONS`. If there are more than this number of disjoint
-///   regions of memory that need to be reported then the ioctl will also return
-///   early without reaching the end of memory. Note that this means that all
-///   further memory will be `decommit`'d with reported regions still going to
-///   `reset_manually`. This is arguably something we should detect and improve
-///   in Wasmtime, but for now `MAX_REGIONS` is hardcoded.
-///
-/// In the end this ends up being a "more clever" version of this function than
-/// the one in the `pagemap_disabled` module. By using `PAGEMAP_SCAN` we can
-/// search for the first `keep_resident` bytes of dirty memory written to by a
-/// wasm guest instead of assuming the first `keep_resident` bytes of the region
-/// were modified by the guest. This crucially enables the `decommit` operation
-/// to a noop if the wasm guest's set of working memory is less than
-/// `keep_resident` which means that `memcpy` is sufficient to reset a linear
-/// memory or table. This directly translates to higher throughput as it avoids
-/// IPIs and synchronization updating page tables and additionally avoids page
-/// faults on future executions of the same module.
+/// The kernel reports contiguous runs of such pages into a buffer of
+/// `MAX_REGIONS` runs and says where it stopped (`walk_end`). It stops at the
+/// end of the range, when the `keep_resident` page budget is spent, or when
+/// the buffer is full. (Airlock's patch: upstream 48 treated a full buffer
+/// like a spent budget and decommitted everything after `walk_end`, so a
+/// guest whose heap dirties more than 32 disjoint runs, as CPython's and
+/// SpiderMonkey's do, re-faulted most of its heap in every new instance.)
+/// Here a full buffer resumes the scan at `walk_end`; only a spent budget
+/// leaves a tail to decommit.
 ///
 /// # Safety
 ///
@@ -276,73 +199,85 @@ pub unsafe fn reset_with_pagemap(
         },
     };
 
-    // For now use a fixed set of regions on the stack, but in the future this
-    // may want to use a dynamically allocated vector for more regions for
-    // example.
+    // The runs found by one ioctl, on the stack. A full buffer costs one more
+    // ioctl, not an allocation.
     const MAX_REGIONS: usize = 32;
     let mut storage = [MaybeUninit::uninit(); MAX_REGIONS];
 
-    let scan_arg = PageMapScanBuilder::new(ptr::slice_from_raw_parts(ptr, len.byte_count()))
-        .max_pages(keep_resident.byte_count() / host_page_size)
-        // We specifically want pages that are NOT backed by the zero page or
-        // backed by files. Such pages mean that they haven't changed from their
-        // original contents, so they're inverted.
-        .category_inverted(Categories::PFNZERO | Categories::FILE)
-        // Search for pages that are written and present as those are the dirty
-        // pages. Additionally search for the zero page/file page as those are
-        // inverted above meaning we're searching for pages that specifically
-        // don't have those flags.
-        .category_mask(
-            Categories::WRITTEN | Categories::PRESENT | Categories::PFNZERO | Categories::FILE,
-        )
-        // Don't return any categories back. This helps group regions together
-        // since the reported set of categories is always empty and we otherwise
-        // aren't looking for anything in particular.
-        .return_mask(Categories::empty())
-        .build(&mut storage);
-
-    // SAFETY: this should be a safe ioctl as we control the fd we're operating
-    // on plus all of `scan_arg`, but this relies on `Ioctl` below being the
-    // correct implementation and such.
-    let result = match unsafe { ioctl(&pagemap.0, scan_arg) } {
-        Ok(result) => result,
-
-        // If the ioctl fails for whatever reason, we at least tried, so fall
-        // back to the default behavior.
-        //
-        // SAFETY: the safety requirement of
-        // `pagemap_disabled::reset_with_pagemap` is the same as this function.
-        Err(err) => unsafe {
-            log::warn!("failed pagemap scan {err}");
-            return crate::runtime::vm::pagemap_disabled::reset_with_pagemap(
-                None,
-                ptr,
-                len,
-                keep_resident,
-                reset_manually,
-                decommit,
-            );
-        },
-    };
-
-    // For all regions that were written in the scan reset them manually, then
-    // afterwards decommit everything else.
+    let end = ptr.addr() + len.byte_count();
+    // Everything before `next` has been reset in place.
+    let mut next = ptr.cast_const();
+    // Pages that may still be reset in place.
+    let mut budget = keep_resident.byte_count() / host_page_size;
     let mut bytes_resident = 0;
-    for region in result.regions() {
-        // SAFETY: we're relying on Linux to pass in valid region ranges within
-        // the `ptr/len` we specified to the original syscall.
-        unsafe {
-            reset_manually(&mut *region.region().cast_mut());
+
+    while budget > 0 && next.addr() < end {
+        let rest = end - next.addr();
+        let scan_arg = PageMapScanBuilder::new(ptr::slice_from_raw_parts(next, rest))
+            .max_pages(budget)
+            // Pages backed by the zero page or the image's file are
+            // unchanged, so those categories are inverted: wanted are
+            // written pages that are neither.
+            .category_inverted(Categories::PFNZERO | Categories::FILE)
+            .category_mask(Categories::WRITTEN | Categories::PFNZERO | Categories::FILE)
+            // In memory or in swap: a dirty page swapped out still holds
+            // the previous instance's data. (A hole is neither.)
+            .category_anyof_mask(Categories::PRESENT | Categories::SWAPPED)
+            // Report no categories, so that adjacent dirty pages merge into
+            // one run.
+            .return_mask(Categories::empty())
+            .build(&mut storage);
+
+        // SAFETY: this should be a safe ioctl as we control the fd we're
+        // operating on plus all of `scan_arg`, but this relies on `Ioctl`
+        // below being the correct implementation and such.
+        let result = match unsafe { ioctl(&pagemap.0, scan_arg) } {
+            Ok(result) => result,
+
+            // If the ioctl fails, reset what was not scanned yet the default
+            // way, with what is left of the budget.
+            //
+            // SAFETY: `next..end` is within `ptr..ptr + len`, which the
+            // caller guarantees, and stays page aligned.
+            Err(err) => unsafe {
+                log::warn!("failed pagemap scan {err}");
+                return bytes_resident
+                    + crate::runtime::vm::pagemap_disabled::reset_with_pagemap(
+                        None,
+                        next.cast_mut(),
+                        HostAlignedByteCount::new(rest).expect("page aligned"),
+                        HostAlignedByteCount::new(budget * host_page_size)
+                            .expect("page aligned"),
+                        reset_manually,
+                        decommit,
+                    );
+            },
+        };
+
+        // The kernel keeps the runs it reports within `max_pages`, so the
+        // budget does not underflow.
+        for region in result.regions() {
+            // SAFETY: we're relying on Linux to pass in valid region ranges
+            // within the `next..end` we specified to the syscall.
+            unsafe {
+                reset_manually(&mut *region.region().cast_mut());
+            }
+            bytes_resident += region.len();
+            budget = budget.saturating_sub(region.len() / host_page_size);
         }
-        bytes_resident += region.len();
+        let full = result.regions().len() == MAX_REGIONS;
+        let scanned_to = result.walk_end();
+        let progressed = scanned_to > next;
+        next = scanned_to;
+        if !full || !progressed {
+            // The end of the range, or the budget spent.
+            break;
+        }
     }
 
-    // Report everything after `walk_end` to the end of memory as memory that
-    // must be decommitted as the scan didn't reach it. Note that if `walk_end`
-    // is already at the end of memory then the byte size of the decommitted
-    // memory here will be 0 meaning that this is a noop.
-    let scan_size = result.walk_end().addr() - ptr.addr();
-    decommit(result.walk_end().cast_mut(), len.byte_count() - scan_size);
+    // What the scan did not reach (the budget ran out first) is decommitted;
+    // at the end of the range this is empty, a no-op.
+    decommit(next.cast_mut(), end.saturating_sub(next.addr()));
 
     bytes_resident
 }
@@ -465,7 +400,6 @@ mod ioctl {
         ///
         /// For more detail see the `pagemap_scan_is_interesting_page` function
         /// in the Linux kernel source.
-        #[expect(dead_code, reason = "bindings for the future if we need them")]
         pub fn category_anyof_mask(&mut self, flags: Categories) -> &mut PageMapScanBuilder {
             self.pm_scan_arg.category_anyof_mask = flags;
             self
