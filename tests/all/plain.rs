@@ -135,6 +135,11 @@ async fn every_type_round_trips_with_identical_json_in_rust_python_and_javascrip
         ("check", json!({"at": {"x": 500, "y": 6}})),
         ("nothing", json!({})),
         ("version", json!({})),
+        // Counted in a global: a fresh instance every call, so 1 every
+        // time, in every language.
+        ("calls", json!({})),
+        ("calls", json!({})),
+        ("calls", json!({})),
     ];
     let mut seen: Vec<(String, Vec<Value>)> = Vec::new();
     for language in ["typed", "python-typed", "js-typed"] {
@@ -171,6 +176,10 @@ async fn every_type_round_trips_with_identical_json_in_rust_python_and_javascrip
     );
     assert_eq!(rust[12], json!({"ok": null}));
     assert_eq!(rust[13], json!({"ok": "0.1.0"}));
+    assert_eq!(
+        rust[14..],
+        [json!({"ok": 1}), json!({"ok": 1}), json!({"ok": 1})]
+    );
     for (language, outcomes) in &seen[1..] {
         for (i, (name, _)) in calls.iter().enumerate() {
             assert_eq!(
@@ -344,7 +353,7 @@ async fn schemas_use_only_what_openai_anthropic_and_mcp_accept() {
         assert!(airlock::policy::is_tool_name(&tool.name));
         checked += 1;
     }
-    assert_eq!(checked, 7 + 2 + 2);
+    assert_eq!(checked, 8 + 2 + 2);
 }
 
 #[tokio::test]
@@ -441,7 +450,7 @@ async fn functions_that_pass_resources_are_skipped_and_their_siblings_work() {
     assert_eq!(
         host.tool_names(),
         [
-            "add", "area", "check", "divide", "echo", "nothing", "version"
+            "add", "area", "calls", "check", "divide", "echo", "nothing", "version"
         ]
     );
     let missing = call(

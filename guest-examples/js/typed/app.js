@@ -9,6 +9,9 @@
 // WIT mapping (componentize-js): s64/u64 are BigInts, variants are
 // `{tag, val}`, a `result` export returns the ok value or throws the error.
 
+// `calls` counts here: in a global of the instance.
+let calls = 0;
+
 export function version() {
   return "0.1.0";
 }
@@ -62,6 +65,11 @@ export const values = {
   },
 
   nothing() {},
+
+  calls() {
+    calls += 1;
+    return calls;
+  },
 
   makeCounter(start) {
     return new Counter(start);

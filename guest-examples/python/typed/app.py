@@ -13,6 +13,9 @@ from wit_world import WitWorld as World
 from wit_world import exports
 from wit_world.exports import values as v
 
+# `calls` counts here: in a global of the instance.
+CALLS = 0
+
 
 class WitWorld(World):
     def version(self) -> str:
@@ -48,6 +51,11 @@ class Values(exports.Values):
 
     def nothing(self) -> None:
         return None
+
+    def calls(self) -> int:
+        global CALLS
+        CALLS += 1
+        return CALLS
 
     def make_counter(self, start: int) -> "Counter":
         return Counter(start)

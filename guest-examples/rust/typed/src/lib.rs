@@ -3,6 +3,7 @@
 //! passes plain values is a tool (see `../../typed/wit/typed.wit`).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 wit_bindgen::generate!({ path: "../../typed/wit", world: "typed" });
 
@@ -57,6 +58,11 @@ impl Values for Typed {
     }
 
     fn nothing() {}
+
+    fn calls() -> u32 {
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        CALLS.fetch_add(1, Ordering::Relaxed) + 1
+    }
 
     fn make_counter(start: u32) -> Counter {
         Counter::new(Next(Cell::new(start)))
