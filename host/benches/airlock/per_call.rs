@@ -172,10 +172,11 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     }
     writeln!(
         out,
-        "\nPython and JavaScript components embed an interpreter (CPython, SpiderMonkey): a fresh instance \
-         maps and initializes a 12-18 MB image, so the raw floor itself is over a millisecond and Airlock's own \
-         work adds almost nothing to it. Going under 300 µs would take instance reuse (the third column), which \
-         gives up per-call isolation; Airlock keeps the isolation.\n"
+        "\nPython and JavaScript components embed an interpreter (CPython, SpiderMonkey) in a 12-18 MB \
+         component: a fresh instance wires its core modules and maps its memory image, and its first call \
+         writes to pages of that image, so the raw floor is hundreds of microseconds and Airlock's own work \
+         adds little to it. Reusing an instance (the third column) would be cheaper but gives up per-call \
+         isolation; Airlock keeps the isolation, so the targets below are for a fresh instance.\n"
     )
     .unwrap();
     writeln!(
@@ -213,12 +214,18 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             measured.at_most(1.1)
         )
         .unwrap();
-        if *name == "Python" || *name == "JavaScript" {
+        // Issue 30's targets for the interpreters' fresh-instance calls.
+        let ceiling = match *name {
+            "Python" => Some(400),
+            "JavaScript" => Some(150),
+            _ => None,
+        };
+        if let Some(ceiling) = ceiling {
             writeln!(
                 out,
-                "- {name}: fresh-instance call under 300 µs: {} — {}",
+                "- {name}: fresh-instance call (full path) at most {ceiling} µs: {} — {}",
                 us(*full),
-                verdict(full.as_micros() < 300)
+                verdict(full.as_micros() <= ceiling)
             )
             .unwrap();
         }
