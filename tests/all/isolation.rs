@@ -29,9 +29,9 @@ async fn a_call_finds_no_trace_of_the_calls_before_it() {
     // `scribble` counts its calls in a global and marks every other page of
     // a data segment and of zeroed memory: 128 separate dirty runs, more
     // than the instance pool's reset finds in one scan of the memory. Each
-    // call reports what the calls before it left. The pool hands the same
-    // memory slot back call after call, so only a full reset keeps these
-    // at zero.
+    // call reports what the calls before it left. The pool prefers to hand
+    // a component the memory slot it used last, so only a full reset keeps
+    // these at zero.
     let host = hostile_host().await;
     let mut ctx = RunContext::default();
     for i in 0..8 {
