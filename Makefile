@@ -247,10 +247,7 @@ DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a 
 # The walkthrough as an agent run: the real Wasm tools, and the model from
 # guest-examples/scripts/vowels.json (offline), or a real OpenAI model when
 # OPENAI_API_KEY is set (OPENAI_MODEL, default gpt-4o-mini).
-# The Rust tools and the host are built side by side (-j2): the tools'
-# build fills the cores the host's last crates leave idle.
-demo: setup
-	@$(MAKE) --no-print-directory -j2 guests-rust build-bin
+demo: guests-rust build-bin
 	@if [ -n "$$OPENAI_API_KEY" ]; then model="--model openai:$${OPENAI_MODEL:-gpt-4o-mini}"; \
 	 else model="--script guest-examples/scripts/vowels.json"; fi; \
 	 $(AIRLOCK) run --tool $(GUEST_DIR)/stateful.wasm $$model "$(DEMO_PROMPT)"
