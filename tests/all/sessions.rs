@@ -27,13 +27,19 @@ fn options(user: Option<&str>, id: &str) -> SessionOptions {
     }
 }
 
+/// A session of `store` opened with `options` and the default context
+/// rules.
+async fn open(store: &Arc<dyn SessionStore>, options: SessionOptions) -> Session {
+    Session::open(Arc::clone(store), options, &ContextRules::default())
+        .await
+        .unwrap()
+}
+
 /// Opens `options`' session and closes it, stored: a new session is
 /// stored by its first commit (here, its deps).
 async fn stored(store: &Arc<dyn SessionStore>, options: SessionOptions) {
     let deps = options.deps.clone().unwrap_or_default();
-    let mut session = Session::open(Arc::clone(store), options, &ContextRules::default())
-        .await
-        .unwrap();
+    let mut session = open(store, options).await;
     session
         .set_deps(deps, &ContextRules::default())
         .await
@@ -81,13 +87,7 @@ async fn every_field_round_trips_through_the_store_and_an_export(backend: Backen
     session.close().await.unwrap();
 
     // Opened again, it is the same conversation, field by field.
-    let again = Session::open(
-        Arc::clone(&store),
-        options(Some("alice"), "trip"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let again = open(&store, options(Some("alice"), "trip")).await;
     assert!(!again.created());
     assert_eq!(again.context().deps(), live.deps());
     assert_eq!(again.context().deps()["counters"]["vowels"], 3);
@@ -216,13 +216,7 @@ async fn users_are_a_hard_partition(backend: Backend) {
             .await;
         assert!(matches!(removed, Err(StoreError::NotFound { .. })));
         // Opening the same id is a session of the outsider's own, empty.
-        let own = Session::open(
-            Arc::clone(&store),
-            options(outsider, "shared-name"),
-            &ContextRules::default(),
-        )
-        .await
-        .unwrap();
+        let own = open(&store, options(outsider, "shared-name")).await;
         assert!(own.created(), "{outsider:?} resumed alice's session");
         assert!(own.context().deps().is_empty());
         assert!(own.transcript().messages.is_empty());
@@ -291,13 +285,7 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
             {"id": "c3", "name": "increment", "arguments": {"name": "b"}}
         ]}]),
     );
-    let mut session = Session::open(
-        Arc::clone(&store),
-        options(None, "patch"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut session = open(&store, options(None, "patch")).await;
     let cancel = CancelToken::new();
     let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let agent = Agent::new(Arc::clone(hostile_host().await), model)
@@ -317,13 +305,7 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
     assert!(matches!(result, Err(RunError::Cancelled)), "{result:?}");
     session.close().await.unwrap();
 
-    let reopened = Session::open(
-        Arc::clone(&store),
-        options(None, "patch"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let reopened = open(&store, options(None, "patch")).await;
     let tools = tool_messages(&reopened.transcript().messages);
     let told = |i: usize| (tools[i].0.as_str(), tools[i].1.as_str(), tools[i].2);
     assert_eq!(told(0).0, "c1");
@@ -353,13 +335,7 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
     reopened.close().await.unwrap();
     // Opening again (and patching again) adds nothing.
     let records = store.read(None, "patch").await.unwrap().records.len();
-    let mut third = Session::open(
-        Arc::clone(&store),
-        options(None, "patch"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut third = open(&store, options(None, "patch")).await;
     third.patch_unanswered().await.unwrap();
     third.close().await.unwrap();
     assert_eq!(
@@ -372,13 +348,7 @@ async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
     use crate::support::model_server::{ModelServer, openai_reply};
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
-    let mut session = Session::open(
-        Arc::clone(&store),
-        options(Some("u"), "resume"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut session = open(&store, options(Some("u"), "resume")).await;
     Agent::new(Arc::clone(host().await), vowels())
         .run_session(&mut session, "Count the vowels of 'elephant'.")
         .await
@@ -396,13 +366,7 @@ async fn a_resumed_run_sends_the_model_the_real_history(backend: Backend) {
         ))
         .push_json(openai_reply(Some("now 4"), &[], 5, 1));
     let model = crate::support::model_server::openai(&server);
-    let mut resumed = Session::open(
-        Arc::clone(&store),
-        options(Some("u"), "resume"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut resumed = open(&store, options(Some("u"), "resume")).await;
     let outcome = Agent::new(Arc::clone(host().await), Arc::new(model))
         .run_session(&mut resumed, "One more.")
         .await
@@ -539,13 +503,7 @@ async fn a_lost_lease_commits_nothing_more(backend: Backend) {
 async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
     let db = TestStore::new(backend, "s").await;
     let store = db.open().await;
-    let mut session = Session::open(
-        Arc::clone(&store),
-        options(None, "direct"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut session = open(&store, options(None, "direct")).await;
     let probe = airlock::ToolCall::new("read", "{}");
     let seen = session
         .call(host().await, &probe, &CancelToken::new())
@@ -1364,25 +1322,13 @@ async fn an_earlier_schema_is_migrated_and_its_calls_indexed(backend: Backend) {
         );
         // More calls, so that a snapshot now covers k0..k2.
         keyed_increments(&store, "old", 3..6, 2).await;
-        let mut session = Session::open(
-            Arc::clone(&store),
-            options(None, "old"),
-            &ContextRules::default(),
-        )
-        .await
-        .unwrap();
+        let mut session = open(&store, options(None, "old")).await;
         assert!(session.transcript().items_folded > 0);
         let again = keyed_increment(&mut session, "k0", "x").await.unwrap();
         assert_eq!(again.result["value"], 1, "schema {version}");
         assert_eq!(session.context().deps()["counters"]["x"], 6);
         session.close().await.unwrap();
-        let bob = Session::open(
-            Arc::clone(&store),
-            options(Some("bob"), "old"),
-            &ContextRules::default(),
-        )
-        .await
-        .unwrap();
+        let bob = open(&store, options(Some("bob"), "old")).await;
         assert_eq!(bob.context().deps()["counters"]["x"], 5, "schema {version}");
         bob.close().await.unwrap();
     }
@@ -1920,13 +1866,7 @@ async fn a_session_removed_and_made_again_is_written_as_the_new_one(backend: Bac
     let deps = |n: u64| json!({ "n": n }).as_object().unwrap().clone();
     // Two commits: a new session's first creates it, the second is an
     // append to it.
-    let mut first = Session::open(
-        Arc::clone(&store),
-        options(None, "again"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut first = open(&store, options(None, "again")).await;
     for n in [0, 1] {
         first
             .set_deps(deps(n), &ContextRules::default())
@@ -1939,13 +1879,7 @@ async fn a_session_removed_and_made_again_is_written_as_the_new_one(backend: Bac
         .await
         .unwrap();
 
-    let mut second = Session::open(
-        Arc::clone(&store),
-        options(None, "again"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let mut second = open(&store, options(None, "again")).await;
     assert!(second.created());
     for n in [2, 3] {
         second
@@ -1970,13 +1904,7 @@ async fn a_session_removed_and_made_again_is_written_as_the_new_one(backend: Bac
         written,
         [(1, json!({})), (2, json!({"n": 2})), (3, json!({"n": 3}))]
     );
-    let resumed = Session::open(
-        Arc::clone(&store),
-        options(None, "again"),
-        &ContextRules::default(),
-    )
-    .await
-    .unwrap();
+    let resumed = open(&store, options(None, "again")).await;
     assert_eq!(
         Value::Object(resumed.context().deps().clone()),
         json!({"n": 3})
