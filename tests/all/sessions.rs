@@ -1863,31 +1863,28 @@ async fn a_session_removed_and_made_again_is_written_as_the_new_one(backend: Bac
     use airlock::journal::Entry;
     let db = TestStore::new(backend, "again").await;
     let store = db.open().await;
-    let deps = |n: u64| json!({ "n": n }).as_object().unwrap().clone();
-    // Two commits: a new session's first creates it, the second is an
-    // append to it.
-    let mut first = open(&store, options(None, "again")).await;
-    for n in [0, 1] {
-        first
-            .set_deps(deps(n), &ContextRules::default())
-            .await
-            .unwrap();
+    // Opens the session, commits each of `values` as its deps (a new
+    // session's first commit creates it, the next is an append to it),
+    // closes it; says whether it was new.
+    async fn commit_deps(store: &Arc<dyn SessionStore>, values: [u64; 2]) -> bool {
+        let mut session = open(store, options(None, "again")).await;
+        let created = session.created();
+        for n in values {
+            let deps = json!({ "n": n }).as_object().unwrap().clone();
+            session
+                .set_deps(deps, &ContextRules::default())
+                .await
+                .unwrap();
+        }
+        session.close().await.unwrap();
+        created
     }
-    first.close().await.unwrap();
+    commit_deps(&store, [0, 1]).await;
     store
         .remove(None, "again", airlock::journal::now_ms())
         .await
         .unwrap();
-
-    let mut second = open(&store, options(None, "again")).await;
-    assert!(second.created());
-    for n in [2, 3] {
-        second
-            .set_deps(deps(n), &ContextRules::default())
-            .await
-            .unwrap();
-    }
-    second.close().await.unwrap();
+    assert!(commit_deps(&store, [2, 3]).await);
 
     let again = store.read(None, "again").await.unwrap();
     let written: Vec<(u64, Value)> = again
