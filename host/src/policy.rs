@@ -5,6 +5,7 @@
 //! [limits]                       # defaults for every tool (optional)
 //! timeout_ms = 5000
 //! memory_mb = 128
+//! prepared_instances = 1         # made ahead of calls; 0 turns it off
 //!
 //! [context]
 //! hidden = ["api_token", "internal_*"]   # never visible to any tool
@@ -679,6 +680,26 @@ mod tests {
         assert_eq!(err.line, Some(3), "{err}");
         assert!(err.to_string().starts_with("airlock.toml:3: "), "{err}");
         assert!(err.message.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn prepared_instances_default_to_one_and_are_bounded() {
+        let defaults = |text: &str| {
+            LimitsConfig::deserialize(toml::Value::Table(toml::from_str(text).unwrap()))
+                .unwrap()
+                .apply(Limits::default())
+        };
+        assert_eq!(defaults("").map(|l| l.prepared_instances), Ok(1));
+        assert_eq!(
+            defaults("prepared_instances = 0").map(|l| l.prepared_instances),
+            Ok(0)
+        );
+        let err = parse("[limits]\nprepared_instances = 17\n").unwrap_err();
+        assert!(
+            err.message
+                .contains("[limits] prepared_instances (17) is over the maximum of 16"),
+            "{err}"
+        );
     }
 
     #[test]

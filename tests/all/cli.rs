@@ -421,6 +421,7 @@ fn inspect_shows_every_grant_aligned() {
         "  approval     ask before each call\n",
         "  reruns       effectful: never run speculatively\n",
         "context: read (nothing); write (nothing)",
+        "prepared: none (a tool granted files, variables, hosts or secrets",
     ] {
         assert!(text.contains(line), "{line:?} in:\n{text}");
     }

@@ -1,9 +1,9 @@
 //! Nothing survives a call: every call runs in a fresh instance.
 
-use airlock::RunContext;
+use airlock::{CompileCache, Host, Limits, RunContext, ToolConfig};
 use serde_json::json;
 
-use crate::support::{call, host, hostile_host};
+use crate::support::{built, cache_dir, call, host, hostile_host, prepared};
 
 #[tokio::test]
 async fn every_call_is_a_fresh_instance() {
@@ -41,5 +41,41 @@ async fn a_call_finds_no_trace_of_the_calls_before_it() {
             json!({"calls_before": 0, "dirty_pages": 0}),
             "call {i} found another call's traces"
         );
+    }
+}
+
+/// Issue 30 item 3: instances prepared ahead of demand are as fresh as
+/// those made during a call. The Python `calls` tool counts its calls in
+/// a global; with two instances prepared, each call after the first waits
+/// until both are ready and takes one: it counts 1, and the pool counts it
+/// as taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_instance_is_fresh_and_serves_one_call() {
+    let mut host = Host::builder()
+        .cache(CompileCache::in_dir(cache_dir()))
+        .build()
+        .unwrap();
+    let config = ToolConfig {
+        limits: Limits {
+            prepared_instances: 2,
+            ..Limits::default()
+        },
+        ..ToolConfig::default()
+    };
+    host.load_with(built("python-typed"), config).await.unwrap();
+    let mut ctx = RunContext::default();
+    for i in 0..8u64 {
+        // The first call finds none and starts preparing two.
+        if i > 0 {
+            prepared(&host, 2).await;
+        }
+        let taken = host.pool_usage().prepared_taken;
+        let outcome = call(&host, &mut ctx, "calls", json!({})).await.unwrap();
+        assert_eq!(
+            outcome.result,
+            json!(1),
+            "call {i} was not the first in its instance"
+        );
+        assert_eq!(host.pool_usage().prepared_taken, taken + u64::from(i > 0));
     }
 }

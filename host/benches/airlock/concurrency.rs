@@ -42,20 +42,33 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         eprintln!("concurrency {n}: {:.0}/s", row.per_sec);
     }
     if b.reporting() {
-        let python = Arc::new(b.host(&[component("python-stateful.wasm")]).await);
-        let row = sessions_for(&python, 16, window).await;
+        // With and without an instance prepared ahead of demand: under
+        // load, preparing moves instantiation off the call's path but not
+        // off the cores, so this is where it would show a throughput loss.
+        let mut rows = String::new();
+        for prepared in [1, 0] {
+            let file = [component("python-stateful.wasm")];
+            let python = Arc::new(b.host_preparing(&file, prepared).await);
+            let row = sessions_for(&python, 16, window).await;
+            let cells = row.cells();
+            writeln!(rows, "| {prepared} {}", &cells[1..]).unwrap();
+            eprintln!(
+                "concurrency python 16, {prepared} prepared: {:.0}/s",
+                row.per_sec
+            );
+        }
         writeln!(
             out,
-            "\nThe same with the Python `increment` tool (componentize-py), 16 sessions at once. Each \
-             memory slot of the instance pool keeps resident at most the 4 MiB it resets in place \
-             (`linear_memory_keep_resident`; a Python call dirties about 1 MiB), so warm slots may hold up \
-             to 16 × 4 MiB more than a pool that gave every page back.\n\n\
-             | sessions | calls per second | per call | peak RSS | growth over idle |\n\
-             |---|---|---|---|---|\n{}",
-            row.cells()
+            "\nThe same with the Python `increment` tool (componentize-py), 16 sessions at once, with one \
+             instance prepared ahead of demand per tool (`prepared_instances = 1`, the default) and with \
+             none. Each memory slot of the instance pool keeps resident at most the 4 MiB it resets in \
+             place (`linear_memory_keep_resident`; a Python call dirties about 1 MiB), so warm slots may \
+             hold up to 16 × 4 MiB more than a pool that gave every page back; a prepared instance holds \
+             one slot more while it waits.\n\n\
+             | prepared | sessions | calls per second | per call | peak RSS | growth over idle |\n\
+             |---|---|---|---|---|---|\n{rows}"
         )
         .unwrap();
-        eprintln!("concurrency python 16: {:.0}/s", row.per_sec);
     }
     // 1 → 2 sessions, paired: a batch of calls from one session, then the
     // same number from two sessions at once (half each), alternating.

@@ -101,10 +101,23 @@ impl Bench {
         if self.quick { (n / 20).max(3) } else { n }
     }
 
+    /// A host with `files` loaded under the default limits (one instance
+    /// of each prepared ahead of demand).
     pub(crate) async fn host(&self, files: &[PathBuf]) -> Host {
+        self.host_preparing(files, airlock::Limits::default().prepared_instances)
+            .await
+    }
+
+    /// A host with `files` loaded, each preparing `prepared` instances
+    /// ahead of demand (0: every call instantiates).
+    pub(crate) async fn host_preparing(&self, files: &[PathBuf], prepared: usize) -> Host {
         let mut host = Host::builder()
             .cache(CompileCache::in_dir(&self.cache))
             .max_concurrent_calls(128)
+            .limits(airlock::Limits {
+                prepared_instances: prepared,
+                ..airlock::Limits::default()
+            })
             .build()
             .unwrap();
         for f in files {

@@ -84,6 +84,7 @@ fn grants_json(component: &LoadedComponent) -> Value {
             "max_op_bytes": limits.ops.max_op_bytes,
             "max_deps_bytes": limits.ops.max_deps_bytes,
             "max_host_resources": limits.max_host_resources,
+            "prepared_instances": limits.prepared_instances,
         },
         "http_bounds": {
             "max_response_bytes": grants.http.max_response_bytes,
@@ -151,6 +152,24 @@ fn grant_lines(component: &LoadedComponent, described: &[(&'static str, String)]
         .iter()
         .map(|(kind, line)| format!("  {kind:width$}  {}\n", field(line)))
         .collect()
+}
+
+/// How many fresh instances are made ahead of the component's calls, and
+/// if none, why.
+fn prepared_line(component: &LoadedComponent) -> String {
+    let n = component.limits().prepared_instances;
+    if n == 0 {
+        "none (prepared_instances = 0)".to_owned()
+    } else if !component.grants().is_none() {
+        "none (a tool granted files, variables, hosts or secrets is instantiated as its call starts)"
+            .to_owned()
+    } else {
+        format!(
+            "{n} fresh instance{} made ahead of calls, each used by one call, while instantiating \
+             takes 100 µs or more (an interpreter's does; a Rust or C tool's takes a few µs)",
+            if n == 1 { "" } else { "s" }
+        )
+    }
 }
 
 pub async fn run(args: InspectArgs) -> ExitCode {
@@ -235,6 +254,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
     text.push_str("\ngrants:\n");
     text.push_str(&grant_lines(component, &described));
     text.push_str(&format!("\nlimits: {}\n", component.limits().describe()));
+    text.push_str(&format!("prepared: {}\n", prepared_line(component)));
     let patterns = |list: &[String]| {
         if list.is_empty() {
             "(nothing)".to_owned()

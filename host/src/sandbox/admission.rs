@@ -48,6 +48,12 @@ pub struct PoolUsage {
     pub tables: u32,
     /// Calls waiting for room.
     pub waiting: u32,
+    /// Instances prepared ahead of demand and ready for a call (each also
+    /// counted in `calls`, `memories` and `tables`).
+    pub prepared: u32,
+    /// Calls so far that found an instance prepared for them (against all
+    /// calls, the share of calls that did not wait for instantiation).
+    pub prepared_taken: u64,
 }
 
 /// Slots of one kind: how many there are and how many are taken. Taking
@@ -176,10 +182,18 @@ impl Admission {
 
     /// Room for one call through `gate`, waiting at most `wait`. The error
     /// is why there is none (for [`crate::tools::CallError::Busy`]).
+    ///
+    /// Before each try after the first, the call is counted as waiting
+    /// ([`Admission::has_waiting`]) and `reclaim` runs: it gives back room
+    /// held ahead of demand (prepared instances), so that room never keeps
+    /// a call waiting. Counting first closes the race with an instance
+    /// that finishes preparing meanwhile: it either sees the waiting call
+    /// and gives its room back at once, or is there for `reclaim` to find.
     pub(crate) async fn admit(
         self: &Arc<Self>,
         gate: &ToolGate,
         wait: Duration,
+        reclaim: &(dyn Fn() + Sync),
     ) -> Result<Admitted, String> {
         if let Some(admitted) = self.try_admit(gate) {
             return Ok(admitted);
@@ -200,6 +214,7 @@ impl Admission {
                 // Registered before trying, so room given back between the
                 // try and the wait still wakes this call.
                 freed.as_mut().enable();
+                reclaim();
                 if let Some(admitted) = self.try_admit(gate) {
                     return admitted;
                 }
@@ -214,9 +229,16 @@ impl Admission {
         })
     }
 
-    /// Takes the tool's share first, then the host's slots; gives back
-    /// what it took if any kind is short.
-    fn try_admit(self: &Arc<Self>, gate: &ToolGate) -> Option<Admitted> {
+    /// Whether any call is waiting for room: room held ahead of demand is
+    /// then given back rather than kept.
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) > 0
+    }
+
+    /// Room for one call through `gate` if there is some now, without
+    /// waiting. Takes the tool's share first, then the host's slots; gives
+    /// back what it took if any kind is short.
+    pub(crate) fn try_admit(self: &Arc<Self>, gate: &ToolGate) -> Option<Admitted> {
         let Footprint { memories, tables } = gate.footprint;
         let taken = [
             (&*gate.share, 1),
@@ -257,6 +279,8 @@ impl Admission {
             memories: self.memories.used(),
             tables: self.tables.used(),
             waiting: u32::try_from(self.waiting.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
+            prepared: 0,
+            prepared_taken: 0,
         }
     }
 }

@@ -41,7 +41,7 @@ pub use compiler::{CHILD_ENV, CompileFailure, CompileLimits, Compiler, compile_c
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub(crate) use limits::{CallLimiter, ResourceHit};
-pub use limits::{Limits, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
+pub use limits::{Limits, MAX_PREPARED_INSTANCES, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
 pub(crate) use output::Refusals;
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, MAX_REFUSALS, Stream};
@@ -243,6 +243,24 @@ impl Sandbox {
         }
         Ok(store)
     }
+
+    /// Arms a store made ahead of demand for the call that takes it, as
+    /// [`Sandbox::store`] armed it for its instantiation: the deadline and
+    /// the epoch check from now, the call's cancel token, and fuel in full
+    /// if metered (what instantiation burned is not the call's).
+    pub(crate) fn rearm(
+        &self,
+        store: &mut Store<CallState>,
+        limits: &Limits,
+        cancel: CancelToken,
+    ) -> wasmtime::Result<()> {
+        store.data_mut().rearm(limits, cancel);
+        store.set_epoch_deadline(1);
+        if self.config.fuel_metering {
+            store.set_fuel(limits.fuel.unwrap_or(u64::MAX))?;
+        }
+        Ok(())
+    }
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] for as long as the
@@ -394,6 +412,16 @@ impl CallState {
             fuel: limits.fuel,
             ticks: 0,
         })
+    }
+
+    /// Arms this state, made ahead of demand, for the call that takes it:
+    /// the call's deadline (from now), its cancel token, and no epoch ticks
+    /// run yet. Its limiter keeps counting what instantiation took.
+    pub(crate) fn rearm(&mut self, limits: &Limits, cancel: CancelToken) {
+        self.deadline = Instant::now() + limits.timeout;
+        self.http_hooks.set_deadline(self.deadline);
+        self.cancel = cancel;
+        self.ticks = 0;
     }
 
     /// Takes what the guest has written so far (logs, stdout, stderr),

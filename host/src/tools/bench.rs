@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::call::{classify, instantiate_and_call, push_view};
-use super::{CallError, Host, Kind, LoadedComponent, ToolCall, ToolHostPre};
+use super::call::{classify, push_view};
+use super::{CallError, ContextView, Host, Kind, LoadedComponent, ToolCall, ToolHostPre, guest};
 use crate::context::RunContext;
 use crate::sandbox::CallState;
 use crate::sandbox::CancelToken;
@@ -116,7 +116,7 @@ impl Host {
             }
             // A reusing host frees each call's handles, as its table is
             // bounded like ours.
-            let own = wasmtime::component::Resource::<super::ContextView>::new_own(rep);
+            let own = wasmtime::component::Resource::<ContextView>::new_own(rep);
             let _ = store.data_mut().table.delete(own);
         }
         Ok(started.elapsed())
@@ -131,4 +131,21 @@ fn airlock_pre(component: &LoadedComponent) -> Result<&ToolHostPre<CallState>, C
             "the bench hooks measure Airlock tools, not plain components".into(),
         )),
     }
+}
+
+/// A fresh instance from an Airlock tool's `InstancePre`, and its `call`
+/// of tool `name` (as the component describes it) with `call`'s
+/// arguments. The whole of the guest's part of a tool call.
+async fn instantiate_and_call(
+    store: &mut wasmtime::Store<CallState>,
+    pre: &ToolHostPre<CallState>,
+    view: wasmtime::component::Resource<ContextView>,
+    name: &str,
+    call: &ToolCall,
+) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
+    let instance = pre.instantiate_async(&mut *store).await?;
+    instance
+        .airlock_tool_tool()
+        .call_call(&mut *store, view, name, &call.arguments)
+        .await
 }

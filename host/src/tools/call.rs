@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wasmtime::{Store, Trap};
 
-use wasmtime::component::Val;
+use wasmtime::component::{Instance, Val};
 
+use super::ahead::Fresh;
 use super::bindings::Reads;
 use super::plain::{self, Function};
 use super::{
@@ -203,7 +204,9 @@ impl Host {
         let admitted = self
             .sandbox
             .admission()
-            .admit(gate, limits.timeout)
+            .admit(gate, limits.timeout, &|| {
+                self.release_prepared();
+            })
             .await
             .map_err(CallError::Busy)?;
         let state = CallState::new(limits, grants, admitted, cancel)?;
@@ -229,19 +232,49 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// A store admitted to the instance pool (waiting at most the call's
-    /// timeout, or until cancelled).
-    async fn store(&self) -> Result<Store<CallState>, CallFailure> {
+    /// The call's store and, if one was prepared ahead of demand, its
+    /// fresh instance, the store armed for this call. Otherwise a new store
+    /// admitted to the instance pool (waiting at most the call's timeout,
+    /// or until cancelled) to instantiate in.
+    async fn store(&self) -> Result<(Store<CallState>, Option<Instance>), CallFailure> {
         let component = self.component;
+        let ahead = &component.ahead;
+        if let Some(fresh) = ahead.take() {
+            let Fresh {
+                mut store,
+                instance,
+            } = fresh;
+            ahead.fill();
+            self.host
+                .sandbox
+                .rearm(&mut store, &component.limits, self.cancel.clone())
+                .map_err(|e| CallError::Busy(format!("{e:#}")))?;
+            return Ok((store, Some(instance)));
+        }
         let admitted = self.host.new_store(
             &component.limits,
             &component.grants,
             &component.gate,
             self.cancel.clone(),
         );
-        Ok(until(admitted, None, Some(self.cancel), self.span)
+        let store = until(admitted, None, Some(self.cancel), self.span)
             .await
-            .map_err(|_| CallError::Cancelled)??)
+            .map_err(|_| CallError::Cancelled)??;
+        ahead.fill();
+        Ok((store, None))
+    }
+
+    /// Notes how long a call's own instantiation took, begun at `started`
+    /// (whether preparing ahead is worth it).
+    fn instantiated(&self, started: Instant) {
+        self.component.ahead.instantiated(started.elapsed());
+    }
+
+    /// Drops the call's store ([`super::ahead::Ahead::retire`]: off the
+    /// call's path when that is worth it), then prepares the component's
+    /// next instances if they are short.
+    fn retire(&self, store: Store<CallState>) {
+        self.component.ahead.retire(store);
     }
 
     /// `work` bounded by the call's deadline and its cancellation
@@ -273,16 +306,17 @@ impl Run<'_> {
 
     /// An Airlock tool's call: a fresh instance from the component's
     /// `InstancePre`, the guest's `call(ctx, name, args)` with the call's
-    /// read-only view, its output checked. The store is dropped before
-    /// this returns, so the context's deps are no longer shared with the
-    /// view when ops are applied.
+    /// read-only view, its output checked. The view is gone before this
+    /// returns (the store may be dropped later, off the call's path), so
+    /// the context's deps are no longer shared with it when ops are
+    /// applied.
     async fn airlock(
         self,
         pre: &ToolHostPre<CallState>,
         name: &str,
         record_reads: bool,
     ) -> Invoked {
-        let mut store = self.store().await?;
+        let (mut store, prepared) = self.store().await?;
         let view = push_view(
             &mut store,
             self.component,
@@ -291,7 +325,21 @@ impl Run<'_> {
             record_reads,
         )?;
         let view_rep = view.rep();
-        let run = instantiate_and_call(&mut store, pre, view, name, self.call);
+        let ahead = &self.component.ahead;
+        let run = async {
+            let tool = match prepared {
+                Some(instance) => ahead.tool(&mut store, &instance)?,
+                None => {
+                    let started = Instant::now();
+                    let tool = pre.instantiate_async(&mut store).await?;
+                    self.instantiated(started);
+                    tool
+                }
+            };
+            tool.airlock_tool_tool()
+                .call_call(&mut store, view, name, &self.call.arguments)
+                .await
+        };
         let ran = self.bounded(run).await;
         let returned = match self.ended(ran, &store) {
             Ok(Ok(output)) => check_output(output, &self.component.limits),
@@ -318,7 +366,11 @@ impl Run<'_> {
         } else {
             Reads::default()
         };
-        drop(store);
+        // The view goes now, whenever the store does: deps are then no
+        // longer shared with it when ops are applied.
+        let view = wasmtime::component::Resource::<ContextView>::new_own(view_rep);
+        let _ = store.data_mut().table.delete(view);
+        self.retire(store);
         Ok((returned, output, reads))
     }
 
@@ -343,7 +395,7 @@ impl Run<'_> {
             ))
         })?;
         let limits = &self.component.limits;
-        let mut store = self.store().await?;
+        let (mut store, prepared) = self.store().await?;
         store.set_hostcall_fuel(
             limits
                 .max_result_bytes
@@ -352,7 +404,15 @@ impl Run<'_> {
         let index = function.index;
         let results_len = usize::from(function.result.is_some());
         let run = async {
-            let instance = pre.instantiate_async(&mut store).await?;
+            let instance = match prepared {
+                Some(instance) => instance,
+                None => {
+                    let started = Instant::now();
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    self.instantiated(started);
+                    instance
+                }
+            };
             let func = instance
                 .get_func(&mut store, index)
                 .ok_or_else(|| wasmtime::Error::msg("the function is no longer exported"))?;
@@ -373,7 +433,7 @@ impl Run<'_> {
             })
             .and_then(|result| outcome(result, limits));
         let output = store.data_mut().take_output();
-        drop(store);
+        self.retire(store);
         Ok((returned, output, Reads::default()))
     }
 }
@@ -464,23 +524,6 @@ pub(super) fn push_view(
         .table
         .push(view)
         .map_err(|e| CallError::Busy(e.to_string()))
-}
-
-/// A fresh instance from an Airlock tool's `InstancePre`, and its `call`
-/// of tool `name` (as the component describes it) with `call`'s
-/// arguments. The whole of the guest's part of a tool call.
-pub(super) async fn instantiate_and_call(
-    store: &mut Store<CallState>,
-    pre: &ToolHostPre<CallState>,
-    view: wasmtime::component::Resource<ContextView>,
-    name: &str,
-    call: &ToolCall,
-) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
-    let instance = pre.instantiate_async(&mut *store).await?;
-    instance
-        .airlock_tool_tool()
-        .call_call(&mut *store, view, name, &call.arguments)
-        .await
 }
 
 /// Checks that `arguments` is a JSON object that satisfies the tool's

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wasmtime::component::Component;
 
+use super::ahead::Ahead;
+use super::bindings::ToolHostIndices;
 use super::call::{classify, timer_deadline};
 use super::plain::docs::PackageDocs;
 use super::plain::{self, Function, Skipped};
@@ -40,6 +42,8 @@ struct Prepared {
     skipped: Vec<Skipped>,
     cache: CacheOutcome,
     gate: ToolGate,
+    /// How long `describe`'s instantiation took (an Airlock tool's).
+    instantiated: Option<Duration>,
 }
 
 /// One tool a prepared component offers.
@@ -176,15 +180,17 @@ impl Host {
             })?;
 
         let engine = self.sandbox.engine();
+        let mut instantiated = None;
         let (kind, offered, skipped) = if plain::is_airlock_tool(&component, engine) {
             let pre = ToolHostPre::new(instance_pre).map_err(incompatible)?;
-            let specs =
+            let (specs, took) =
                 self.describe(&pre, &limits, &gate)
                     .await
                     .map_err(|e| LoadError::Describe {
                         path: path.clone(),
                         source: Box::new(e),
                     })?;
+            instantiated = Some(took);
             let offered = validate_specs(&path, specs)?;
             (Kind::Airlock(pre), offered, Vec::new())
         } else {
@@ -220,6 +226,7 @@ impl Host {
             skipped,
             cache: cache_outcome,
             gate,
+            instantiated,
         })
     }
 
@@ -337,12 +344,30 @@ impl Host {
                 }
                 targets.insert(name, offered.target);
             }
+            let grants = Arc::new(prepared.grants);
+            let gate = Arc::new(prepared.gate);
+            let ahead = match &prepared.kind {
+                Kind::Airlock(pre) => Ahead::new(
+                    &self.sandbox,
+                    pre.instance_pre(),
+                    ToolHostIndices::new(pre.instance_pre()).ok(),
+                    &prepared.limits,
+                    &grants,
+                    &gate,
+                ),
+                Kind::Plain(pre) => {
+                    Ahead::new(&self.sandbox, pre, None, &prepared.limits, &grants, &gate)
+                }
+            };
+            if let Some(took) = prepared.instantiated {
+                ahead.instantiated(took);
+            }
             let component = Arc::new(LoadedComponent {
                 path: prepared.path,
                 component: prepared.component,
                 kind: prepared.kind,
                 limits: prepared.limits,
-                grants: Arc::new(prepared.grants),
+                grants,
                 rules: KeyRules {
                     access: Arc::new(prepared.access),
                     context: Arc::clone(&self.context_rules),
@@ -354,7 +379,8 @@ impl Host {
                 targets,
                 skipped: prepared.skipped,
                 cache: prepared.cache,
-                gate: prepared.gate,
+                gate,
+                ahead,
             });
             let index = self.components.len();
             for spec in &component.specs {
@@ -371,14 +397,20 @@ impl Host {
         pre: &ToolHostPre<CallState>,
         limits: &Limits,
         gate: &ToolGate,
-    ) -> Result<Vec<guest::ToolSpec>, CallError> {
+    ) -> Result<(Vec<guest::ToolSpec>, Duration), CallError> {
         // `describe` runs with nothing granted, whatever the tool's grants.
         let mut store = self
             .new_store(limits, &Arc::new(Grants::none()), gate, CancelToken::new())
             .await?;
         let run = async {
+            let started = Instant::now();
             let instance = pre.instantiate_async(&mut store).await?;
-            instance.airlock_tool_tool().call_describe(&mut store).await
+            let took = started.elapsed();
+            let specs = instance
+                .airlock_tool_tool()
+                .call_describe(&mut store)
+                .await?;
+            Ok::<_, wasmtime::Error>((specs, took))
         };
         match until(
             run,

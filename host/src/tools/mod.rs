@@ -3,6 +3,7 @@
 //! [`Host`] is the entry point for embedders: build one, load components,
 //! then call tools against a [`RunContext`](crate::RunContext).
 
+mod ahead;
 #[cfg(feature = "bench")]
 mod bench;
 mod bindings;
@@ -93,7 +94,10 @@ pub struct LoadedComponent {
     skipped: Vec<plain::Skipped>,
     cache: CacheOutcome,
     /// Its share of the instance pool.
-    gate: ToolGate,
+    gate: Arc<ToolGate>,
+    /// Its instances prepared ahead of demand, and its stores dropped
+    /// after their calls.
+    ahead: Arc<ahead::Ahead>,
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -118,6 +122,19 @@ impl LoadedComponent {
     /// selected as the policy says).
     pub fn tools(&self) -> &[ToolSpec] {
         &self.specs
+    }
+
+    /// How many fresh instances are made ahead of its calls now: its
+    /// [`Limits::prepared_instances`], or 0 when it is granted anything
+    /// (see [`crate::sandbox::Grants::is_none`]) or has once instantiated
+    /// too fast for preparing to be worth it (under 100 µs; Rust, C and
+    /// JavaScript tools do).
+    pub fn prepared_ahead(&self) -> usize {
+        if self.ahead.worth_preparing() {
+            self.limits.prepared_instances
+        } else {
+            0
+        }
     }
 
     /// Whether it is a plain component (its tools are its exported
@@ -368,8 +385,28 @@ impl Host {
 
     /// The instance pool's slots in use and calls waiting for room, across
     /// all tools. A tool's calls hold at most half of each kind of slot.
+    /// Instances prepared ahead of demand hold slots too: `prepared` says
+    /// how many are ready (and counted in `calls`, `memories`, `tables`);
+    /// `prepared_taken`, how many calls so far found theirs ready.
     pub fn pool_usage(&self) -> crate::sandbox::PoolUsage {
-        self.sandbox.admission().usage()
+        let ahead = || self.components.iter().map(|c| &c.ahead);
+        let prepared = ahead().map(|ahead| ahead.ready()).sum::<usize>();
+        crate::sandbox::PoolUsage {
+            prepared: u32::try_from(prepared).unwrap_or(u32::MAX),
+            prepared_taken: ahead().map(|ahead| ahead.taken()).sum(),
+            ..self.sandbox.admission().usage()
+        }
+    }
+
+    /// Drops every instance prepared ahead of demand
+    /// ([`Limits::prepared_instances`]), giving back its memory and its room
+    /// in the pool (for an embedder that wants an idle host small). The
+    /// next call of each tool prepares them again. Calls that wait for room
+    /// in the pool do this themselves. Returns how many were dropped; those
+    /// being prepared right now are kept when they finish, unless a call is
+    /// waiting for room then.
+    pub fn release_prepared(&self) -> usize {
+        self.components.iter().map(|c| c.ahead.release()).sum()
     }
 
     /// Every loaded tool, sorted by name.

@@ -78,6 +78,18 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
+/// A component `make guests` builds with another language's toolchain
+/// (`target/guests/NAME.wasm`: `python-stateful`, `js-typed`, ...).
+pub fn built(name: &str) -> PathBuf {
+    let path = root().join(format!("target/guests/{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make guests`",
+        path.display()
+    );
+    path
+}
+
 fn builder() -> airlock::HostBuilder {
     Host::builder()
         .cache(CompileCache::in_dir(cache_dir()))
@@ -176,6 +188,20 @@ pub async fn call(
     host.call(ctx, &ToolCall::new(name, args.to_string()))
         .await
         .map_err(|f| f.error)
+}
+
+/// Waits until `host` has `n` instances prepared ahead of demand (polling
+/// its pool; no sleep has to be long enough). Panics after 60 s.
+pub async fn prepared(host: &Host, n: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while host.pool_usage().prepared < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {n} instances prepared within 60 s: {:?}",
+            host.pool_usage()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// A context whose deps are `deps` (a JSON object).

@@ -39,6 +39,8 @@ pub struct LimitsConfig {
     pub max_instances: Option<usize>,
     /// Host-side resources (WASI handles) a call may hold at once.
     pub max_host_resources: Option<usize>,
+    /// Fresh instances kept ready ahead of calls (0 turns it off).
+    pub prepared_instances: Option<usize>,
 }
 
 impl LimitsConfig {
@@ -70,6 +72,7 @@ impl LimitsConfig {
         set(&mut limits.max_table_elements, self.max_table_elements);
         set(&mut limits.max_instances, self.max_instances);
         set(&mut limits.max_host_resources, self.max_host_resources);
+        set(&mut limits.prepared_instances, self.prepared_instances);
         // The same rule as at load; the memory ceiling belongs to the
         // engine, so it is checked there.
         limits.check(usize::MAX)?;

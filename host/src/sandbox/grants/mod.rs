@@ -103,6 +103,16 @@ impl Grants {
         Self::default()
     }
 
+    /// Whether nothing is granted: no directory, no variable, no host, no
+    /// secret. What such a call can reach does not change between the
+    /// moment its instance is made and the moment it is called.
+    pub fn is_none(&self) -> bool {
+        self.dirs.is_empty()
+            && self.env.is_empty()
+            && self.http.allowed().is_empty()
+            && self.secrets.is_empty()
+    }
+
     /// Whether a call can change something outside Airlock: it may send
     /// HTTP requests or write a directory. Reading files and the
     /// environment is not an effect.

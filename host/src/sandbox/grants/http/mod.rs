@@ -201,6 +201,11 @@ impl HttpHooks {
             refusals,
         }
     }
+
+    /// Moves the call's deadline (for a store made ahead of its call).
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
 }
 
 type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;

@@ -1,0 +1,321 @@
+//! Instantiating and dropping off a call's path: fresh instances
+//! prepared ahead of demand ([`Limits::prepared_instances`]), so that a
+//! tool's next call finds its instance made, and stores dropped after their
+//! call has returned.
+//!
+//! Invariants:
+//!
+//! - An instance here has run its component's instantiation and nothing
+//!   else. It is handed to exactly one call, which drops it after, as it
+//!   drops an instance it made itself. Nothing is ever put back.
+//! - At most `target` instances of a component are ready or being prepared
+//!   at once. Preparing starts when a call takes one (or finds none), on
+//!   another task, so that it overlaps the call.
+//! - Room in the instance pool is taken without waiting, and no instance
+//!   is kept while any call waits for room: [`Admission::admit`] reclaims
+//!   ready instances before each wait, and an instance that finishes
+//!   preparing while a call waits is dropped at once.
+//! - Only components with nothing granted are prepared ahead: what a call
+//!   can reach (files, variables, hosts, secrets) is read when it starts,
+//!   never earlier.
+//! - A component whose instantiation fails ahead of demand is not
+//!   prepared again; its calls instantiate, and report the failure, as if
+//!   nothing were prepared.
+//! - A component that has once instantiated in less than
+//!   [`WORTH_PREPARING`] is not prepared again: handing an instance to
+//!   another thread costs more than making it (a Rust tool instantiates in
+//!   about 3 µs; preparing it ahead made its calls 20% slower back to
+//!   back). Its calls instantiate as if nothing were prepared.
+//! - A call's store is dropped on another task, after the call has its
+//!   result, once the component's stores have been seen to take
+//!   [`WORTH_MOVING_DROP`] or more to drop (the pool resets the memory they
+//!   dirtied: about 100 µs for a Python call, 40 µs for a JavaScript one,
+//!   3 µs for Rust). The store's room in the pool is given back when it is
+//!   gone, as before; nothing of it is reachable meanwhile.
+//!
+//! [`Admission::admit`]: crate::sandbox::Admission
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+use super::bindings::{ToolHost, ToolHostIndices};
+use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
+
+/// The shortest instantiation worth doing ahead of demand, and worth
+/// dropping off the call's path: a Python tool's takes about 480 µs (and
+/// its drop 100 µs), a JavaScript tool's 9 µs, a Rust or C tool's 3-4 µs.
+pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(100);
+
+/// The shortest drop of a store worth moving to another task (a task
+/// spawn and a wake-up of another worker cost a few µs).
+pub(crate) const WORTH_MOVING_DROP: Duration = Duration::from_micros(20);
+
+/// An instance made ahead of its call, in the store it was made in.
+pub(crate) struct Fresh {
+    pub(crate) store: Store<CallState>,
+    pub(crate) instance: Instance,
+}
+
+/// One component's prepared instances, what it takes to make more, and
+/// what its instantiations and drops have been seen to cost.
+pub(crate) struct Ahead {
+    /// Instances to keep ready: 0 for a component granted anything.
+    target: usize,
+    sandbox: Sandbox,
+    pre: InstancePre<CallState>,
+    /// Where an Airlock tool's exports are (`None` for a plain component).
+    indices: Option<ToolHostIndices>,
+    limits: Limits,
+    grants: Arc<Grants>,
+    gate: Arc<ToolGate>,
+    state: Mutex<State>,
+    /// Set when instantiating ahead failed: the component is not prepared
+    /// again.
+    failed: AtomicBool,
+    /// Calls that found their instance ready, so far.
+    taken: AtomicU64,
+    /// The fastest instantiation seen, in nanoseconds (`u64::MAX` until
+    /// one is).
+    fastest: AtomicU64,
+    /// The fastest drop of a call's store seen, in nanoseconds.
+    quickest_drop: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    ready: Vec<Fresh>,
+    /// Instances being made now (counted toward the target).
+    preparing: usize,
+}
+
+/// One instance being made, counted in [`State::preparing`] until the
+/// guard is disarmed or dropped.
+struct Preparing(Option<Arc<Ahead>>);
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        if let Some(ahead) = self.0.take() {
+            let mut state = ahead.lock();
+            state.preparing = state.preparing.saturating_sub(1);
+        }
+    }
+}
+
+/// Why no instance was made.
+enum Skip {
+    /// The pool had no room without waiting: try again on the next call.
+    NoRoom,
+    /// Instantiation failed: do not try again.
+    Failed(String),
+}
+
+impl Ahead {
+    /// For a component loaded with `limits` and `grants`: it prepares
+    /// `limits.prepared_instances`, or none if it is granted anything.
+    pub(crate) fn new(
+        sandbox: &Sandbox,
+        pre: &InstancePre<CallState>,
+        indices: Option<ToolHostIndices>,
+        limits: &Limits,
+        grants: &Arc<Grants>,
+        gate: &Arc<ToolGate>,
+    ) -> Arc<Self> {
+        let target = if grants.is_none() {
+            limits.prepared_instances
+        } else {
+            0
+        };
+        Arc::new(Self {
+            target,
+            sandbox: sandbox.clone(),
+            pre: pre.clone(),
+            indices,
+            limits: limits.clone(),
+            grants: Arc::clone(grants),
+            gate: Arc::clone(gate),
+            state: Mutex::default(),
+            failed: AtomicBool::new(false),
+            taken: AtomicU64::new(0),
+            fastest: AtomicU64::new(u64::MAX),
+            quickest_drop: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A ready instance, if there is one. The caller then fills
+    /// ([`Ahead::fill`]) once it holds its own room in the pool, so that
+    /// the next instances are made while the call runs without taking the
+    /// room the call was about to take.
+    pub(crate) fn take(&self) -> Option<Fresh> {
+        let fresh = self.lock().ready.pop();
+        if fresh.is_some() {
+            self.taken.fetch_add(1, Ordering::Relaxed);
+        }
+        fresh
+    }
+
+    /// Starts preparing instances up to the target on the current Tokio
+    /// runtime (none without one). A call fills again when it ends: an
+    /// instance that found no room while the call held it (a tool whose
+    /// share of the pool is one call) is made then. Costs a lock and, per
+    /// instance started, a task spawn.
+    pub(crate) fn fill(self: &Arc<Self>) {
+        if !self.worth_preparing() {
+            return;
+        }
+        let start = {
+            let mut state = self.lock();
+            let start = if !self.worth_preparing() {
+                0
+            } else {
+                self.target
+                    .saturating_sub(state.ready.len() + state.preparing)
+            };
+            state.preparing += start;
+            start
+        };
+        if start > 0 {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    for _ in 0..start {
+                        runtime.spawn(Arc::clone(self).prepare());
+                    }
+                }
+                Err(_) => self.lock().preparing -= start,
+            }
+        }
+    }
+
+    /// Notes how long instantiating the component took (ahead of demand,
+    /// or in a call that found nothing ready).
+    pub(crate) fn instantiated(&self, took: Duration) {
+        self.fastest.fetch_min(nanos(took), Ordering::Relaxed);
+    }
+
+    /// Whether instances are prepared now: the component may have some,
+    /// no instantiation failed ahead of demand, and none was faster than
+    /// [`WORTH_PREPARING`].
+    pub(crate) fn worth_preparing(&self) -> bool {
+        self.target > 0
+            && !self.failed.load(Ordering::Relaxed)
+            && Duration::from_nanos(self.fastest.load(Ordering::Relaxed)) >= WORTH_PREPARING
+    }
+
+    /// An Airlock tool's typed exports in `instance`, one this pool made
+    /// in `store`.
+    pub(crate) fn tool(
+        &self,
+        store: &mut Store<CallState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<ToolHost> {
+        let indices = self
+            .indices
+            .as_ref()
+            .ok_or_else(|| wasmtime::Error::msg("not an Airlock tool"))?;
+        indices.load(store, instance)
+    }
+
+    /// Drops a call's store, on another task unless its drops have been
+    /// seen to take less than [`WORTH_MOVING_DROP`], and then prepares the
+    /// next instances if they are short (the store's room in the pool is
+    /// given back only once it is gone).
+    pub(crate) fn retire(self: &Arc<Self>, store: Store<CallState>) {
+        let quick = Duration::from_nanos(self.quickest_drop.load(Ordering::Relaxed));
+        if quick >= WORTH_MOVING_DROP
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let ahead = Arc::clone(self);
+            runtime.spawn(async move { ahead.drop_and_fill(store) });
+            return;
+        }
+        self.drop_and_fill(store);
+    }
+
+    fn drop_and_fill(self: &Arc<Self>, store: Store<CallState>) {
+        let started = Instant::now();
+        drop(store);
+        self.quickest_drop
+            .fetch_min(nanos(started.elapsed()), Ordering::Relaxed);
+        self.fill();
+    }
+
+    /// Drops every ready instance, giving back its memory and its room in
+    /// the pool. The number dropped.
+    pub(crate) fn release(&self) -> usize {
+        let ready = std::mem::take(&mut self.lock().ready);
+        // Dropped outside the lock: each drop resets a memory slot.
+        ready.len()
+    }
+
+    /// Instances ready now.
+    pub(crate) fn ready(&self) -> usize {
+        self.lock().ready.len()
+    }
+
+    /// Calls that found their instance ready, so far.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
+    }
+
+    /// Makes one instance and keeps it, unless a call is waiting for room
+    /// by then. If the task is dropped first (its runtime shut down), the
+    /// guard still takes it off the count of instances being made.
+    async fn prepare(self: Arc<Self>) {
+        let mut counted = Preparing(Some(Arc::clone(&self)));
+        let made = self.make().await;
+        let waiting = self.sandbox.admission();
+        let spare = {
+            let mut state = self.lock();
+            state.preparing = state.preparing.saturating_sub(1);
+            counted.0 = None;
+            match made {
+                Ok(fresh) if !waiting.has_waiting() => {
+                    state.ready.push(fresh);
+                    None
+                }
+                Ok(fresh) => Some(fresh),
+                Err(Skip::NoRoom) => None,
+                Err(Skip::Failed(message)) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    tracing::debug!(%message, "instantiating ahead of demand failed; not trying again");
+                    None
+                }
+            }
+        };
+        drop(spare);
+    }
+
+    async fn make(&self) -> Result<Fresh, Skip> {
+        let failed = |e: &dyn std::fmt::Display| Skip::Failed(e.to_string());
+        let admitted = self
+            .sandbox
+            .admission()
+            .try_admit(&self.gate)
+            .ok_or(Skip::NoRoom)?;
+        let state = CallState::new(&self.limits, &self.grants, admitted, CancelToken::new())
+            .map_err(|e| failed(&e))?;
+        let mut store = self.sandbox.store(state).map_err(|e| failed(&e))?;
+        // Bounded as a call's instantiation is: the store's deadline stops
+        // running wasm at the tool's timeout. Nothing is granted, so there
+        // is no host I/O to wait on.
+        let started = Instant::now();
+        let instance = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| failed(&e))?;
+        self.instantiated(started.elapsed());
+        Ok(Fresh { store, instance })
+    }
+}
+
+fn nanos(took: Duration) -> u64 {
+    u64::try_from(took.as_nanos()).unwrap_or(u64::MAX)
+}
