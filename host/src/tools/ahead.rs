@@ -26,12 +26,14 @@
 //!   another thread costs more than making it (a Rust tool instantiates in
 //!   about 3 µs; preparing it ahead made its calls 20% slower back to
 //!   back). Its calls instantiate as if nothing were prepared.
-//! - A call's store is dropped on another task, after the call has its
-//!   result, once the component's stores have been seen to take
-//!   [`WORTH_MOVING_DROP`] or more to drop (the pool resets the memory they
-//!   dirtied: about 100 µs for a Python call, 40 µs for a JavaScript one,
-//!   3 µs for Rust). The store's room in the pool is given back when it is
-//!   gone, as before; nothing of it is reachable meanwhile.
+//! - While a component is prepared ahead, its calls' stores are dropped on
+//!   another task, after the call has its result (the pool resets the
+//!   memory they dirtied: about 100 µs for a Python call). The store's
+//!   room in the pool is given back when it is gone, as before; nothing of
+//!   it is reachable meanwhile. Other components' stores are dropped in
+//!   the call: a JavaScript call's drop (40 µs) moved to another task made
+//!   back-to-back calls slower, as the next call then found the slot its
+//!   component last used still busy.
 //!
 //! [`Admission::admit`]: crate::sandbox::Admission
 
@@ -49,10 +51,6 @@ use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
 /// dropping off the call's path: a Python tool's takes about 480 µs (and
 /// its drop 100 µs), a JavaScript tool's 9 µs, a Rust or C tool's 3-4 µs.
 pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(100);
-
-/// The shortest drop of a store worth moving to another task (a task
-/// spawn and a wake-up of another worker cost a few µs).
-pub(crate) const WORTH_MOVING_DROP: Duration = Duration::from_micros(20);
 
 /// An instance made ahead of its call, in the store it was made in.
 pub(crate) struct Fresh {
@@ -81,8 +79,6 @@ pub(crate) struct Ahead {
     /// The fastest instantiation seen, in nanoseconds (`u64::MAX` until
     /// one is).
     fastest: AtomicU64,
-    /// The fastest drop of a call's store seen, in nanoseconds.
-    quickest_drop: AtomicU64,
 }
 
 #[derive(Default)]
@@ -141,7 +137,6 @@ impl Ahead {
             failed: AtomicBool::new(false),
             taken: AtomicU64::new(0),
             fastest: AtomicU64::new(u64::MAX),
-            quickest_drop: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -196,7 +191,8 @@ impl Ahead {
     /// Notes how long instantiating the component took (ahead of demand,
     /// or in a call that found nothing ready).
     pub(crate) fn instantiated(&self, took: Duration) {
-        self.fastest.fetch_min(nanos(took), Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.fastest.fetch_min(nanos, Ordering::Relaxed);
     }
 
     /// Whether instances are prepared now: the component may have some,
@@ -222,27 +218,22 @@ impl Ahead {
         indices.load(store, instance)
     }
 
-    /// Drops a call's store, on another task unless its drops have been
-    /// seen to take less than [`WORTH_MOVING_DROP`], and then prepares the
-    /// next instances if they are short (the store's room in the pool is
-    /// given back only once it is gone).
+    /// Drops a call's store, on another task while the component is
+    /// prepared ahead, and then prepares the next instances if they are
+    /// short (the store's room in the pool is given back only once it is
+    /// gone).
     pub(crate) fn retire(self: &Arc<Self>, store: Store<CallState>) {
-        let quick = Duration::from_nanos(self.quickest_drop.load(Ordering::Relaxed));
-        if quick >= WORTH_MOVING_DROP
+        if self.worth_preparing()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let ahead = Arc::clone(self);
-            runtime.spawn(async move { ahead.drop_and_fill(store) });
+            runtime.spawn(async move {
+                drop(store);
+                ahead.fill();
+            });
             return;
         }
-        self.drop_and_fill(store);
-    }
-
-    fn drop_and_fill(self: &Arc<Self>, store: Store<CallState>) {
-        let started = Instant::now();
         drop(store);
-        self.quickest_drop
-            .fetch_min(nanos(started.elapsed()), Ordering::Relaxed);
         self.fill();
     }
 
@@ -314,8 +305,4 @@ impl Ahead {
         self.instantiated(started.elapsed());
         Ok(Fresh { store, instance })
     }
-}
-
-fn nanos(took: Duration) -> u64 {
-    u64::try_from(took.as_nanos()).unwrap_or(u64::MAX)
 }
