@@ -100,6 +100,22 @@ pub(crate) struct Admission {
     waiting: AtomicUsize,
     /// Wakes waiting calls when room is given back.
     freed: Notify,
+    /// Calls running now, from their start to their end (whatever room
+    /// they hold); see [`Admission::cores_to_spare`].
+    running: AtomicUsize,
+    /// The cores this process may use, counted as at least 2: with one
+    /// call at a time, work ahead of the next call also fits in the gap
+    /// before it (an agent's model turn) on one core.
+    cores: usize,
+}
+
+/// One running call, counted until dropped.
+pub(crate) struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One tool's share of the pool.
@@ -150,7 +166,23 @@ impl Admission {
             tables: Slots::new(tables),
             waiting: AtomicUsize::new(0),
             freed: Notify::new(),
+            running: AtomicUsize::new(0),
+            cores: std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
         }
+    }
+
+    /// Counts a call as running until the guard is dropped.
+    pub(crate) fn running(&self) -> Running<'_> {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Running(&self.running)
+    }
+
+    /// Whether fewer calls run than the process has cores: work done
+    /// ahead of demand (or after a call, off its path) then runs on a core
+    /// that would idle. On a host as busy as its cores it would only add
+    /// the cost of handing instances over.
+    pub(crate) fn cores_to_spare(&self) -> bool {
+        self.running.load(Ordering::Relaxed) < self.cores
     }
 
     /// The gate of a tool whose calls take `footprint`: its share is as

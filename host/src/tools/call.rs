@@ -144,6 +144,8 @@ impl Host {
             span,
         };
         Ok(async move {
+            // Counted until the call's store is retired.
+            let _running = self.sandbox.admission().running();
             match (&component.kind, target) {
                 (Kind::Airlock(pre), Target::Described(name)) => {
                     run.airlock(pre, name, record_reads).await
