@@ -43,15 +43,20 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     }
     if b.reporting() {
         // With and without an instance prepared ahead of demand: under
-        // load, preparing moves instantiation off the call's path but not
-        // off the cores, so this is where it would show a throughput loss.
+        // load, preparing would move instantiation off the call's path but
+        // not off the cores, so this is where it would show a throughput
+        // or memory cost.
+        // Each measured twice, the second reported: the first of a run
+        // also carries memory the sections before it leave behind.
         let mut rows = String::new();
-        for prepared in [1, 0] {
+        for (round, prepared) in [(0, 1), (0, 0), (1, 1), (1, 0)] {
             let file = [component("python-stateful.wasm")];
             let python = Arc::new(b.host_preparing(&file, prepared).await);
             let row = sessions_for(&python, 16, window).await;
-            let cells = row.cells();
-            writeln!(rows, "| {prepared} {}", &cells[1..]).unwrap();
+            if round == 0 {
+                continue;
+            }
+            writeln!(rows, "| {prepared} {}", row.cells()).unwrap();
             eprintln!(
                 "concurrency python 16, {prepared} prepared: {:.0}/s",
                 row.per_sec

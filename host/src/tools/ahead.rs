@@ -1,7 +1,6 @@
-//! Instantiating and dropping off a call's path: fresh instances
-//! prepared ahead of demand ([`Limits::prepared_instances`]), so that a
-//! tool's next call finds its instance made, and stores dropped after their
-//! call has returned.
+//! Fresh instances prepared ahead of demand
+//! ([`Limits::prepared_instances`]): a tool's next call finds its instance
+//! made, and its instantiation is done off the call's path.
 //!
 //! Invariants:
 //!
@@ -26,19 +25,13 @@
 //!   another thread costs more than making it (a Rust tool instantiates in
 //!   about 3 µs; preparing it ahead made its calls 20% slower back to
 //!   back). Its calls instantiate as if nothing were prepared.
-//! - Instances are prepared (and stores dropped on another task, below)
-//!   only while fewer calls run than the host has cores: the work then
-//!   runs on a core that would idle. On a busy host it would only add the
-//!   handing over: 16 Python sessions at once made 1,772 calls a second
-//!   with it and 2,494 without.
-//! - While a component is prepared ahead, its calls' stores are dropped on
-//!   another task, after the call has its result (the pool resets the
-//!   memory they dirtied: about 100 µs for a Python call). The store's
-//!   room in the pool is given back when it is gone, as before; nothing of
-//!   it is reachable meanwhile. Other components' stores are dropped in
-//!   the call: a JavaScript call's drop (40 µs) moved to another task made
-//!   back-to-back calls slower, as the next call then found the slot its
-//!   component last used still busy.
+//! - Instances are prepared only while fewer calls run than the host has
+//!   cores: the work then runs on a core that would idle. On a busy host
+//!   it would only add the handing over.
+//! - A call's store is dropped in the call, as without preparing. Dropping
+//!   it on another task took the memory reset (100 µs for Python) out of
+//!   the call too, but on a busy host the stores waiting to be dropped
+//!   piled up: 16 Python sessions at once peaked 170 MiB higher.
 //!
 //! [`Admission::admit`]: crate::sandbox::Admission
 
@@ -230,21 +223,10 @@ impl Ahead {
         indices.load(store, instance)
     }
 
-    /// Drops a call's store, on another task while the component is
-    /// prepared ahead and the host has a core to spare, and then prepares the next instances if they are
-    /// short (the store's room in the pool is given back only once it is
-    /// gone).
+    /// Drops a call's store, then prepares the next instances if they are
+    /// short: a tool whose share of the pool is one call finds room only
+    /// once the store is gone.
     pub(crate) fn retire(self: &Arc<Self>, store: Store<CallState>) {
-        if self.preparing_now()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let ahead = Arc::clone(self);
-            runtime.spawn(async move {
-                drop(store);
-                ahead.fill();
-            });
-            return;
-        }
         drop(store);
         self.fill();
     }

@@ -272,9 +272,8 @@ impl Run<'_> {
         self.component.ahead.instantiated(started.elapsed());
     }
 
-    /// Drops the call's store ([`super::ahead::Ahead::retire`]: off the
-    /// call's path when that is worth it), then prepares the component's
-    /// next instances if they are short.
+    /// Drops the call's store, then prepares the component's next
+    /// instances if they are short.
     fn retire(&self, store: Store<CallState>) {
         self.component.ahead.retire(store);
     }
@@ -308,10 +307,9 @@ impl Run<'_> {
 
     /// An Airlock tool's call: a fresh instance from the component's
     /// `InstancePre`, the guest's `call(ctx, name, args)` with the call's
-    /// read-only view, its output checked. The view is gone before this
-    /// returns (the store may be dropped later, off the call's path), so
-    /// the context's deps are no longer shared with it when ops are
-    /// applied.
+    /// read-only view, its output checked. The store is dropped before
+    /// this returns, so the context's deps are no longer shared with the
+    /// view when ops are applied.
     async fn airlock(
         self,
         pre: &ToolHostPre<CallState>,
@@ -368,10 +366,6 @@ impl Run<'_> {
         } else {
             Reads::default()
         };
-        // The view goes now, whenever the store does: deps are then no
-        // longer shared with it when ops are applied.
-        let view = wasmtime::component::Resource::<ContextView>::new_own(view_rep);
-        let _ = store.data_mut().table.delete(view);
         self.retire(store);
         Ok((returned, output, reads))
     }
