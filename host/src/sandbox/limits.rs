@@ -42,15 +42,15 @@ pub struct Limits {
     /// Fresh instances of the tool's component kept ready ahead of its
     /// calls, at most [`MAX_PREPARED_INSTANCES`]. Each is instantiated off
     /// the call's path (on another task, started once a call holds its own
-    /// instance), used by exactly one call and then dropped, as an instance
-    /// made during the call would be: a prepared instance has run only its
-    /// component's instantiation, never a call. What it saves a call is
-    /// the instantiation (about 480 µs for a Python tool) and, dropped on
-    /// another task, the reset of its memory (about 100 µs); what it costs
-    /// is the same work done ahead, and, while one waits, its memory and
-    /// its slots in the instance pool. Calls that need the pool's room take
-    /// it back from waiting instances. Not used for tools granted anything
-    /// (every call reads its grants as it starts), nor for components that
+    /// instance, while fewer calls run than the host has cores), used by
+    /// exactly one call and then dropped, as an instance made during the
+    /// call would be: a prepared instance has run only its component's
+    /// instantiation, never a call. What it saves a call is the
+    /// instantiation (about 480 µs for a Python tool); what it costs is the
+    /// same work done ahead, and, while one waits, its memory and its slots
+    /// in the instance pool. Calls that need the pool's room take it back
+    /// from waiting instances. Not used for tools granted anything (every
+    /// call reads its grants as it starts), nor for components that
     /// instantiate in under 100 µs (Rust, C and JavaScript tools: handing
     /// an instance over costs more than making it). Default 1; 0 turns it
     /// off.
