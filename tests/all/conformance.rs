@@ -10,7 +10,7 @@ use airlock::{CompileCache, Host, RunContext, ToolCall, ToolSpec};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-use crate::support::{cache_dir, guest, root};
+use crate::support::{built, cache_dir, guest};
 
 const LANGUAGES: [&str; 4] = ["rust", "python", "js", "c"];
 
@@ -18,13 +18,7 @@ fn component(language: &str) -> std::path::PathBuf {
     if language == "rust" {
         return guest("stateful");
     }
-    let path = root().join(format!("target/guests/{language}-stateful.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make guests` (it installs the {language} toolchain)",
-        path.display()
-    );
-    path
+    built(&format!("{language}-stateful"))
 }
 
 /// One host per language (the tools share names), loaded once per run.

@@ -17,22 +17,14 @@ use serde_json::{Value, json};
 
 use crate::support::loopback::Loopback;
 use crate::support::{
-    airlock, assert_host_still_serves, cache_dir, call, guest, guest_dir, host_with, prepared,
-    root, snapshot,
+    airlock, assert_host_still_serves, built, cache_dir, call, guest, guest_dir, host_with,
+    prepared, snapshot,
 };
 
 /// A plain example with its WIT docs embedded (`make guests` builds them
 /// into target/guests/plain).
 fn plain(name: &str) -> PathBuf {
-    let path = root()
-        .join("target/guests/plain")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make guests`",
-        path.display()
-    );
-    path
+    built(&format!("plain/{name}"))
 }
 
 /// An example of the `wasip2` crate, built unmodified (`make guests`).
