@@ -8,8 +8,10 @@
 //!   else. It is handed to exactly one call, which drops it after, as it
 //!   drops an instance it made itself. Nothing is ever put back.
 //! - At most `target` instances of a component are ready or being prepared
-//!   at once. Preparing starts when a call takes one (or finds none), on
-//!   another task, so that it overlaps the call.
+//!   at once. Preparing starts, on another task, once a call holds its
+//!   instance (one taken from here, or its own room in the pool to make
+//!   one), so that it overlaps the call, and again once the call's store
+//!   is dropped.
 //! - Room in the instance pool is taken without waiting, and no instance
 //!   is kept while any call waits for room: [`Admission::admit`] reclaims
 //!   ready instances before each wait, and an instance that finishes
@@ -45,9 +47,9 @@ use wasmtime::component::{Instance, InstancePre};
 use super::bindings::{ToolHost, ToolHostIndices};
 use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
 
-/// The shortest instantiation worth doing ahead of demand, and worth
-/// dropping off the call's path: a Python tool's takes about 480 µs (and
-/// its drop 100 µs), a JavaScript tool's 9 µs, a Rust or C tool's 3-4 µs.
+/// The shortest instantiation worth doing ahead of demand: a Python
+/// tool's takes about 480 µs, a JavaScript tool's 9 µs, a Rust or C
+/// tool's 3-4 µs.
 pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(100);
 
 /// An instance made ahead of its call, in the store it was made in.
@@ -57,7 +59,7 @@ pub(crate) struct Fresh {
 }
 
 /// One component's prepared instances, what it takes to make more, and
-/// what its instantiations and drops have been seen to cost.
+/// what its instantiations have been seen to cost.
 pub(crate) struct Ahead {
     /// Instances to keep ready: 0 for a component granted anything.
     target: usize,
