@@ -79,3 +79,30 @@ async fn a_prepared_instance_is_fresh_and_serves_one_call() {
         assert_eq!(host.pool_usage().prepared_taken, taken + u64::from(i > 0));
     }
 }
+
+/// Issue 30 item 3: a tool granted anything is never prepared ahead, so
+/// that every call reads what it was granted (here an environment
+/// variable) as it starts. The same Python tool that is prepared when
+/// granted nothing is not, however many calls it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_granted_anything_is_never_prepared() {
+    let mut host = Host::builder()
+        .cache(CompileCache::in_dir(cache_dir()))
+        .build()
+        .unwrap();
+    let mut config = ToolConfig::default();
+    config.grants.env = vec![airlock::sandbox::grants::EnvGrant::new("HOME").unwrap()];
+    host.load_with(built("python-typed"), config).await.unwrap();
+    assert_eq!(host.components()[0].prepared_ahead(), 0);
+    let mut ctx = RunContext::default();
+    for _ in 0..3 {
+        let outcome = call(&host, &mut ctx, "calls", json!({})).await.unwrap();
+        assert_eq!(outcome.result, json!(1));
+    }
+    // Nothing was started, so nothing can still be on its way.
+    let usage = host.pool_usage();
+    assert_eq!(
+        (usage.prepared, usage.prepared_taken, usage.calls),
+        (0, 0, 0)
+    );
+}
