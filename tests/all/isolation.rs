@@ -1,9 +1,9 @@
 //! Nothing survives a call: every call runs in a fresh instance.
 
-use airlock::{CompileCache, Host, Limits, RunContext, ToolConfig};
+use airlock::{Limits, RunContext, ToolConfig};
 use serde_json::json;
 
-use crate::support::{built, cache_dir, call, host, hostile_host, prepared};
+use crate::support::{builder, built, call, host, hostile_host, prepared};
 
 #[tokio::test]
 async fn every_call_is_a_fresh_instance() {
@@ -51,10 +51,7 @@ async fn a_call_finds_no_trace_of_the_calls_before_it() {
 /// as taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_instance_is_fresh_and_serves_one_call() {
-    let mut host = Host::builder()
-        .cache(CompileCache::in_dir(cache_dir()))
-        .build()
-        .unwrap();
+    let mut host = builder().build().unwrap();
     let config = ToolConfig {
         limits: Limits {
             prepared_instances: 2,
@@ -86,10 +83,7 @@ async fn a_prepared_instance_is_fresh_and_serves_one_call() {
 /// granted nothing is not, however many calls it serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_granted_anything_is_never_prepared() {
-    let mut host = Host::builder()
-        .cache(CompileCache::in_dir(cache_dir()))
-        .build()
-        .unwrap();
+    let mut host = builder().build().unwrap();
     let mut config = ToolConfig::default();
     config.grants.env = vec![airlock::sandbox::grants::EnvGrant::new("HOME").unwrap()];
     host.load_with(built("python-typed"), config).await.unwrap();

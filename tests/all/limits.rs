@@ -10,7 +10,7 @@ use airlock::{CallError, CompileCache, Host, Limits, LoadError, RunContext, Tool
 use serde_json::json;
 
 use crate::support::{
-    assert_host_still_serves, built, cache_dir, call, guest, host_with, hostile_host,
+    assert_host_still_serves, builder, built, cache_dir, call, guest, host_with, hostile_host,
     hostile_limits, prepared, root, snapshot,
 };
 
@@ -685,11 +685,7 @@ async fn idle_pool(host: &Host) -> airlock::sandbox::PoolUsage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_instance_gives_its_room_to_a_waiting_call() {
     use airlock::sandbox::CancelToken;
-    let mut host = Host::builder()
-        .cache(CompileCache::in_dir(cache_dir()))
-        .max_concurrent_calls(2)
-        .build()
-        .unwrap();
+    let mut host = builder().max_concurrent_calls(2).build().unwrap();
     let spinner = ToolConfig {
         limits: Limits {
             timeout: Duration::from_secs(60),

@@ -90,7 +90,9 @@ pub fn built(name: &str) -> PathBuf {
     path
 }
 
-fn builder() -> airlock::HostBuilder {
+/// A host builder with the tests' shared compile cache and room for 16
+/// calls at once.
+pub fn builder() -> airlock::HostBuilder {
     Host::builder()
         .cache(CompileCache::in_dir(cache_dir()))
         .max_concurrent_calls(16)
