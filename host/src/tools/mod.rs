@@ -95,8 +95,7 @@ pub struct LoadedComponent {
     cache: CacheOutcome,
     /// Its share of the instance pool.
     gate: Arc<ToolGate>,
-    /// Its instances prepared ahead of demand, and its stores dropped
-    /// after their calls.
+    /// Its instances prepared ahead of demand.
     ahead: Arc<ahead::Ahead>,
 }
 
