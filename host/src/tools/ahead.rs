@@ -89,15 +89,13 @@ struct State {
 }
 
 /// One instance being made, counted in [`State::preparing`] until the
-/// guard is disarmed or dropped.
-struct Preparing(Option<Arc<Ahead>>);
+/// guard is dropped (also when its task is dropped unfinished).
+struct Preparing(Arc<Ahead>);
 
 impl Drop for Preparing {
     fn drop(&mut self) {
-        if let Some(ahead) = self.0.take() {
-            let mut state = ahead.lock();
-            state.preparing = state.preparing.saturating_sub(1);
-        }
+        let mut state = self.0.lock();
+        state.preparing = state.preparing.saturating_sub(1);
     }
 }
 
@@ -167,12 +165,9 @@ impl Ahead {
         }
         let start = {
             let mut state = self.lock();
-            let start = if !self.preparing_now() {
-                0
-            } else {
-                self.target
-                    .saturating_sub(state.ready.len() + state.preparing)
-            };
+            let start = self
+                .target
+                .saturating_sub(state.ready.len() + state.preparing);
             state.preparing += start;
             start
         };
@@ -188,8 +183,28 @@ impl Ahead {
         }
     }
 
+    /// The call's instance: `prepared` if it took one, else one made now
+    /// in `store` (timed while that decides whether preparing is worth
+    /// it; a component known to be fast pays no clock reads).
+    pub(crate) async fn instance(
+        &self,
+        store: &mut Store<CallState>,
+        prepared: Option<Instance>,
+    ) -> wasmtime::Result<Instance> {
+        if let Some(instance) = prepared {
+            return Ok(instance);
+        }
+        if !self.worth_preparing() {
+            return self.pre.instantiate_async(store).await;
+        }
+        let started = Instant::now();
+        let instance = self.pre.instantiate_async(store).await?;
+        self.instantiated(started.elapsed());
+        Ok(instance)
+    }
+
     /// Notes how long instantiating the component took (ahead of demand,
-    /// or in a call that found nothing ready).
+    /// at load, or in a call that found nothing ready).
     pub(crate) fn instantiated(&self, took: Duration) {
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         self.fastest.fetch_min(nanos, Ordering::Relaxed);
@@ -237,9 +252,12 @@ impl Ahead {
     /// Drops every ready instance, giving back its memory and its room in
     /// the pool. The number dropped.
     pub(crate) fn release(&self) -> usize {
+        // Taken out first, dropped outside the lock: each drop resets a
+        // memory slot.
         let ready = std::mem::take(&mut self.lock().ready);
-        // Dropped outside the lock: each drop resets a memory slot.
-        ready.len()
+        let dropped = ready.len();
+        drop(ready);
+        dropped
     }
 
     /// Instances ready now.
@@ -253,31 +271,31 @@ impl Ahead {
     }
 
     /// Makes one instance and keeps it, unless a call is waiting for room
-    /// by then. If the task is dropped first (its runtime shut down), the
-    /// guard still takes it off the count of instances being made.
+    /// by then (it is then dropped at once, giving its room back).
     async fn prepare(self: Arc<Self>) {
-        let mut counted = Preparing(Some(Arc::clone(&self)));
-        let made = self.make().await;
-        let waiting = self.sandbox.admission();
-        let spare = {
-            let mut state = self.lock();
-            state.preparing = state.preparing.saturating_sub(1);
-            counted.0 = None;
-            match made {
-                Ok(fresh) if !waiting.has_waiting() => {
-                    state.ready.push(fresh);
-                    None
-                }
-                Ok(fresh) => Some(fresh),
-                Err(Skip::NoRoom) => None,
-                Err(Skip::Failed(message)) => {
-                    self.failed.store(true, Ordering::Relaxed);
-                    tracing::debug!(%message, "instantiating ahead of demand failed; not trying again");
-                    None
-                }
+        let _counted = Preparing(Arc::clone(&self));
+        match self.make().await {
+            Ok(fresh) => {
+                // Checked under the lock `release` takes (see
+                // `Admission::admit`); a spare is dropped outside it, as a
+                // drop resets a memory slot.
+                let spare = {
+                    let mut state = self.lock();
+                    if self.sandbox.admission().has_waiting() {
+                        Some(fresh)
+                    } else {
+                        state.ready.push(fresh);
+                        None
+                    }
+                };
+                drop(spare);
             }
-        };
-        drop(spare);
+            Err(Skip::NoRoom) => {}
+            Err(Skip::Failed(message)) => {
+                self.failed.store(true, Ordering::Relaxed);
+                tracing::debug!(%message, "instantiating ahead of demand failed; not trying again");
+            }
+        }
     }
 
     async fn make(&self) -> Result<Fresh, Skip> {
@@ -293,13 +311,10 @@ impl Ahead {
         // Bounded as a call's instantiation is: the store's deadline stops
         // running wasm at the tool's timeout. Nothing is granted, so there
         // is no host I/O to wait on.
-        let started = Instant::now();
         let instance = self
-            .pre
-            .instantiate_async(&mut store)
+            .instance(&mut store, None)
             .await
             .map_err(|e| failed(&e))?;
-        self.instantiated(started.elapsed());
         Ok(Fresh { store, instance })
     }
 }

@@ -14,7 +14,7 @@ use super::bindings::Reads;
 use super::plain::{self, Function};
 use super::{
     CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, Kind, LoadedComponent, Target,
-    ToolCall, ToolHostPre, guest,
+    ToolCall, guest,
 };
 use crate::context::{JsonType, OpKind, ParsedOutput, RunContext, WireOp, parse_output};
 use crate::sandbox::{
@@ -147,11 +147,11 @@ impl Host {
             // Counted until the call's store is retired.
             let _running = self.sandbox.admission().running();
             match (&component.kind, target) {
-                (Kind::Airlock(pre), Target::Described(name)) => {
-                    run.airlock(pre, name, record_reads).await
+                (Kind::Airlock(_), Target::Described(name)) => {
+                    run.airlock(name, record_reads).await
                 }
-                (Kind::Plain(pre), Target::Function(function)) => {
-                    run.plain(pre, function, arguments).await
+                (Kind::Plain(_), Target::Function(function)) => {
+                    run.plain(function, arguments).await
                 }
                 _ => Err(CallError::Busy(format!(
                     "tool {:?} does not match its component's kind",
@@ -266,12 +266,6 @@ impl Run<'_> {
         Ok((store, None))
     }
 
-    /// Notes how long a call's own instantiation took, begun at `started`
-    /// (whether preparing ahead is worth it).
-    fn instantiated(&self, started: Instant) {
-        self.component.ahead.instantiated(started.elapsed());
-    }
-
     /// Drops the call's store, then prepares the component's next
     /// instances if they are short.
     fn retire(&self, store: Store<CallState>) {
@@ -305,17 +299,12 @@ impl Run<'_> {
         }
     }
 
-    /// An Airlock tool's call: a fresh instance from the component's
-    /// `InstancePre`, the guest's `call(ctx, name, args)` with the call's
+    /// An Airlock tool's call: a fresh instance (prepared ahead, or made
+    /// now from the component's `InstancePre`), the guest's `call(ctx, name, args)` with the call's
     /// read-only view, its output checked. The store is dropped before
     /// this returns, so the context's deps are no longer shared with the
     /// view when ops are applied.
-    async fn airlock(
-        self,
-        pre: &ToolHostPre<CallState>,
-        name: &str,
-        record_reads: bool,
-    ) -> Invoked {
+    async fn airlock(self, name: &str, record_reads: bool) -> Invoked {
         let (mut store, prepared) = self.store().await?;
         let view = push_view(
             &mut store,
@@ -327,16 +316,10 @@ impl Run<'_> {
         let view_rep = view.rep();
         let ahead = &self.component.ahead;
         let run = async {
-            let tool = match prepared {
-                Some(instance) => ahead.tool(&mut store, &instance)?,
-                None => {
-                    let started = Instant::now();
-                    let tool = pre.instantiate_async(&mut store).await?;
-                    self.instantiated(started);
-                    tool
-                }
-            };
-            tool.airlock_tool_tool()
+            let instance = ahead.instance(&mut store, prepared).await?;
+            ahead
+                .tool(&mut store, &instance)?
+                .airlock_tool_tool()
                 .call_call(&mut store, view, name, &self.call.arguments)
                 .await
         };
@@ -379,12 +362,7 @@ impl Run<'_> {
     /// read (wasmtime's hostcall fuel, sized so that any result within
     /// `max_result_bytes` as JSON fits): a guest cannot make the host
     /// build a huge value out of its memory.
-    async fn plain(
-        self,
-        pre: &wasmtime::component::InstancePre<CallState>,
-        function: &Function,
-        arguments: Value,
-    ) -> Invoked {
+    async fn plain(self, function: &Function, arguments: Value) -> Invoked {
         let params = plain::value::arguments(&function.params, arguments).map_err(|mismatch| {
             CallError::BadArguments(format!(
                 "the arguments do not fit the function's types {mismatch}"
@@ -400,15 +378,7 @@ impl Run<'_> {
         let index = function.index;
         let results_len = usize::from(function.result.is_some());
         let run = async {
-            let instance = match prepared {
-                Some(instance) => instance,
-                None => {
-                    let started = Instant::now();
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    self.instantiated(started);
-                    instance
-                }
-            };
+            let instance = self.component.ahead.instance(&mut store, prepared).await?;
             let func = instance
                 .get_func(&mut store, index)
                 .ok_or_else(|| wasmtime::Error::msg("the function is no longer exported"))?;
