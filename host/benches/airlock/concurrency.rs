@@ -46,16 +46,11 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         // load, preparing would move instantiation off the call's path but
         // not off the cores, so this is where it would show a throughput
         // or memory cost.
-        // Each measured twice, the second reported: the first of a run
-        // also carries memory the sections before it leave behind.
+        let file = [component("python-stateful.wasm")];
         let mut rows = String::new();
-        for (round, prepared) in [(0, 1), (0, 0), (1, 1), (1, 0)] {
-            let file = [component("python-stateful.wasm")];
+        for prepared in [1, 0] {
             let python = Arc::new(b.host_preparing(&file, prepared).await);
             let row = sessions_for(&python, 16, window).await;
-            if round == 0 {
-                continue;
-            }
             writeln!(rows, "| {prepared} {}", row.cells()).unwrap();
             eprintln!(
                 "concurrency python 16, {prepared} prepared: {:.0}/s",
