@@ -320,6 +320,42 @@ impl Working {
     }
 }
 
+/// Watches a call for its client: cancels `cancel` when the client cancels
+/// the request, and sends a progress notification every
+/// [`PROGRESS_EVERY`] when the request carries a progress token. Never
+/// ends; the call's future is raced against it.
+async fn watch(
+    context: &RequestContext<RoleServer>,
+    tool: &str,
+    cancel: CancelToken,
+) -> std::convert::Infallible {
+    let client_cancel = context.ct.clone();
+    let cancelled = async move {
+        client_cancel.cancelled().await;
+        cancel.cancel();
+        std::future::pending().await
+    };
+    let Some(token) = context.meta.get_progress_token() else {
+        return cancelled.await;
+    };
+    let progress = async {
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        for seconds in 0u32.. {
+            tick.tick().await;
+            let note = ProgressNotificationParam::new(token.clone(), f64::from(seconds))
+                .with_message(format!("{tool} running ({seconds} s)"));
+            if context.peer.notify_progress(note).await.is_err() {
+                tracing::debug!("cannot send a progress notification");
+            }
+        }
+        std::future::pending().await
+    };
+    tokio::select! {
+        never = cancelled => never,
+        never = progress => never,
+    }
+}
+
 /// The call key a request's `_meta` gives ([`CALL_META_KEY`]), checked.
 fn call_key(meta: &RequestMetaObject) -> Result<Option<String>, String> {
     let Some(key) = meta.get(CALL_META_KEY) else {
@@ -383,52 +419,28 @@ impl ServerHandler for McpServer {
         // The client's cancellation stops the tool through its epoch
         // deadline, as Ctrl-C does for `airlock run`. A client that sent a
         // progress token hears from the call every second until it ends.
+        // Both are watched in this request's own task: no task is spawned
+        // and no timer set for a call whose client sent no token.
         let cancel = CancelToken::new();
-        let on_cancel = cancel.clone();
-        let client_cancel = context.ct.clone();
-        let progress = context.meta.get_progress_token();
-        let peer = context.peer.clone();
-        let tool = request.name.to_string();
-        let watcher = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(PROGRESS_EVERY);
-            let mut seconds = 0u32;
-            loop {
-                tokio::select! {
-                    () = client_cancel.cancelled() => {
-                        on_cancel.cancel();
-                        return;
-                    }
-                    _ = tick.tick() => {
-                        let Some(token) = &progress else { continue };
-                        let note = ProgressNotificationParam::new(token.clone(), f64::from(seconds))
-                            .with_message(format!("{tool} running ({seconds} s)"));
-                        if peer.notify_progress(note).await.is_err() {
-                            tracing::debug!("cannot send a progress notification");
-                        }
-                        seconds += 1;
-                    }
-                }
-            }
-        });
-
-        let result = match call_key(&context.meta) {
-            Err(message) => error_result(message),
-            Ok(key) => match self.session_for(&context.meta).await {
-                Ok(session) => {
-                    let call = ToolCall {
-                        id: key.clone().unwrap_or_else(|| format!("mcp_{}", context.id)),
-                        name: request.name.to_string(),
-                        arguments,
-                        retry: 0,
-                    };
-                    let result = self.call(&session, call, key.is_some(), cancel).await;
-                    session.done().await;
-                    result
-                }
-                Err(message) => error_result(message),
-            },
+        let watch = watch(&context, &request.name, cancel.clone());
+        let work = async {
+            let key = call_key(&context.meta)?;
+            let session = self.session_for(&context.meta).await?;
+            let call = ToolCall {
+                id: key.clone().unwrap_or_else(|| format!("mcp_{}", context.id)),
+                name: request.name.to_string(),
+                arguments,
+                retry: 0,
+            };
+            let result = self.call(&session, call, key.is_some(), cancel).await;
+            session.done().await;
+            Ok::<_, String>(result)
         };
-        watcher.abort();
+        let result = tokio::select! {
+            biased;
+            result = work => result.unwrap_or_else(error_result),
+            never = watch => match never {},
+        };
         Ok(result.into())
     }
 

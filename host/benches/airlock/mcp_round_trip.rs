@@ -1,6 +1,7 @@
 //! §8 The MCP round trip over stdio and streamable HTTP.
 
 use std::fmt::Write as _;
+use std::process::Stdio;
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
 
     let mut stdio_server = tokio::process::Command::from(server("stdio", "stdio.db"));
     stdio_server.args(["--session", "bench"]);
+    let mut minimal_server = tokio::process::Command::from(server("stdio", "minimal.db"));
+    minimal_server.args(["--session", "bench"]);
+    let mut minimal_stdio = Minimal::stdio(minimal_server).await;
     let stdio =
         ().serve(rmcp::transport::TokioChildProcess::new(stdio_server).unwrap())
             .await
@@ -46,10 +50,11 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     let (mut http_server, url) = serve_http(server("http", "http.db"));
     let http = ()
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
-            url,
+            url.clone(),
         ))
         .await
         .unwrap();
+    let mut minimal_http = Minimal::http(&url).await;
 
     // Each MCP call beside the journaled call it makes, batch for batch:
     // the protocol's cost is the difference.
@@ -80,6 +85,55 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             .await;
         rows.push((name, measured, target));
     }
+    for (name, client, target) in [
+        ("MCP over stdio, minimal client", &mut minimal_stdio, 100),
+        (
+            "MCP over streamable HTTP (loopback), minimal client",
+            &mut minimal_http,
+            200,
+        ),
+    ] {
+        let measured = b
+            .paired(
+                &format!("{name} / Session::call"),
+                pairs,
+                async || {
+                    batch(size, async || {
+                        client.request(CALL).await;
+                    })
+                    .await
+                },
+                async || {
+                    batch(size, async || {
+                        session.call(&host, &call, &cancel).await.unwrap();
+                    })
+                    .await
+                },
+            )
+            .await;
+        rows.push((name, measured, target));
+    }
+    // Where the protocol's time goes: round trips that run no tool and
+    // write no journal.
+    let stdio_list = median(n, async || {
+        stdio.list_tools(None).await.unwrap();
+    })
+    .await;
+    let http_list = median(n, async || {
+        http.list_tools(None).await.unwrap();
+    })
+    .await;
+    let mut minimal_list = Vec::new();
+    for client in [&mut minimal_stdio, &mut minimal_http] {
+        minimal_list.push(
+            median(n, async || {
+                client.request(LIST).await;
+            })
+            .await,
+        );
+    }
+    let not_found = not_found(&url, n).await;
+
     session.close().await.unwrap();
     stdio.cancel().await.unwrap();
     http.cancel().await.unwrap();
@@ -128,4 +182,186 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         .unwrap();
     }
     writeln!(out).unwrap();
+    writeln!(
+        out,
+        "Where the protocol's cost goes: round trips that run no tool and write no journal \
+         (median of {n}). The minimal client is no SDK: one JSON-RPC line written and one read \
+         over stdio; one HTTP/1.1 POST on a kept-alive connection over HTTP, its SSE response \
+         read to the end of the stream, as curl does. What it pays is the server's share.\n"
+    )
+    .unwrap();
+    writeln!(out, "| round trip | time |").unwrap();
+    writeln!(out, "|---|---|").unwrap();
+    for (what, time) in [
+        ("`tools/list`, rmcp's client over stdio", stdio_list),
+        ("`tools/list`, minimal client over stdio", minimal_list[0]),
+        (
+            "`tools/list`, rmcp's client over streamable HTTP",
+            http_list,
+        ),
+        (
+            "`tools/list`, minimal client over streamable HTTP",
+            minimal_list[1],
+        ),
+        (
+            "`GET /other` (404, outside MCP): HTTP on loopback alone",
+            not_found,
+        ),
+    ] {
+        writeln!(out, "| {what} | {} |", us(time)).unwrap();
+    }
+    writeln!(out).unwrap();
+}
+
+/// An MCP client with no SDK: one JSON-RPC line written and one read over
+/// stdio; one HTTP/1.1 POST on a kept-alive connection over HTTP, its SSE
+/// response read to the end of the stream (as curl does). What the server
+/// costs, apart from any client library's own work.
+enum Minimal {
+    Stdio {
+        _child: Box<tokio::process::Child>,
+        input: tokio::process::ChildStdin,
+        output: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    },
+    Http {
+        client: reqwest::Client,
+        url: String,
+        session: String,
+    },
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"increment","arguments":{"name":"n"}}}"#;
+
+impl Minimal {
+    /// Starts `command` (`airlock mcp --transport stdio`) and initializes.
+    async fn stdio(mut command: tokio::process::Command) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let output = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut client = Minimal::Stdio {
+            _child: Box::new(child),
+            input,
+            output,
+        };
+        client.request(INITIALIZE).await;
+        client.notify(INITIALIZED).await;
+        client
+    }
+
+    /// Initializes an MCP session at `url`.
+    async fn http(url: &str) -> Self {
+        // reqwest is built without a TLS provider (Airlock installs ring's).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut client = Minimal::Http {
+            client: reqwest::Client::new(),
+            url: url.to_owned(),
+            session: String::new(),
+        };
+        let Minimal::Http {
+            client: http,
+            url,
+            session,
+        } = &mut client
+        else {
+            unreachable!()
+        };
+        let init = post(http, url, None, INITIALIZE).send().await.unwrap();
+        *session = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        init.bytes().await.unwrap();
+        client.notify(INITIALIZED).await;
+        client
+    }
+
+    /// Sends `message` (a request) and returns the response.
+    async fn request(&mut self, message: &str) -> String {
+        use tokio::io::AsyncWriteExt;
+        let response = match self {
+            Minimal::Stdio { input, output, .. } => {
+                input
+                    .write_all(format!("{message}\n").as_bytes())
+                    .await
+                    .unwrap();
+                output.next_line().await.unwrap().unwrap()
+            }
+            Minimal::Http {
+                client,
+                url,
+                session,
+            } => post(client, url, Some(session), message)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        };
+        assert!(response.contains(r#""result""#), "{response}");
+        response
+    }
+
+    /// Sends `message` (a notification).
+    async fn notify(&mut self, message: &str) {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            Minimal::Stdio { input, .. } => input
+                .write_all(format!("{message}\n").as_bytes())
+                .await
+                .unwrap(),
+            Minimal::Http {
+                client,
+                url,
+                session,
+            } => {
+                post(client, url, Some(session), message)
+                    .send()
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+fn post(
+    client: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let request = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body.to_owned());
+    match session {
+        Some(id) => request.header("mcp-session-id", id),
+        None => request,
+    }
+}
+
+/// A request outside MCP (404): HTTP on loopback alone, median of `n`.
+async fn not_found(url: &str, n: usize) -> Duration {
+    let client = reqwest::Client::new();
+    let other = url.replace("/mcp", "/other");
+    median(n, async || {
+        let response = client.get(&other).send().await.unwrap();
+        assert_eq!(response.status(), 404);
+        response.bytes().await.unwrap();
+    })
+    .await
 }

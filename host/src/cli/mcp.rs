@@ -183,6 +183,12 @@ async fn serve_http(
             },
             _ = tokio::signal::ctrl_c() => break,
         };
+        // A request's answer goes out as soon as it is written: with
+        // Nagle's algorithm on, the end of a streamed response waits for
+        // the client's delayed ACK (up to 40 ms on Linux).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an MCP connection");
+        }
         let service = Arc::clone(&service);
         tokio::spawn(async move {
             let handler = hyper::service::service_fn(move |request: hyper::Request<_>| {

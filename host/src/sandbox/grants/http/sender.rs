@@ -198,11 +198,18 @@ pub(super) async fn send(
 /// Connects to the first of `addrs` that accepts, in resolver order (so a
 /// name with both IPv6 and IPv4 addresses works when the server listens on
 /// only one). Only addresses that passed the checks are ever tried.
+/// Nagle's algorithm is off, as in every HTTP client: a body written after
+/// its headers must not wait for the server's delayed ACK (up to 40 ms).
 async fn connect_any(addrs: &[SocketAddr]) -> Result<TcpStream, HttpError> {
     let mut last = HttpError::DestinationUnavailable;
     for addr in addrs {
         match TcpStream::connect(addr).await {
-            Ok(tcp) => return Ok(tcp),
+            Ok(tcp) => {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+                return Ok(tcp);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 last = HttpError::ConnectionRefused;
             }
