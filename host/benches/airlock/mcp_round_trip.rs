@@ -126,7 +126,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
 
     writeln!(
         out,
-        "`tools/call increment` from rmcp's client to `airlock mcp` (release build), one call at a time. \
+        "`tools/call increment` from rmcp's client, and from a minimal client (no SDK, below), to \
+         `airlock mcp` (release build), one call at a time. \
          Every MCP call is journaled (`Session::call`, SQLite WAL, `synchronous = FULL`); each transport's \
          batches of {size} calls alternate with batches of {size} `Session::call`s in this process \
          ({pairs} pairs), and the protocol's cost is the difference, pair by pair. `Host::call` (no \
