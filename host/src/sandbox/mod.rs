@@ -211,10 +211,8 @@ impl Sandbox {
     /// A store for one call, with `state`'s limits armed: the memory and
     /// table limiter, the wall-clock deadline, and fuel if metered.
     pub(crate) fn store(&self, state: CallState) -> wasmtime::Result<Store<CallState>> {
-        let fuel = state.fuel;
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
-        store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();
             if state.cancel.is_cancelled() {
@@ -238,10 +236,19 @@ impl Sandbox {
                 Box::pin(tokio::task::yield_now()),
             ))
         });
+        self.arm(&mut store)?;
+        Ok(store)
+    }
+
+    /// The epoch check from the next tick, and the call's fuel in full if
+    /// metered.
+    fn arm(&self, store: &mut Store<CallState>) -> wasmtime::Result<()> {
+        store.set_epoch_deadline(1);
         if self.config.fuel_metering {
+            let fuel = store.data().fuel;
             store.set_fuel(fuel.unwrap_or(u64::MAX))?;
         }
-        Ok(store)
+        Ok(())
     }
 
     /// Arms a store made ahead of demand for the call that takes it, as
@@ -255,11 +262,7 @@ impl Sandbox {
         cancel: CancelToken,
     ) -> wasmtime::Result<()> {
         store.data_mut().rearm(limits, cancel);
-        store.set_epoch_deadline(1);
-        if self.config.fuel_metering {
-            store.set_fuel(limits.fuel.unwrap_or(u64::MAX))?;
-        }
-        Ok(())
+        self.arm(store)
     }
 }
 

@@ -210,9 +210,9 @@ impl Ahead {
         self.fastest.fetch_min(nanos, Ordering::Relaxed);
     }
 
-    /// Whether instances are prepared now: the component may have some,
-    /// no instantiation failed ahead of demand, none was faster than
-    /// [`WORTH_PREPARING`], and fewer calls run than the host has cores.
+    /// Whether instances are prepared now: they are worth preparing
+    /// ([`Ahead::worth_preparing`]) and fewer calls run than the host has
+    /// cores.
     fn preparing_now(&self) -> bool {
         self.worth_preparing() && self.sandbox.admission().cores_to_spare()
     }
@@ -220,10 +220,20 @@ impl Ahead {
     /// Whether instances are prepared when the host has a core to spare:
     /// the component may have some, no instantiation failed ahead of
     /// demand, and none was faster than [`WORTH_PREPARING`].
-    pub(crate) fn worth_preparing(&self) -> bool {
+    fn worth_preparing(&self) -> bool {
         self.target > 0
             && !self.failed.load(Ordering::Relaxed)
             && Duration::from_nanos(self.fastest.load(Ordering::Relaxed)) >= WORTH_PREPARING
+    }
+
+    /// How many instances are kept ready when the host has a core to
+    /// spare: the target while preparing is worth it, else 0.
+    pub(crate) fn prepared(&self) -> usize {
+        if self.worth_preparing() {
+            self.target
+        } else {
+            0
+        }
     }
 
     /// An Airlock tool's typed exports in `instance`, one this pool made

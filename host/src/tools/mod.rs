@@ -129,11 +129,7 @@ impl LoadedComponent {
     /// too fast for preparing to be worth it (under 100 µs; Rust, C and
     /// JavaScript tools do).
     pub fn prepared_ahead(&self) -> usize {
-        if self.ahead.worth_preparing() {
-            self.limits.prepared_instances
-        } else {
-            0
-        }
+        self.ahead.prepared()
     }
 
     /// Whether it is a plain component (its tools are its exported
