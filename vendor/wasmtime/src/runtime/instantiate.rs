@@ -7,6 +7,7 @@ use crate::code::EngineCode;
 use crate::prelude::*;
 use crate::profiling_agent::ProfilingAgent;
 use crate::runtime::vm::CompiledModuleId;
+use crate::sync::OnceLock;
 use alloc::sync::Arc;
 use core::ops::Range;
 use core::str;
@@ -25,6 +26,22 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
+    /// Where each defined function's array-to-wasm trampoline and body
+    /// start in the text section, by `DefinedFuncIndex`, made at the first
+    /// `VMFuncRef` built for this module (Airlock's patch: each lookup in
+    /// `index` searches its namespaces, and instantiating an interpreter
+    /// builds thousands of funcrefs; see vendor/README.md).
+    func_ref_code: OnceLock<Box<[FuncRefCode]>>,
+}
+
+/// The text offsets a defined function's `VMFuncRef` points to;
+/// `u32::MAX` where the function has no such code (it never escapes).
+#[derive(Clone, Copy)]
+pub struct FuncRefCode {
+    /// The array-to-wasm trampoline's start.
+    pub array_to_wasm: u32,
+    /// The function body's start.
+    pub wasm: u32,
 }
 
 impl CompiledModule {
@@ -58,6 +75,7 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
+            func_ref_code: OnceLock::new(),
         };
         ret.register_profiling(profiler)?;
 
@@ -163,6 +181,28 @@ impl CompiledModule {
             }
             _ => None,
         }
+    }
+
+    /// The text offsets of the code a `VMFuncRef` for `index` points to,
+    /// or `None` if the function has none (it never escapes).
+    #[inline]
+    pub fn func_ref_code(&self, index: DefinedFuncIndex) -> Option<FuncRefCode> {
+        let table = self.func_ref_code.get_or_init(|| {
+            let module_index = self.module.module_index;
+            let start = |key| self.index.func_loc(key).map_or(u32::MAX, |loc| loc.start);
+            self.module
+                .defined_func_indices()
+                .map(|def| FuncRefCode {
+                    array_to_wasm: start(FuncKey::ArrayToWasmTrampoline(module_index, def)),
+                    wasm: start(FuncKey::DefinedWasmFunction(module_index, def)),
+                })
+                .collect()
+        });
+        let code = *table.get(index.as_u32() as usize)?;
+        if code.array_to_wasm == u32::MAX || code.wasm == u32::MAX {
+            return None;
+        }
+        Some(code)
     }
 
     /// Gets the function location information for a given function index.

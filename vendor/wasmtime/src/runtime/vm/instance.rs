@@ -18,7 +18,7 @@ use crate::runtime::vm::{
     VMStoreRawPtr, VmPtr, VmSafe, WasmFault, catch_unwind_and_record_trap,
 };
 use crate::store::{InstanceId, StoreId, StoreInstanceId, StoreOpaque, StoreResourceLimiter};
-use crate::vm::{VMWasmCallFunction, ValRaw};
+use crate::vm::{VMArrayCallFunction, VMWasmCallFunction, ValRaw};
 use alloc::sync::Arc;
 use core::alloc::Layout;
 use core::marker;
@@ -880,6 +880,26 @@ impl Instance {
         let func = &module.functions[index];
         let type_index = func.signature.unwrap_engine_type_index();
         let vmctx_offset = self.offsets().vmctx_func_ref(func.func_ref);
+        // Airlock's patch: the code's addresses from the module's table of
+        // them, made once, instead of two searches of its function index.
+        let code = ModuleWithCode::in_store(
+            registry,
+            self.runtime_module()
+                .expect("funcref impossible in fake module"),
+        )
+        .and_then(|code| code.func_ref_code(def_index));
+        if let Some((array_call, wasm_call)) = code {
+            // SAFETY: the type and offset are valid for the defined function
+            // at `def_index`, and its code is what `code` points to.
+            return unsafe {
+                self.write_funcref(
+                    type_index,
+                    vmctx_offset,
+                    VmPtr::from(array_call.cast()),
+                    VmPtr::from(wasm_call.cast::<VMWasmCallFunction>()),
+                )
+            };
+        }
         let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module.module_index, def_index);
         let wasm_key = FuncKey::DefinedWasmFunction(module.module_index, def_index);
         // SAFETY: the type/offset/keys here are all valid for the defined
@@ -970,7 +990,7 @@ impl Instance {
         let array_call =
             VmPtr::from(NonNull::from(module_with_code.function(array_to_wasm_key)).cast());
 
-        let wasm_call = Some(VmPtr::from(
+        let wasm_call = VmPtr::from(
             NonNull::new(
                 module_with_code
                     .function(wasm_key)
@@ -979,8 +999,27 @@ impl Instance {
                     .cast_mut(),
             )
             .unwrap(),
-        ));
+        );
 
+        // SAFETY: the caller's contract is `write_funcref`'s.
+        unsafe { self.write_funcref(type_index, vmctx_offset, array_call, wasm_call) }
+    }
+
+    /// Writes a `VMFuncRef` for code at `array_call` and `wasm_call` into
+    /// this instance's `VMContext` at `vmctx_offset`; a pointer to it.
+    ///
+    /// # Safety
+    ///
+    /// As `initialize_and_return_funcref`: the type, offset and code must
+    /// be those of one function of this instance.
+    unsafe fn write_funcref(
+        self: Pin<&mut Self>,
+        type_index: VMSharedTypeIndex,
+        vmctx_offset: u32,
+        array_call: VmPtr<VMArrayCallFunction>,
+        wasm_call: VmPtr<VMWasmCallFunction>,
+    ) -> Option<NonNull<VMFuncRef>> {
+        let wasm_call = Some(wasm_call);
         let vmctx = VMOpaqueContext::from_vmcontext(self.vmctx()).into();
 
         // SAFETY: the offset calculated here should be correct with
