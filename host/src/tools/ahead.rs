@@ -48,7 +48,7 @@ use super::bindings::{ToolHost, ToolHostIndices};
 use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
 
 /// The shortest instantiation worth doing ahead of demand: a Python
-/// tool's takes about 480 µs, a JavaScript tool's 9 µs, a Rust or C
+/// tool's takes about 170 µs, a JavaScript tool's 9 µs, a Rust or C
 /// tool's 3-4 µs.
 pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(100);
 
