@@ -178,8 +178,9 @@ impl Admission {
     }
 
     /// Whether fewer calls run than the process has cores: work done
-    /// ahead of demand then runs on a core that would idle. On a host as busy as its cores it would only add
-    /// the cost of handing instances over.
+    /// ahead of demand then runs on a core that would idle. On a host as
+    /// busy as its cores it would only add the cost of handing instances
+    /// over.
     pub(crate) fn cores_to_spare(&self) -> bool {
         self.running.load(Ordering::Relaxed) < self.cores
     }

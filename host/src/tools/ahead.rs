@@ -243,12 +243,10 @@ impl Ahead {
         store: &mut Store<CallState>,
         instance: &Instance,
     ) -> wasmtime::Result<ToolHost> {
-        match &self.indices {
-            Some(indices) => indices.load(store, instance),
-            // Looked up by name instead (never expected: the indices were
-            // found when the component loaded).
-            None => ToolHost::new(store, instance),
-        }
+        self.indices
+            .as_ref()
+            .ok_or_else(|| wasmtime::Error::msg("not an Airlock tool"))?
+            .load(store, instance)
     }
 
     /// Drops a call's store, then prepares the next instances if they are

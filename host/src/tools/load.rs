@@ -347,6 +347,8 @@ impl Host {
             let grants = Arc::new(prepared.grants);
             let gate = Arc::new(prepared.gate);
             let ahead = match &prepared.kind {
+                // `ToolHostPre::new` found these indices already, so this
+                // cannot fail; `None` is a plain component's.
                 Kind::Airlock(pre) => Ahead::new(
                     &self.sandbox,
                     pre.instance_pre(),
