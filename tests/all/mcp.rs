@@ -13,8 +13,8 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::support::mcp::{
-    Client, Watching, call_with, connect, connect_noting, connect_with, http_client, policy,
-    serve_http, serve_http_with, wait_for_changes, wait_for_note,
+    Client, RawHttp, Watching, call_with, connect, connect_noting, connect_with, http_client,
+    policy, policy_spinning, serve_http, serve_http_with, wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -138,12 +138,17 @@ async fn stdio_tools_calls_failures_and_a_restart() {
 /// directory, so it counts as effectful and its intent is committed before
 /// it runs: what [`cancel_a_spinning_call`] watches for to know it started.
 fn long_spin_policy(dir: &Path) -> String {
+    spin_policy(dir, 60_000)
+}
+
+/// [`long_spin_policy`] with `spin` stopped after `timeout_ms`.
+fn spin_policy(dir: &Path, timeout_ms: u64) -> String {
     let path = dir.join("long.toml");
     std::fs::create_dir_all(dir.join("scratch")).unwrap();
     std::fs::write(
         &path,
         format!(
-            "[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 60000 }}\n\
+            "[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = {timeout_ms} }}\n\
              dirs = [{{ host = \"scratch\", guest = \"/scratch\", mode = \"rw\" }}]\n\
              [[tool]]\npath = {:?}\n",
             guest("hostile"),
@@ -152,6 +157,46 @@ fn long_spin_policy(dir: &Path) -> String {
     )
     .unwrap();
     path.to_str().unwrap().to_owned()
+}
+
+/// Waits until a `spin` call's intent is committed in the only session of
+/// `db`; that session's id.
+async fn spin_started(db: &Path) -> String {
+    let store = SqliteStore::open(db).unwrap();
+    let started = Instant::now();
+    loop {
+        let listed = store.list(None).await.unwrap();
+        if let Some(summary) = listed.first() {
+            let records = store.read(None, &summary.session_id).await.unwrap().records;
+            let folded = Folded::fold(&records).unwrap();
+            if folded
+                .transcript
+                .items
+                .iter()
+                .any(|e| serde_json::to_value(e).unwrap()["name"] == "spin")
+            {
+                return summary.session_id.clone();
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the spin call never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The function call outputs journaled in session `id` of `db`.
+async fn outputs(db: &Path, id: &str) -> Vec<Value> {
+    let store = SqliteStore::open(db).unwrap();
+    let folded = Folded::fold(&store.read(None, id).await.unwrap().records).unwrap();
+    folded
+        .transcript
+        .items
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["type"] == "function_call_output")
+        .collect()
 }
 
 /// Starts `spin`, waits until its intent is committed in the only session
@@ -163,44 +208,66 @@ async fn cancel_a_spinning_call(client: &Client, db: &Path) {
     let started = Instant::now();
     let spinning =
         tokio::spawn(async move { peer.call_tool(CallToolRequestParams::new("spin")).await });
-    let store = SqliteStore::open(db).unwrap();
-    let session = loop {
-        let listed = store.list(None).await.unwrap();
-        if let Some(summary) = listed.first() {
-            let records = store.read(None, &summary.session_id).await.unwrap().records;
-            let folded = Folded::fold(&records).unwrap();
-            if folded
-                .transcript
-                .items
-                .iter()
-                .any(|e| serde_json::to_value(e).unwrap()["name"] == "spin")
-            {
-                break summary.session_id.clone();
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the spin call never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let session = spin_started(db).await;
     spinning.abort();
     // The next call runs as soon as the spinning one is stopped: well
     // before its 60 s timeout.
     let result = call(client, "increment", json!({"name": "after"})).await;
     assert_eq!(result.structured_content.unwrap()["value"], 1);
     assert!(started.elapsed() < Duration::from_secs(50));
-    let folded = Folded::fold(&store.read(None, &session).await.unwrap().records).unwrap();
-    let outputs: Vec<Value> = folded
-        .transcript
-        .items
-        .iter()
-        .map(|e| serde_json::to_value(e).unwrap())
-        .filter(|e| e["type"] == "function_call_output")
-        .collect();
+    let outputs = outputs(db, &session).await;
     assert_eq!(outputs[0]["name"], "spin");
     assert_eq!(outputs[0]["status"], "cancelled");
     assert_eq!(outputs[0]["error_kind"], "cancelled");
+}
+
+/// A client that hangs up while its call runs over HTTP: the call still
+/// runs to its end and is journaled whole, and the session serves the
+/// next call on the state it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_client_hangs_up_runs_to_its_end_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hangup.db");
+    let config = spin_policy(dir.path(), 1500);
+    let server = serve_http(&config, db.to_str().unwrap());
+    let client = RawHttp::initialized(&server.url).await;
+    let first = client.post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "increment", "arguments": {"name": "n"}}}));
+    assert!(
+        first
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .contains(r#"\"value\":1"#)
+    );
+    let spin = client.post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "spin", "arguments": {}}}));
+    let spinning = tokio::spawn(spin);
+    let session = spin_started(&db).await;
+    // The request is dropped, and its connection closed.
+    spinning.abort();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let spun = loop {
+        let outputs = outputs(&db, &session).await;
+        if let Some(spun) = outputs.iter().find(|o| o["name"] == "spin") {
+            break spun.clone();
+        }
+        assert!(Instant::now() < deadline, "the spin call never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(spun["error_kind"], "timeout", "{spun}");
+    let next = client.post(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "increment", "arguments": {"name": "n"}}}));
+    let next = next.await.unwrap().text().await.unwrap();
+    assert!(next.contains(r#"\"value\":2"#), "{next}");
+    let names: Vec<Value> = outputs(&db, &session)
+        .await
+        .iter()
+        .map(|o| o["name"].clone())
+        .collect();
+    assert_eq!(names, ["increment", "spin", "increment"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,64 +442,71 @@ impl rmcp::ClientHandler for AskingClient {
     }
 }
 
+/// Over stdio and over HTTP: a call of an `approval = "ask"` tool asks the
+/// client's user (and runs only when allowed), and a call that runs past a
+/// second reports its progress each second, then answers (rmcp's client
+/// sends a progress token with every request).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
     use rmcp::model::ElicitationAction;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ask.db");
-    let config = policy(dir.path());
-    for (answer, approved) in [
-        (ElicitationAction::Accept, true),
-        (ElicitationAction::Decline, false),
-    ] {
-        let handler = AskingClient {
-            answer,
-            asked: Default::default(),
-            progress: Default::default(),
-        };
-        let mut all = vec!["mcp", "--config", &config, "--store", db.to_str().unwrap()];
-        all.extend(["--session", if approved { "yes" } else { "no" }]);
-        let command = tokio::process::Command::from(airlock_command(&all, &[]));
-        let client = handler
-            .clone()
-            .serve(TokioChildProcess::new(command).unwrap())
-            .await
-            .unwrap();
-        // `read` (the context probe) has approval = "ask".
-        let result = call(&client, "read", json!({})).await;
-        let asked = handler.asked.lock().unwrap().clone();
-        assert_eq!(asked.len(), 1);
-        assert!(
-            asked[0].starts_with("Allow the tool read to run with {}"),
-            "{asked:?}"
-        );
-        if approved {
-            assert_eq!(result.is_error, Some(false), "{}", text(&result));
-        } else {
-            assert_eq!(result.is_error, Some(true));
-            assert_eq!(text(&result), "Tool call was rejected by approval handler.");
-        }
-        if approved {
-            // A call that runs for a while (spin, to its 500 ms timeout)
-            // with a progress token reports at least its start.
-            let meta = json!({"progressToken": "p1"});
-            let result = call_with(
-                &client,
-                meta.as_object().unwrap().clone(),
-                "spin",
-                json!({}),
-            )
-            .await;
-            assert_eq!(result.is_error, Some(true));
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while handler.progress.lock().unwrap().is_empty() {
-                assert!(Instant::now() < deadline, "no progress notification");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    // spin runs past two progress reports.
+    let config = policy_spinning(dir.path(), 2500);
+    let server = serve_http(&config, db.to_str().unwrap());
+    for over_http in [false, true] {
+        for (answer, approved) in [
+            (ElicitationAction::Accept, true),
+            (ElicitationAction::Decline, false),
+        ] {
+            let handler = AskingClient {
+                answer,
+                asked: Default::default(),
+                progress: Default::default(),
+            };
+            let client = if over_http {
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(server.url.clone());
+                handler.clone().serve(transport).await.unwrap()
+            } else {
+                let mut all = vec!["mcp", "--config", &config, "--store", db.to_str().unwrap()];
+                all.extend(["--session", if approved { "yes" } else { "no" }]);
+                let command = tokio::process::Command::from(airlock_command(&all, &[]));
+                let transport = TokioChildProcess::new(command).unwrap();
+                handler.clone().serve(transport).await.unwrap()
+            };
+            // `read` (the context probe) has approval = "ask".
+            let result = call(&client, "read", json!({})).await;
+            let asked = handler.asked.lock().unwrap().clone();
+            assert_eq!(asked.len(), 1);
+            assert!(
+                asked[0].starts_with("Allow the tool read to run with {}"),
+                "{asked:?}"
+            );
+            if approved {
+                assert_eq!(result.is_error, Some(false), "{}", text(&result));
+            } else {
+                assert_eq!(result.is_error, Some(true));
+                assert_eq!(text(&result), "Tool call was rejected by approval handler.");
             }
-            assert_eq!(handler.progress.lock().unwrap()[0], 0.0);
+            if approved {
+                // spin, to its 2.5 s timeout: reports after 1 s, 2 s, ...
+                let result = call(&client, "spin", json!({})).await;
+                assert_eq!(result.is_error, Some(true));
+                assert!(text(&result).contains("timeout"), "{}", text(&result));
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while handler.progress.lock().unwrap().is_empty() {
+                    assert!(Instant::now() < deadline, "no progress notification");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let progress = handler.progress.lock().unwrap().clone();
+                let counted: Vec<f64> = (1..=progress.len()).map(|s| s as f64).collect();
+                assert_eq!(progress, counted, "reports at 1 s, 2 s, ...");
+            }
+            client.cancel().await.unwrap();
         }
-        client.cancel().await.unwrap();
     }
+    drop(server);
 }
 
 /// Replaces `to` with a copy of `from`, atomically (a new inode).
@@ -766,58 +840,16 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
         "--store",
         db.to_str().unwrap(),
     ]);
-    // Plain HTTP on loopback; reqwest still wants a TLS provider named.
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(rustls::RootCertStore::empty())
-    .with_no_client_auth();
-    let http = reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .build()
-        .unwrap();
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = http
-            .post(&server.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18");
-        if let Some(id) = session {
-            request = request.header("mcp-session-id", id);
-        }
-        request.body(body.to_string()).send()
-    };
-    let initialized = post(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}}),
-    )
-    .await
-    .unwrap();
-    let id = initialized.headers()["mcp-session-id"]
-        .to_str()
+    let client = RawHttp::initialized(&server.url).await;
+    let id = client.session.clone().unwrap();
+    let answer = client
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "increment", "arguments": {"name": "a"}}}))
+        .await
         .unwrap()
-        .to_owned();
-    drop(initialized);
-    post(
-        Some(&id),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .unwrap();
-    let answer = post(
-        Some(&id),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-               "params": {"name": "increment", "arguments": {"name": "a"}}}),
-    )
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+        .text()
+        .await
+        .unwrap();
     assert!(answer.contains(r#"\"value\":1"#), "{answer}");
     let store = SqliteStore::open(&db).unwrap();
     let leased = || async {
@@ -827,7 +859,8 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
     };
     assert!(leased().await, "the MCP session holds its Airlock session");
 
-    let deleted = http
+    let deleted = client
+        .http
         .delete(&server.url)
         .header("mcp-session-id", &id)
         .header("mcp-protocol-version", "2025-06-18")

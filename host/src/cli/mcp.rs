@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 
+use airlock::mcp::http::McpHttpService;
 use airlock::mcp::{McpServer, SessionOpener, ToolSet};
 use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
@@ -158,11 +158,7 @@ async fn serve_http(
     config.allowed_hosts.push(args.listen.ip().to_string());
     let stop = config.cancellation_token.clone();
     let count = host.tool_names().len();
-    let service = Arc::new(StreamableHttpService::new(
-        move || Ok(McpServer::lazy(Arc::clone(&tools), opener.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    ));
+    let service = Arc::new(McpHttpService::new(tools, opener, config));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;

@@ -118,11 +118,16 @@ pub async fn connect(args: &[&str]) -> (Client, u32) {
 /// A policy with the stateful tool, the hostile one (a short timeout, but
 /// `spin_long` calls are cancelled long before theirs) and an approval tool.
 pub fn policy(dir: &Path) -> String {
+    policy_spinning(dir, 500)
+}
+
+/// [`policy`], with `spin` stopped after `timeout_ms`.
+pub fn policy_spinning(dir: &Path, timeout_ms: u64) -> String {
     let path = dir.join("airlock.toml");
     std::fs::write(
         &path,
         format!(
-            "[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 500 }}\n\n\
+            "[[tool]]\npath = {:?}\n\n[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = {timeout_ms} }}\n\n\
              [[tool]]\npath = {:?}\napproval = \"ask\"\n",
             guest("stateful"),
             guest("hostile"),
@@ -222,4 +227,74 @@ pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
         .to_owned();
     std::thread::spawn(move || lines.for_each(drop));
     HttpServer { child, url }
+}
+
+/// An MCP client over HTTP with no SDK: each message one POST (reqwest),
+/// in one MCP session of the 2025-06-18 revision.
+#[derive(Debug, Clone)]
+pub struct RawHttp {
+    pub http: reqwest::Client,
+    pub url: String,
+    /// The MCP session's id, once initialized.
+    pub session: Option<String>,
+}
+
+impl RawHttp {
+    /// A client of the server at `url`, not yet initialized.
+    pub fn new(url: &str) -> Self {
+        // Plain HTTP on loopback; reqwest still wants a TLS provider named.
+        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .build()
+            .unwrap();
+        Self {
+            http,
+            url: url.to_owned(),
+            session: None,
+        }
+    }
+
+    /// Initializes an MCP session (initialize, then initialized).
+    pub async fn initialized(url: &str) -> Self {
+        let mut client = Self::new(url);
+        let answer = client
+            .post(
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}}),
+            )
+            .await
+            .unwrap();
+        let id = answer.headers()["mcp-session-id"].to_str().unwrap();
+        client.session = Some(id.to_owned());
+        drop(answer);
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        client.post(initialized).await.unwrap();
+        client
+    }
+
+    /// POSTs `message`, in the session once there is one.
+    pub fn post(
+        &self,
+        message: Value,
+    ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + use<> {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(id) = &self.session {
+            request = request.header("mcp-session-id", id);
+        }
+        request.body(message.to_string()).send()
+    }
 }

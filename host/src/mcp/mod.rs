@@ -18,14 +18,16 @@
 //! ([`ToolSet`]) can be replaced while serving; clients are told with
 //! `notifications/tools/list_changed`.
 
+pub mod http;
+
 use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
     ElicitationAction, ElicitationSchema, Implementation, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, RequestMetaObject, Resource, ResourceContents,
-    ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, RequestId, RequestMetaObject, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -215,12 +217,7 @@ impl McpServer {
         arguments: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), String> {
-        let asks = self
-            .tools
-            .current()
-            .component_for(name)
-            .is_some_and(|c| c.approval() == Approval::Ask);
-        if !asks {
+        if !self.asks_approval(name) {
             return Ok(());
         }
         let can_ask = context
@@ -292,6 +289,50 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// Whether a call of tool `name` asks the client's user first
+    /// (`approval = "ask"`). Over HTTP a call that does not is answered in
+    /// its request's own task ([`http`]).
+    fn asks_approval(&self, name: &str) -> bool {
+        self.tools
+            .current()
+            .component_for(name)
+            .is_some_and(|c| c.approval() == Approval::Ask)
+    }
+
+    /// A `tools/call` whose approval (if any) is given: on the session
+    /// `meta` names or the server's, keyed by `meta`'s call key or else
+    /// by the request's `id`.
+    async fn run_call(
+        &self,
+        name: &str,
+        arguments: String,
+        meta: &RequestMetaObject,
+        id: &RequestId,
+        cancel: CancelToken,
+    ) -> CallToolResult {
+        let work = async {
+            let key = call_key(meta)?;
+            let session = self.session_for(meta).await?;
+            let call = ToolCall {
+                id: key.clone().unwrap_or_else(|| format!("mcp_{id}")),
+                name: name.to_owned(),
+                arguments,
+                retry: 0,
+            };
+            let result = self.call(&session, call, key.is_some(), cancel).await;
+            session.done().await;
+            Ok::<_, String>(result)
+        };
+        work.await.unwrap_or_else(error_result)
+    }
+}
+
+/// A call's arguments as the tool gets them: a JSON object's text.
+fn arguments_text(arguments: Option<rmcp::model::JsonObject>) -> String {
+    Value::Object(arguments.unwrap_or_default()).to_string()
+}
+
 /// How often a call with a progress token reports.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -321,9 +362,10 @@ impl Working {
 }
 
 /// Watches a call for its client: cancels `cancel` when the client cancels
-/// the request, and sends a progress notification every
-/// [`PROGRESS_EVERY`] when the request carries a progress token. Never
-/// ends; the call's future is raced against it.
+/// the request, and sends a progress notification each
+/// [`PROGRESS_EVERY`] it runs when the request carries a progress token
+/// (a call that ends within the first sends none). Never ends; the call's
+/// future is raced against it.
 async fn watch(
     context: &RequestContext<RoleServer>,
     tool: &str,
@@ -340,11 +382,16 @@ async fn watch(
     };
     let progress = async {
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        for seconds in 0u32.. {
+        // The first tick is now; the first report comes a second in.
+        tick.tick().await;
+        for seconds in 1u32.. {
             tick.tick().await;
-            let note = ProgressNotificationParam::new(token.clone(), f64::from(seconds))
-                .with_message(format!("{tool} running ({seconds} s)"));
-            if context.peer.notify_progress(note).await.is_err() {
+            if context
+                .peer
+                .notify_progress(progress(&token, tool, seconds))
+                .await
+                .is_err()
+            {
                 tracing::debug!("cannot send a progress notification");
             }
         }
@@ -354,6 +401,12 @@ async fn watch(
         never = cancelled => never,
         never = progress => never,
     }
+}
+
+/// Call `tool`'s progress report after `seconds` of running.
+fn progress(token: &ProgressToken, tool: &str, seconds: u32) -> ProgressNotificationParam {
+    ProgressNotificationParam::new(token.clone(), f64::from(seconds))
+        .with_message(format!("{tool} running ({seconds} s)"))
 }
 
 /// The call key a request's `_meta` gives ([`CALL_META_KEY`]), checked.
@@ -412,7 +465,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
+        let arguments = arguments_text(request.arguments);
         if let Err(refused) = self.approve(&request.name, &arguments, &context).await {
             return Ok(error_result(refused).into());
         }
@@ -423,22 +476,10 @@ impl ServerHandler for McpServer {
         // and no timer set for a call whose client sent no token.
         let cancel = CancelToken::new();
         let watch = watch(&context, &request.name, cancel.clone());
-        let work = async {
-            let key = call_key(&context.meta)?;
-            let session = self.session_for(&context.meta).await?;
-            let call = ToolCall {
-                id: key.clone().unwrap_or_else(|| format!("mcp_{}", context.id)),
-                name: request.name.to_string(),
-                arguments,
-                retry: 0,
-            };
-            let result = self.call(&session, call, key.is_some(), cancel).await;
-            session.done().await;
-            Ok::<_, String>(result)
-        };
+        let call = self.run_call(&request.name, arguments, &context.meta, &context.id, cancel);
         let result = tokio::select! {
             biased;
-            result = work => result.unwrap_or_else(error_result),
+            result = call => result,
             never = watch => match never {},
         };
         Ok(result.into())

@@ -1,0 +1,559 @@
+//! The streamable HTTP transport: rmcp's sessions, with the calls that
+//! need nothing from their client answered in their request's own task.
+//!
+//! rmcp serves each MCP session with a worker of its own: a request goes
+//! from the connection's task through the session manager's channels to
+//! that worker, on to the server's request loop and a task spawned for
+//! the handler, and its answer back the same way as an event stream, a
+//! thread woken at each hop. [`McpHttpService`] keeps all of rmcp's checks
+//! (the Host and Origin headers, the protocol version, the session id, the
+//! body's size) and its sessions, and answers the common requests itself,
+//! once rmcp has checked them, in the connection's task:
+//!
+//! - `tools/list`, and a `tools/call` whose tool needs no approval, are
+//!   answered with one JSON body (the protocol lets a server answer so
+//!   rather than with an event stream);
+//! - such a call that runs past a second with a progress token goes on in
+//!   a task of its own and answers with an event stream: a progress report
+//!   each second, then its result;
+//! - a call whose client hangs up still runs to its end and commits; it
+//!   stops early only when the client cancels it
+//!   (`notifications/cancelled`), as over rmcp's path.
+//!
+//! Everything else (an approval asked of the client's user, resources, the
+//! session's own stream) goes through rmcp. A directly answered call's
+//! answer has no event id, so it cannot be resumed with `Last-Event-ID`: a
+//! client that lost it retries the call with its key
+//! ([`CALL_META_KEY`](super::CALL_META_KEY)) and gets the committed result.
+//! Cost of a direct answer beyond the call: a lock of the sessions' map to
+//! find the session's server, and the answer's serialization.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::{SinkExt, Stream, StreamExt, stream};
+use http_body_util::combinators::BoxBody;
+use rmcp::model::{
+    CallToolResponse, ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta,
+    JsonRpcRequest, ListToolsResult, Notification, RequestId, RequestMetaObject,
+    ServerJsonRpcMessage, ServerNotification, ServerResult,
+};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text, progress};
+use crate::sandbox::CancelToken;
+
+tokio::task_local! {
+    /// What rmcp's layers leave for [`McpHttpService::handle`] while they
+    /// serve one HTTP request, in the request's own task.
+    static IN_REQUEST: RefCell<InRequest>;
+}
+
+/// See [`IN_REQUEST`].
+#[derive(Default)]
+struct InRequest {
+    /// The server the session factory made for the `initialize` this
+    /// request carries, for [`Sessions::create_session`] to file under its
+    /// session's id (rmcp makes both in the request's task).
+    made: Option<Weak<McpServer>>,
+    /// The request's answer, when it was answered directly and at once:
+    /// sent as one JSON body rather than an event stream.
+    answer: Option<ServerJsonRpcMessage>,
+}
+
+/// `airlock mcp`'s streamable HTTP service: each MCP session served by
+/// its own [`McpServer`] (its Airlock session opened at the first request
+/// that needs one), through rmcp, with the direct answers described in
+/// the module's documentation.
+pub struct McpHttpService {
+    service: StreamableHttpService<Arc<McpServer>, Sessions>,
+}
+
+impl std::fmt::Debug for McpHttpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpHttpService").finish_non_exhaustive()
+    }
+}
+
+impl McpHttpService {
+    /// Serves `tools` with `config`; each MCP session's Airlock session is
+    /// opened with `opener`. Starts the task that ends idle sessions
+    /// ([`KEEP_ALIVE`]), so it must be called within a Tokio runtime.
+    pub fn new(
+        tools: Arc<ToolSet>,
+        opener: SessionOpener,
+        config: StreamableHttpServerConfig,
+    ) -> Self {
+        let sessions = Arc::new(Sessions::new());
+        let service = StreamableHttpService::new(
+            move || {
+                let server = Arc::new(McpServer::lazy(Arc::clone(&tools), opener.clone()));
+                // A server made for a request of the stateless revision
+                // (no session) is filed nowhere and served by rmcp alone.
+                let _ = IN_REQUEST
+                    .try_with(|now| now.borrow_mut().made = Some(Arc::downgrade(&server)));
+                Ok(server)
+            },
+            Arc::clone(&sessions),
+            config,
+        );
+        tokio::spawn(Sessions::expire(Arc::downgrade(&sessions)));
+        Self { service }
+    }
+
+    /// Answers one HTTP request to the MCP endpoint.
+    pub async fn handle<B>(
+        &self,
+        request: hyper::Request<B>,
+    ) -> hyper::Response<BoxBody<Bytes, Infallible>>
+    where
+        B: http_body::Body + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let served = async {
+            let response = self.service.handle(request).await;
+            match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
+                Some(answer) => json_response(&answer),
+                None => response,
+            }
+        };
+        IN_REQUEST.scope(RefCell::default(), served).await
+    }
+}
+
+/// `answer` as a response of its own: one JSON body, its length known, so
+/// that the client reads it in one go (the protocol lets a server answer a
+/// request so instead of with an event stream).
+fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    use http_body_util::BodyExt;
+    let (status, kind, body) = match serde_json::to_vec(answer) {
+        Ok(body) => (hyper::StatusCode::OK, "application/json", body),
+        Err(e) => (
+            hyper::StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("cannot write the answer: {e}").into_bytes(),
+        ),
+    };
+    let mut response = hyper::Response::new(http_body_util::Full::new(Bytes::from(body)).boxed());
+    *response.status_mut() = status;
+    let kind = hyper::header::HeaderValue::from_static(kind);
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, kind);
+    response
+}
+
+/// How long a session lives without a request (rmcp's own default): it
+/// ends then, and its Airlock session's lease with it. A call running
+/// keeps it alive.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(300);
+
+/// rmcp's in-memory sessions (their own idle timer off: a directly
+/// answered request never reaches rmcp's worker), and what Airlock keeps
+/// of each.
+struct Sessions {
+    local: LocalSessionManager,
+    known: Arc<Mutex<HashMap<SessionId, Known>>>,
+}
+
+/// What [`Sessions`] keeps of one session.
+struct Known {
+    /// Its server, held weakly: rmcp's worker owns it, and the Airlock
+    /// session's lease ends when rmcp drops it (DELETE, or the session's
+    /// end). A direct call holds it for as long as it runs. `None` if
+    /// rmcp made it elsewhere than in the request that created the session
+    /// (then rmcp alone serves the session).
+    server: Option<Weak<McpServer>>,
+    /// When its last request came.
+    last: Instant,
+    /// Its directly answered calls running, to cancel when their client
+    /// says so.
+    running: HashMap<RequestId, CancelToken>,
+}
+
+impl Sessions {
+    fn new() -> Self {
+        let mut local = LocalSessionManager::default();
+        local.session_config.keep_alive = None;
+        Self {
+            local,
+            known: Arc::default(),
+        }
+    }
+
+    /// Notes a request to session `id`; its server, if it has one.
+    fn touch(&self, id: &SessionId) -> Option<Arc<McpServer>> {
+        let mut known = lock(&self.known);
+        let known = known.get_mut(id)?;
+        known.last = Instant::now();
+        known.server.as_ref().and_then(Weak::upgrade)
+    }
+
+    /// The sessions without a request for `keep_alive` before `now` and
+    /// no call running, forgotten here (for rmcp to close).
+    fn idle(&self, now: Instant, keep_alive: Duration) -> Vec<SessionId> {
+        let mut known = lock(&self.known);
+        let idle: Vec<SessionId> = known
+            .iter()
+            .filter(|(_, k)| {
+                k.running.is_empty() && now.saturating_duration_since(k.last) >= keep_alive
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &idle {
+            known.remove(id);
+        }
+        idle
+    }
+
+    /// Ends the sessions idle for [`KEEP_ALIVE`], every tenth of it, while
+    /// `sessions` is served.
+    async fn expire(sessions: Weak<Sessions>) {
+        let mut every = tokio::time::interval(KEEP_ALIVE / 10);
+        loop {
+            every.tick().await;
+            let Some(sessions) = sessions.upgrade() else {
+                return;
+            };
+            for id in sessions.idle(Instant::now(), KEEP_ALIVE) {
+                tracing::debug!(session = %id, "an idle MCP session ends");
+                if let Err(e) = sessions.local.close_session(&id).await {
+                    tracing::debug!(session = %id, error = %e, "cannot close an idle MCP session");
+                }
+            }
+        }
+    }
+
+    /// The answer to `request` from `server` when it needs nothing from
+    /// the client while it runs; else the request, for rmcp.
+    async fn answer(
+        &self,
+        id: &SessionId,
+        server: Arc<McpServer>,
+        request: JsonRpcRequest<ClientRequest>,
+    ) -> Result<Answer, JsonRpcRequest<ClientRequest>> {
+        let meta = request.request.get_meta();
+        match &request.request {
+            ClientRequest::ListToolsRequest(_) => {
+                let tools = ListToolsResult::with_all_items(server.tool_list());
+                let result = ServerResult::ListToolsResult(tools);
+                Ok(Answer::Now(Box::new(ServerJsonRpcMessage::response(
+                    result, request.id,
+                ))))
+            }
+            ClientRequest::CallToolRequest(call) if !server.asks_approval(&call.params.name) => {
+                let call = DirectCall {
+                    name: call.params.name.to_string(),
+                    arguments: arguments_text(call.params.arguments.clone()),
+                    meta: meta.clone(),
+                    request: request.id.clone(),
+                };
+                Ok(self.call(id, server, call).await)
+            }
+            _ => Err(request),
+        }
+    }
+
+    /// Runs `call` in this request's task. One that runs past
+    /// [`PROGRESS_EVERY`] with a progress token goes on in a task of its
+    /// own, which reports its progress each second until it ends.
+    async fn call(&self, id: &SessionId, server: Arc<McpServer>, call: DirectCall) -> Answer {
+        let cancel = CancelToken::new();
+        let running = self.running(id, &call.request, &cancel);
+        let DirectCall {
+            name,
+            arguments,
+            meta,
+            request,
+        } = call;
+        let token = meta.get_progress_token();
+        let tool = name.clone();
+        let call_id = request.clone();
+        let work = async move {
+            let _running = running;
+            server
+                .run_call(&name, arguments, &meta, &call_id, cancel)
+                .await
+        };
+        let mut work = RunsToEnd(Some(Box::pin(work)));
+        let answer = move |result| {
+            let result = ServerResult::from(CallToolResponse::from(result));
+            Box::new(ServerJsonRpcMessage::response(result, request.clone()))
+        };
+        let Some(token) = token else {
+            return Answer::Now(answer(work.await));
+        };
+        tokio::select! {
+            biased;
+            result = &mut work => return Answer::Now(answer(result)),
+            () = tokio::time::sleep(PROGRESS_EVERY) => {}
+        }
+        let (mut sender, receiver) = futures::channel::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(PROGRESS_EVERY);
+            for seconds in 1u32.. {
+                tokio::select! {
+                    biased;
+                    result = &mut work => {
+                        let answer = ServerSseMessage::from_message(*answer(result));
+                        // A client gone has nothing to be told.
+                        let _ = sender.send(answer).await;
+                        return;
+                    }
+                    _ = tick.tick() => {
+                        let note = ServerNotification::ProgressNotification(Notification::new(
+                            progress(&token, &tool, seconds),
+                        ));
+                        let note = ServerJsonRpcMessage::notification(note);
+                        // A client that reads no faster than once a second
+                        // misses a report; the call goes on.
+                        let _ = sender.try_send(ServerSseMessage::from_message(note));
+                    }
+                }
+            }
+        });
+        Answer::Later(receiver)
+    }
+
+    /// Files call `request` of session `id` as running until the guard is
+    /// dropped.
+    fn running(&self, id: &SessionId, request: &RequestId, cancel: &CancelToken) -> Running {
+        if let Some(known) = lock(&self.known).get_mut(id) {
+            known.running.insert(request.clone(), cancel.clone());
+        }
+        Running {
+            known: Arc::clone(&self.known),
+            id: id.clone(),
+            request: request.clone(),
+        }
+    }
+}
+
+/// A `tools/call` answered directly.
+struct DirectCall {
+    name: String,
+    arguments: String,
+    meta: RequestMetaObject,
+    request: RequestId,
+}
+
+/// A directly answered request's answer.
+enum Answer {
+    /// Ready.
+    Now(Box<ServerJsonRpcMessage>),
+    /// A long call's progress reports, then its answer.
+    Later(futures::channel::mpsc::Receiver<ServerSseMessage>),
+}
+
+/// A directly answered call's entry in [`Known::running`], removed as the
+/// call ends (and the session's idle time counted from then).
+struct Running {
+    known: Arc<Mutex<HashMap<SessionId, Known>>>,
+    id: SessionId,
+    request: RequestId,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(known) = lock(&self.known).get_mut(&self.id) {
+            known.running.remove(&self.request);
+            known.last = Instant::now();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A call's work, run to its end even when the request's task drops it
+/// (its client hung up): the rest is spawned. A journaled call stopped
+/// between its steps would leave the session's state behind its journal.
+struct RunsToEnd<F: Future + Send + 'static>(Option<Pin<Box<F>>>);
+
+impl<F: Future + Send + 'static> Future for RunsToEnd<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(work) = self.0.as_mut() else {
+            return Poll::Pending;
+        };
+        let done = work.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for RunsToEnd<F> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                rest.await;
+            });
+        }
+    }
+}
+
+impl SessionManager for Sessions {
+    type Error = <LocalSessionManager as SessionManager>::Error;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let server = IN_REQUEST
+            .try_with(|now| now.borrow_mut().made.take())
+            .ok()
+            .flatten();
+        let (id, transport) = self.local.create_session().await?;
+        let known = Known {
+            server,
+            last: Instant::now(),
+            running: HashMap::new(),
+        };
+        lock(&self.known).insert(id.clone(), known);
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.local.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.local.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        lock(&self.known).remove(id);
+        self.local.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let message = match (message, self.touch(id)) {
+            (ClientJsonRpcMessage::Request(request), Some(server)) => {
+                match self.answer(id, server, request).await {
+                    Ok(Answer::Now(answer)) => {
+                        // Within `handle`, the answer goes out as JSON and
+                        // rmcp's event stream is left empty.
+                        let answers = match IN_REQUEST.try_with(|_| ()) {
+                            Ok(()) => {
+                                IN_REQUEST.with(|now| now.borrow_mut().answer = Some(*answer));
+                                None
+                            }
+                            Err(_) => Some(ServerSseMessage::from_message(*answer)),
+                        };
+                        return Ok(stream::iter(answers).left_stream().left_stream());
+                    }
+                    Ok(Answer::Later(answers)) => return Ok(answers.right_stream().left_stream()),
+                    Err(request) => ClientJsonRpcMessage::Request(request),
+                }
+            }
+            (message, _) => message,
+        };
+        let stream = self.local.create_stream(id, message).await?;
+        Ok(stream.right_stream())
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.touch(id);
+        if let ClientJsonRpcMessage::Notification(notification) = &message
+            && let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+            && let Some(request) = &cancelled.params.request_id
+            && let Some(known) = lock(&self.known).get(id)
+            && let Some(call) = known.running.get(request)
+        {
+            call.cancel();
+        }
+        self.local.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
+        self.local.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
+        self.local.resume(id, last_event_id).await
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        self.local.restore_session(id).await
+    }
+
+    fn event_store(
+        &self,
+    ) -> Option<Arc<dyn rmcp::transport::streamable_http_server::session::EventStore>> {
+        self.local.event_store()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_idle_past_keep_alive_ends_unless_a_call_runs() {
+        let sessions = Sessions::new();
+        let start = Instant::now();
+        let known = |last: Instant, running: bool| Known {
+            server: None,
+            last,
+            running: if running {
+                HashMap::from([(RequestId::Number(1), CancelToken::new())])
+            } else {
+                HashMap::new()
+            },
+        };
+        {
+            let mut all = lock(&sessions.known);
+            all.insert("idle".into(), known(start, false));
+            all.insert("calling".into(), known(start, true));
+            all.insert(
+                "recent".into(),
+                known(start + Duration::from_secs(60), false),
+            );
+        }
+        let later = start + KEEP_ALIVE;
+        assert_eq!(sessions.idle(later, KEEP_ALIVE), [SessionId::from("idle")]);
+        let mut left: Vec<SessionId> = lock(&sessions.known).keys().cloned().collect();
+        left.sort();
+        assert_eq!(left, [SessionId::from("calling"), "recent".into()]);
+        assert!(sessions.idle(later, KEEP_ALIVE).is_empty());
+    }
+}
