@@ -16,8 +16,8 @@
 //! second (docs/benchmarks.md §15), so it does only the writing: a second
 //! thread answers each durable batch while the next one is written, and a
 //! session's row is found by its integer key once the committer has seen
-//! it. A batch with no next one waiting is answered by the committer
-//! itself, one thread fewer to wake on the way to a lone appender.
+//! it. A lone append with no other waiting is answered by the committer
+//! itself, one thread fewer to wake on its way back.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -147,7 +147,7 @@ fn serve(
         if aimed == Some(Stage::AfterCommit) {
             KillPoint::die();
         }
-        let answered = batch
+        let answered: Answered = batch
             .into_iter()
             .zip(results)
             .map(|(job, result)| {
@@ -158,15 +158,16 @@ fn serve(
                 (job, result)
             })
             .collect();
-        // With nothing else waiting to be written, the batch is answered
-        // here and now: handing it to the answerer would only add a thread
-        // to wake before its appenders.
-        match queue.try_recv() {
-            Ok(job) => {
-                next = Some(job);
-                answers.answer(answered);
-            }
-            Err(_) => answer_all(answered),
+        // A lone append with nothing else waiting to be written is
+        // answered here and now: handing it to the answerer would only add
+        // a thread to wake before its appender. A bigger batch is still
+        // handed over (waking its appenders is what the committer must not
+        // wait for).
+        next = queue.try_recv().ok();
+        if next.is_none() && answered.len() == 1 {
+            answer_all(answered);
+        } else {
+            answers.answer(answered);
         }
     }
 }
