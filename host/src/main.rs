@@ -27,10 +27,12 @@ fn main() -> ExitCode {
         .init();
 
     let args = cli::Cli::parse_with_help();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = if args.one_thread() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             cli::print_error(&format!("cannot start the async runtime: {e}"));

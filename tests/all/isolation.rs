@@ -51,6 +51,17 @@ async fn a_call_finds_no_trace_of_the_calls_before_it() {
 /// as taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_instance_is_fresh_and_serves_one_call() {
+    prepared_instances_are_fresh().await;
+}
+
+/// The same on a current-thread runtime (`airlock mcp` over stdio's),
+/// where instances are prepared on its blocking threads.
+#[tokio::test(flavor = "current_thread")]
+async fn a_prepared_instance_is_fresh_on_a_current_thread_runtime() {
+    prepared_instances_are_fresh().await;
+}
+
+async fn prepared_instances_are_fresh() {
     let mut host = builder().build().unwrap();
     let config = ToolConfig {
         limits: Limits {

@@ -53,6 +53,13 @@ pub struct McpArgs {
     session: SessionFlags,
 }
 
+impl McpArgs {
+    /// Whether the server talks to its client over stdio.
+    pub fn over_stdio(&self) -> bool {
+        self.transport == Transport::Stdio
+    }
+}
+
 pub async fn run(args: McpArgs) -> ExitCode {
     let served = async {
         args.session.check()?;

@@ -91,6 +91,15 @@ impl Cli {
         }
     }
 
+    /// Whether the command is best served by a runtime of one thread: it
+    /// waits on one client, one request after another, so every thread it
+    /// would wake on the way to an answer is time (`airlock mcp` over
+    /// stdio: docs/performance.md, "The MCP layer"). Instances prepared
+    /// ahead are still made on a thread of their own.
+    pub fn one_thread(&self) -> bool {
+        matches!(&self.command, Command::Mcp(args) if args.over_stdio())
+    }
+
     /// The command, with `--session`'s help said for each subcommand.
     pub fn command_with_help() -> clap::Command {
         use clap::CommandFactory;

@@ -155,10 +155,11 @@ impl Ahead {
     }
 
     /// Starts preparing instances up to the target on the current Tokio
-    /// runtime (none without one). A call fills again when it ends: an
-    /// instance that found no room while the call held it (a tool whose
-    /// share of the pool is one call) is made then. Costs a lock and, per
-    /// instance started, a task spawn.
+    /// runtime (none without one; on a current-thread runtime, on its
+    /// blocking threads). A call fills again when it ends: an instance
+    /// that found no room while the call held it (a tool whose share of
+    /// the pool is one call) is made then. Costs a lock and, per instance
+    /// started, a task spawn.
     pub(crate) fn fill(self: &Arc<Self>) {
         if !self.preparing_now() {
             return;
@@ -175,7 +176,19 @@ impl Ahead {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
                     for _ in 0..start {
-                        runtime.spawn(Arc::clone(self).prepare());
+                        let prepare = Arc::clone(self).prepare();
+                        match runtime.runtime_flavor() {
+                            // The runtime's one thread runs the calls; an
+                            // instance is made beside them on a blocking
+                            // thread (making one needs no I/O or timer).
+                            tokio::runtime::RuntimeFlavor::CurrentThread => {
+                                let on = runtime.clone();
+                                runtime.spawn_blocking(move || on.block_on(prepare));
+                            }
+                            _ => {
+                                runtime.spawn(prepare);
+                            }
+                        }
                     }
                 }
                 Err(_) => self.lock().preparing -= start,
