@@ -456,13 +456,9 @@ impl SessionManager for Sessions {
                     Ok(Answer::Now(answer)) => {
                         // Within `handle`, the answer goes out as JSON and
                         // rmcp's event stream is left empty.
-                        let answers = match IN_REQUEST.try_with(|_| ()) {
-                            Ok(()) => {
-                                IN_REQUEST.with(|now| now.borrow_mut().answer = Some(*answer));
-                                None
-                            }
-                            Err(_) => Some(ServerSseMessage::from_message(*answer)),
-                        };
+                        let mut answer = Some(*answer);
+                        let _ = IN_REQUEST.try_with(|now| now.borrow_mut().answer = answer.take());
+                        let answers = answer.map(ServerSseMessage::from_message);
                         return Ok(stream::iter(answers).left_stream().left_stream());
                     }
                     Ok(Answer::Later(answers)) => return Ok(answers.right_stream().left_stream()),

@@ -287,9 +287,7 @@ impl McpServer {
             Err(e) => error_result(e.to_string()),
         }
     }
-}
 
-impl McpServer {
     /// Whether a call of tool `name` asks the client's user first
     /// (`approval = "ask"`). Over HTTP a call that does not is answered in
     /// its request's own task ([`http`]).
