@@ -138,11 +138,11 @@ async fn stdio_tools_calls_failures_and_a_restart() {
 /// directory, so it counts as effectful and its intent is committed before
 /// it runs: what [`cancel_a_spinning_call`] watches for to know it started.
 fn long_spin_policy(dir: &Path) -> String {
-    spin_policy(dir, 60_000)
+    granted_spin_policy(dir, 60_000)
 }
 
 /// [`long_spin_policy`] with `spin` stopped after `timeout_ms`.
-fn spin_policy(dir: &Path, timeout_ms: u64) -> String {
+fn granted_spin_policy(dir: &Path, timeout_ms: u64) -> String {
     let path = dir.join("long.toml");
     std::fs::create_dir_all(dir.join("scratch")).unwrap();
     std::fs::write(
@@ -228,7 +228,7 @@ async fn cancel_a_spinning_call(client: &Client, db: &Path) {
 async fn a_call_whose_client_hangs_up_runs_to_its_end_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hangup.db");
-    let config = spin_policy(dir.path(), 1500);
+    let config = granted_spin_policy(dir.path(), 1500);
     let server = serve_http(&config, db.to_str().unwrap());
     let client = RawHttp::initialized(&server.url).await;
     let first = client.post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",

@@ -41,9 +41,9 @@ use bytes::Bytes;
 use futures::{SinkExt, Stream, StreamExt, stream};
 use http_body_util::combinators::BoxBody;
 use rmcp::model::{
-    CallToolResponse, ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta,
-    JsonRpcRequest, ListToolsResult, Notification, RequestId, RequestMetaObject,
-    ServerJsonRpcMessage, ServerNotification, ServerResult,
+    CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientNotification,
+    ClientRequest, GetMeta, JsonRpcRequest, ListToolsResult, Notification, RequestId,
+    RequestMetaObject, ServerJsonRpcMessage, ServerNotification, ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{
@@ -253,39 +253,39 @@ impl Sessions {
                 ))))
             }
             ClientRequest::CallToolRequest(call) if !server.asks_approval(&call.params.name) => {
-                let call = DirectCall {
-                    name: call.params.name.to_string(),
-                    arguments: arguments_text(call.params.arguments.clone()),
-                    meta: meta.clone(),
-                    request: request.id.clone(),
-                };
-                Ok(self.call(id, server, call).await)
+                Ok(self.call(id, server, &call.params, meta, &request.id).await)
             }
             _ => Err(request),
         }
     }
 
-    /// Runs `call` in this request's task. One that runs past
-    /// [`PROGRESS_EVERY`] with a progress token goes on in a task of its
-    /// own, which reports its progress each second until it ends.
-    async fn call(&self, id: &SessionId, server: Arc<McpServer>, call: DirectCall) -> Answer {
+    /// Runs call `request` of session `id` in this request's task. One
+    /// that runs past [`PROGRESS_EVERY`] with a progress token goes on in a
+    /// task of its own, which reports its progress each second until it
+    /// ends.
+    async fn call(
+        &self,
+        id: &SessionId,
+        server: Arc<McpServer>,
+        params: &CallToolRequestParams,
+        meta: &RequestMetaObject,
+        request: &RequestId,
+    ) -> Answer {
         let cancel = CancelToken::new();
-        let running = self.running(id, &call.request, &cancel);
-        let DirectCall {
-            name,
-            arguments,
-            meta,
-            request,
-        } = call;
+        let running = self.running(id, request, &cancel);
         let token = meta.get_progress_token();
-        let tool = name.clone();
-        let call_id = request.clone();
-        let work = async move {
-            let _running = running;
-            server
-                .run_call(&name, arguments, &meta, &call_id, cancel)
-                .await
+        let tool = params.name.to_string();
+        let work = {
+            let (name, arguments) = (tool.clone(), arguments_text(params.arguments.clone()));
+            let (meta, request) = (meta.clone(), request.clone());
+            async move {
+                let _running = running;
+                server
+                    .run_call(&name, arguments, &meta, &request, cancel)
+                    .await
+            }
         };
+        let request = request.clone();
         let mut work = RunsToEnd(Some(Box::pin(work)));
         let answer = move |result| {
             let result = ServerResult::from(CallToolResponse::from(result));
@@ -338,14 +338,6 @@ impl Sessions {
             request: request.clone(),
         }
     }
-}
-
-/// A `tools/call` answered directly.
-struct DirectCall {
-    name: String,
-    arguments: String,
-    meta: RequestMetaObject,
-    request: RequestId,
 }
 
 /// A directly answered request's answer.

@@ -469,7 +469,7 @@ impl ServerHandler for McpServer {
         }
         // The client's cancellation stops the tool through its epoch
         // deadline, as Ctrl-C does for `airlock run`. A client that sent a
-        // progress token hears from the call every second until it ends.
+        // progress token hears from the call after each second it runs.
         // Both are watched in this request's own task: no task is spawned
         // and no timer set for a call whose client sent no token.
         let cancel = CancelToken::new();

@@ -172,26 +172,24 @@ impl Ahead {
             state.preparing += start;
             start
         };
-        if start > 0 {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    for _ in 0..start {
-                        let prepare = Arc::clone(self).prepare();
-                        match runtime.runtime_flavor() {
-                            // The runtime's one thread runs the calls; an
-                            // instance is made beside them on a blocking
-                            // thread (making one needs no I/O or timer).
-                            tokio::runtime::RuntimeFlavor::CurrentThread => {
-                                let on = runtime.clone();
-                                runtime.spawn_blocking(move || on.block_on(prepare));
-                            }
-                            _ => {
-                                runtime.spawn(prepare);
-                            }
-                        }
-                    }
-                }
-                Err(_) => self.lock().preparing -= start,
+        if start == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.lock().preparing -= start;
+            return;
+        };
+        // On a runtime of one thread, that thread runs the calls: an
+        // instance is made beside them on a blocking thread (making one
+        // needs no I/O or timer).
+        let one_thread = runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread;
+        for _ in 0..start {
+            let prepare = Arc::clone(self).prepare();
+            if one_thread {
+                let on = runtime.clone();
+                runtime.spawn_blocking(move || on.block_on(prepare));
+            } else {
+                runtime.spawn(prepare);
             }
         }
     }

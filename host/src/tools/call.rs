@@ -302,9 +302,8 @@ impl Run<'_> {
     /// An Airlock tool's call: a fresh instance (prepared ahead, or made
     /// now from the component's `InstancePre`), the guest's
     /// `call(ctx, name, args)` with the call's read-only view, its output
-    /// checked. The store is dropped before
-    /// this returns, so the context's deps are no longer shared with the
-    /// view when ops are applied.
+    /// checked. The store is dropped before this returns, so the context's
+    /// deps are no longer shared with the view when ops are applied.
     async fn airlock(self, name: &str, record_reads: bool) -> Invoked {
         let (mut store, prepared) = self.store().await?;
         let view = push_view(
