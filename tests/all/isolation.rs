@@ -3,7 +3,7 @@
 use airlock::{Limits, RunContext, ToolConfig};
 use serde_json::json;
 
-use crate::support::{builder, built, call, host, hostile_host, prepared};
+use crate::support::{builder, built, call, host, hostile_host, idle_pool, prepared};
 
 #[tokio::test]
 async fn every_call_is_a_fresh_instance() {
@@ -104,10 +104,46 @@ async fn a_tool_granted_anything_is_never_prepared() {
         let outcome = call(&host, &mut ctx, "calls", json!({})).await.unwrap();
         assert_eq!(outcome.result, json!(1));
     }
-    // Nothing was started, so nothing can still be on its way.
-    let usage = host.pool_usage();
+    // Nothing was prepared; once the last store is gone, nothing holds
+    // a slot.
+    let usage = idle_pool(&host).await;
     assert_eq!(
         (usage.prepared, usage.prepared_taken, usage.calls),
         (0, 0, 0)
+    );
+}
+
+/// Issue 30: a store that is slow to drop (a Python tool's memory reset)
+/// is dropped after its call returned, on the sandbox's own thread, and
+/// its room in the pool is given back then. With a share of the pool of
+/// one call, each call waits for the store before it to be gone, and every
+/// call still runs in a fresh instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_dropped_after_its_call_gives_its_room_to_the_next() {
+    let mut host = builder().max_concurrent_calls(2).build().unwrap();
+    let config = ToolConfig {
+        limits: Limits {
+            prepared_instances: 0,
+            ..Limits::default()
+        },
+        ..ToolConfig::default()
+    };
+    host.load_with(built("python-typed"), config).await.unwrap();
+    let mut ctx = RunContext::default();
+    for i in 0..6 {
+        let outcome = call(&host, &mut ctx, "calls", json!({})).await.unwrap();
+        assert_eq!(
+            outcome.result,
+            json!(1),
+            "call {i} was not the first in its instance"
+        );
+    }
+    // The first drop is timed in its call; after it, the stores went aside.
+    let usage = idle_pool(&host).await;
+    assert!(usage.dropped_aside >= 1, "{usage:?}");
+    assert_eq!(
+        (usage.calls, usage.memories, usage.tables),
+        (0, 0, 0),
+        "{usage:?}"
     );
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::support::{
     assert_host_still_serves, builder, built, cache_dir, call, guest, host_with, hostile_host,
-    hostile_limits, prepared, root, snapshot,
+    hostile_limits, idle_pool, prepared, root, snapshot,
 };
 
 async fn attack(name: &str) -> CallError {
@@ -661,20 +661,6 @@ async fn one_tool_cannot_take_the_whole_instance_pool() {
             ..PoolUsage::default()
         }
     );
-}
-
-/// The pool's usage once no call runs or waits and no instance is being
-/// prepared (polled; panics after 60 s).
-async fn idle_pool(host: &Host) -> airlock::sandbox::PoolUsage {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let usage = host.pool_usage();
-        if usage.calls == usage.prepared && usage.waiting == 0 {
-            return usage;
-        }
-        assert!(std::time::Instant::now() < deadline, "{usage:?}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }
 
 /// Issue 30 item 3: an instance prepared ahead of demand never keeps a

@@ -65,7 +65,9 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         "`increment {{\"name\": \"vowels\"}}` on deps `{{\"counters\": {{\"vowels\": 2}}}}`, one call at a time on one run \
          context (as a session's calls are).\n\n\
          - **full host path**: `Host::call` — argument schema check, fresh store and instance from the cached \
-         `InstancePre`, limits armed, context view, the call, result and op parsing, atomic op application;\n\
+         `InstancePre`, limits armed, context view, the call, result and op parsing, atomic op application; \
+         a store slow to drop (its memory reset: Python, JavaScript) is dropped after the call returns, on \
+         the host's own thread, while fewer calls run than there are cores;\n\
          - **raw floor**: a fresh store and instance from the same `InstancePre` and one call, nothing else \
          (same engine, pooling allocator, limits);\n\
          - **reused instance**: one instance called again and again (what an instance-reusing host such as \

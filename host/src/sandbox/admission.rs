@@ -40,7 +40,8 @@ pub struct Footprint {
 /// Slots in use and calls waiting, host-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolUsage {
-    /// Calls admitted and not yet finished.
+    /// Calls admitted and not yet finished: a call whose store is dropped
+    /// after it returned ([`PoolUsage::dropped_aside`]) until it is gone.
     pub calls: u32,
     /// Memories those calls hold.
     pub memories: u32,
@@ -54,6 +55,10 @@ pub struct PoolUsage {
     /// Calls so far that found an instance prepared for them (against all
     /// calls, the share of calls that did not wait for instantiation).
     pub prepared_taken: u64,
+    /// Calls so far whose store (with its memory reset, the costly part of
+    /// ending a call) was dropped on the sandbox's own thread after the
+    /// call returned, instead of before.
+    pub dropped_aside: u64,
 }
 
 /// Slots of one kind: how many there are and how many are taken. Taking
@@ -110,11 +115,11 @@ pub(crate) struct Admission {
 }
 
 /// One running call, counted until dropped.
-pub(crate) struct Running<'a>(&'a AtomicUsize);
+pub(crate) struct Running(Arc<Admission>);
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -172,9 +177,9 @@ impl Admission {
     }
 
     /// Counts a call as running until the guard is dropped.
-    pub(crate) fn running(&self) -> Running<'_> {
+    pub(crate) fn running(self: &Arc<Self>) -> Running {
         self.running.fetch_add(1, Ordering::Relaxed);
-        Running(&self.running)
+        Running(Arc::clone(self))
     }
 
     /// Whether fewer calls run than the process has cores: work done
@@ -313,6 +318,7 @@ impl Admission {
             waiting: u32::try_from(self.waiting.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
             prepared: 0,
             prepared_taken: 0,
+            dropped_aside: 0,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - The guest's stdout and stderr never reach the host's streams.
 
 mod admission;
+mod aside;
 pub(crate) mod cache;
 mod compiler;
 pub mod complexity;
@@ -36,6 +37,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub(crate) use admission::{Admission, Admitted, ToolGate};
 pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
+use aside::Aside;
 pub use cache::{CacheOutcome, CompileCache, FileStamp, UnsafeCache};
 pub use compiler::{CHILD_ENV, CompileFailure, CompileLimits, Compiler, compile_child_main};
 use grants::{CallSetup, HttpHooks};
@@ -93,6 +95,9 @@ pub struct Sandbox {
     /// The settings the engine was built with (a compile child builds the
     /// same engine from them).
     config: Arc<SandboxConfig>,
+    /// The thread that drops stores after their calls (`None`: none could
+    /// be started, so every store is dropped in its call).
+    aside: Option<Arc<Aside>>,
 }
 
 /// Core instances one component instance may create, whatever its
@@ -101,8 +106,10 @@ pub const MAX_INSTANCES_CEILING: usize = 1_000;
 
 impl Sandbox {
     /// Creates the engine. Costs: reserves the pooling allocator's address
-    /// space for `max_concurrent_instances` (virtual, not committed) and
-    /// starts the epoch thread, which lives as long as the engine.
+    /// space for `max_concurrent_instances` (virtual, not committed),
+    /// starts the epoch thread, which lives as long as the engine, and the
+    /// thread that drops stores aside ([`Sandbox::run_aside`]), which lives
+    /// as long as the sandbox.
     pub fn new(config: SandboxConfig) -> wasmtime::Result<Self> {
         let calls = config.max_concurrent_instances;
         let (memories, tables) = (calls.saturating_mul(2), calls.saturating_mul(4));
@@ -153,7 +160,17 @@ impl Sandbox {
             engine,
             admission: Arc::new(Admission::new(calls, memories, tables)),
             config: Arc::new(config),
+            aside: Aside::start().map(Arc::new),
         })
+    }
+
+    /// Runs `job` on the sandbox's own thread for work done after a call
+    /// (see [`aside`]); gives it back if there is no such thread.
+    pub(crate) fn run_aside(&self, job: aside::Job) -> Result<(), aside::Job> {
+        match &self.aside {
+            Some(aside) => aside.run(job),
+            None => Err(job),
+        }
     }
 
     /// Compiles `bytes` for this engine with the configured [`Compiler`]:
@@ -425,6 +442,14 @@ impl CallState {
         self.http_hooks.set_deadline(self.deadline);
         self.cancel = cancel;
         self.ticks = 0;
+    }
+
+    /// Drops every host resource the guest held (its context view, which
+    /// shares the run's deps, and any streams or requests), for a store
+    /// that is dropped later, elsewhere: nothing of the call's context
+    /// outlives the call.
+    pub(crate) fn release_resources(&mut self) {
+        self.table = ResourceTable::new();
     }
 
     /// Takes what the guest has written so far (logs, stdout, stderr),

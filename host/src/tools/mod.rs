@@ -382,13 +382,16 @@ impl Host {
     /// all tools. A tool's calls hold at most half of each kind of slot.
     /// Instances prepared ahead of demand hold slots too: `prepared` says
     /// how many are ready (and counted in `calls`, `memories`, `tables`);
-    /// `prepared_taken`, how many calls so far found theirs ready.
+    /// `prepared_taken`, how many calls so far found theirs ready. A call
+    /// whose store is dropped after it returned (`dropped_aside`) holds
+    /// its slots until the store is gone.
     pub fn pool_usage(&self) -> crate::sandbox::PoolUsage {
         let ahead = || self.components.iter().map(|c| &c.ahead);
         let prepared = ahead().map(|ahead| ahead.ready()).sum::<usize>();
         crate::sandbox::PoolUsage {
             prepared: u32::try_from(prepared).unwrap_or(u32::MAX),
             prepared_taken: ahead().map(|ahead| ahead.taken()).sum(),
+            dropped_aside: ahead().map(|ahead| ahead.dropped_aside()).sum(),
             ..self.sandbox.admission().usage()
         }
     }

@@ -206,6 +206,21 @@ pub async fn prepared(host: &Host, n: u32) {
     }
 }
 
+/// The pool's usage once no call runs or waits, no instance is being
+/// prepared and no store is being dropped aside (polled; panics after
+/// 60 s).
+pub async fn idle_pool(host: &Host) -> airlock::sandbox::PoolUsage {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let usage = host.pool_usage();
+        if usage.calls == usage.prepared && usage.waiting == 0 {
+            return usage;
+        }
+        assert!(std::time::Instant::now() < deadline, "{usage:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// A context whose deps are `deps` (a JSON object).
 pub fn ctx(deps: Value) -> RunContext {
     RunContext::from_value(deps).expect("test deps are an object")
