@@ -32,6 +32,14 @@ fn on_session<'a>(config: &'a str, db: &'a Path, id: &'a str) -> [&'a str; 6] {
 }
 
 /// Starts `airlock mcp` with `args` and connects; also returns its pid.
+/// How long a call took in the server, as its result's `_meta` says.
+fn took_us(result: &CallToolResult) -> u64 {
+    let meta = result.meta.as_ref().expect("a tools/call result has _meta");
+    meta.0[airlock::mcp::DURATION_META_KEY]
+        .as_u64()
+        .expect("the duration is a whole number of microseconds")
+}
+
 async fn call(client: &Peer<RoleClient>, name: &str, args: Value) -> CallToolResult {
     call_with(client, serde_json::Map::new(), name, args).await
 }
@@ -97,6 +105,7 @@ async fn stdio_tools_calls_failures_and_a_restart() {
         let result = call(&client, "increment", json!({"name": "vowels"})).await;
         assert_eq!(result.is_error, Some(false));
         assert_eq!(result.structured_content.as_ref().unwrap()["value"], n);
+        assert!(took_us(&result) > 0, "{:?}", result.meta);
     }
     assert_eq!(deps(&client).await, json!({"counters": {"vowels": 3}}));
 
@@ -115,6 +124,10 @@ async fn stdio_tools_calls_failures_and_a_restart() {
         let result = call(&client, tool, args).await;
         assert_eq!(result.is_error, Some(true), "{tool}");
         assert!(text(&result).contains(needle), "{tool}: {}", text(&result));
+        // How long the call took in the server: `spin` ran to its 500 ms.
+        if tool == "spin" {
+            assert!(took_us(&result) >= 500_000, "{:?}", result.meta);
+        }
         assert_eq!(
             deps(&client).await,
             json!({"counters": {"vowels": 3}}),

@@ -97,6 +97,15 @@ impl Bench {
         all
     }
 
+    /// `values` kept under `name` with those of the earlier passes; all of
+    /// them so far.
+    pub(crate) fn collect(&self, name: &str, values: Vec<f64>) -> Vec<f64> {
+        let mut samples = self.samples.lock().unwrap();
+        let all = samples.entry(name.to_owned()).or_default();
+        all.a.extend(values);
+        all.a.clone()
+    }
+
     pub(crate) fn iters(&self, n: usize) -> usize {
         if self.quick { (n / 20).max(3) } else { n }
     }

@@ -58,6 +58,12 @@ pub const SESSION_META_KEY: &str = "airlock/session";
 /// ASCII characters, used again only for the same tool and arguments.
 pub const CALL_META_KEY: &str = "airlock/call";
 
+/// The `_meta` key of a `tools/call` result that says how long the call
+/// itself took in the server, in microseconds: the journaled call, from
+/// its intent's commit to its outcome's, tool included. What a client
+/// measures beyond it is the protocol's.
+pub const DURATION_META_KEY: &str = "airlock/duration_us";
+
 /// Opens Airlock sessions for an MCP server: the store, the owner and the
 /// starting deps; the id is the caller's, and the hidden keys are those of
 /// the host serving when the session is opened.
@@ -273,19 +279,25 @@ impl McpServer {
     ) -> CallToolResult {
         let mut session = session.handle().lock().await;
         let host = self.tools.current();
+        let started = std::time::Instant::now();
         let result = if keyed {
             session.call_once(&host, &call, &cancel).await
         } else {
             session.call(&host, &call, &cancel).await
         };
-        match result {
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let mut answer = match result {
             Ok(outcome) => match outcome.result {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
             },
             Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure)),
             Err(e) => error_result(e.to_string()),
-        }
+        };
+        let mut meta = rmcp::model::JsonObject::new();
+        meta.insert(DURATION_META_KEY.into(), took.into());
+        answer.meta = Some(rmcp::model::MetaObject(meta));
+        answer
     }
 
     /// Whether a call of tool `name` asks the client's user first
