@@ -281,9 +281,10 @@ impl Ahead {
 
     /// Drops a call's store, then prepares the next instances if they are
     /// short: a tool whose share of the pool is one call finds room only
-    /// once the store is gone. The drop is done on a blocking thread when
-    /// it is worth it and a core is spare (see the module's invariants);
-    /// the store's room in the pool is given back when it is done.
+    /// once the store is gone. The drop is done on the sandbox's own
+    /// thread when it is worth it and a core is spare (see the module's
+    /// invariants); the store's room in the pool is given back when it is
+    /// done.
     pub(crate) fn retire(self: &Arc<Self>, mut store: Store<CallState>) {
         let fastest = self.fastest_drop.load(Ordering::Relaxed);
         if Duration::from_nanos(fastest) < WORTH_DROPPING_ASIDE {
