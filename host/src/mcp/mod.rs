@@ -286,7 +286,7 @@ impl McpServer {
             session.call(&host, &call, &cancel).await
         };
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let mut answer = match result {
+        let answer = match result {
             Ok(outcome) => match outcome.result {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
@@ -294,10 +294,8 @@ impl McpServer {
             Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure)),
             Err(e) => error_result(e.to_string()),
         };
-        let mut meta = rmcp::model::JsonObject::new();
-        meta.insert(DURATION_META_KEY.into(), took.into());
-        answer.meta = Some(rmcp::model::MetaObject(meta));
-        answer
+        let meta = rmcp::model::JsonObject::from_iter([(DURATION_META_KEY.into(), took.into())]);
+        answer.with_meta(Some(rmcp::model::MetaObject(meta)))
     }
 
     /// Whether a call of tool `name` asks the client's user first

@@ -114,10 +114,12 @@ pub(crate) struct Admission {
     cores: usize,
 }
 
-/// One running call, counted until dropped.
-pub(crate) struct Running(Arc<Admission>);
+/// One running call, counted until dropped: borrowed from the admission
+/// by a call ([`Admission::running`]), owned by work that outlives it
+/// ([`Admission::running_owned`]).
+pub(crate) struct Running<A: std::ops::Deref<Target = Admission>>(A);
 
-impl Drop for Running {
+impl<A: std::ops::Deref<Target = Admission>> Drop for Running<A> {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::Relaxed);
     }
@@ -177,7 +179,14 @@ impl Admission {
     }
 
     /// Counts a call as running until the guard is dropped.
-    pub(crate) fn running(self: &Arc<Self>) -> Running {
+    pub(crate) fn running(&self) -> Running<&Self> {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Running(self)
+    }
+
+    /// [`Admission::running`], for work that outlives the borrow (a store
+    /// dropped on another thread after its call).
+    pub(crate) fn running_owned(self: &Arc<Self>) -> Running<Arc<Self>> {
         self.running.fetch_add(1, Ordering::Relaxed);
         Running(Arc::clone(self))
     }

@@ -64,6 +64,31 @@ pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(100);
 /// takes about 40 µs to drop, a Python tool's 100 µs, a Rust tool's 3 µs.
 pub(crate) const WORTH_DROPPING_ASIDE: Duration = Duration::from_micros(20);
 
+/// The shortest of the durations seen so far; none until one is. One
+/// atomic, so noting and reading cost no lock.
+struct Fastest(AtomicU64);
+
+impl Default for Fastest {
+    fn default() -> Self {
+        Self(AtomicU64::new(u64::MAX))
+    }
+}
+
+impl Fastest {
+    fn note(&self, took: Duration) {
+        // Kept below `u64::MAX`, which stands for none, however long.
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_min(nanos.min(u64::MAX - 1), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+}
+
 /// An instance made ahead of its call, in the store it was made in.
 pub(crate) struct Fresh {
     pub(crate) store: Store<CallState>,
@@ -88,12 +113,10 @@ pub(crate) struct Ahead {
     failed: AtomicBool,
     /// Calls that found their instance ready, so far.
     taken: AtomicU64,
-    /// The fastest instantiation seen, in nanoseconds (`u64::MAX` until
-    /// one is).
-    fastest: AtomicU64,
-    /// The fastest drop of a call's store seen, in nanoseconds
-    /// (`u64::MAX` until one is).
-    fastest_drop: AtomicU64,
+    /// The fastest instantiation seen.
+    fastest: Fastest,
+    /// The fastest drop of a call's store seen.
+    fastest_drop: Fastest,
     /// Calls whose store was dropped aside, so far.
     dropped_aside: AtomicU64,
 }
@@ -151,8 +174,8 @@ impl Ahead {
             state: Mutex::default(),
             failed: AtomicBool::new(false),
             taken: AtomicU64::new(0),
-            fastest: AtomicU64::new(u64::MAX),
-            fastest_drop: AtomicU64::new(u64::MAX),
+            fastest: Fastest::default(),
+            fastest_drop: Fastest::default(),
             dropped_aside: AtomicU64::new(0),
         })
     }
@@ -236,8 +259,7 @@ impl Ahead {
     /// Notes how long instantiating the component took (ahead of demand,
     /// at load, or in a call that found nothing ready).
     pub(crate) fn instantiated(&self, took: Duration) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.fastest.fetch_min(nanos, Ordering::Relaxed);
+        self.fastest.note(took);
     }
 
     /// Whether instances are prepared now: they are worth preparing
@@ -253,7 +275,10 @@ impl Ahead {
     fn worth_preparing(&self) -> bool {
         self.target > 0
             && !self.failed.load(Ordering::Relaxed)
-            && Duration::from_nanos(self.fastest.load(Ordering::Relaxed)) >= WORTH_PREPARING
+            && self
+                .fastest
+                .get()
+                .is_none_or(|fastest| fastest >= WORTH_PREPARING)
     }
 
     /// How many instances are kept ready when the host has a core to
@@ -285,45 +310,49 @@ impl Ahead {
     /// thread when it is worth it and a core is spare (see the module's
     /// invariants); the store's room in the pool is given back when it is
     /// done.
-    pub(crate) fn retire(self: &Arc<Self>, mut store: Store<CallState>) {
-        let fastest = self.fastest_drop.load(Ordering::Relaxed);
-        if Duration::from_nanos(fastest) < WORTH_DROPPING_ASIDE {
-            drop(store);
-            self.fill();
-            return;
-        }
-        // Known to be slow to drop, with a core to spare: aside.
-        if fastest != u64::MAX && self.sandbox.admission().cores_to_spare() {
-            store.data_mut().release_resources();
-            let running = self.sandbox.admission().running();
-            let ahead = Arc::clone(self);
-            // Filling starts tasks on the call's runtime.
-            let runtime = tokio::runtime::Handle::try_current().ok();
-            let job = self.sandbox.run_aside(Box::new(move || {
-                ahead.drop_timed(store);
-                drop(running);
-                let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
-                ahead.fill();
-            }));
-            match job {
-                Ok(()) => {
-                    self.dropped_aside.fetch_add(1, Ordering::Relaxed);
-                }
-                // No thread to run it: the job runs here.
-                Err(job) => job(),
+    pub(crate) fn retire(self: &Arc<Self>, store: Store<CallState>) {
+        match self.fastest_drop.get() {
+            // Known to be fast: dropped here, untimed.
+            Some(fastest) if fastest < WORTH_DROPPING_ASIDE => drop(store),
+            // Known to be slow, with a core to spare: aside (filling after).
+            Some(_) if self.sandbox.admission().cores_to_spare() => {
+                return self.drop_aside(store);
             }
-            return;
+            // Not known yet, or no core to spare: here, timed, so that a
+            // faster drop seen later stops the handing over.
+            _ => self.drop_timed(store),
         }
-        self.drop_timed(store);
         self.fill();
+    }
+
+    /// Hands `store` to the sandbox's own thread, which drops it (timed),
+    /// then fills; counted as a running call until it is gone. Its host
+    /// resources are dropped here first. Done here if there is no thread.
+    fn drop_aside(self: &Arc<Self>, mut store: Store<CallState>) {
+        store.data_mut().release_resources();
+        let running = self.sandbox.admission().running_owned();
+        let ahead = Arc::clone(self);
+        // Filling starts tasks on the call's runtime.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let job = self.sandbox.run_aside(Box::new(move || {
+            ahead.drop_timed(store);
+            drop(running);
+            let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
+            ahead.fill();
+        }));
+        match job {
+            Ok(()) => {
+                self.dropped_aside.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(job) => job(),
+        }
     }
 
     /// Drops `store`, noting how long that took.
     fn drop_timed(&self, store: Store<CallState>) {
         let started = Instant::now();
         drop(store);
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.fastest_drop.fetch_min(nanos, Ordering::Relaxed);
+        self.fastest_drop.note(started.elapsed());
     }
 
     /// Drops every ready instance, giving back its memory and its room in
