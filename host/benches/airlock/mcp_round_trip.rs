@@ -57,6 +57,18 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         ))
         .await
         .unwrap();
+    // rmcp's default HTTP client keeps no idle connection
+    // (`pool_max_idle_per_host(0)`): each request opens a TCP connection.
+    // The same client given a reqwest client of its own keeps one alive.
+    let pooled = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::with_client(
+            rmcp_reqwest::Client::new(),
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url.clone(),
+            ),
+        ))
+        .await
+        .unwrap();
     let mut minimal_http = Minimal::http(&url).await;
 
     // Each MCP call beside the journaled call it makes, batch for batch:
@@ -71,6 +83,11 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         (
             "MCP over streamable HTTP (loopback)",
             Caller::Rmcp(&http),
+            200,
+        ),
+        (
+            "MCP over streamable HTTP (loopback), rmcp's client kept alive",
+            Caller::Rmcp(&pooled),
             200,
         ),
         (
@@ -119,6 +136,10 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         http.list_tools(None).await.unwrap();
     })
     .await;
+    let pooled_list = median(n, async || {
+        pooled.list_tools(None).await.unwrap();
+    })
+    .await;
     let mut minimal_list = Vec::new();
     for client in [&mut minimal_stdio, &mut minimal_http] {
         minimal_list.push(
@@ -133,6 +154,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     session.close().await.unwrap();
     stdio.cancel().await.unwrap();
     http.cancel().await.unwrap();
+    pooled.cancel().await.unwrap();
     http_server.kill().unwrap();
     let _ = http_server.wait();
     if !b.reporting() {
@@ -142,7 +164,11 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(
         out,
         "`tools/call increment` from rmcp's client, and from a minimal client (no SDK, below), to \
-         `airlock mcp` (release build), one call at a time. \
+         `airlock mcp` (release build), one call at a time. Over HTTP, rmcp's client is measured \
+         twice: as it comes, it keeps no idle connection (its reqwest client is built with \
+         `pool_max_idle_per_host(0)`), so every request opens a new TCP connection; \
+         \"kept alive\" is the same client given a default reqwest client \
+         (`StreamableHttpClientTransport::with_client`), which reuses one. \
          Every MCP call is journaled (`Session::call`, SQLite WAL, `synchronous = FULL`); each transport's \
          batches of {size} calls alternate with batches of {size} `Session::call`s in this process \
          ({pairs} pairs), and the protocol's cost is the difference, pair by pair. The server also says \
@@ -211,6 +237,10 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         (
             "`tools/list`, rmcp's client over streamable HTTP",
             http_list,
+        ),
+        (
+            "`tools/list`, rmcp's client kept alive over streamable HTTP",
+            pooled_list,
         ),
         (
             "`tools/list`, minimal client over streamable HTTP",
