@@ -175,16 +175,29 @@ async fn serve_http(
     print_note(&format!(
         "serving {count} tools over MCP at http://{bound}/mcp (sessions in {location})"
     ));
+    // Connections are accepted by a task of the runtime, not by this
+    // future (which `main` blocks on, on a thread of its own): a
+    // connection's task, spawned from a worker, starts on that worker, and
+    // no other thread is woken for it. rmcp's own client opens a connection
+    // for every request.
+    let _accepting = AbortOnDrop(Some(tokio::spawn(accept(listener, service))));
+    // Ends the server on Ctrl-C, or at once if that signal cannot be
+    // listened for.
+    let _ = tokio::signal::ctrl_c().await;
+    stop.cancel();
+    Ok(())
+}
+
+/// Accepts MCP connections on `listener` and serves each in a task of its
+/// own, until aborted.
+async fn accept(listener: tokio::net::TcpListener, service: Arc<McpHttpService>) {
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot accept a connection");
-                    continue;
-                }
-            },
-            _ = tokio::signal::ctrl_c() => break,
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot accept a connection");
+                continue;
+            }
         };
         // A request's answer goes out as soon as it is written: with
         // Nagle's algorithm on, the end of a streamed response waits for
@@ -225,8 +238,6 @@ async fn serve_http(
             }
         });
     }
-    stop.cancel();
-    Ok(())
 }
 
 type Body = http_body_util::Either<
