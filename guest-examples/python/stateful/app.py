@@ -103,3 +103,32 @@ class Tool(exports.Tool):
                 "notes": [] if notes is None else notes,
             })
         raise failed(f"no tool named {dumps(name)}")
+
+
+class _BuildTimeContext:
+    """Stands in for the run context in the warm-up below."""
+
+    DEPS = {"counters": '{"n":1}', "notes": '["n"]'}
+
+    def get(self, key):
+        return self.DEPS.get(key)
+
+
+def _warm_up():
+    """Warm-up at build time. componentize-py runs this module's top level
+    once, when the component is built, and snapshots the interpreter after
+    it; every instance starts from that snapshot. Calls made here leave what
+    CPython makes the first time this code runs (its specialized bytecode
+    among it) in the snapshot, instead of in the first call of every
+    instance: about 20 µs of a 110 µs call (docs/performance.md). Nothing
+    here reaches the host: the context is a stand-in."""
+    for _ in range(3):
+        for name, args in (
+            ("increment", '{"name":"n"}'),
+            ("add_note", '{"text":"n"}'),
+            ("show_state", "{}"),
+        ):
+            Tool().call(_BuildTimeContext(), name, args)
+
+
+_warm_up()
