@@ -283,6 +283,60 @@ async fn a_call_whose_client_hangs_up_runs_to_its_end_over_http() {
     assert_eq!(names, ["increment", "spin", "increment"]);
 }
 
+/// Out of file descriptors (here: its limit lowered to what it holds,
+/// then connections held open against it), the HTTP server cannot accept,
+/// says so, and waits; once they close, it serves the same MCP session
+/// again, its state intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_file_descriptors_the_http_server_waits_and_serves_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fds.db");
+    let config = policy(dir.path());
+    let mut server = serve_http(&config, db.to_str().unwrap());
+    let client = http_client(&server.url).await;
+    let first = call(&client, "increment", json!({"name": "n"})).await;
+    assert_eq!(first.structured_content.unwrap()["value"], 1);
+
+    let pid = server.pid();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let limit = open + 4;
+    let lowered = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={limit}:{limit}"))
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(lowered.success());
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let held: Vec<std::net::TcpStream> = (0..32)
+        .map(|_| std::net::TcpStream::connect(&address).unwrap())
+        .collect();
+    const REFUSED: &str = "cannot accept a connection";
+    wait_for_note(&mut server.notes, REFUSED).await;
+    let since = Instant::now();
+    // It pauses between attempts (50 ms) rather than spinning on the
+    // error: whatever the window, it says so at most once a pause (with
+    // room for lines written before the first was read).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!server.exited(), "the server ended out of file descriptors");
+    let mut refusals = 0u128;
+    while let Ok(note) = server.notes.try_recv() {
+        refusals += u128::from(note.contains(REFUSED));
+    }
+    let most = since.elapsed().as_millis() / 50 + 20;
+    assert!(refusals <= most, "{refusals} refusals logged: it spins");
+    drop(held);
+
+    let next = call(&client, "increment", json!({"name": "n"})).await;
+    assert_eq!(next.structured_content.unwrap()["value"], 2);
+    assert_eq!(deps(&client).await, json!({"counters": {"n": 2}}));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_stops_and_the_next_one_runs_over_stdio() {
     let dir = tempfile::tempdir().unwrap();

@@ -188,6 +188,9 @@ async fn serve_http(
     Ok(())
 }
 
+/// How long the HTTP server waits after failing to accept a connection.
+const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Accepts MCP connections on `listener` and serves each in a task of its
 /// own, until aborted.
 async fn accept(listener: tokio::net::TcpListener, service: Arc<McpHttpService>) {
@@ -195,7 +198,10 @@ async fn accept(listener: tokio::net::TcpListener, service: Arc<McpHttpService>)
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
+                // Out of file descriptors, say: the error repeats until
+                // connections close, so pause rather than spin on it.
                 tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
             }
         };

@@ -166,12 +166,20 @@ pub struct HttpServer {
     child: std::process::Child,
     /// `http://127.0.0.1:PORT/mcp`.
     pub url: String,
+    /// What it writes to stderr after the line saying where it listens
+    /// ([`wait_for_note`]).
+    pub notes: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl HttpServer {
     /// Whether it has ended (and is reaped).
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Kills it (SIGKILL) and waits for it to be gone.
@@ -225,8 +233,17 @@ pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_owned();
-    std::thread::spawn(move || lines.for_each(drop));
-    HttpServer { child, url }
+    let (notes, noted) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = notes.send(line);
+        }
+    });
+    HttpServer {
+        child,
+        url,
+        notes: noted,
+    }
 }
 
 /// An MCP client over HTTP with no SDK: each message one POST (reqwest),
