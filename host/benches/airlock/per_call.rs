@@ -288,7 +288,7 @@ async fn prepared_ahead(b: &Bench, out: &mut String, base: &RunContext, call: &T
         "The same call on a host that prepares one instance of the tool ahead of demand \
          (`prepared_instances`, the default): each call takes a fresh instance made before it was \
          asked for, never used before, and starts the next one on another worker while fewer calls \
-         run than there are cores. Components that instantiate in under 100 µs (Rust, C, \
+         run than there are cores. Components that instantiate in under 30 µs (Rust, C, \
          JavaScript) are not prepared after the first: handing an instance over costs more than \
          making it. **Ready**: one call at a time, each once its instance is ready (the wait, untimed, \
          keeps the thread busy, as a run of calls does); the median. **After a gap**: each call 1 ms \

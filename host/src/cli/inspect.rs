@@ -166,7 +166,8 @@ fn prepared_line(component: &LoadedComponent) -> String {
     } else {
         format!(
             "{n} fresh instance{} made ahead of calls, each used by one call, while instantiating \
-             takes 100 µs or more (an interpreter's does; a Rust or C tool's takes a few µs)",
+             takes 30 µs or more (a Python tool's does; a Rust, C or JavaScript tool's takes a \
+             few µs)",
             if n == 1 { "" } else { "s" }
         )
     }

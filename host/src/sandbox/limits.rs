@@ -51,7 +51,7 @@ pub struct Limits {
     /// in the instance pool. Calls that need the pool's room take it back
     /// from waiting instances. Not used for tools granted anything (every
     /// call reads its grants as it starts), nor for components that
-    /// instantiate in under 100 µs (Rust, C and JavaScript tools: handing
+    /// instantiate in under 30 µs (Rust, C and JavaScript tools: handing
     /// an instance over costs more than making it). Default 1; 0 turns it
     /// off.
     pub prepared_instances: usize,

@@ -55,9 +55,11 @@ use super::bindings::{ToolHost, ToolHostIndices};
 use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
 
 /// The shortest instantiation worth doing ahead of demand: a Python
-/// tool's takes about 170 µs, a JavaScript tool's 9 µs, a Rust or C
-/// tool's 3-4 µs.
-pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(100);
+/// tool's takes about 90 µs, a JavaScript tool's 7 µs, a Rust or C
+/// tool's 3-4 µs. Handing an instance over costs a few microseconds (a
+/// Rust tool prepared ahead was 20% slower back to back), so what
+/// instantiates in less is made in its call.
+pub(crate) const WORTH_PREPARING: Duration = Duration::from_micros(30);
 
 /// The shortest drop of a call's store worth doing on another thread:
 /// handing it over costs a few microseconds; a JavaScript tool's store

@@ -126,7 +126,7 @@ impl LoadedComponent {
     /// How many fresh instances are made ahead of its calls now: its
     /// [`Limits::prepared_instances`], or 0 when it is granted anything
     /// (see [`crate::sandbox::Grants::is_none`]) or has once instantiated
-    /// too fast for preparing to be worth it (under 100 µs; Rust, C and
+    /// too fast for preparing to be worth it (under 30 µs; Rust, C and
     /// JavaScript tools do).
     pub fn prepared_ahead(&self) -> usize {
         self.ahead.prepared()

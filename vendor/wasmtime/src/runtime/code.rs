@@ -8,7 +8,6 @@ use crate::{code_memory::CodeMemory, type_registry::TypeCollection};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::ops::{Add, Range, Sub};
-use core::ptr::NonNull;
 use wasmtime_core::error::OutOfMemory;
 #[cfg(feature = "component-model")]
 use wasmtime_environ::component::ComponentTypes;
@@ -429,20 +428,10 @@ impl<'a> ModuleWithCode<'a> {
         self.module
     }
 
-    /// Where a `VMFuncRef` for the defined function `index` points: its
-    /// array-to-wasm trampoline and its body, or `None` if it has none.
-    #[inline]
-    pub fn func_ref_code(
-        &self,
-        index: wasmtime_environ::DefinedFuncIndex,
-    ) -> Option<(NonNull<u8>, NonNull<u8>)> {
-        let code = self.module.compiled_module().func_ref_code(index)?;
-        let text = self.store_code.text();
-        let at = |offset: u32| {
-            let offset = usize::try_from(offset).ok()?;
-            Some(NonNull::from(text.get(offset..)?).cast::<u8>())
-        };
-        Some((at(code.array_to_wasm)?, at(code.wasm)?))
+    /// The text of this module's code in its store (Airlock's patch: a
+    /// funcref's code is found at offsets into it).
+    pub fn text(&self) -> &'a [u8] {
+        self.store_code.text()
     }
 
     /// Returns the slice in the text section of the function that

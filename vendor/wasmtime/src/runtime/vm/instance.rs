@@ -144,6 +144,13 @@ pub struct Instance {
     /// cross-thread stuff used in `InstancePre`)
     store: Option<VMStoreRawPtr>,
 
+    /// Airlock's patch: the store's copy of this module's text, found when
+    /// the instance's first funcref is built and kept for the rest, so that
+    /// each funcref does not search the store's module registry again. The
+    /// registry keeps the code (and this memory) until the store is
+    /// dropped, after its instances.
+    funcref_text: Option<SendSyncPtr<[u8]>>,
+
     /// Additional context used by compiled wasm code. This field is last, and
     /// represents a dynamically-sized array that extends beyond the nominal
     /// end of the struct (similar to a flexible array member).
@@ -209,6 +216,7 @@ impl Instance {
             #[cfg(feature = "wmemcheck")]
             wmemcheck_state,
             store: None,
+            funcref_text: None,
             vmctx: OwnedVMContext::new(),
         })?;
 
@@ -871,37 +879,55 @@ impl Instance {
     /// Initializes a defined function's `VMFuncRef` in-place and then returns a
     /// pointer to that location.
     fn initialize_defined_funcref(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         registry: &ModuleRegistry,
         def_index: DefinedFuncIndex,
     ) -> Option<NonNull<VMFuncRef>> {
         let module = self.env_module();
+        let module_index = module.module_index;
         let index = module.func_index(def_index);
         let func = &module.functions[index];
         let type_index = func.signature.unwrap_engine_type_index();
         let vmctx_offset = self.offsets().vmctx_func_ref(func.func_ref);
-        // Airlock's patch: the code's addresses from the module's table of
-        // them, made once, instead of two searches of its function index.
-        let code = ModuleWithCode::in_store(
-            registry,
-            self.runtime_module()
-                .expect("funcref impossible in fake module"),
-        )
-        .and_then(|code| code.func_ref_code(def_index));
-        if let Some((array_call, wasm_call)) = code {
-            // SAFETY: the type and offset are valid for the defined function
-            // at `def_index`, and its code is what `code` points to.
-            return unsafe {
-                self.write_funcref(
-                    type_index,
-                    vmctx_offset,
-                    VmPtr::from(array_call.cast()),
-                    VmPtr::from(wasm_call.cast::<VMWasmCallFunction>()),
-                )
-            };
+        // Airlock's patch: the code's offsets from the module's table of
+        // them, made once, instead of two searches of its function index;
+        // and the text they are in found once per instance.
+        let runtime_module = self
+            .runtime_module()
+            .expect("funcref impossible in fake module");
+        if let Some(offsets) = runtime_module.compiled_module().func_ref_code(def_index) {
+            let text = self.funcref_text.or_else(|| {
+                ModuleWithCode::in_store(registry, runtime_module)
+                    .map(|code| SendSyncPtr::new(NonNull::from(code.text())))
+            });
+            if let Some(text) = text {
+                *self.as_mut().funcref_text_mut() = Some(text);
+                let text = text.as_non_null();
+                let at = |offset: u32| {
+                    let offset = usize::try_from(offset).ok()?;
+                    // SAFETY: the text is mapped, by the store, while this
+                    // instance lives, and `offset` is within it.
+                    (offset <= text.len()).then(|| unsafe { text.cast::<u8>().add(offset) })
+                };
+                if let (Some(array_call), Some(wasm_call)) =
+                    (at(offsets.array_to_wasm), at(offsets.wasm))
+                {
+                    // SAFETY: the type and offset are valid for the defined
+                    // function at `def_index`, and its code is at these
+                    // offsets of its module's text in this store.
+                    return unsafe {
+                        self.write_funcref(
+                            type_index,
+                            vmctx_offset,
+                            VmPtr::from(array_call.cast::<VMArrayCallFunction>()),
+                            VmPtr::from(wasm_call.cast::<VMWasmCallFunction>()),
+                        )
+                    };
+                }
+            }
         }
-        let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module.module_index, def_index);
-        let wasm_key = FuncKey::DefinedWasmFunction(module.module_index, def_index);
+        let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module_index, def_index);
+        let wasm_key = FuncKey::DefinedWasmFunction(module_index, def_index);
         // SAFETY: the type/offset/keys here are all valid for the defined
         // function at `def_index`.
         unsafe {
@@ -1552,6 +1578,11 @@ impl Instance {
         // internal field and is safe so long as the `&mut Self` temporarily
         // created is not overwritten, which it isn't here.
         unsafe { &mut self.get_unchecked_mut().store }
+    }
+
+    fn funcref_text_mut(self: Pin<&mut Self>) -> &mut Option<SendSyncPtr<[u8]>> {
+        // SAFETY: see `store_mut` above.
+        unsafe { &mut self.get_unchecked_mut().funcref_text }
     }
 
     fn memories_mut(
