@@ -46,7 +46,7 @@ pub struct Limits {
     /// exactly one call and then dropped, as an instance made during the
     /// call would be: a prepared instance has run only its component's
     /// instantiation, never a call. What it saves a call is the
-    /// instantiation (about 170 µs for a Python tool); what it costs is the
+    /// instantiation (about 90 µs for a Python tool); what it costs is the
     /// same work done ahead, and, while one waits, its memory and its slots
     /// in the instance pool. Calls that need the pool's room take it back
     /// from waiting instances. Not used for tools granted anything (every
