@@ -44,6 +44,20 @@ async fn a_call_finds_no_trace_of_the_calls_before_it() {
     }
 }
 
+/// `host` with the Python `typed` tool loaded, `prepared` instances of it
+/// made ahead of demand.
+async fn python_typed(mut host: airlock::Host, prepared: usize) -> airlock::Host {
+    let config = ToolConfig {
+        limits: Limits {
+            prepared_instances: prepared,
+            ..Limits::default()
+        },
+        ..ToolConfig::default()
+    };
+    host.load_with(built("python-typed"), config).await.unwrap();
+    host
+}
+
 /// Issue 30 item 3: instances prepared ahead of demand are as fresh as
 /// those made during a call. The Python `calls` tool counts its calls in
 /// a global; with two instances prepared, each call after the first waits
@@ -62,15 +76,7 @@ async fn a_prepared_instance_is_fresh_on_a_current_thread_runtime() {
 }
 
 async fn prepared_instances_are_fresh() {
-    let mut host = builder().build().unwrap();
-    let config = ToolConfig {
-        limits: Limits {
-            prepared_instances: 2,
-            ..Limits::default()
-        },
-        ..ToolConfig::default()
-    };
-    host.load_with(built("python-typed"), config).await.unwrap();
+    let host = python_typed(builder().build().unwrap(), 2).await;
     let mut ctx = RunContext::default();
     for i in 0..8u64 {
         // The first call finds none and starts preparing two.
@@ -120,15 +126,7 @@ async fn a_tool_granted_anything_is_never_prepared() {
 /// call still runs in a fresh instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_dropped_after_its_call_gives_its_room_to_the_next() {
-    let mut host = builder().max_concurrent_calls(2).build().unwrap();
-    let config = ToolConfig {
-        limits: Limits {
-            prepared_instances: 0,
-            ..Limits::default()
-        },
-        ..ToolConfig::default()
-    };
-    host.load_with(built("python-typed"), config).await.unwrap();
+    let host = python_typed(builder().max_concurrent_calls(2).build().unwrap(), 0).await;
     let mut ctx = RunContext::default();
     for i in 0..6 {
         let outcome = call(&host, &mut ctx, "calls", json!({})).await.unwrap();
