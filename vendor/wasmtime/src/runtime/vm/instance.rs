@@ -889,42 +889,20 @@ impl Instance {
         let func = &module.functions[index];
         let type_index = func.signature.unwrap_engine_type_index();
         let vmctx_offset = self.offsets().vmctx_func_ref(func.func_ref);
-        // Airlock's patch: the code's offsets from the module's table of
-        // them, made once, instead of two searches of its function index;
-        // and the text they are in found once per instance.
-        let runtime_module = self
-            .runtime_module()
-            .expect("funcref impossible in fake module");
-        if let Some(offsets) = runtime_module.compiled_module().func_ref_code(def_index) {
-            let text = self.funcref_text.or_else(|| {
-                ModuleWithCode::in_store(registry, runtime_module)
-                    .map(|code| SendSyncPtr::new(NonNull::from(code.text())))
-            });
-            if let Some(text) = text {
-                *self.as_mut().funcref_text_mut() = Some(text);
-                let text = text.as_non_null();
-                let at = |offset: u32| {
-                    let offset = usize::try_from(offset).ok()?;
-                    // SAFETY: the text is mapped, by the store, while this
-                    // instance lives, and `offset` is within it.
-                    (offset <= text.len()).then(|| unsafe { text.cast::<u8>().add(offset) })
-                };
-                if let (Some(array_call), Some(wasm_call)) =
-                    (at(offsets.array_to_wasm), at(offsets.wasm))
-                {
-                    // SAFETY: the type and offset are valid for the defined
-                    // function at `def_index`, and its code is at these
-                    // offsets of its module's text in this store.
-                    return unsafe {
-                        self.write_funcref(
-                            type_index,
-                            vmctx_offset,
-                            VmPtr::from(array_call.cast::<VMArrayCallFunction>()),
-                            VmPtr::from(wasm_call.cast::<VMWasmCallFunction>()),
-                        )
-                    };
-                }
-            }
+        // Airlock's patch: the code from the module's table of offsets and
+        // the instance's text (see `defined_func_code`).
+        if let Some((array_call, wasm_call)) = self.as_mut().defined_func_code(registry, def_index)
+        {
+            // SAFETY: the type and offset are valid for the defined function
+            // at `def_index`, and its code is what `defined_func_code` found.
+            return unsafe {
+                self.write_funcref(
+                    type_index,
+                    vmctx_offset,
+                    VmPtr::from(array_call.cast::<VMArrayCallFunction>()),
+                    VmPtr::from(wasm_call.cast::<VMWasmCallFunction>()),
+                )
+            };
         }
         let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module_index, def_index);
         let wasm_key = FuncKey::DefinedWasmFunction(module_index, def_index);
@@ -939,6 +917,41 @@ impl Instance {
                 wasm_key,
             )
         }
+    }
+
+    /// Airlock's patch: where a funcref for the defined function
+    /// `def_index` points (its array-to-wasm trampoline and its body), from
+    /// the module's table of code offsets, made once, and the store's copy
+    /// of the module's text, found by the instance's first funcref and kept
+    /// in `funcref_text`: no search of the function index or of the store's
+    /// module registry per funcref. `None` for a function with no such
+    /// code (one that never escapes), which takes wasmtime's own path.
+    fn defined_func_code(
+        self: Pin<&mut Self>,
+        registry: &ModuleRegistry,
+        def_index: DefinedFuncIndex,
+    ) -> Option<(NonNull<u8>, NonNull<u8>)> {
+        let module = self
+            .runtime_module()
+            .expect("funcref impossible in fake module");
+        let offsets = module.compiled_module().func_ref_code(def_index)?;
+        let text = match self.funcref_text {
+            Some(text) => text,
+            None => {
+                let code = ModuleWithCode::in_store(registry, module)?;
+                let text = SendSyncPtr::new(NonNull::from(code.text()));
+                *self.funcref_text_mut() = Some(text);
+                text
+            }
+        };
+        let text = text.as_non_null();
+        let at = |offset: u32| {
+            let offset = usize::try_from(offset).ok()?;
+            // SAFETY: the text is mapped, by the store, while this instance
+            // lives, and `offset` is within it.
+            (offset <= text.len()).then(|| unsafe { text.cast::<u8>().add(offset) })
+        };
+        Some((at(offsets.array_to_wasm)?, at(offsets.wasm)?))
     }
 
     fn get_start_func_ref(
