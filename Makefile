@@ -111,7 +111,16 @@ $(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT
 	$(WASM_TOOLS) component new $(GUESTS)/c/core.wasm \
 	  --adapt wasi_snapshot_preview1=$(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm -o $@
 
-guests-c: $(GUESTS)/c-stateful.wasm
+# A second C tool from the same bindings: `calls`, a count kept in a
+# global, for the isolation tests.
+$(GUESTS)/c-calls.wasm: guest-examples/c/calls/calls.c $(GUESTS)/c-stateful.wasm
+	clang-19 --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -fuse-ld=lld \
+	  -Wall -Wextra -Werror -I $(GUESTS)/c/gen -o $(GUESTS)/c/calls.wasm \
+	  $< $(GUESTS)/c/gen/tool_host.c $(GUESTS)/c/gen/tool_host_component_type.o
+	$(WASM_TOOLS) component new $(GUESTS)/c/calls.wasm \
+	  --adapt wasi_snapshot_preview1=$(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm -o $@
+
+guests-c: $(GUESTS)/c-stateful.wasm $(GUESTS)/c-calls.wasm
 
 # --- Plain components with their WIT doc comments: the toolchains drop
 # them, Airlock reads them (tool and parameter descriptions) from a

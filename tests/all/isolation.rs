@@ -94,6 +94,33 @@ async fn prepared_instances_are_fresh() {
     }
 }
 
+/// Issue 30: the same in C. The C tool `calls` counts its calls in a
+/// global of its instance. The first call makes its own instance and
+/// starts preparing one (how fast the component instantiates is not known
+/// yet); the second takes that one; the rest take one or make their own
+/// (a C instance is made in microseconds, too fast to prepare in a
+/// release build). Each counts 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_tool_counting_in_a_global_sees_each_call_alone() {
+    let mut host = builder().build().unwrap();
+    host.load(built("c-calls")).await.unwrap();
+    let mut ctx = RunContext::default();
+    for i in 0..6u64 {
+        if i == 1 {
+            prepared(&host, 1).await;
+        }
+        let outcome = call(&host, &mut ctx, "calls", json!({})).await.unwrap();
+        assert_eq!(
+            outcome.result,
+            json!(1),
+            "call {i} was not the first in its instance"
+        );
+        let taken = host.pool_usage().prepared_taken;
+        assert_eq!(taken.min(1), u64::from(i > 0), "after call {i}");
+    }
+    assert_eq!(ctx.deps(), RunContext::default().deps());
+}
+
 /// Issue 30 item 3: a tool granted anything is never prepared ahead, so
 /// that every call reads what it was granted (here an environment
 /// variable) as it starts. The same Python tool that is prepared when
