@@ -155,8 +155,9 @@ fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes
 }
 
 /// How long a session lives without a request (rmcp's own default): it
-/// ends then, and its Airlock session's lease with it. A call running
-/// keeps it alive.
+/// ends then, and its Airlock session's lease with it. A call running, or
+/// an event stream the client holds open (its standalone GET stream, a
+/// resumed stream, a request rmcp answers with a stream), keeps it alive.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(300);
 
 /// rmcp's in-memory sessions (their own idle timer off: a directly
@@ -180,6 +181,8 @@ struct Known {
     /// Its directly answered calls running, to cancel when their client
     /// says so.
     running: HashMap<RequestId, CancelToken>,
+    /// Its event streams open now ([`Sessions::held_open`]).
+    streams: usize,
 }
 
 impl Sessions {
@@ -200,14 +203,17 @@ impl Sessions {
         known.server.as_ref().and_then(Weak::upgrade)
     }
 
-    /// The sessions without a request for `keep_alive` before `now` and
-    /// no call running, forgotten here (for rmcp to close).
+    /// The sessions without a request for `keep_alive` before `now`, no
+    /// call running and no event stream open, forgotten here (for rmcp to
+    /// close).
     fn idle(&self, now: Instant, keep_alive: Duration) -> Vec<SessionId> {
         let mut known = lock(&self.known);
         let idle: Vec<SessionId> = known
             .iter()
             .filter(|(_, k)| {
-                k.running.is_empty() && now.saturating_duration_since(k.last) >= keep_alive
+                k.running.is_empty()
+                    && k.streams == 0
+                    && now.saturating_duration_since(k.last) >= keep_alive
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -215,6 +221,21 @@ impl Sessions {
             known.remove(id);
         }
         idle
+    }
+
+    /// `stream`, to the client of session `id`, counted as open (so the
+    /// session is not idle) until it is dropped; its idle time counts from
+    /// then.
+    fn held_open<S: Stream + Send + Sync + 'static>(
+        &self,
+        id: &SessionId,
+        stream: S,
+    ) -> impl Stream<Item = S::Item> + Send + Sync + 'static {
+        let open = OpenStream::new(&self.known, id);
+        stream.map(move |item| {
+            let _counted = &open;
+            item
+        })
     }
 
     /// Ends the sessions idle for [`KEEP_ALIVE`], every tenth of it, while
@@ -365,6 +386,35 @@ impl Drop for Running {
     }
 }
 
+/// An event stream's count in [`Known::streams`], taken back as the
+/// stream is dropped (the client gone or the stream ended), and the
+/// session's idle time counted from then.
+struct OpenStream {
+    known: Arc<Mutex<HashMap<SessionId, Known>>>,
+    id: SessionId,
+}
+
+impl OpenStream {
+    fn new(known: &Arc<Mutex<HashMap<SessionId, Known>>>, id: &SessionId) -> Self {
+        if let Some(session) = lock(known).get_mut(id) {
+            session.streams += 1;
+        }
+        Self {
+            known: Arc::clone(known),
+            id: id.clone(),
+        }
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if let Some(known) = lock(&self.known).get_mut(&self.id) {
+            known.streams = known.streams.saturating_sub(1);
+            known.last = Instant::now();
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -415,6 +465,7 @@ impl SessionManager for Sessions {
             server,
             last: Instant::now(),
             running: HashMap::new(),
+            streams: 0,
         };
         lock(&self.known).insert(id.clone(), known);
         Ok((id, transport))
@@ -460,7 +511,7 @@ impl SessionManager for Sessions {
             (message, _) => message,
         };
         let stream = self.local.create_stream(id, message).await?;
-        Ok(stream.right_stream())
+        Ok(self.held_open(id, stream).right_stream())
     }
 
     async fn accept_message(
@@ -485,7 +536,8 @@ impl SessionManager for Sessions {
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.touch(id);
-        self.local.create_standalone_stream(id).await
+        let stream = self.local.create_standalone_stream(id).await?;
+        Ok(self.held_open(id, stream))
     }
 
     async fn resume(
@@ -494,7 +546,8 @@ impl SessionManager for Sessions {
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.touch(id);
-        self.local.resume(id, last_event_id).await
+        let stream = self.local.resume(id, last_event_id).await?;
+        Ok(self.held_open(id, stream))
     }
 
     async fn restore_session(
@@ -527,6 +580,7 @@ mod tests {
             } else {
                 HashMap::new()
             },
+            streams: 0,
         };
         {
             let mut all = lock(&sessions.known);
@@ -543,5 +597,33 @@ mod tests {
         left.sort();
         assert_eq!(left, [SessionId::from("calling"), "recent".into()]);
         assert!(sessions.idle(later, KEEP_ALIVE).is_empty());
+    }
+
+    /// A client holding its event stream open (a GET to listen for the
+    /// server's messages) is not idle, however long since its last
+    /// request; once the stream is gone, its idle time counts from then.
+    #[tokio::test]
+    async fn a_session_with_an_open_stream_is_not_idle() {
+        let sessions = Sessions::new();
+        let start = Instant::now();
+        let id = SessionId::from("listening");
+        lock(&sessions.known).insert(
+            id.clone(),
+            Known {
+                server: None,
+                last: start,
+                running: HashMap::new(),
+                streams: 0,
+            },
+        );
+        let mut stream = Box::pin(sessions.held_open(&id, stream::iter([1, 2])));
+        assert_eq!(stream.next().await, Some(1));
+        let later = start + KEEP_ALIVE * 2;
+        assert!(sessions.idle(later, KEEP_ALIVE).is_empty());
+        drop(stream);
+        let closed = lock(&sessions.known)[&id].last;
+        assert!(closed >= start);
+        assert!(sessions.idle(closed, KEEP_ALIVE).is_empty());
+        assert_eq!(sessions.idle(closed + KEEP_ALIVE, KEEP_ALIVE), [id]);
     }
 }
