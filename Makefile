@@ -100,25 +100,27 @@ c-toolchain: wasm-tools
 	@$(WIT_BINDGEN) --version 2>/dev/null | grep -q ' $(WIT_BINDGEN_VERSION)' || \
 	  $(CARGO) install --locked wit-bindgen-cli@$(WIT_BINDGEN_VERSION)
 
+# A C tool from its sources ($(1)) with the bindings and the adapter the
+# stateful example's rule makes: its core module ($(2)), then the
+# component ($@).
+C_GEN       := $(GUESTS)/c/gen
+C_ADAPTER   := $(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm
+C_COMPONENT  = clang-19 --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -fuse-ld=lld \
+	  -Wall -Wextra -Werror -I $(C_GEN) -o $(2) \
+	  $(1) $(C_GEN)/tool_host.c $(C_GEN)/tool_host_component_type.o && \
+	$(WASM_TOOLS) component new $(2) --adapt wasi_snapshot_preview1=$(C_ADAPTER) -o $@
+
 $(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT) | c-toolchain
 	@mkdir -p $(GUESTS)/c
-	$(WIT_BINDGEN) c wit -w tool-host --out-dir $(GUESTS)/c/gen
-	clang-19 --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -fuse-ld=lld \
-	  -Wall -Wextra -Werror -I $(GUESTS)/c/gen -o $(GUESTS)/c/core.wasm \
-	  $(C_DIR)/tool.c $(C_DIR)/json.c $(GUESTS)/c/gen/tool_host.c $(GUESTS)/c/gen/tool_host_component_type.o
+	$(WIT_BINDGEN) c wit -w tool-host --out-dir $(C_GEN)
 	$(CARGO) run --quiet --release --manifest-path guest-examples/c/adapter/Cargo.toml \
-	  --target-dir $(GUESTS) -- $(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm
-	$(WASM_TOOLS) component new $(GUESTS)/c/core.wasm \
-	  --adapt wasi_snapshot_preview1=$(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm -o $@
+	  --target-dir $(GUESTS) -- $(C_ADAPTER)
+	$(call C_COMPONENT,$(C_DIR)/tool.c $(C_DIR)/json.c,$(GUESTS)/c/core.wasm)
 
 # A second C tool from the same bindings: `calls`, a count kept in a
 # global, for the isolation tests.
 $(GUESTS)/c-calls.wasm: guest-examples/c/calls/calls.c $(GUESTS)/c-stateful.wasm
-	clang-19 --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -fuse-ld=lld \
-	  -Wall -Wextra -Werror -I $(GUESTS)/c/gen -o $(GUESTS)/c/calls.wasm \
-	  $< $(GUESTS)/c/gen/tool_host.c $(GUESTS)/c/gen/tool_host_component_type.o
-	$(WASM_TOOLS) component new $(GUESTS)/c/calls.wasm \
-	  --adapt wasi_snapshot_preview1=$(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm -o $@
+	$(call C_COMPONENT,$<,$(GUESTS)/c/calls.wasm)
 
 guests-c: $(GUESTS)/c-stateful.wasm $(GUESTS)/c-calls.wasm
 
