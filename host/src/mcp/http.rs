@@ -185,6 +185,18 @@ struct Known {
     streams: usize,
 }
 
+impl Known {
+    /// A session whose last request came at `last`, nothing running.
+    fn new(server: Option<Weak<McpServer>>, last: Instant) -> Self {
+        Self {
+            server,
+            last,
+            running: HashMap::new(),
+            streams: 0,
+        }
+    }
+}
+
 impl Sessions {
     fn new() -> Self {
         let mut local = LocalSessionManager::default();
@@ -379,10 +391,18 @@ struct Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(known) = lock(&self.known).get_mut(&self.id) {
+        ended(&self.known, &self.id, |known| {
             known.running.remove(&self.request);
-            known.last = Instant::now();
-        }
+        });
+    }
+}
+
+/// Something that kept session `id` busy has ended: `end` takes it out of
+/// the session's entry, whose idle time counts from now.
+fn ended(known: &Mutex<HashMap<SessionId, Known>>, id: &SessionId, end: impl FnOnce(&mut Known)) {
+    if let Some(known) = lock(known).get_mut(id) {
+        end(known);
+        known.last = Instant::now();
     }
 }
 
@@ -408,10 +428,9 @@ impl OpenStream {
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        if let Some(known) = lock(&self.known).get_mut(&self.id) {
+        ended(&self.known, &self.id, |known| {
             known.streams = known.streams.saturating_sub(1);
-            known.last = Instant::now();
-        }
+        });
     }
 }
 
@@ -461,13 +480,7 @@ impl SessionManager for Sessions {
             .ok()
             .flatten();
         let (id, transport) = self.local.create_session().await?;
-        let known = Known {
-            server,
-            last: Instant::now(),
-            running: HashMap::new(),
-            streams: 0,
-        };
-        lock(&self.known).insert(id.clone(), known);
+        lock(&self.known).insert(id.clone(), Known::new(server, Instant::now()));
         Ok((id, transport))
     }
 
@@ -572,15 +585,14 @@ mod tests {
     fn a_session_idle_past_keep_alive_ends_unless_a_call_runs() {
         let sessions = Sessions::new();
         let start = Instant::now();
-        let known = |last: Instant, running: bool| Known {
-            server: None,
-            last,
-            running: if running {
-                HashMap::from([(RequestId::Number(1), CancelToken::new())])
-            } else {
-                HashMap::new()
-            },
-            streams: 0,
+        let known = |last: Instant, running: bool| {
+            let mut known = Known::new(None, last);
+            if running {
+                known
+                    .running
+                    .insert(RequestId::Number(1), CancelToken::new());
+            }
+            known
         };
         {
             let mut all = lock(&sessions.known);
@@ -607,15 +619,7 @@ mod tests {
         let sessions = Sessions::new();
         let start = Instant::now();
         let id = SessionId::from("listening");
-        lock(&sessions.known).insert(
-            id.clone(),
-            Known {
-                server: None,
-                last: start,
-                running: HashMap::new(),
-                streams: 0,
-            },
-        );
+        lock(&sessions.known).insert(id.clone(), Known::new(None, start));
         let mut stream = Box::pin(sessions.held_open(&id, stream::iter([1, 2])));
         assert_eq!(stream.next().await, Some(1));
         let later = start + KEEP_ALIVE * 2;
