@@ -947,6 +947,76 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
     drop(server);
 }
 
+/// Over HTTP, an MCP session ends `--idle-timeout` after its last request,
+/// and its Airlock session's lease with it; an event stream its client
+/// holds open (the GET to listen for the server's messages) keeps it
+/// alive however long it stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_keeps_its_session_past_the_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("idle.db");
+    let stateful = guest("stateful");
+    let server = serve_http_with(&[
+        "--tool",
+        stateful.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+        "--idle-timeout",
+        "1s",
+    ]);
+    let client = RawHttp::initialized(&server.url).await;
+    let id = client.session.clone().unwrap();
+    let increment = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": "increment", "arguments": {"name": "a"}}});
+    let answer = client.post(increment.clone()).await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    drop(answer);
+    let store = SqliteStore::open(&db).unwrap();
+    let leased = || async {
+        let sessions = store.list(None).await.unwrap();
+        assert_eq!(sessions.len(), 1, "{sessions:?}");
+        sessions[0].leased_until_ms.is_some()
+    };
+    assert!(leased().await, "the MCP session holds its Airlock session");
+
+    let listening = client
+        .http
+        .get(&server.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listening.status(), reqwest::StatusCode::OK);
+    // Three idle timeouts with no request: only the open stream keeps the
+    // session (a server that ended it would have released the lease, and
+    // would answer the call below with 404).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        leased().await,
+        "the session ended while its stream was open"
+    );
+    let answer = client.post(increment.clone()).await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains(r#"\"value\":2"#), "{text}");
+
+    // Closed, the stream no longer holds it: it ends a timeout later.
+    drop(listening);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leased().await {
+        assert!(
+            Instant::now() < deadline,
+            "the session outlived its idle timeout once its stream closed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = client.post(increment).await.unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
+    drop(server);
+}
+
 /// Over stdio, a line that is not JSON gets a JSON-RPC parse error
 /// (-32700, id null), JSON that is not JSON-RPC an invalid-request error
 /// (-32600, with its id), and the server goes on to serve the next

@@ -16,7 +16,7 @@ use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 
-use airlock::mcp::http::McpHttpService;
+use airlock::mcp::http::{KEEP_ALIVE, McpHttpService};
 use airlock::mcp::{McpServer, SessionOpener, ToolSet};
 use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
@@ -49,8 +49,21 @@ pub struct McpArgs {
     /// is printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8931")]
     listen: SocketAddr,
+    /// Over HTTP, how long an MCP session lives without a request, a call
+    /// running or an event stream open (`30s`, `5m`, `1h`); then it ends,
+    /// and its session's lease with it. Default 5m.
+    #[arg(long, value_name = "DURATION", value_parser = idle_timeout)]
+    idle_timeout: Option<std::time::Duration>,
     #[command(flatten)]
     session: SessionFlags,
+}
+
+/// `--idle-timeout`: a duration longer than zero.
+fn idle_timeout(text: &str) -> Result<std::time::Duration, String> {
+    match airlock::retention::parse_age(text)? {
+        d if d.is_zero() => Err("must be longer than 0".into()),
+        d => Ok(d),
+    }
 }
 
 impl McpArgs {
@@ -68,6 +81,13 @@ pub async fn run(args: McpArgs) -> ExitCode {
                 "usage",
                 "--session is for --transport stdio; over HTTP each MCP session gets its own \
                  Airlock session, or names one in _meta \"airlock/session\"",
+            ));
+        }
+        if args.transport == Transport::Stdio && args.idle_timeout.is_some() {
+            return Err(Failure::input(
+                "usage",
+                "--idle-timeout is for --transport http; over stdio a session lasts as long as \
+                 its client's connection",
             ));
         }
         let loaded = load(&args.config, &args.tools, &args.registry).await?;
@@ -165,7 +185,12 @@ async fn serve_http(
     config.allowed_hosts.push(args.listen.ip().to_string());
     let stop = config.cancellation_token.clone();
     let count = host.tool_names().len();
-    let service = Arc::new(McpHttpService::new(tools, opener, config));
+    let service = Arc::new(McpHttpService::new(
+        tools,
+        opener,
+        config,
+        args.idle_timeout.unwrap_or(KEEP_ALIVE),
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
@@ -483,4 +508,18 @@ fn raw_stdio() -> (
             None => Box::new(tokio::io::stdout()),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default `--idle-timeout`'s help names is what the server uses
+    /// without the flag; zero and what is no duration are refused.
+    #[test]
+    fn the_idle_timeout_default_its_help_names_is_keep_alive() {
+        assert_eq!(idle_timeout("5m"), Ok(KEEP_ALIVE));
+        assert!(idle_timeout("0s").is_err());
+        assert!(idle_timeout("soon").is_err());
+    }
 }

@@ -88,12 +88,16 @@ impl std::fmt::Debug for McpHttpService {
 
 impl McpHttpService {
     /// Serves `tools` with `config`; each MCP session's Airlock session is
-    /// opened with `opener`. Starts the task that ends idle sessions
-    /// ([`KEEP_ALIVE`]), so it must be called within a Tokio runtime.
+    /// opened with `opener`. A session ends after `keep_alive` without a
+    /// request, a call running or an event stream open ([`KEEP_ALIVE`] is
+    /// the usual value). Starts the task that ends idle sessions, which
+    /// looks every tenth of `keep_alive`, so it must be called within a
+    /// Tokio runtime.
     pub fn new(
         tools: Arc<ToolSet>,
         opener: SessionOpener,
         config: StreamableHttpServerConfig,
+        keep_alive: Duration,
     ) -> Self {
         let sessions = Arc::new(Sessions::new());
         let service = StreamableHttpService::new(
@@ -108,7 +112,7 @@ impl McpHttpService {
             Arc::clone(&sessions),
             config,
         );
-        tokio::spawn(Sessions::expire(Arc::downgrade(&sessions)));
+        tokio::spawn(Sessions::expire(Arc::downgrade(&sessions), keep_alive));
         Self { service }
     }
 
@@ -154,10 +158,11 @@ fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes
     response
 }
 
-/// How long a session lives without a request (rmcp's own default): it
-/// ends then, and its Airlock session's lease with it. A call running, or
-/// an event stream the client holds open (its standalone GET stream, a
-/// resumed stream, a request rmcp answers with a stream), keeps it alive.
+/// How long a session lives without a request, unless told otherwise
+/// (rmcp's own default; `airlock mcp --idle-timeout`): it ends then, and
+/// its Airlock session's lease with it. A call running, or an event stream
+/// the client holds open (its standalone GET stream, a resumed stream, a
+/// request rmcp answers with a stream), keeps it alive.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(300);
 
 /// rmcp's in-memory sessions (their own idle timer off: a directly
@@ -250,16 +255,16 @@ impl Sessions {
         })
     }
 
-    /// Ends the sessions idle for [`KEEP_ALIVE`], every tenth of it, while
-    /// `sessions` is served.
-    async fn expire(sessions: Weak<Sessions>) {
-        let mut every = tokio::time::interval(KEEP_ALIVE / 10);
+    /// Ends the sessions idle for `keep_alive`, looking every tenth of it,
+    /// while `sessions` is served.
+    async fn expire(sessions: Weak<Sessions>, keep_alive: Duration) {
+        let mut every = tokio::time::interval(keep_alive / 10);
         loop {
             every.tick().await;
             let Some(sessions) = sessions.upgrade() else {
                 return;
             };
-            for id in sessions.idle(Instant::now(), KEEP_ALIVE) {
+            for id in sessions.idle(Instant::now(), keep_alive) {
                 tracing::debug!(session = %id, "an idle MCP session ends");
                 if let Err(e) = sessions.local.close_session(&id).await {
                     tracing::debug!(session = %id, error = %e, "cannot close an idle MCP session");
