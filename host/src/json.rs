@@ -23,6 +23,19 @@ pub(crate) fn len(value: &impl Serialize) -> usize {
     }
 }
 
+/// Whether `value`'s arrays and objects nest deeper than `max` (as
+/// [`depth`] counts). Recursion stops one level past `max`, so the stack
+/// it uses is bounded by `max`, and nothing is allocated: the check every
+/// applied value gets, with [`depth`] left for saying how deep.
+pub(crate) fn deeper_than(value: &Value, max: usize) -> bool {
+    // A container is 1 deep plus its deepest child.
+    match value {
+        Value::Array(items) => max == 0 || items.iter().any(|c| deeper_than(c, max - 1)),
+        Value::Object(map) => max == 0 || map.values().any(|c| deeper_than(c, max - 1)),
+        _ => false,
+    }
+}
+
 /// How deeply `value`'s arrays and objects nest (a scalar: 0, `[]`: 1).
 /// Iterative, so any depth is measured without recursion.
 pub(crate) fn depth(value: &Value) -> usize {
@@ -52,5 +65,19 @@ mod tests {
         assert_eq!(depth(&json!(1)), 0);
         assert_eq!(depth(&json!([])), 1);
         assert_eq!(depth(&json!({"a": [1, {"b": [2]}]})), 4);
+        for value in [
+            json!(1),
+            json!([]),
+            json!({"a": [1, {"b": [2]}]}),
+            json!([[[]], 2]),
+        ] {
+            for max in 0..6 {
+                assert_eq!(
+                    deeper_than(&value, max),
+                    depth(&value) > max,
+                    "{value} {max}"
+                );
+            }
+        }
     }
 }

@@ -42,6 +42,11 @@ pub struct OpLimits {
 /// a session record included.
 pub const MAX_VALUE_DEPTH: usize = 64;
 
+/// Up to this many ops in a call, a touched key's staged value is found by
+/// scanning the staged keys; past it, through a map (a scan per op would
+/// make a call of many ops quadratic).
+const SCANNED_OPS: usize = 8;
+
 impl Default for OpLimits {
     fn default() -> Self {
         Self {
@@ -410,8 +415,11 @@ pub(crate) fn apply(
     // Touched keys in first-touch order, so new keys land in deps in the
     // order the ops created them.
     // Each entry: key, staged value, index of the last op that touched it.
-    let mut staged: Vec<(&str, Option<Value>, usize)> = Vec::new();
+    let mut staged: Vec<(&str, Option<Value>, usize)> = Vec::with_capacity(ops.len());
+    // A key's slot in `staged`: looked up in a map when there are many
+    // ops, found by a scan when there are few (no map built).
     let mut slot_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let scan = ops.len() <= SCANNED_OPS;
     for (index, op) in ops.iter().enumerate() {
         let key = op.key();
         let reject = |reason| OpRejected {
@@ -437,7 +445,7 @@ pub(crate) fn apply(
                 allowed: rules.access.read.patterns().to_vec(),
             }));
         }
-        let slot = *slot_of.entry(key).or_insert_with(|| {
+        let stage = |staged: &mut Vec<_>| {
             // A set or a delete replaces whatever the key held: only a
             // merge or an append needs a copy of it.
             let current = match op {
@@ -446,7 +454,15 @@ pub(crate) fn apply(
             };
             staged.push((key, current, index));
             staged.len() - 1
-        });
+        };
+        let slot = if scan {
+            match staged.iter().position(|(staged, ..)| *staged == key) {
+                Some(slot) => slot,
+                None => stage(&mut staged),
+            }
+        } else {
+            *slot_of.entry(key).or_insert_with(|| stage(&mut staged))
+        };
         apply_one(&mut staged[slot].1, op).map_err(reject)?;
         staged[slot].2 = index;
     }
@@ -462,10 +478,9 @@ pub(crate) fn apply(
             .saturating_sub(entry_len(key, deps.get(*key)))
             .saturating_add(entry_len(key, value.as_ref()));
         let Some(value) = value else { continue };
-        let depth = crate::json::depth(value);
-        if depth > MAX_VALUE_DEPTH {
+        if crate::json::deeper_than(value, MAX_VALUE_DEPTH) {
             return Err(reject(RejectReason::TooDeep {
-                depth,
+                depth: crate::json::depth(value),
                 max: MAX_VALUE_DEPTH,
             }));
         }
@@ -487,10 +502,14 @@ pub(crate) fn apply(
     }
     for (key, value, _) in staged {
         match value {
-            // An existing key keeps its position; a new one is appended.
-            Some(value) => {
-                deps.insert(key.to_owned(), value);
-            }
+            // An existing key keeps its position (and its `String`); a
+            // new one is appended.
+            Some(value) => match deps.get_mut(key) {
+                Some(held) => *held = value,
+                None => {
+                    deps.insert(key.to_owned(), value);
+                }
+            },
             // `shift_remove` keeps the order of the remaining keys.
             None => {
                 deps.shift_remove(key);
