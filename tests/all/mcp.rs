@@ -893,6 +893,23 @@ async fn hiding_and_unhiding_by_reload_take_effect_over_stdio() {
     client.cancel().await.unwrap();
 }
 
+/// Whether the one session in `store` is leased.
+async fn leased(store: &SqliteStore) -> bool {
+    let sessions = store.list(None).await.unwrap();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    sessions[0].leased_until_ms.is_some()
+}
+
+/// Waits until the one session in `store` is no longer leased, failing
+/// with `otherwise` after 30 s.
+async fn wait_unleased(store: &SqliteStore, otherwise: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leased(store).await {
+        assert!(Instant::now() < deadline, "{otherwise}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// DELETE ends an MCP session over HTTP as the transport says: a success
 /// the client reads as one (204, not 202), and the Airlock session's lease
 /// ends with it (issue 31.11).
@@ -919,12 +936,10 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
         .unwrap();
     assert!(answer.contains(r#"\"value\":1"#), "{answer}");
     let store = SqliteStore::open(&db).unwrap();
-    let leased = || async {
-        let sessions = store.list(None).await.unwrap();
-        assert_eq!(sessions.len(), 1, "{sessions:?}");
-        sessions[0].leased_until_ms.is_some()
-    };
-    assert!(leased().await, "the MCP session holds its Airlock session");
+    assert!(
+        leased(&store).await,
+        "the MCP session holds its Airlock session"
+    );
 
     let deleted = client
         .http
@@ -936,14 +951,7 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
         .unwrap();
     assert_eq!(deleted.status(), reqwest::StatusCode::NO_CONTENT);
     // The lease is given up as the session's server is dropped.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while leased().await {
-        assert!(
-            Instant::now() < deadline,
-            "the lease outlived the MCP session"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_unleased(&store, "the lease outlived the MCP session").await;
     drop(server);
 }
 
@@ -972,12 +980,10 @@ async fn an_open_event_stream_keeps_its_session_past_the_idle_timeout() {
     assert_eq!(answer.status(), reqwest::StatusCode::OK);
     drop(answer);
     let store = SqliteStore::open(&db).unwrap();
-    let leased = || async {
-        let sessions = store.list(None).await.unwrap();
-        assert_eq!(sessions.len(), 1, "{sessions:?}");
-        sessions[0].leased_until_ms.is_some()
-    };
-    assert!(leased().await, "the MCP session holds its Airlock session");
+    assert!(
+        leased(&store).await,
+        "the MCP session holds its Airlock session"
+    );
 
     let listening = client
         .http
@@ -994,7 +1000,7 @@ async fn an_open_event_stream_keeps_its_session_past_the_idle_timeout() {
     // would answer the call below with 404).
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
-        leased().await,
+        leased(&store).await,
         "the session ended while its stream was open"
     );
     let answer = client.post(increment.clone()).await.unwrap();
@@ -1004,14 +1010,11 @@ async fn an_open_event_stream_keeps_its_session_past_the_idle_timeout() {
 
     // Closed, the stream no longer holds it: it ends a timeout later.
     drop(listening);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while leased().await {
-        assert!(
-            Instant::now() < deadline,
-            "the session outlived its idle timeout once its stream closed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_unleased(
+        &store,
+        "the session outlived its idle timeout once its stream closed",
+    )
+    .await;
     let answer = client.post(increment).await.unwrap();
     assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
     drop(server);
