@@ -13,8 +13,9 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::support::mcp::{
-    Client, RawHttp, Watching, call_with, connect, connect_noting, connect_with, http_client,
-    policy, policy_spinning, serve_http, serve_http_with, wait_for_changes, wait_for_note,
+    Client, HttpServer, RawHttp, Watching, call_with, connect, connect_noting, connect_with,
+    http_client, policy, policy_spinning, serve_http, serve_http_with, wait_for_changes,
+    wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -893,6 +894,23 @@ async fn hiding_and_unhiding_by_reload_take_effect_over_stdio() {
     client.cancel().await.unwrap();
 }
 
+/// `airlock mcp --transport http` serving the stateful example, its
+/// sessions in `db`, with `extra` arguments; and a raw client with an MCP
+/// session open on it.
+async fn stateful_over_http(db: &Path, extra: &[&str]) -> (HttpServer, RawHttp) {
+    let stateful = guest("stateful");
+    let mut args = vec![
+        "--tool",
+        stateful.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let server = serve_http_with(&args);
+    let client = RawHttp::initialized(&server.url).await;
+    (server, client)
+}
+
 /// Whether the one session in `store` is leased.
 async fn leased(store: &SqliteStore) -> bool {
     let sessions = store.list(None).await.unwrap();
@@ -917,14 +935,7 @@ async fn wait_unleased(store: &SqliteStore, otherwise: &str) {
 async fn delete_ends_the_session_with_204_and_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("delete.db");
-    let stateful = guest("stateful");
-    let server = serve_http_with(&[
-        "--tool",
-        stateful.to_str().unwrap(),
-        "--store",
-        db.to_str().unwrap(),
-    ]);
-    let client = RawHttp::initialized(&server.url).await;
+    let (server, client) = stateful_over_http(&db, &[]).await;
     let id = client.session.clone().unwrap();
     let answer = client
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -963,16 +974,7 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
 async fn an_open_event_stream_keeps_its_session_past_the_idle_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("idle.db");
-    let stateful = guest("stateful");
-    let server = serve_http_with(&[
-        "--tool",
-        stateful.to_str().unwrap(),
-        "--store",
-        db.to_str().unwrap(),
-        "--idle-timeout",
-        "1s",
-    ]);
-    let client = RawHttp::initialized(&server.url).await;
+    let (server, client) = stateful_over_http(&db, &["--idle-timeout", "1s"]).await;
     let id = client.session.clone().unwrap();
     let increment = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                            "params": {"name": "increment", "arguments": {"name": "a"}}});
