@@ -255,10 +255,10 @@ impl Sessions {
         })
     }
 
-    /// Ends the sessions idle for `keep_alive`, looking every tenth of it,
-    /// while `sessions` is served.
+    /// Ends the sessions idle for `keep_alive`, looking every tenth of it
+    /// (at most every millisecond), while `sessions` is served.
     async fn expire(sessions: Weak<Sessions>, keep_alive: Duration) {
-        let mut every = tokio::time::interval(keep_alive / 10);
+        let mut every = tokio::time::interval((keep_alive / 10).max(Duration::from_millis(1)));
         loop {
             every.tick().await;
             let Some(sessions) = sessions.upgrade() else {
