@@ -635,4 +635,17 @@ mod tests {
         assert!(sessions.idle(closed, KEEP_ALIVE).is_empty());
         assert_eq!(sessions.idle(closed + KEEP_ALIVE, KEEP_ALIVE), [id]);
     }
+
+    /// However short the keep-alive a caller gives, the task that ends
+    /// idle sessions runs (and ends when the sessions are gone) instead of
+    /// panicking on a zero period.
+    #[tokio::test]
+    async fn the_idle_check_runs_with_any_keep_alive() {
+        for keep_alive in [Duration::ZERO, Duration::from_nanos(1), KEEP_ALIVE] {
+            let sessions = Arc::new(Sessions::new());
+            let expiring = tokio::spawn(Sessions::expire(Arc::downgrade(&sessions), keep_alive));
+            drop(sessions);
+            expiring.await.expect("the idle check does not panic");
+        }
+    }
 }
