@@ -456,7 +456,7 @@ pub(crate) fn apply(
             staged.len() - 1
         };
         let slot = if scan {
-            match staged.iter().position(|(staged, ..)| *staged == key) {
+            match staged.iter().position(|(touched, ..)| *touched == key) {
                 Some(slot) => slot,
                 None => stage(&mut staged),
             }
