@@ -325,6 +325,28 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
     assert_eq!(stdout_json(&out)["session_id"], "copy");
     let out = with_store(&["sessions", "show", "copy", "--json"]);
     assert_eq!(stdout_json(&out)["deps"], json!({"notes": ["x"]}));
+
+    // From standard input (`-`), and a broken document there named as `-`.
+    let piped = |input: std::fs::File, id: &str| {
+        crate::support::airlock_command(
+            &["sessions", "import", "-", "--as", id, "--store", path(&db)],
+            &[],
+        )
+        .stdin(input)
+        .output()
+        .unwrap()
+    };
+    let out = piped(std::fs::File::open(&file).unwrap(), "piped");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = with_store(&["sessions", "show", "piped", "--json"]);
+    assert_eq!(stdout_json(&out)["deps"], json!({"notes": ["x"]}));
+    let broken = dir.path().join("broken.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&broken, &text[..text.len() / 2]).unwrap();
+    let out = piped(std::fs::File::open(&broken).unwrap(), "broken");
+    assert_input_error(&out, "-: invalid session file: EOF while parsing");
+    let out = with_store(&["sessions", "show", "broken"]);
+    assert!(!out.status.success());
 }
 
 /// A store in a directory that does not exist is an error, not a new

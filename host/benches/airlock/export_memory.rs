@@ -1,7 +1,8 @@
-//! §16 Exporting a session of a gigabyte: the peak resident memory of
-//! `airlock sessions export`.
+//! §16 Exporting and importing a session of a gigabyte: the peak
+//! resident memory of `airlock sessions export` and `import`.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +32,11 @@ fn peak_kib(pid: u32) -> u64 {
 }
 
 pub(crate) async fn run(b: &Bench, out: &mut String) {
-    writeln!(out, "## 16. Exporting a session of a gigabyte\n").unwrap();
+    writeln!(
+        out,
+        "## 16. Exporting and importing a session of a gigabyte\n"
+    )
+    .unwrap();
     let total: u64 = if b.quick { 128 << 20 } else { 1 << 30 };
     let dir = tempfile::tempdir_in(root().join("target")).unwrap();
     let db = dir.path().join("export.db");
@@ -56,17 +61,68 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             entry: entry.clone(),
         })
         .collect();
-    store.insert(&header, &records, now_ms()).await.unwrap();
-    drop(records);
+    store
+        .insert(&header, Box::new(records), now_ms())
+        .await
+        .unwrap();
     drop(store);
 
     let output = dir.path().join("big.json");
+    let (took, peak_mib) = peak_of(&["sessions", "export", "big", "--output"], &output, &db);
+    let exported = std::fs::metadata(&output).unwrap().len();
+    // The export back under another id: read a record at a time, staged
+    // in a temporary file, inserted a page at a time in one transaction.
+    let (import_took, import_peak_mib) =
+        peak_of(&["sessions", "import", "--as", "copy"], &output, &db);
+    let copied = SqliteStore::open(&db)
+        .unwrap()
+        .list(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.session_id == "copy")
+        .map_or(0, |s| s.records);
+    assert_eq!(copied, count, "the import is the whole session");
+    writeln!(
+        out,
+        "`airlock sessions export` (release build) of one session of {count} records of {} KiB each ({} MiB of messages), \
+         from SQLite to a file (the export holds each message twice: in the journal and in the conversation), then `airlock sessions import` of that file \
+         into the same store under another id; the peak resident memory of each (`VmHWM`, read every 5 ms while it runs).\n",
+        RECORD_BYTES >> 10,
+        total >> 20
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| command | file | took | peak resident memory | target ≤ {TARGET_MIB} MiB |"
+    )
+    .unwrap();
+    writeln!(out, "|---|---|---|---|---|").unwrap();
+    let gib = exported as f64 / f64::from(1u32 << 30);
+    for (command, took, peak_mib) in [
+        ("export", took, peak_mib),
+        ("import", import_took, import_peak_mib),
+    ] {
+        writeln!(
+            out,
+            "| {command} | {gib:.2} GiB | {:.1} s | {peak_mib} MiB | {} |",
+            took.as_secs_f64(),
+            verdict(peak_mib <= TARGET_MIB)
+        )
+        .unwrap();
+    }
+    writeln!(out).unwrap();
+}
+
+/// Runs `airlock ARGS FILE --store DB` (release build); how long it took
+/// and its peak resident memory in MiB.
+fn peak_of(args: &[&str], file: &Path, db: &Path) -> (Duration, u64) {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["sessions", "export", "big", "--output"])
-        .arg(&output)
+        .args(args)
+        .arg(file)
         .arg("--store")
-        .arg(&db)
+        .arg(db)
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .spawn()
@@ -78,29 +134,6 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         peak = peak.max(peak_kib(child.id()));
         std::thread::sleep(Duration::from_millis(5));
     }
-    let took = started.elapsed();
-    let exported = std::fs::metadata(&output).unwrap().len();
-    let peak_mib = peak / 1024;
-    writeln!(
-        out,
-        "`airlock sessions export` (release build) of one session of {count} records of {} KiB each ({} MiB of messages), \
-         from SQLite to a file (the export holds each message twice: in the journal and in the conversation); its peak resident memory (`VmHWM`, read every 5 ms while it runs).\n",
-        RECORD_BYTES >> 10,
-        total >> 20
-    )
-    .unwrap();
-    writeln!(
-        out,
-        "| exported | took | peak resident memory | target ≤ {TARGET_MIB} MiB |"
-    )
-    .unwrap();
-    writeln!(out, "|---|---|---|---|").unwrap();
-    writeln!(
-        out,
-        "| {:.2} GiB | {:.1} s | {peak_mib} MiB | {} |\n",
-        exported as f64 / f64::from(1u32 << 30),
-        took.as_secs_f64(),
-        verdict(peak_mib <= TARGET_MIB)
-    )
-    .unwrap();
+    assert!(child.wait().unwrap().success(), "airlock {args:?} failed");
+    (started.elapsed(), peak / 1024)
 }

@@ -81,7 +81,7 @@ async fn insert(store: &Arc<dyn SessionStore>, id: &str, records: u64) {
         ephemeral: false,
     };
     store
-        .insert(&header, &journal(records), now_ms())
+        .insert(&header, Box::new(journal(records)), now_ms())
         .await
         .unwrap();
 }

@@ -186,6 +186,15 @@ impl Failure {
         }
     }
 
+    /// A failure that is not the input's fault (exit 1).
+    fn internal(message: impl Into<String>) -> Self {
+        Self {
+            kind: "internal",
+            message: message.into(),
+            exit: EXIT_INTERNAL,
+        }
+    }
+
     fn to_json(&self) -> Value {
         json!({"kind": self.kind, "message": self.message})
     }
@@ -207,13 +216,7 @@ impl From<LoadError> for Failure {
             LoadError::CompileLimit { .. } => "compile_limit",
             LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
             LoadError::NotPulled { .. } => "not_pulled",
-            _ => {
-                return Self {
-                    kind: "internal",
-                    message: e.to_string(),
-                    exit: EXIT_INTERNAL,
-                };
-            }
+            _ => return Self::internal(e.to_string()),
         };
         Self::input(kind, e.to_string())
     }

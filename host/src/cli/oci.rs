@@ -17,7 +17,7 @@ use airlock::oci::{
 };
 use airlock::policy::Policy;
 
-use super::{EXIT_INTERNAL, Failure, load_policy, print_json, print_out, report_failure};
+use super::{Failure, load_policy, print_json, print_out, report_failure};
 
 /// A component as a command names it: a file, or
 /// `oci://REGISTRY/REPO:TAG` (or `@sha256:…`), pulled through the lock.
@@ -77,13 +77,7 @@ impl From<OciError> for Failure {
             OciError::Lock { .. } => "invalid_lock",
             OciError::NotPulled { .. } => "not_pulled",
             OciError::UnsafeStore { .. } => "unsafe_store",
-            OciError::Store { .. } | OciError::Signing(_) => {
-                return Self {
-                    kind: "internal",
-                    message: e.to_string(),
-                    exit: EXIT_INTERNAL,
-                };
-            }
+            OciError::Store { .. } | OciError::Signing(_) => return Self::internal(e.to_string()),
             _ => "registry_error",
         };
         Self::input(kind, e.to_string())

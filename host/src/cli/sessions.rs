@@ -15,9 +15,8 @@ use serde_json::{Value, json};
 use airlock::context::ContextRules;
 use airlock::journal::{Entry, Item, Role};
 use airlock::llm::Message;
-use airlock::session::export::{
-    ExportError, ImportError, JournalPages, SessionExport, Spill, write_export,
-};
+use airlock::session::export::{ExportError, ImportError, JournalPages, Spill, write_export};
+use airlock::session::import::stage;
 use airlock::session::{SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
@@ -358,56 +357,70 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Imports an export of any length: read and checked a record at a time
+/// ([`stage`]), then inserted a page at a time in one transaction. Standard
+/// input is copied to a temporary file first (the file is read twice).
 async fn import(args: ImportArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
     let shown = args.file.display().to_string();
-    let text = if shown == "-" {
-        std::io::read_to_string(std::io::stdin())
-    } else {
-        std::fs::read_to_string(&args.file)
-    }
+    let file = args.file.clone();
+    let staged = tokio::task::spawn_blocking(move || {
+        let input = if file.as_os_str() == "-" {
+            tempfile::tempfile().and_then(|mut copy| {
+                std::io::copy(&mut std::io::stdin().lock(), &mut copy)?;
+                Ok(copy)
+            })
+        } else {
+            std::fs::File::open(&file)
+        }
+        .map_err(|e| ImportError::Read(e.to_string()))?;
+        stage(input, &ContextRules::default())
+    })
+    .await
     .map_err(|e| Failure::input("file_not_readable", format!("{shown}: {e}")))?;
-    let mut export = SessionExport::parse(&text, &ContextRules::default()).map_err(|e| {
-        let kind = match e {
-            ImportError::MissingVersion => "missing_version",
-            ImportError::UnsupportedVersion(_) => "unsupported_version",
-            _ => "invalid_session_file",
-        };
-        Failure::input(kind, format!("{shown}: {e}"))
+    let mut staged = staged.map_err(|e| {
+        let message = format!("{shown}: {e}");
+        match e {
+            ImportError::MissingVersion => Failure::input("missing_version", message),
+            ImportError::UnsupportedVersion(_) => Failure::input("unsupported_version", message),
+            ImportError::Read(_) => Failure::input("file_not_readable", message),
+            ImportError::Stage(_) => Failure::internal(message),
+            _ => Failure::input("invalid_session_file", message),
+        }
     })?;
-    if export.user_id.as_deref() != owner {
+    let user_id = staged.header.user_id.as_deref();
+    if user_id != owner {
         return Err(Failure::input(
             "wrong_user",
             format!(
                 "{shown}: the session belongs to {}; import it with {}",
-                export
-                    .user_id
-                    .as_deref()
-                    .map_or("the anonymous bucket".to_owned(), |u| format!("user {u:?}")),
-                export
-                    .user_id
-                    .as_deref()
-                    .map_or("no --user".to_owned(), |u| format!("--user {u:?}")),
+                user_id.map_or("the anonymous bucket".to_owned(), |u| format!("user {u:?}")),
+                user_id.map_or("no --user".to_owned(), |u| format!("--user {u:?}")),
             ),
         ));
     }
     if let Some(id) = &args.as_id {
         airlock::session::check_session_id(id)
             .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
-        export.session_id = id.clone();
+        staged.header.session_id = id.clone();
     }
+    let header = staged.header.clone();
+    let updated_at_ms = staged.updated_at_ms;
+    let pages = staged.into_pages().map_err(|e| {
+        Failure::internal(format!("{shown}: {}", ImportError::Stage(e.to_string())))
+    })?;
     store
-        .insert(&export.header(), &export.journal, export.updated_at_ms)
+        .insert(&header, Box::new(pages), updated_at_ms)
         .await
         .map_err(|e| located(e, owner, store.as_ref()))?;
     if args.json {
         print_json(
-            &json!({"ok": true, "store": store.location(), "session_id": export.session_id}),
+            &json!({"ok": true, "store": store.location(), "session_id": header.session_id}),
         );
     } else {
         print_out(&format!(
             "imported {} into {}",
-            export.session_id,
+            header.session_id,
             store.location()
         ));
     }

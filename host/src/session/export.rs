@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::store::{Owner, SessionHeader, SessionStore, StoredSession};
+use super::store::{Owner, RecordPages, SessionHeader, SessionStore, StoredSession};
 use crate::context::{ContextRules, Usage};
 use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
@@ -77,6 +77,13 @@ pub enum ImportError {
     /// The journal does not fold, or its fold is not what the file says.
     #[error("inconsistent session file: {0}")]
     Inconsistent(String),
+    /// The file could not be read to its end.
+    #[error("cannot read the session file: {0}")]
+    Read(String),
+    /// The journal could not be kept in a temporary file while the file
+    /// is checked (a full disk, say).
+    #[error("cannot stage the import in a temporary file: {0}")]
+    Stage(String),
 }
 
 impl SessionExport {
@@ -110,53 +117,35 @@ impl SessionExport {
     /// as such, whatever else the file holds), then the rest; then checks
     /// that the journal folds to what the file says. Secrets are removed
     /// before that check, in the journal and in the file's own fields.
+    /// ([`super::import::stage`] does the same for a file of any length,
+    /// without holding it.)
     pub fn parse(text: &str, rules: &ContextRules) -> Result<Self, ImportError> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| ImportError::Invalid(e.to_string()))?;
-        let version = value
-            .get("version")
-            .and_then(Value::as_u64)
-            .ok_or(ImportError::MissingVersion)?;
-        if version != EXPORT_VERSION {
-            return Err(ImportError::UnsupportedVersion(version));
+        let staged = super::import::stage(std::io::Cursor::new(text), rules)?;
+        let (header, updated_at_ms) = (staged.header.clone(), staged.updated_at_ms);
+        let (deps, usage, iteration) = (staged.deps.clone(), staged.usage, staged.iteration);
+        let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
+        let mut pages = staged.into_pages().map_err(|e| staging(&e))?;
+        let mut journal = Vec::new();
+        while let Some(page) = pages.next_page().map_err(|e| staging(&e))? {
+            journal.extend(page);
         }
-        let mut export: SessionExport =
-            serde_json::from_value(value).map_err(|e| ImportError::Invalid(e.to_string()))?;
-        super::check_session_id(&export.session_id)
-            .map_err(|e| ImportError::Invalid(e.to_string()))?;
-        if let Some(user) = &export.user_id {
-            super::check_user_id(user).map_err(|e| ImportError::Invalid(e.to_string()))?;
-        }
-        export.journal = export
-            .journal
-            .iter()
-            .map(|r| secrets::scrub_record(r, rules))
-            .collect();
-        export.deps = secrets::scrub_deps(&export.deps, rules);
-        for event in &mut export.items {
-            secrets::scrub_event(event, rules);
-        }
-        let folded = Folded::fold(&export.journal)
+        // The file's conversation is the journal's: `stage` checked it.
+        let folded = Folded::fold(&journal)
             .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
-        let disagree = |field: &str| {
-            ImportError::Inconsistent(format!("`{field}` is not what the journal says"))
-        };
-        if folded.deps != export.deps {
-            return Err(disagree("deps"));
-        }
-        if folded.usage != export.usage {
-            return Err(disagree("usage"));
-        }
-        if folded.iteration != export.iteration {
-            return Err(disagree("iteration"));
-        }
-        if folded.transcript.messages != export.messages {
-            return Err(disagree("messages"));
-        }
-        if folded.transcript.items != export.items {
-            return Err(disagree("items"));
-        }
-        Ok(export)
+        Ok(Self {
+            version: EXPORT_VERSION,
+            session_id: header.session_id,
+            user_id: header.user_id,
+            created_at_ms: header.created_at_ms,
+            updated_at_ms,
+            metadata: header.metadata,
+            deps,
+            usage,
+            iteration,
+            messages: folded.transcript.messages,
+            items: folded.transcript.items,
+            journal,
+        })
     }
 
     /// The session's header. An imported session is kept like a named
@@ -367,11 +356,16 @@ impl Spill {
 
     /// Copies every line written to `out`.
     pub fn copy_to(self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        std::io::copy(&mut self.into_reader()?, out)?;
+        Ok(())
+    }
+
+    /// Every line written, to be read from the first.
+    pub fn into_reader(self) -> std::io::Result<std::io::BufReader<std::fs::File>> {
         use std::io::Seek;
         let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
         file.rewind()?;
-        std::io::copy(&mut file, out)?;
-        Ok(())
+        Ok(std::io::BufReader::new(file))
     }
 }
 

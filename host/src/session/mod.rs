@@ -36,6 +36,7 @@
 mod batch;
 pub mod export;
 mod holder;
+pub mod import;
 mod pg_tls;
 mod postgres;
 mod postgres_commit;
@@ -59,8 +60,8 @@ pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
-    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
-    SessionSummary, StoredSession, StoredSnapshot,
+    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
+    SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 
 use crate::context::{ContextRules, RunContext};

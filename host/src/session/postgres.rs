@@ -51,8 +51,8 @@ use super::rows::{
     owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
-    SessionSummary, StoredSession, StoredSnapshot,
+    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
+    SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
@@ -748,11 +748,11 @@ impl SessionStore for PostgresStore {
     fn insert<'a>(
         &'a self,
         header: &'a SessionHeader,
-        records: &'a [Record],
+        mut records: Box<dyn RecordPages>,
         updated_at_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.run(async move {
-            let new = NewSession::of(header, records)?;
+            let new = NewSession::of(header, &[])?;
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             if !insert_session(&tx, &new, updated_at_ms, None).await? {
@@ -761,6 +761,25 @@ impl SessionStore for PostgresStore {
                 }
                 .into());
             }
+            let mut head = 0;
+            loop {
+                // A page may be read from a file: off the runtime's threads.
+                let (back, page) = tokio::task::spawn_blocking(move || {
+                    let page = records.next_page();
+                    (records, page)
+                })
+                .await
+                .map_err(|e| self.fail(format!("reading the records failed: {e}")))?;
+                records = back;
+                let Some(page) = page? else { break };
+                head = page.last().map_or(head, |r| r.seq);
+                insert_records(&tx, &new.owner, &new.session_id, &encode(&page)?).await?;
+            }
+            tx.execute(
+                "UPDATE airlock_sessions SET head = $3 WHERE owner = $1 AND session_id = $2",
+                &[&new.owner, &new.session_id, &big(head)],
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         }))

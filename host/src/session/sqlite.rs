@@ -32,8 +32,8 @@ use super::rows::{
 };
 use super::sqlite_commit::Committer;
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, SessionHeader, SessionStore,
-    SessionSummary, StoredSession, StoredSnapshot,
+    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
+    SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
@@ -403,13 +403,14 @@ fn migrate_v2(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
 }
 
 /// Inserts a session's row and journal; `lease` is (holder, token,
-/// expiry) when the session is created leased.
+/// expiry) when the session is created leased. The session's key in this
+/// file.
 fn insert_session(
     new: &NewSession,
     tx: &rusqlite::Transaction<'_>,
     updated_at_ms: u64,
     lease: Option<(&str, u64, u64)>,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<i64> {
     let (holder, token, expires) = match lease {
         Some((holder, token, expires)) => (Some(holder), token, expires),
         None => (None, 0, 0),
@@ -432,7 +433,8 @@ fn insert_session(
         ],
         |row| row.get(0),
     )?;
-    insert_records(tx, sid, &new.rows)
+    insert_records(tx, sid, &new.rows)?;
+    Ok(sid)
 }
 
 /// Appends `rows` to the journal of the session `sid` (after the
@@ -728,10 +730,12 @@ impl SessionStore for SqliteStore {
     fn insert<'a>(
         &'a self,
         header: &'a SessionHeader,
-        records: &'a [Record],
+        mut records: Box<dyn RecordPages>,
         updated_at_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let new = NewSession::of(header, records);
+        let new = NewSession::of(header, &[]);
+        // On the store's blocking thread, holding the file's write lock
+        // until the last page is in: other writers wait (`BUSY_TIMEOUT`).
         self.run(move |conn| {
             let new = new?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -741,7 +745,14 @@ impl SessionStore for SqliteStore {
                 }
                 .into());
             }
-            insert_session(&new, &tx, updated_at_ms, None)?;
+            let sid = insert_session(&new, &tx, updated_at_ms, None)?;
+            let mut head = 0;
+            while let Some(page) = records.next_page()? {
+                head = page.last().map_or(head, |r| r.seq);
+                insert_records(&tx, sid, &encode(&page)?)?;
+            }
+            tx.prepare_cached("UPDATE sessions SET head = ?1 WHERE sid = ?2")?
+                .execute(params![head, sid])?;
             tx.commit()?;
             Ok(())
         })

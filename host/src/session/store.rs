@@ -60,6 +60,22 @@ pub struct StoredSnapshot {
     pub body: String,
 }
 
+/// A session's records for [`SessionStore::insert`], a page at a time.
+/// Taking a page may block (a file is read): stores take them off the
+/// async runtime's threads.
+pub trait RecordPages: Send {
+    /// The next records, in order, never an empty page; `None` after the
+    /// last.
+    fn next_page(&mut self) -> Result<Option<Vec<Record>>, StoreError>;
+}
+
+/// Records in memory: all of them, as one page.
+impl RecordPages for Vec<Record> {
+    fn next_page(&mut self) -> Result<Option<Vec<Record>>, StoreError> {
+        Ok((!self.is_empty()).then(|| std::mem::take(self)))
+    }
+}
+
 /// One line of a listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionSummary {
@@ -230,12 +246,15 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         owner: Owner<'a>,
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>>;
 
-    /// Creates a whole session at once (an import).
-    /// [`StoreError::AlreadyExists`] if the owner has one with that id.
+    /// Creates a whole session at once (an import) in one transaction,
+    /// its records taken a page at a time from `records` (which must
+    /// number them 1, 2, 3, ...): a session of any length is inserted in
+    /// the memory of a page. [`StoreError::AlreadyExists`] if the owner
+    /// has one with that id; on any error nothing was inserted.
     fn insert<'a>(
         &'a self,
         header: &'a SessionHeader,
-        records: &'a [Record],
+        records: Box<dyn RecordPages>,
         updated_at_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 

@@ -1,0 +1,580 @@
+//! Importing an export of any length in bounded memory.
+//!
+//! [`stage`] reads the document twice, a value at a time, and never whole:
+//! once for its `version` (so that a version this Airlock does not read is
+//! named as such, wherever the field is and whatever else the file holds),
+//! then for the rest. The journal's records are scrubbed of hidden and
+//! secret-looking keys, folded and written to an unnamed temporary file as
+//! they come; the conversation the document lists beside them (`messages`,
+//! `items`) is compared with the journal's by digest, never held. Only a
+//! document whose every field agrees with its journal is staged, and
+//! [`Staged::into_pages`] then gives the records back a page at a time for
+//! [`SessionStore::insert`](super::SessionStore::insert), which writes them
+//! in one transaction.
+//!
+//! Memory: a record, a page of records, and the fold's deps and usage,
+//! never the session's length. Disk: the journal once more, until the
+//! import ends.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Seek};
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+
+use super::export::{EXPORT_VERSION, ImportError, Spill};
+use super::store::{RecordPages, SessionHeader};
+use crate::context::{ContextRules, Usage};
+use crate::journal::{Event, Folded, Record, StoreError, secrets};
+use crate::llm::Message;
+
+/// An export that was read whole and agrees with its journal, ready to be
+/// inserted. Its records are in a temporary file, removed when this (or
+/// the pages it gives) is dropped.
+#[derive(Debug)]
+pub struct Staged {
+    /// The session's header (imported sessions are never ephemeral).
+    pub header: SessionHeader,
+    /// When its last record was committed.
+    pub updated_at_ms: u64,
+    /// Deps: the fold of the journal, scrubbed.
+    pub deps: Map<String, Value>,
+    /// Usage totals.
+    pub usage: Usage,
+    /// The last model request's number.
+    pub iteration: u32,
+    /// How many records the journal holds.
+    pub records: u64,
+    journal: Spill,
+}
+
+impl Staged {
+    /// The journal's records, scrubbed, a page at a time.
+    pub fn into_pages(self) -> std::io::Result<SpilledRecords> {
+        Ok(SpilledRecords {
+            lines: self.journal.into_reader()?.lines(),
+        })
+    }
+}
+
+/// Reads the export in `input` (from its start) and checks it, as
+/// [`SessionExport::parse`] does, holding at most one record of it at a
+/// time.
+///
+/// [`SessionExport::parse`]: super::export::SessionExport::parse
+pub fn stage(mut input: impl Read + Seek, rules: &ContextRules) -> Result<Staged, ImportError> {
+    let rewind =
+        |input: &mut dyn Seek| input.rewind().map_err(|e| ImportError::Read(e.to_string()));
+    rewind(&mut input)?;
+    read_version(&mut input)?;
+    rewind(&mut input)?;
+    let spill = Spill::new().map_err(|e| ImportError::Stage(e.to_string()))?;
+    let mut journal = Journal {
+        rules,
+        spill,
+        state: Folded::default(),
+        next: 1,
+        messages: Digest::default(),
+        items: Digest::default(),
+        failed: None,
+    };
+    let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
+    let fields = DocumentSeed {
+        journal: &mut journal,
+        rules,
+    }
+    .deserialize(&mut reader)
+    .and_then(|fields| reader.end().map(|()| fields));
+    match fields {
+        Ok(fields) => fields.check(journal),
+        // A record that does not fold stopped the reader: that is the
+        // error, not where the reader was.
+        Err(e) => Err(journal.failed.take().unwrap_or_else(|| json_error(e))),
+    }
+}
+
+/// A JSON error reading the document: the reader's, or the document's.
+fn json_error(e: serde_json::Error) -> ImportError {
+    if e.is_io() {
+        ImportError::Read(e.to_string())
+    } else {
+        ImportError::Invalid(e.to_string())
+    }
+}
+
+/// Checks the document's `version` (reading nothing else into memory).
+fn read_version(input: &mut (impl Read + Seek)) -> Result<(), ImportError> {
+    let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
+    let version = VersionOnly::deserialize(&mut reader)
+        .and_then(|version| reader.end().map(|()| version))
+        .map_err(json_error)?;
+    match version.0.as_ref().and_then(Value::as_u64) {
+        None => Err(ImportError::MissingVersion),
+        Some(EXPORT_VERSION) => Ok(()),
+        Some(other) => Err(ImportError::UnsupportedVersion(other)),
+    }
+}
+
+/// A document's `version` field, everything else skipped. A document that
+/// is not an object has none.
+struct VersionOnly(Option<Value>);
+
+impl<'de> Deserialize<'de> for VersionOnly {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(VersionVisitor)
+    }
+}
+
+struct VersionVisitor;
+
+impl<'de> Visitor<'de> for VersionVisitor {
+    type Value = VersionOnly;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a session export (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VersionOnly, A::Error> {
+        let mut version = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "version" {
+                version = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(VersionOnly(version))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<VersionOnly, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(VersionOnly(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<VersionOnly, E> {
+        Ok(VersionOnly(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<VersionOnly, E> {
+        Ok(VersionOnly(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<VersionOnly, E> {
+        Ok(VersionOnly(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<VersionOnly, E> {
+        Ok(VersionOnly(None))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<VersionOnly, E> {
+        Ok(VersionOnly(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<VersionOnly, E> {
+        Ok(VersionOnly(None))
+    }
+}
+
+/// The journal as it is read: each record scrubbed, folded, spilled, and
+/// the conversation it makes digested.
+struct Journal<'r> {
+    rules: &'r ContextRules,
+    spill: Spill,
+    state: Folded,
+    /// The number the next record must have.
+    next: u64,
+    messages: Digest,
+    items: Digest,
+    /// Why reading stopped, when the journal itself was at fault (the
+    /// reader's error then only says where).
+    failed: Option<ImportError>,
+}
+
+impl Journal<'_> {
+    fn take(&mut self, record: Record) -> Result<(), ImportError> {
+        let record = secrets::scrub_record(&record, self.rules);
+        let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
+        let line = serde_json::to_string(&record).map_err(|e| staging(&e))?;
+        self.spill.push_line(&line).map_err(|e| staging(&e))?;
+        self.state
+            .fold_owned(self.next, vec![record])
+            .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
+        self.next += 1;
+        let transcript = std::mem::take(&mut self.state.transcript);
+        for message in &transcript.messages {
+            self.messages.add(message);
+        }
+        for event in &transcript.items {
+            self.items.add(event);
+        }
+        Ok(())
+    }
+}
+
+/// The document's fields other than its journal, as read.
+#[derive(Default)]
+struct Fields {
+    version: bool,
+    session_id: Option<String>,
+    user_id: Option<Option<String>>,
+    created_at_ms: Option<u64>,
+    updated_at_ms: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+    deps: Option<Map<String, Value>>,
+    usage: Option<Usage>,
+    iteration: Option<u32>,
+    messages: Option<Digest>,
+    items: Option<Digest>,
+    journal: bool,
+}
+
+/// Every field of the document, for errors naming one that is not.
+const FIELDS: &[&str] = &[
+    "version",
+    "session_id",
+    "user_id",
+    "created_at_ms",
+    "updated_at_ms",
+    "metadata",
+    "deps",
+    "usage",
+    "iteration",
+    "messages",
+    "items",
+    "journal",
+];
+
+impl Fields {
+    /// The staged import, if every field is there and agrees with the
+    /// journal.
+    fn check(self, journal: Journal<'_>) -> Result<Staged, ImportError> {
+        let missing = |name: &str| ImportError::Invalid(format!("missing field `{name}`"));
+        let session_id = self.session_id.ok_or_else(|| missing("session_id"))?;
+        let user_id = self.user_id.unwrap_or_default();
+        let created_at_ms = self.created_at_ms.ok_or_else(|| missing("created_at_ms"))?;
+        let updated_at_ms = self.updated_at_ms.ok_or_else(|| missing("updated_at_ms"))?;
+        let metadata = self.metadata.ok_or_else(|| missing("metadata"))?;
+        let deps = self.deps.ok_or_else(|| missing("deps"))?;
+        let usage = self.usage.ok_or_else(|| missing("usage"))?;
+        let iteration = self.iteration.ok_or_else(|| missing("iteration"))?;
+        let messages = self.messages.ok_or_else(|| missing("messages"))?;
+        let items = self.items.ok_or_else(|| missing("items"))?;
+        if !self.journal {
+            return Err(missing("journal"));
+        }
+        super::check_session_id(&session_id).map_err(|e| ImportError::Invalid(e.to_string()))?;
+        if let Some(user) = &user_id {
+            super::check_user_id(user).map_err(|e| ImportError::Invalid(e.to_string()))?;
+        }
+        let deps = secrets::scrub_deps(&deps, journal.rules);
+        let folded = &journal.state;
+        let disagree = |field: &str| {
+            ImportError::Inconsistent(format!("`{field}` is not what the journal says"))
+        };
+        if folded.deps != deps {
+            return Err(disagree("deps"));
+        }
+        if folded.usage != usage {
+            return Err(disagree("usage"));
+        }
+        if folded.iteration != iteration {
+            return Err(disagree("iteration"));
+        }
+        if journal.messages.finish() != messages.finish() {
+            return Err(disagree("messages"));
+        }
+        if journal.items.finish() != items.finish() {
+            return Err(disagree("items"));
+        }
+        Ok(Staged {
+            header: SessionHeader {
+                session_id,
+                user_id,
+                created_at_ms,
+                metadata,
+                ephemeral: false,
+            },
+            updated_at_ms,
+            deps,
+            usage,
+            iteration,
+            records: journal.next - 1,
+            journal: journal.spill,
+        })
+    }
+}
+
+/// Reads the document's fields, the journal into [`Journal`].
+struct DocumentSeed<'a, 'r> {
+    journal: &'a mut Journal<'r>,
+    rules: &'r ContextRules,
+}
+
+impl<'de> DeserializeSeed<'de> for DocumentSeed<'_, '_> {
+    type Value = Fields;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Fields, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+/// `slot`, refused if the document named its field before.
+fn fresh<T, E: de::Error>(slot: &Option<T>, name: &'static str) -> Result<(), E> {
+    match slot {
+        Some(_) => Err(E::duplicate_field(name)),
+        None => Ok(()),
+    }
+}
+
+impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
+    type Value = Fields;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a session export (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+        let mut fields = Fields::default();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "version" => {
+                    if fields.version {
+                        return Err(de::Error::duplicate_field("version"));
+                    }
+                    fields.version = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                "session_id" => {
+                    fresh(&fields.session_id, "session_id")?;
+                    fields.session_id = Some(map.next_value()?);
+                }
+                "user_id" => {
+                    fresh(&fields.user_id, "user_id")?;
+                    fields.user_id = Some(map.next_value()?);
+                }
+                "created_at_ms" => {
+                    fresh(&fields.created_at_ms, "created_at_ms")?;
+                    fields.created_at_ms = Some(map.next_value()?);
+                }
+                "updated_at_ms" => {
+                    fresh(&fields.updated_at_ms, "updated_at_ms")?;
+                    fields.updated_at_ms = Some(map.next_value()?);
+                }
+                "metadata" => {
+                    fresh(&fields.metadata, "metadata")?;
+                    fields.metadata = Some(map.next_value()?);
+                }
+                "deps" => {
+                    fresh(&fields.deps, "deps")?;
+                    fields.deps = Some(map.next_value()?);
+                }
+                "usage" => {
+                    fresh(&fields.usage, "usage")?;
+                    fields.usage = Some(map.next_value()?);
+                }
+                "iteration" => {
+                    fresh(&fields.iteration, "iteration")?;
+                    fields.iteration = Some(map.next_value()?);
+                }
+                "messages" => {
+                    fresh(&fields.messages, "messages")?;
+                    fields.messages = Some(map.next_value_seed(Digested::<Message> {
+                        rules: None,
+                        of: std::marker::PhantomData,
+                    })?);
+                }
+                "items" => {
+                    fresh(&fields.items, "items")?;
+                    fields.items = Some(map.next_value_seed(Digested::<Event> {
+                        rules: Some(self.rules),
+                        of: std::marker::PhantomData,
+                    })?);
+                }
+                "journal" => {
+                    if fields.journal {
+                        return Err(de::Error::duplicate_field("journal"));
+                    }
+                    fields.journal = true;
+                    map.next_value_seed(JournalSeed(&mut *self.journal))?;
+                }
+                other => return Err(de::Error::unknown_field(other, FIELDS)),
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// The journal's records, each handed to [`Journal::take`] as it is read.
+struct JournalSeed<'a, 'r>(&'a mut Journal<'r>);
+
+impl<'de> DeserializeSeed<'de> for JournalSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for JournalSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of journal records")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(record) = seq.next_element::<Record>()? {
+            if let Err(e) = self.0.take(record) {
+                let message = e.to_string();
+                self.0.failed = Some(e);
+                return Err(de::Error::custom(message));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A list of `T`s, digested one at a time (an item's deps scrubbed first,
+/// as the journal's are).
+struct Digested<'r, T> {
+    rules: Option<&'r ContextRules>,
+    of: std::marker::PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de> + Serialize + Scrub> DeserializeSeed<'de> for Digested<'_, T> {
+    type Value = Digest;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Digest, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Serialize + Scrub> Visitor<'de> for Digested<'_, T> {
+    type Value = Digest;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Digest, A::Error> {
+        let mut digest = Digest::default();
+        while let Some(mut element) = seq.next_element::<T>()? {
+            if let Some(rules) = self.rules {
+                element.scrub(rules);
+            }
+            digest.add(&element);
+        }
+        Ok(digest)
+    }
+}
+
+/// What is removed from a listed value before it is compared with the
+/// journal's.
+trait Scrub {
+    fn scrub(&mut self, rules: &ContextRules);
+}
+
+impl Scrub for Message {
+    fn scrub(&mut self, _: &ContextRules) {}
+}
+
+impl Scrub for Event {
+    fn scrub(&mut self, rules: &ContextRules) {
+        secrets::scrub_event(self, rules);
+    }
+}
+
+/// A digest of a list of values: equal for two lists whose values are
+/// equal as JSON, in the same order (object keys in any order).
+#[derive(Default)]
+struct Digest {
+    hasher: Sha256,
+    count: u64,
+}
+
+impl Digest {
+    fn add(&mut self, value: &impl Serialize) {
+        // Messages and events always serialize (they were just read).
+        let value = serde_json::to_value(value).unwrap_or(Value::Null);
+        canonical(&value, &mut self.hasher);
+        self.hasher.update(b"\n");
+        self.count += 1;
+    }
+
+    fn finish(self) -> (u64, [u8; 32]) {
+        (self.count, self.hasher.finalize().into())
+    }
+}
+
+/// Feeds `value` to `hasher` as JSON with every object's keys sorted.
+/// Recursion is bounded by the parser's depth limit (128), which every
+/// value here was read under.
+fn canonical(value: &Value, hasher: &mut Sha256) {
+    match value {
+        Value::Array(values) => {
+            hasher.update(b"[");
+            for (at, value) in values.iter().enumerate() {
+                if at > 0 {
+                    hasher.update(b",");
+                }
+                canonical(value, hasher);
+            }
+            hasher.update(b"]");
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            hasher.update(b"{");
+            for (at, key) in keys.into_iter().enumerate() {
+                if at > 0 {
+                    hasher.update(b",");
+                }
+                hasher.update(Value::String(key.clone()).to_string().as_bytes());
+                hasher.update(b":");
+                if let Some(value) = map.get(key) {
+                    canonical(value, hasher);
+                }
+            }
+            hasher.update(b"}");
+        }
+        scalar => hasher.update(scalar.to_string().as_bytes()),
+    }
+}
+
+/// The staged journal read back a page at a time ([`RecordPages`]): at most
+/// [`PAGE_RECORDS`] records or about [`PAGE_BYTES`] of them.
+#[derive(Debug)]
+pub struct SpilledRecords {
+    lines: std::io::Lines<BufReader<std::fs::File>>,
+}
+
+/// The most records a page of a staged journal holds.
+pub const PAGE_RECORDS: usize = 256;
+
+/// A page of a staged journal ends after the record that takes it past
+/// this many bytes.
+pub const PAGE_BYTES: usize = 4 << 20;
+
+impl RecordPages for SpilledRecords {
+    fn next_page(&mut self) -> Result<Option<Vec<Record>>, StoreError> {
+        let failed = |message: String| StoreError::Backend {
+            location: "the staged import".into(),
+            message,
+        };
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        while page.len() < PAGE_RECORDS && bytes < PAGE_BYTES {
+            let Some(line) = self.lines.next() else {
+                break;
+            };
+            let line = line.map_err(|e| failed(e.to_string()))?;
+            bytes += line.len();
+            page.push(serde_json::from_str(&line).map_err(|e| failed(e.to_string()))?);
+        }
+        Ok((!page.is_empty()).then_some(page))
+    }
+}
