@@ -377,7 +377,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
         stage(input, &ContextRules::default())
     })
     .await
-    .map_err(|e| Failure::input("file_not_readable", format!("{shown}: {e}")))?;
+    .map_err(|e| Failure::internal(format!("{shown}: {e}")))?;
     let mut staged = staged.map_err(|e| {
         let message = format!("{shown}: {e}");
         match e {

@@ -77,8 +77,8 @@ pub fn stage(mut input: impl Read + Seek, rules: &ContextRules) -> Result<Staged
         spill,
         state: Folded::default(),
         next: 1,
-        messages: Digest::default(),
-        items: Digest::default(),
+        messages: ListDigest::default(),
+        items: ListDigest::default(),
         failed: None,
     };
     let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
@@ -187,8 +187,8 @@ struct Journal<'r> {
     state: Folded,
     /// The number the next record must have.
     next: u64,
-    messages: Digest,
-    items: Digest,
+    messages: ListDigest,
+    items: ListDigest,
     /// Why reading stopped, when the journal itself was at fault (the
     /// reader's error then only says where).
     failed: Option<ImportError>,
@@ -227,8 +227,8 @@ struct Fields {
     deps: Option<Map<String, Value>>,
     usage: Option<Usage>,
     iteration: Option<u32>,
-    messages: Option<Digest>,
-    items: Option<Digest>,
+    messages: Option<ListDigest>,
+    items: Option<ListDigest>,
     journal: bool,
 }
 
@@ -446,22 +446,25 @@ struct Digested<'r, T> {
 }
 
 impl<'de, T: Deserialize<'de> + Serialize + Scrub> DeserializeSeed<'de> for Digested<'_, T> {
-    type Value = Digest;
+    type Value = ListDigest;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Digest, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<ListDigest, D::Error> {
         deserializer.deserialize_seq(self)
     }
 }
 
 impl<'de, T: Deserialize<'de> + Serialize + Scrub> Visitor<'de> for Digested<'_, T> {
-    type Value = Digest;
+    type Value = ListDigest;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Digest, A::Error> {
-        let mut digest = Digest::default();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ListDigest, A::Error> {
+        let mut digest = ListDigest::default();
         while let Some(mut element) = seq.next_element::<T>()? {
             if let Some(rules) = self.rules {
                 element.scrub(rules);
@@ -491,12 +494,12 @@ impl Scrub for Event {
 /// A digest of a list of values: equal for two lists whose values are
 /// equal as JSON, in the same order (object keys in any order).
 #[derive(Default)]
-struct Digest {
+struct ListDigest {
     hasher: Sha256,
     count: u64,
 }
 
-impl Digest {
+impl ListDigest {
     fn add(&mut self, value: &impl Serialize) {
         // Messages and events always serialize (they were just read).
         let value = serde_json::to_value(value).unwrap_or(Value::Null);
