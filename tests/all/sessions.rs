@@ -2223,7 +2223,7 @@ async fn filled_behind(db: &TestStore, id: &str, count: u64, size: usize) {
 }
 
 /// An import SIGKILLed at points spread over its run (at once, while it
-/// reads the file, while it inserts) leaves all of the session or none of
+/// reads the file, while it commits) leaves all of the session or none of
 /// it, and the store whole: its other session unchanged, the file passing
 /// SQLite's integrity check, and the same import succeeding after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2259,8 +2259,10 @@ async fn an_import_killed_at_any_point_leaves_all_or_nothing() {
             "staging the journal",
             Box::new(|pid| read(pid) > size * 3 / 2),
         ),
-        ("inserting", Box::new(|_| wal_len() > (1 << 20))),
-        ("half inserted", Box::new(|_| wal_len() > size / 2)),
+        // The store's page cache (32 MiB) holds this whole session, so
+        // its pages reach the log as the transaction commits.
+        ("committing", Box::new(|_| wal_len() > (1 << 20))),
+        ("half committed", Box::new(|_| wal_len() > size / 2)),
     ];
     let mut left_nothing = 0;
     for (round, (point, reached)) in points.iter().enumerate() {
@@ -2292,14 +2294,12 @@ async fn an_import_killed_at_any_point_leaves_all_or_nothing() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         let _ = child.kill();
-        let status = child.wait().unwrap();
+        child.wait().unwrap();
         let store = db.open().await;
         match store.read(None, &id).await {
             Err(StoreError::NotFound { .. }) => left_nothing += 1,
-            Ok(copy) => {
-                assert!(status.success(), "{point}: a session of a killed import");
-                assert_eq!(copy.records, original.records, "{point}");
-            }
+            // Killed after its commit (and before it exited): whole.
+            Ok(copy) => assert_eq!(copy.records, original.records, "{point}"),
             Err(e) => panic!("{point}: {e}"),
         }
         assert_eq!(store.read(None, "big").await.unwrap(), original, "{point}");
