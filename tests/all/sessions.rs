@@ -329,6 +329,19 @@ async fn an_export_reads_in_any_order_and_names_each_fault() {
     assert!(fault(format!("{text} x")).starts_with("invalid session file: trailing characters"));
 }
 
+/// The ids of the anonymous bucket's sessions in `store`, sorted.
+async fn session_ids(store: &Arc<dyn SessionStore>) -> Vec<String> {
+    let mut ids: Vec<String> = store
+        .list(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// Records for an insert that give `pages` and then fail.
 struct FailingAfter(Vec<Vec<airlock::journal::Record>>);
 
@@ -368,14 +381,7 @@ async fn an_import_that_fails_midway_inserts_nothing(backend: Backend) {
     );
     let gone = store.read(None, "copy").await.unwrap_err();
     assert!(matches!(gone, StoreError::NotFound { .. }), "{gone}");
-    let listed: Vec<String> = store
-        .list(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.session_id)
-        .collect();
-    assert_eq!(listed, ["whole"]);
+    assert_eq!(session_ids(&store).await, ["whole"]);
 
     store
         .insert(&header, Box::new(FailingAfter(pages)), whole.updated_at_ms)
@@ -1849,15 +1855,10 @@ async fn pruning_removes_old_and_ephemeral_sessions_never_a_leased_one(backend: 
     let mut gone: Vec<&str> = pruned.iter().map(|p| p.session_id.as_str()).collect();
     gone.sort_unstable();
     assert_eq!(gone, ["old", "old-ephemeral"]);
-    let mut left: Vec<String> = store
-        .list(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.session_id)
-        .collect();
-    left.sort_unstable();
-    assert_eq!(left, ["fresh-ephemeral", "old-leased", "recent"]);
+    assert_eq!(
+        session_ids(&store).await,
+        ["fresh-ephemeral", "old-leased", "recent"]
+    );
     assert!(store.read(None, "old").await.is_err());
     store.release(&leased.lease).await.unwrap();
 

@@ -218,7 +218,7 @@ impl Journal<'_> {
 /// The document's fields other than its journal, as read.
 #[derive(Default)]
 struct Fields {
-    version: bool,
+    version: Option<()>,
     session_id: Option<String>,
     user_id: Option<Option<String>>,
     created_at_ms: Option<u64>,
@@ -229,7 +229,7 @@ struct Fields {
     iteration: Option<u32>,
     messages: Option<ListDigest>,
     items: Option<ListDigest>,
-    journal: bool,
+    journal: Option<()>,
 }
 
 /// Every field of the document, for errors naming one that is not.
@@ -263,9 +263,7 @@ impl Fields {
         let iteration = self.iteration.ok_or_else(|| missing("iteration"))?;
         let messages = self.messages.ok_or_else(|| missing("messages"))?;
         let items = self.items.ok_or_else(|| missing("items"))?;
-        if !self.journal {
-            return Err(missing("journal"));
-        }
+        self.journal.ok_or_else(|| missing("journal"))?;
         super::check_session_id(&session_id).map_err(|e| ImportError::Invalid(e.to_string()))?;
         if let Some(user) = &user_id {
             super::check_user_id(user).map_err(|e| ImportError::Invalid(e.to_string()))?;
@@ -322,12 +320,19 @@ impl<'de> DeserializeSeed<'de> for DocumentSeed<'_, '_> {
     }
 }
 
-/// `slot`, refused if the document named its field before.
-fn fresh<T, E: de::Error>(slot: &Option<T>, name: &'static str) -> Result<(), E> {
-    match slot {
-        Some(_) => Err(E::duplicate_field(name)),
-        None => Ok(()),
+/// Reads field `name` into `slot` with `read`, refused if the document
+/// named the field before (before it is read: a journal is never read
+/// twice).
+fn once<T, E: de::Error>(
+    slot: &mut Option<T>,
+    name: &'static str,
+    read: impl FnOnce() -> Result<T, E>,
+) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(E::duplicate_field(name));
     }
+    *slot = Some(read()?);
+    Ok(())
 }
 
 impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
@@ -340,67 +345,38 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
         let mut fields = Fields::default();
         while let Some(key) = map.next_key::<String>()? {
+            let f = &mut fields;
             match key.as_str() {
-                "version" => {
-                    if fields.version {
-                        return Err(de::Error::duplicate_field("version"));
-                    }
-                    fields.version = true;
-                    map.next_value::<IgnoredAny>()?;
-                }
-                "session_id" => {
-                    fresh(&fields.session_id, "session_id")?;
-                    fields.session_id = Some(map.next_value()?);
-                }
-                "user_id" => {
-                    fresh(&fields.user_id, "user_id")?;
-                    fields.user_id = Some(map.next_value()?);
-                }
+                "version" => once(&mut f.version, "version", || {
+                    map.next_value::<IgnoredAny>().map(drop)
+                })?,
+                "session_id" => once(&mut f.session_id, "session_id", || map.next_value())?,
+                "user_id" => once(&mut f.user_id, "user_id", || map.next_value())?,
                 "created_at_ms" => {
-                    fresh(&fields.created_at_ms, "created_at_ms")?;
-                    fields.created_at_ms = Some(map.next_value()?);
+                    once(&mut f.created_at_ms, "created_at_ms", || map.next_value())?
                 }
                 "updated_at_ms" => {
-                    fresh(&fields.updated_at_ms, "updated_at_ms")?;
-                    fields.updated_at_ms = Some(map.next_value()?);
+                    once(&mut f.updated_at_ms, "updated_at_ms", || map.next_value())?
                 }
-                "metadata" => {
-                    fresh(&fields.metadata, "metadata")?;
-                    fields.metadata = Some(map.next_value()?);
-                }
-                "deps" => {
-                    fresh(&fields.deps, "deps")?;
-                    fields.deps = Some(map.next_value()?);
-                }
-                "usage" => {
-                    fresh(&fields.usage, "usage")?;
-                    fields.usage = Some(map.next_value()?);
-                }
-                "iteration" => {
-                    fresh(&fields.iteration, "iteration")?;
-                    fields.iteration = Some(map.next_value()?);
-                }
-                "messages" => {
-                    fresh(&fields.messages, "messages")?;
-                    fields.messages = Some(map.next_value_seed(Digested::<Message> {
+                "metadata" => once(&mut f.metadata, "metadata", || map.next_value())?,
+                "deps" => once(&mut f.deps, "deps", || map.next_value())?,
+                "usage" => once(&mut f.usage, "usage", || map.next_value())?,
+                "iteration" => once(&mut f.iteration, "iteration", || map.next_value())?,
+                "messages" => once(&mut f.messages, "messages", || {
+                    map.next_value_seed(Digested::<Message> {
                         rules: None,
                         of: std::marker::PhantomData,
-                    })?);
-                }
-                "items" => {
-                    fresh(&fields.items, "items")?;
-                    fields.items = Some(map.next_value_seed(Digested::<Event> {
+                    })
+                })?,
+                "items" => once(&mut f.items, "items", || {
+                    map.next_value_seed(Digested::<Event> {
                         rules: Some(self.rules),
                         of: std::marker::PhantomData,
-                    })?);
-                }
-                "journal" => {
-                    if fields.journal {
-                        return Err(de::Error::duplicate_field("journal"));
-                    }
-                    fields.journal = true;
-                    map.next_value_seed(JournalSeed(&mut *self.journal))?;
-                }
+                    })
+                })?,
+                "journal" => once(&mut f.journal, "journal", || {
+                    map.next_value_seed(JournalSeed(&mut *self.journal))
+                })?,
                 other => return Err(de::Error::unknown_field(other, FIELDS)),
             }
         }
