@@ -359,7 +359,8 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
 
 /// Imports an export of any length: read and checked a record at a time
 /// ([`stage`]), then inserted a page at a time in one transaction. Standard
-/// input is copied to a temporary file first (the file is read twice).
+/// input is copied to a temporary file first (the file is read from its
+/// start twice: as far as its version, then whole).
 async fn import(args: ImportArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
     let shown = args.file.display().to_string();

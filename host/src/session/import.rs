@@ -1,9 +1,9 @@
 //! Importing an export of any length in bounded memory.
 //!
-//! [`stage`] reads the document twice, a value at a time, and never whole:
-//! once for its `version` (so that a version this Airlock does not read is
-//! named as such, wherever the field is and whatever else the file holds),
-//! then for the rest. The journal's records are scrubbed of hidden and
+//! [`stage`] reads the document a value at a time, and never whole: first
+//! as far as its `version` (so that a version this Airlock does not read is
+//! named as such, wherever the field is and whatever else the file holds;
+//! an export this Airlock writes names it first), then all of it. The journal's records are scrubbed of hidden and
 //! secret-looking keys, folded and written to an unnamed temporary file as
 //! they come; the conversation the document lists beside them (`messages`,
 //! `items`) is compared with the journal's by digest, never held. Only a
@@ -105,77 +105,85 @@ fn json_error(e: serde_json::Error) -> ImportError {
     }
 }
 
-/// Checks the document's `version` (reading nothing else into memory).
+/// Checks the document's `version`, reading the document only as far as
+/// that field (the first of an export this Airlock writes), and nothing
+/// else into memory.
 fn read_version(input: &mut (impl Read + Seek)) -> Result<(), ImportError> {
     let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
-    let version = VersionOnly::deserialize(&mut reader)
-        .and_then(|version| reader.end().map(|()| version))
-        .map_err(json_error)?;
-    match version.0.as_ref().and_then(Value::as_u64) {
-        None => Err(ImportError::MissingVersion),
-        Some(EXPORT_VERSION) => Ok(()),
-        Some(other) => Err(ImportError::UnsupportedVersion(other)),
+    let mut version = None;
+    let read = VersionSeed(&mut version)
+        .deserialize(&mut reader)
+        .and_then(|()| reader.end());
+    match (read, &version) {
+        // Found: the rest is read by the second pass.
+        (_, Some(found)) => match found.as_u64() {
+            None => Err(ImportError::MissingVersion),
+            Some(EXPORT_VERSION) => Ok(()),
+            Some(other) => Err(ImportError::UnsupportedVersion(other)),
+        },
+        (Ok(()), None) => Err(ImportError::MissingVersion),
+        (Err(e), None) => Err(json_error(e)),
     }
 }
 
-/// A document's `version` field, everything else skipped. A document that
-/// is not an object has none.
-struct VersionOnly(Option<Value>);
+/// A document's `version` field, into the slot it holds: the reader stops
+/// (with an error) once it is found, and skips everything before it. A
+/// document that is not an object has none.
+struct VersionSeed<'a>(&'a mut Option<Value>);
 
-impl<'de> Deserialize<'de> for VersionOnly {
-    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(VersionVisitor)
+impl<'de> DeserializeSeed<'de> for VersionSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct VersionVisitor;
-
-impl<'de> Visitor<'de> for VersionVisitor {
-    type Value = VersionOnly;
+impl<'de> Visitor<'de> for VersionSeed<'_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a session export (a JSON object)")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VersionOnly, A::Error> {
-        let mut version = None;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<String>()? {
             if key == "version" {
-                version = Some(map.next_value::<Value>()?);
-            } else {
-                map.next_value::<IgnoredAny>()?;
+                *self.0 = Some(map.next_value::<Value>()?);
+                return Err(de::Error::custom("the version is found"));
             }
+            map.next_value::<IgnoredAny>()?;
         }
-        Ok(VersionOnly(version))
+        Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<VersionOnly, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(VersionOnly(None))
+        Ok(())
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<VersionOnly, E> {
-        Ok(VersionOnly(None))
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<VersionOnly, E> {
-        Ok(VersionOnly(None))
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<VersionOnly, E> {
-        Ok(VersionOnly(None))
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<VersionOnly, E> {
-        Ok(VersionOnly(None))
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<VersionOnly, E> {
-        Ok(VersionOnly(None))
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
     }
 
-    fn visit_unit<E>(self) -> Result<VersionOnly, E> {
-        Ok(VersionOnly(None))
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
     }
 }
 
