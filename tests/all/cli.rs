@@ -322,7 +322,19 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
     )));
     let out = with_store(&["sessions", "import", path(&file), "--as", "copy", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout_json(&out)["session_id"], "copy");
+    let imported = stdout_json(&out);
+    assert_eq!(imported["session_id"], "copy");
+    let listed = stdout_json(&with_store(&["sessions", "list", "--json"]));
+    let records = |id: &str| {
+        listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == id)
+            .map(|s| s["records"].clone())
+    };
+    assert_eq!(records("copy"), records("demo"));
+    assert_eq!(Some(imported["records"].clone()), records("demo"));
     let out = with_store(&["sessions", "show", "copy", "--json"]);
     assert_eq!(stdout_json(&out)["deps"], json!({"notes": ["x"]}));
 
@@ -338,6 +350,8 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
     };
     let out = piped(std::fs::File::open(&file).unwrap(), "piped");
     assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("imported piped ("), "{said}");
     let out = with_store(&["sessions", "show", "piped", "--json"]);
     assert_eq!(stdout_json(&out)["deps"], json!({"notes": ["x"]}));
     let broken = dir.path().join("broken.json");

@@ -406,7 +406,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
         staged.header.session_id = id.clone();
     }
     let header = staged.header.clone();
-    let updated_at_ms = staged.updated_at_ms;
+    let (updated_at_ms, records) = (staged.updated_at_ms, staged.records);
     let pages = staged.into_pages().map_err(|e| {
         Failure::internal(format!("{shown}: {}", ImportError::Stage(e.to_string())))
     })?;
@@ -415,12 +415,15 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
         .await
         .map_err(|e| located(e, owner, store.as_ref()))?;
     if args.json {
-        print_json(
-            &json!({"ok": true, "store": store.location(), "session_id": header.session_id}),
-        );
+        print_json(&json!({
+            "ok": true,
+            "store": store.location(),
+            "session_id": header.session_id,
+            "records": records,
+        }));
     } else {
         print_out(&format!(
-            "imported {} into {}",
+            "imported {} ({records} records) into {}",
             header.session_id,
             store.location()
         ));
