@@ -238,6 +238,14 @@ async fn export_with_an_update(store: &Arc<dyn SessionStore>, id: &str) -> Value
     serde_json::to_value(SessionExport::new(&stored, &ContextRules::default()).unwrap()).unwrap()
 }
 
+/// The value of the first op of the context update an export lists in
+/// its `items`.
+fn listed_op_value(doc: &mut Value) -> &mut Value {
+    let items = doc["items"].as_array_mut().unwrap();
+    let item = items.iter_mut().find(|i| i.get("ops").is_some()).unwrap();
+    &mut item["ops"][0]["value"]
+}
+
 /// An export is read field by field as it comes (an import holds no more
 /// than a record of it): its fields in any order, an object's keys in any
 /// order, and each fault named: a field twice, unknown or missing, records
@@ -279,16 +287,10 @@ async fn an_export_reads_in_any_order_and_names_each_fault() {
     );
     // The listed item's object with its keys the other way round: the
     // same value as the journal's.
-    let update = |doc: &mut Value| -> Value {
-        let items = doc["items"].as_array_mut().unwrap();
-        let item = items.iter_mut().find(|i| i.get("ops").is_some()).unwrap();
-        item["ops"][0]["value"].take()
-    };
     let mut turned = good.clone();
-    assert_eq!(update(&mut turned), json!({"a": 1, "b": 2}));
-    let items = turned["items"].as_array_mut().unwrap();
-    let item = items.iter_mut().find(|i| i.get("ops").is_some()).unwrap();
-    item["ops"][0]["value"] = json!({"b": 2, "a": 1});
+    let value = listed_op_value(&mut turned);
+    assert_eq!(*value, json!({"a": 1, "b": 2}));
+    *value = json!({"b": 2, "a": 1});
     assert_eq!(export_of(&turned.to_string()).unwrap(), expected);
 
     let fault = |doc: String| export_of(&doc).unwrap_err().to_string();
@@ -327,10 +329,7 @@ async fn an_export_reads_in_any_order_and_names_each_fault() {
     longer["messages"].as_array_mut().unwrap().push(first);
     assert!(fault(longer.to_string()).contains("`messages`"));
     let mut changed = good.clone();
-    update(&mut changed);
-    let items = changed["items"].as_array_mut().unwrap();
-    let item = items.iter_mut().find(|i| i.get("ops").is_some()).unwrap();
-    item["ops"][0]["value"] = json!({"a": 1, "b": 3});
+    *listed_op_value(&mut changed) = json!({"a": 1, "b": 3});
     assert_eq!(
         fault(changed.to_string()),
         "inconsistent session file: `items` is not what the journal says"
