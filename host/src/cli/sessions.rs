@@ -16,7 +16,7 @@ use airlock::context::ContextRules;
 use airlock::journal::{Entry, Item, Role};
 use airlock::llm::Message;
 use airlock::session::export::{ExportError, ImportError, JournalPages, Spill, write_export};
-use airlock::session::import::stage;
+use airlock::session::import::{Staged, stage};
 use airlock::session::{SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
@@ -405,13 +405,15 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
         staged.header.session_id = id.clone();
     }
-    let header = staged.header.clone();
-    let (updated_at_ms, records) = (staged.updated_at_ms, staged.records);
-    let pages = staged.into_pages().map_err(|e| {
-        Failure::internal(format!("{shown}: {}", ImportError::Stage(e.to_string())))
-    })?;
+    let Staged {
+        header,
+        updated_at_ms,
+        records,
+        journal,
+        ..
+    } = staged;
     store
-        .insert(&header, Box::new(pages), updated_at_ms)
+        .insert(&header, Box::new(journal), updated_at_ms)
         .await
         .map_err(|e| located(e, owner, store.as_ref()))?;
     if args.json {

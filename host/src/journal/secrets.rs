@@ -163,8 +163,7 @@ pub fn scrub_ops(ops: &[ContextOp], rules: &ContextRules) -> Vec<ContextOp> {
 
 /// `record` as it may be stored or shown: its deps scrubbed, its context
 /// update's ops scrubbed.
-pub fn scrub_record(record: &Record, rules: &ContextRules) -> Record {
-    let mut record = record.clone();
+pub fn scrub_record(mut record: Record, rules: &ContextRules) -> Record {
     match &mut record.entry {
         Entry::Deps { deps } => *deps = scrub_deps(deps, rules),
         Entry::Item { event } => scrub_event(event, rules),

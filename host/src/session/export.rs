@@ -93,24 +93,16 @@ impl SessionExport {
         let journal: Vec<Record> = session
             .records
             .iter()
-            .map(|r| secrets::scrub_record(r, rules))
+            .map(|r| secrets::scrub_record(r.clone(), rules))
             .collect();
         let folded =
             Folded::fold(&journal).map_err(|e| ImportError::Inconsistent(e.to_string()))?;
-        Ok(Self {
-            version: EXPORT_VERSION,
-            session_id: session.header.session_id.clone(),
-            user_id: session.header.user_id.clone(),
-            created_at_ms: session.header.created_at_ms,
-            updated_at_ms: session.updated_at_ms,
-            metadata: session.header.metadata.clone(),
-            deps: folded.deps,
-            usage: folded.usage,
-            iteration: folded.iteration,
-            messages: folded.transcript.messages,
-            items: folded.transcript.items,
+        Ok(Self::of(
+            session.header.clone(),
+            session.updated_at_ms,
+            folded,
             journal,
-        })
+        ))
     }
 
     /// Parses an export: the version first (so an unknown version is named
@@ -121,31 +113,43 @@ impl SessionExport {
     /// without holding it.)
     pub fn parse(text: &str, rules: &ContextRules) -> Result<Self, ImportError> {
         let staged = super::import::stage(std::io::Cursor::new(text), rules)?;
-        let (header, updated_at_ms) = (staged.header.clone(), staged.updated_at_ms);
-        let (deps, usage, iteration) = (staged.deps.clone(), staged.usage, staged.iteration);
-        let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
-        let mut pages = staged.into_pages().map_err(|e| staging(&e))?;
+        let mut pages = staged.journal;
         let mut journal = Vec::new();
-        while let Some(page) = pages.next_page().map_err(|e| staging(&e))? {
+        while let Some(page) = pages
+            .next_page()
+            .map_err(|e| ImportError::Stage(e.to_string()))?
+        {
             journal.extend(page);
         }
-        // The file's conversation is the journal's: `stage` checked it.
+        // The file's deps and conversation are the journal's fold: `stage`
+        // checked them.
         let folded = Folded::fold(&journal)
             .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
-        Ok(Self {
+        Ok(Self::of(
+            staged.header,
+            staged.updated_at_ms,
+            folded,
+            journal,
+        ))
+    }
+
+    /// The export of a session whose (scrubbed) `journal` folds to
+    /// `folded`.
+    fn of(header: SessionHeader, updated_at_ms: u64, folded: Folded, journal: Vec<Record>) -> Self {
+        Self {
             version: EXPORT_VERSION,
             session_id: header.session_id,
             user_id: header.user_id,
             created_at_ms: header.created_at_ms,
             updated_at_ms,
             metadata: header.metadata,
-            deps,
-            usage,
-            iteration,
+            deps: folded.deps,
+            usage: folded.usage,
+            iteration: folded.iteration,
             messages: folded.transcript.messages,
             items: folded.transcript.items,
             journal,
-        })
+        }
     }
 
     /// The session's header. An imported session is kept like a named
@@ -228,7 +232,7 @@ impl<'a> JournalPages<'a> {
             .await?;
         let records: Vec<Record> = page
             .records
-            .iter()
+            .into_iter()
             .map(|r| secrets::scrub_record(r, self.rules))
             .collect();
         self.state

@@ -1,14 +1,15 @@
 //! Importing an export of any length in bounded memory.
 //!
 //! [`stage`] reads the document a value at a time, and never whole: first
-//! as far as its `version` (so that a version this Airlock does not read is
-//! named as such, wherever the field is and whatever else the file holds;
-//! an export this Airlock writes names it first), then all of it. The journal's records are scrubbed of hidden and
-//! secret-looking keys, folded and written to an unnamed temporary file as
-//! they come; the conversation the document lists beside them (`messages`,
-//! `items`) is compared with the journal's by digest, never held. Only a
-//! document whose every field agrees with its journal is staged, and
-//! [`Staged::into_pages`] then gives the records back a page at a time for
+//! as far as its `version` (so that a version this Airlock does not read
+//! is named as such, wherever the field is and whatever else the file
+//! holds; an export this Airlock writes names it first), then all of it.
+//! The journal's records are scrubbed of hidden and secret-looking keys,
+//! folded and written to an unnamed temporary file as they come; the
+//! conversation the document lists beside them (`messages`, `items`) is
+//! compared with the journal's by digest, never held. Only a document
+//! whose every field agrees with its journal is staged, and
+//! [`Staged::journal`] then gives the records back a page at a time for
 //! [`SessionStore::insert`](super::SessionStore::insert), which writes them
 //! in one transaction.
 //!
@@ -32,32 +33,19 @@ use crate::journal::{Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
 
 /// An export that was read whole and agrees with its journal, ready to be
-/// inserted. Its records are in a temporary file, removed when this (or
-/// the pages it gives) is dropped.
+/// inserted. Its records are in a temporary file, removed when `journal`
+/// is dropped.
 #[derive(Debug)]
 pub struct Staged {
     /// The session's header (imported sessions are never ephemeral).
     pub header: SessionHeader,
     /// When its last record was committed.
     pub updated_at_ms: u64,
-    /// Deps: the fold of the journal, scrubbed.
-    pub deps: Map<String, Value>,
-    /// Usage totals.
-    pub usage: Usage,
-    /// The last model request's number.
-    pub iteration: u32,
     /// How many records the journal holds.
     pub records: u64,
-    journal: Spill,
-}
-
-impl Staged {
-    /// The journal's records, scrubbed, a page at a time.
-    pub fn into_pages(self) -> std::io::Result<SpilledRecords> {
-        Ok(SpilledRecords {
-            lines: self.journal.into_reader()?.lines(),
-        })
-    }
+    /// The journal's records, scrubbed, a page at a time (for
+    /// [`SessionStore::insert`](super::SessionStore::insert)).
+    pub journal: SpilledRecords,
 }
 
 /// Reads the export in `input` (from its start) and checks it, as
@@ -204,7 +192,7 @@ struct Journal<'r> {
 
 impl Journal<'_> {
     fn take(&mut self, record: Record) -> Result<(), ImportError> {
-        let record = secrets::scrub_record(&record, self.rules);
+        let record = secrets::scrub_record(record, self.rules);
         let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
         let line = serde_json::to_string(&record).map_err(|e| staging(&e))?;
         self.spill.push_line(&line).map_err(|e| staging(&e))?;
@@ -305,11 +293,14 @@ impl Fields {
                 ephemeral: false,
             },
             updated_at_ms,
-            deps,
-            usage,
-            iteration,
             records: journal.next - 1,
-            journal: journal.spill,
+            journal: SpilledRecords {
+                lines: journal
+                    .spill
+                    .into_reader()
+                    .map_err(|e| ImportError::Stage(e.to_string()))?
+                    .lines(),
+            },
         })
     }
 }
@@ -372,13 +363,13 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
                 "iteration" => once(&mut f.iteration, "iteration", || map.next_value())?,
                 "messages" => once(&mut f.messages, "messages", || {
                     map.next_value_seed(Digested::<Message> {
-                        rules: None,
+                        rules: self.rules,
                         of: std::marker::PhantomData,
                     })
                 })?,
                 "items" => once(&mut f.items, "items", || {
                     map.next_value_seed(Digested::<Event> {
-                        rules: Some(self.rules),
+                        rules: self.rules,
                         of: std::marker::PhantomData,
                     })
                 })?,
@@ -425,7 +416,7 @@ impl<'de> Visitor<'de> for JournalSeed<'_, '_> {
 /// A list of `T`s, digested one at a time (an item's deps scrubbed first,
 /// as the journal's are).
 struct Digested<'r, T> {
-    rules: Option<&'r ContextRules>,
+    rules: &'r ContextRules,
     of: std::marker::PhantomData<T>,
 }
 
@@ -450,9 +441,7 @@ impl<'de, T: Deserialize<'de> + Serialize + Scrub> Visitor<'de> for Digested<'_,
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ListDigest, A::Error> {
         let mut digest = ListDigest::default();
         while let Some(mut element) = seq.next_element::<T>()? {
-            if let Some(rules) = self.rules {
-                element.scrub(rules);
-            }
+            element.scrub(self.rules);
             digest.add(&element);
         }
         Ok(digest)
@@ -480,20 +469,20 @@ impl Scrub for Event {
 #[derive(Default)]
 struct ListDigest {
     hasher: Sha256,
-    count: u64,
 }
 
 impl ListDigest {
     fn add(&mut self, value: &impl Serialize) {
         // Messages and events always serialize (they were just read).
         let value = serde_json::to_value(value).unwrap_or(Value::Null);
+        // Each value ends with a newline, which canonical JSON never holds:
+        // the digest tells lists of different lengths apart.
         canonical(&value, &mut self.hasher);
         self.hasher.update(b"\n");
-        self.count += 1;
     }
 
-    fn finish(self) -> (u64, [u8; 32]) {
-        (self.count, self.hasher.finalize().into())
+    fn finish(self) -> [u8; 32] {
+        self.hasher.finalize().into()
     }
 }
 
