@@ -16,7 +16,7 @@ use airlock::session::{SessionHeader, SessionStore};
 /// Bytes of one record's message.
 const RECORD_BYTES: usize = 64 << 10;
 
-/// The target: peak resident memory of the export, in MiB.
+/// The target: peak resident memory of the export, and of the import, in MiB.
 const TARGET_MIB: u64 = 100;
 
 /// The peak resident memory (`VmHWM`) of `pid` so far, in KiB; 0 once it
