@@ -116,14 +116,58 @@ pub(crate) fn default_shard_count() -> u32 {
 }
 
 /// Pick this thread's shard (used for both the sharded decommit queue and
-/// the sharded index allocators): assigned round-robin at first use per
-/// thread, cached in a thread-local.
+/// the sharded index allocators).
+///
+/// On Linux this is the CPU the thread runs on now (Airlock's patch), so
+/// threads on different CPUs never share a shard, and a slot freed on a
+/// CPU is reused by the same CPU, whose caches still hold it. Upstream
+/// assigns each thread a shard round-robin at its first use, so two busy
+/// threads could share a shard (and hand each other's slots back and forth
+/// between their CPUs) while an idle thread's went unused.
 pub(crate) fn thread_shard(nshards: usize) -> ShardId {
-    static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local! {
-        static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
+    #[cfg(target_os = "linux")]
+    {
+        ShardId::from_index(cpu_rank() % nshards)
     }
-    ShardId::from_index(SHARD.with(|s| *s) % nshards)
+    #[cfg(not(target_os = "linux"))]
+    {
+        static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+        std::thread_local! {
+            static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
+        }
+        ShardId::from_index(SHARD.with(|s| *s) % nshards)
+    }
+}
+
+/// The rank of the CPU this thread runs on among the CPUs the process may
+/// run on (as they were at the first call), so that a process confined to
+/// CPUs 4 and 6 uses two shards, not one; a CPU outside that set is ranked
+/// by its number. Costs one `getcpu` (the vDSO's on x86-64 and aarch64).
+#[cfg(target_os = "linux")]
+fn cpu_rank() -> usize {
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
+    static RANKS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    let cpu = sched_getcpu();
+    let ranks = RANKS.get_or_init(|| {
+        let Ok(allowed) = sched_getaffinity(None) else {
+            return Vec::new();
+        };
+        let mut next = 0;
+        (0..CpuSet::MAX_CPU)
+            .map(|i| {
+                if allowed.is_set(i) {
+                    next += 1;
+                    next - 1
+                } else {
+                    u16::MAX
+                }
+            })
+            .collect()
+    });
+    match ranks.get(cpu) {
+        Some(&rank) if rank != u16::MAX => usize::from(rank),
+        _ => cpu,
+    }
 }
 
 /// Enumerate all shard ids for a sharded structure with `nshards` shards,
