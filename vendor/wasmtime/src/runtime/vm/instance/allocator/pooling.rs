@@ -142,20 +142,28 @@ pub(crate) fn thread_shard(nshards: usize) -> ShardId {
 /// The rank of the CPU this thread runs on among the CPUs the process may
 /// run on (as they were at the first call), so that a process confined to
 /// CPUs 4 and 6 uses two shards, not one; a CPU outside that set is ranked
-/// by its number. Costs one `getcpu` (the vDSO's on x86-64 and aarch64).
+/// by its number. Costs one `sched_getcpu`, which glibc 2.35 and later
+/// answers from the thread's rseq area without a system call.
 #[cfg(target_os = "linux")]
 fn cpu_rank() -> usize {
-    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
     static RANKS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
-    let cpu = sched_getcpu();
+    // SAFETY: takes nothing, and only reads the calling thread's state.
+    let Ok(cpu) = usize::try_from(unsafe { libc::sched_getcpu() }) else {
+        return 0;
+    };
     let ranks = RANKS.get_or_init(|| {
-        let Ok(allowed) = sched_getaffinity(None) else {
+        // SAFETY: an all-zero `cpu_set_t` is an empty set, and the call
+        // writes at most the size it is given.
+        let mut allowed: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+        let size = core::mem::size_of::<libc::cpu_set_t>();
+        if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
             return Vec::new();
-        };
+        }
         let mut next = 0;
-        (0..CpuSet::MAX_CPU)
+        (0..usize::try_from(libc::CPU_SETSIZE).unwrap_or(0))
             .map(|i| {
-                if allowed.is_set(i) {
+                // SAFETY: `i` is below `CPU_SETSIZE`, the set's size in CPUs.
+                if unsafe { libc::CPU_ISSET(i, &allowed) } {
                     next += 1;
                     next - 1
                 } else {
