@@ -486,6 +486,39 @@ async fn users_are_a_hard_partition(backend: Backend) {
         "{}",
         stderr(&out)
     );
+    // Refused as soon as its `user_id` is read: a copy whose journal is
+    // cut short is still the wrong user's for bob, and only alice reads
+    // as far as the cut. A bad `--as` is refused before the file is read.
+    let text = std::str::from_utf8(&exported.stdout).unwrap();
+    let cut = dir.path().join("alice-cut.json");
+    let journal = text.find("\"journal\"").unwrap();
+    std::fs::write(&cut, &text[..journal + 20]).unwrap();
+    let out = sessions(&other.spec, &["import", path(&cut), "--user", "bob"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out)
+            .contains("the session belongs to user \"alice\"; import it with --user \"alice\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = sessions(&other.spec, &["import", path(&cut), "--user", "alice"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("invalid session file"),
+        "{}",
+        stderr(&out)
+    );
+    let out = sessions(
+        &other.spec,
+        &["import", path(&cut), "--user", "alice", "--as", "no spaces"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--as: "), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("invalid session file"),
+        "{}",
+        stderr(&out)
+    );
     let out = sessions(&other.spec, &["import", path(&file), "--user", "alice"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);

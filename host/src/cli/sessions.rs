@@ -16,7 +16,7 @@ use airlock::context::ContextRules;
 use airlock::journal::{Entry, Item, Role};
 use airlock::llm::Message;
 use airlock::session::export::{ExportError, ImportError, JournalPages, Spill, write_export};
-use airlock::session::import::{Staged, stage};
+use airlock::session::import::{Staged, stage_for_user};
 use airlock::session::{SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
@@ -358,13 +358,19 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
 }
 
 /// Imports an export of any length: read and checked a record at a time
-/// ([`stage`]), then inserted a page at a time in one transaction. Standard
+/// ([`stage_for_user`]: a file of another user is refused once its
+/// `user_id` is read), then inserted a page at a time in one transaction. Standard
 /// input is copied to a temporary file first (the file is read from its
 /// start twice: as far as its version, then whole).
 async fn import(args: ImportArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
+    if let Some(id) = &args.as_id {
+        airlock::session::check_session_id(id)
+            .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
+    }
     let shown = args.file.display().to_string();
     let file = args.file.clone();
+    let user = owner.map(str::to_owned);
     let staged = tokio::task::spawn_blocking(move || {
         let input = if file.as_os_str() == "-" {
             tempfile::tempfile().and_then(|mut copy| {
@@ -375,7 +381,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
             std::fs::File::open(&file)
         }
         .map_err(|e| ImportError::Read(e.to_string()))?;
-        stage(input, &ContextRules::default())
+        stage_for_user(input, &ContextRules::default(), user.as_deref())
     })
     .await
     .map_err(|e| Failure::internal(format!("{shown}: {e}")))?;
@@ -386,23 +392,17 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
             ImportError::UnsupportedVersion(_) => Failure::input("unsupported_version", message),
             ImportError::Read(_) => Failure::input("file_not_readable", message),
             ImportError::Stage(_) => Failure::internal(message),
+            ImportError::WrongUser(user) => Failure::input(
+                "wrong_user",
+                format!(
+                    "{message}; import it with {}",
+                    user.map_or("no --user".to_owned(), |u| format!("--user {u:?}")),
+                ),
+            ),
             _ => Failure::input("invalid_session_file", message),
         }
     })?;
-    let user_id = staged.header.user_id.as_deref();
-    if user_id != owner {
-        return Err(Failure::input(
-            "wrong_user",
-            format!(
-                "{shown}: the session belongs to {}; import it with {}",
-                user_id.map_or("the anonymous bucket".to_owned(), |u| format!("user {u:?}")),
-                user_id.map_or("no --user".to_owned(), |u| format!("--user {u:?}")),
-            ),
-        ));
-    }
     if let Some(id) = &args.as_id {
-        airlock::session::check_session_id(id)
-            .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
         staged.header.session_id = id.clone();
     }
     let Staged {

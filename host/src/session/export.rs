@@ -84,6 +84,16 @@ pub enum ImportError {
     /// is checked (a full disk, say).
     #[error("cannot stage the import in a temporary file: {0}")]
     Stage(String),
+    /// The session belongs to another user than the one importing it
+    /// ([`stage_for_user`](super::import::stage_for_user)): this one
+    /// (`None`: the anonymous bucket).
+    #[error("the session belongs to {}", owner(.0.as_deref()))]
+    WrongUser(Option<String>),
+}
+
+/// Whose a session is, in words.
+fn owner(user: Option<&str>) -> String {
+    user.map_or("the anonymous bucket".to_owned(), |u| format!("user {u:?}"))
 }
 
 impl SessionExport {

@@ -53,7 +53,37 @@ pub struct Staged {
 /// time.
 ///
 /// [`SessionExport::parse`]: super::export::SessionExport::parse
-pub fn stage(mut input: impl Read + Seek, rules: &ContextRules) -> Result<Staged, ImportError> {
+pub fn stage(input: impl Read + Seek, rules: &ContextRules) -> Result<Staged, ImportError> {
+    stage_checked(input, rules, None)
+}
+
+/// [`stage`], for the store partition of `user` (`None`: the anonymous
+/// one): an export of another user's session is
+/// [`ImportError::WrongUser`], refused as soon as its `user_id` is read,
+/// before its journal when the field comes first (as in every export
+/// Airlock writes), so a large file of the wrong user costs nothing to
+/// refuse.
+pub fn stage_for_user(
+    input: impl Read + Seek,
+    rules: &ContextRules,
+    user: Option<&str>,
+) -> Result<Staged, ImportError> {
+    let staged = stage_checked(input, rules, Some(user))?;
+    // A document without `user_id` is the anonymous bucket's, which only
+    // the end of the document can tell.
+    if staged.header.user_id.as_deref() == user {
+        Ok(staged)
+    } else {
+        Err(ImportError::WrongUser(staged.header.user_id))
+    }
+}
+
+/// [`stage`], refusing a `user_id` other than `owner`'s once it is read.
+fn stage_checked(
+    mut input: impl Read + Seek,
+    rules: &ContextRules,
+    owner: Option<Option<&str>>,
+) -> Result<Staged, ImportError> {
     let rewind =
         |input: &mut dyn Seek| input.rewind().map_err(|e| ImportError::Read(e.to_string()));
     rewind(&mut input)?;
@@ -73,6 +103,7 @@ pub fn stage(mut input: impl Read + Seek, rules: &ContextRules) -> Result<Staged
     let fields = DocumentSeed {
         journal: &mut journal,
         rules,
+        owner,
     }
     .deserialize(&mut reader)
     .and_then(|fields| reader.end().map(|()| fields));
@@ -309,6 +340,8 @@ impl Fields {
 struct DocumentSeed<'a, 'r> {
     journal: &'a mut Journal<'r>,
     rules: &'r ContextRules,
+    /// The user the document must belong to, when the caller knows it.
+    owner: Option<Option<&'r str>>,
 }
 
 impl<'de> DeserializeSeed<'de> for DocumentSeed<'_, '_> {
@@ -350,7 +383,18 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
                     map.next_value::<IgnoredAny>().map(drop)
                 })?,
                 "session_id" => once(&mut f.session_id, "session_id", || map.next_value())?,
-                "user_id" => once(&mut f.user_id, "user_id", || map.next_value())?,
+                "user_id" => once(&mut f.user_id, "user_id", || {
+                    let user: Option<String> = map.next_value()?;
+                    match self.owner {
+                        Some(owner) if user.as_deref() != owner => {
+                            let refused = ImportError::WrongUser(user);
+                            let message = refused.to_string();
+                            self.journal.failed = Some(refused);
+                            Err(de::Error::custom(message))
+                        }
+                        _ => Ok(user),
+                    }
+                })?,
                 "created_at_ms" => {
                     once(&mut f.created_at_ms, "created_at_ms", || map.next_value())?
                 }
