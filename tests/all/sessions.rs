@@ -1479,6 +1479,60 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
     session.close().await.unwrap();
 }
 
+/// A session resumed with at least `snapshot_every` records past its
+/// snapshot (here none: written with snapshots off, and its import) gets
+/// one with its next commit, though that commit crosses no multiple, so
+/// only its first resume folds the whole journal.
+async fn a_session_resumed_far_behind_its_snapshot_gets_one_with_its_next_commit(backend: Backend) {
+    let db = TestStore::new(backend, "behind").await;
+    let store = db.open().await;
+    keyed_increments(&store, "bare", 0..12, 0).await;
+    let records = store.read(None, "bare").await.unwrap().records.len() as u64;
+    let exported = sessions(&db.spec, &["export", "bare"]);
+    assert!(exported.status.success(), "{}", stderr(&exported));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bare.json");
+    std::fs::write(&file, &exported.stdout).unwrap();
+    let imported = sessions(&db.spec, &["import", path(&file), "--as", "imported"]);
+    assert!(imported.status.success(), "{}", stderr(&imported));
+
+    let rules = ContextRules::default();
+    for id in ["bare", "imported"] {
+        // Every `records`: the commit below ends between two multiples.
+        let opened = || {
+            Session::open(
+                Arc::clone(&store),
+                SessionOptions {
+                    snapshot_every: records,
+                    ..options(None, id)
+                },
+                &rules,
+            )
+        };
+        let mut session = opened().await.unwrap();
+        assert_eq!(
+            session.transcript().items_folded,
+            0,
+            "{id}: no snapshot yet"
+        );
+        keyed_increment(&mut session, "k12", "x").await.unwrap();
+        session.close().await.unwrap();
+        let after = store.read(None, id).await.unwrap().records.len() as u64;
+        assert_eq!(after / records, 1, "{id}: the commit crossed no multiple");
+
+        let session = opened().await.unwrap();
+        assert!(
+            session.transcript().items_folded > 0,
+            "{id}: no snapshot was read"
+        );
+        assert_eq!(session.context().deps()["counters"]["x"], 13, "{id}");
+        let whole = Folded::fold(&store.read(None, id).await.unwrap().records).unwrap();
+        assert_eq!(session.context().deps(), &whole.deps, "{id}");
+        assert_eq!(session.context().usage, whole.usage, "{id}");
+        session.close().await.unwrap();
+    }
+}
+
 /// What each schema before this one looked like, as the Airlock of its
 /// day wrote it, rebuilt from the current tables with the same rows: the
 /// SQL that turns a store into one of `version`.
@@ -2167,6 +2221,7 @@ crate::on_both_stores!(
     a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice,
     an_earlier_schema_is_migrated_and_its_calls_indexed,
     a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once,
+    a_session_resumed_far_behind_its_snapshot_gets_one_with_its_next_commit,
     a_remote_holders_lease_blocks_until_it_expires,
     every_field_round_trips_through_the_store_and_an_export,
     unknown_missing_and_malformed_versions_import_nothing,

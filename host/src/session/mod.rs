@@ -344,7 +344,10 @@ impl Session {
     /// the records after it (at most [`SessionOptions::snapshot_every`]),
     /// and their fold. A snapshot that cannot be read (damaged, or written
     /// by a newer Airlock) is logged and the whole journal is read and
-    /// folded instead.
+    /// folded instead. A session resumed with `snapshot_every` records or
+    /// more after its snapshot, or without one (imported, or written with
+    /// snapshots off), gets one with its next commit, so only one resume
+    /// folds them all.
     pub async fn open(
         store: Arc<dyn SessionStore>,
         options: SessionOptions,
@@ -422,16 +425,20 @@ impl Session {
             let seq = s.seq;
             (seq, Snapshot::decode(seq, &s.body))
         });
-        let (folded, head) = match snapshot {
+        // Where the journal ends, and how many records were folded after
+        // the snapshot (or without one).
+        let behind = |records: &[Record]| records.len() as u64;
+        let (folded, end) = match snapshot {
             None => {
                 let head = stored.records.last().map_or(0, |r| r.seq);
-                (Folded::fold(&stored.records).map_err(corrupt)?, head)
+                let folded = Folded::fold(&stored.records).map_err(corrupt)?;
+                (folded, (head, behind(&stored.records)))
             }
             Some((seq, Ok(snapshot))) => {
                 let head = stored.records.last().map_or(seq, |r| r.seq);
                 (
                     Folded::resume(snapshot, &stored.records).map_err(corrupt)?,
-                    head,
+                    (head, behind(&stored.records)),
                 )
             }
             Some((_, Err(e))) => {
@@ -442,13 +449,14 @@ impl Session {
                 );
                 let all = store.read(options.user_id.as_deref(), &session_id).await?;
                 let head = all.records.last().map_or(0, |r| r.seq);
-                (Folded::fold(&all.records).map_err(corrupt)?, head)
+                let folded = Folded::fold(&all.records).map_err(corrupt)?;
+                (folded, (head, behind(&all.records)))
             }
         };
         let writer = Writer::new(
             store,
             leased.lease,
-            head,
+            end,
             folded.clone(),
             options.snapshot_every,
         );

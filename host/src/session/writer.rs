@@ -66,6 +66,12 @@ pub(crate) struct Writer {
     /// A snapshot is written with the commit that crosses each multiple of
     /// this many records (0: never).
     snapshot_every: u64,
+    /// How many records after the newest stored snapshot the session held
+    /// when it was resumed, until a snapshot is written. At least
+    /// `snapshot_every` (an imported session, one whose snapshot could not
+    /// be read, one written with snapshots off) and the next commit writes
+    /// one, whatever multiple it crosses: only one resume folds them all.
+    behind: u64,
     /// Set when the lease is known lost (a commit or a renewal said so) or
     /// given up.
     lost: Arc<AtomicBool>,
@@ -74,11 +80,12 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Writes after record `head` of the session `lease` holds, whose
-    /// stored fold up to `head` is `state`.
+    /// stored fold up to `head` is `state`, folded from `behind` records
+    /// after its newest snapshot (or from all of them, without one).
     pub(crate) fn new(
         store: Arc<dyn SessionStore>,
         lease: Lease,
-        head: u64,
+        (head, behind): (u64, u64),
         state: Folded,
         snapshot_every: u64,
     ) -> Self {
@@ -86,6 +93,7 @@ impl Writer {
         let heartbeat = spawn_heartbeat(Arc::clone(&store), lease.clone(), Arc::clone(&lost));
         let mut writer = Self::with(store, Holding::Leased { lease, heartbeat }, state);
         writer.head = head;
+        writer.behind = behind;
         writer.snapshot_every = snapshot_every;
         writer.lost = lost;
         writer
@@ -115,6 +123,7 @@ impl Writer {
             committed,
             state: Some(state),
             snapshot_every: 0,
+            behind: 0,
             lost: Arc::new(AtomicBool::new(false)),
             released: false,
         }
@@ -164,6 +173,9 @@ impl Writer {
         };
         match self.store.append(lease, &records, stored, now).await {
             Ok(()) => {
+                if snapshot.is_some() {
+                    self.behind = 0;
+                }
                 self.fold_committed(records, snapshot.map(|(_, state)| state));
                 self.head = last;
                 self.committed = usage;
@@ -223,11 +235,12 @@ impl Writer {
 
     /// The snapshot to write with `records` (ending at record `last`), and
     /// the state it leaves, when they cross a multiple of
-    /// `snapshot_every`. Costs a copy of the state (deps and messages)
-    /// once per `snapshot_every` records.
+    /// `snapshot_every`, or the session was resumed that far behind its
+    /// snapshot. Costs a copy of the state (deps and messages) once per
+    /// `snapshot_every` records.
     fn snapshot_at(&mut self, last: u64, records: &[Record]) -> Option<(StoredSnapshot, Folded)> {
         let every = self.snapshot_every;
-        if every == 0 || self.head / every == last / every {
+        if every == 0 || (self.head / every == last / every && self.behind < every) {
             return None;
         }
         let mut next = self.state.clone()?;
