@@ -479,13 +479,16 @@ async fn users_are_a_hard_partition(backend: Backend) {
     let file = dir.path().join("alice.json");
     std::fs::write(&file, &exported.stdout).unwrap();
     let other = TestStore::new(backend, "partition-import").await;
-    let out = sessions(&other.spec, &["import", path(&file), "--user", "bob"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("import it with --user \"alice\""),
-        "{}",
+    // An import refused with exit 2, saying `said`; what it said.
+    let refused = |file: &std::path::Path, flags: &[&str], said: &str| {
+        let mut args = vec!["import", path(file)];
+        args.extend(flags);
+        let out = sessions(&other.spec, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(said), "{args:?}: {}", stderr(&out));
         stderr(&out)
-    );
+    };
+    refused(&file, &["--user", "bob"], "import it with --user \"alice\"");
     // Refused as soon as its `user_id` is read: a copy whose journal is
     // cut short is still the wrong user's for bob, and only alice reads
     // as far as the cut. A bad `--as` is refused before the file is read.
@@ -493,32 +496,14 @@ async fn users_are_a_hard_partition(backend: Backend) {
     let cut = dir.path().join("alice-cut.json");
     let journal = text.find("\"journal\"").unwrap();
     std::fs::write(&cut, &text[..journal + 20]).unwrap();
-    let out = sessions(&other.spec, &["import", path(&cut), "--user", "bob"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out)
-            .contains("the session belongs to user \"alice\"; import it with --user \"alice\""),
-        "{}",
-        stderr(&out)
+    refused(
+        &cut,
+        &["--user", "bob"],
+        "the session belongs to user \"alice\"; import it with --user \"alice\"",
     );
-    let out = sessions(&other.spec, &["import", path(&cut), "--user", "alice"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("invalid session file"),
-        "{}",
-        stderr(&out)
-    );
-    let out = sessions(
-        &other.spec,
-        &["import", path(&cut), "--user", "alice", "--as", "no spaces"],
-    );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--as: "), "{}", stderr(&out));
-    assert!(
-        !stderr(&out).contains("invalid session file"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&cut, &["--user", "alice"], "invalid session file");
+    let said = refused(&cut, &["--user", "alice", "--as", "no spaces"], "--as: ");
+    assert!(!said.contains("invalid session file"), "{said}");
     let out = sessions(&other.spec, &["import", path(&file), "--user", "alice"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
