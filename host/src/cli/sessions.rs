@@ -359,9 +359,9 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
 
 /// Imports an export of any length: read and checked a record at a time
 /// ([`stage_for_user`]: a file of another user is refused once its
-/// `user_id` is read), then inserted a page at a time in one transaction. Standard
-/// input is copied to a temporary file first (the file is read from its
-/// start twice: as far as its version, then whole).
+/// `user_id` is read), then inserted a page at a time in one transaction.
+/// Standard input is copied to a temporary file first (the file is read
+/// from its start twice: as far as its version, then whole).
 async fn import(args: ImportArgs) -> Result<(), Failure> {
     let (store, owner) = open(&args.store).await?;
     if let Some(id) = &args.as_id {

@@ -61,8 +61,8 @@ pub fn stage(input: impl Read + Seek, rules: &ContextRules) -> Result<Staged, Im
 /// one): an export of another user's session is
 /// [`ImportError::WrongUser`], refused as soon as its `user_id` is read,
 /// before its journal when the field comes first (as in every export
-/// Airlock writes), so a large file of the wrong user costs nothing to
-/// refuse.
+/// Airlock writes), so a large file of the wrong user is refused after
+/// reading its first three fields, not all of it.
 pub fn stage_for_user(
     input: impl Read + Seek,
     rules: &ContextRules,
