@@ -653,11 +653,15 @@ async fn one_tool_cannot_take_the_whole_instance_pool() {
     let idle = idle_pool(&host).await;
     assert_eq!(idle.calls, idle.prepared, "{idle:?}");
     host.release_prepared();
+    // The two counts of calls so far depend on timing (a hog's store is
+    // dropped aside once its drops are seen to take 20 µs or more, while
+    // a core is spare); what is held must be nothing.
     let usage = host.pool_usage();
     assert_eq!(
         usage,
         PoolUsage {
             prepared_taken: usage.prepared_taken,
+            dropped_aside: usage.dropped_aside,
             ..PoolUsage::default()
         }
     );
