@@ -222,6 +222,14 @@ struct Journal<'r> {
 }
 
 impl Journal<'_> {
+    /// Stops the reader for `e`, kept as the error `stage` returns (the
+    /// reader's own only says where it stopped).
+    fn fail<E: de::Error>(&mut self, e: ImportError) -> E {
+        let stopped = E::custom(&e);
+        self.failed = Some(e);
+        stopped
+    }
+
     fn take(&mut self, record: Record) -> Result<(), ImportError> {
         let record = secrets::scrub_record(record, self.rules);
         let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
@@ -387,10 +395,7 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
                     let user: Option<String> = map.next_value()?;
                     match self.owner {
                         Some(owner) if user.as_deref() != owner => {
-                            let refused = ImportError::WrongUser(user);
-                            let message = refused.to_string();
-                            self.journal.failed = Some(refused);
-                            Err(de::Error::custom(message))
+                            Err(self.journal.fail(ImportError::WrongUser(user)))
                         }
                         _ => Ok(user),
                     }
@@ -448,9 +453,7 @@ impl<'de> Visitor<'de> for JournalSeed<'_, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(record) = seq.next_element::<Record>()? {
             if let Err(e) = self.0.take(record) {
-                let message = e.to_string();
-                self.0.failed = Some(e);
-                return Err(de::Error::custom(message));
+                return Err(self.0.fail(e));
             }
         }
         Ok(())
