@@ -183,6 +183,7 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path guest-examples/Cargo.toml --all -- --check
 	$(CARGO) clippy --all-targets --features bench -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p airlock-host
 	$(CARGO) clippy --release --target $(GUEST_TARGET) \
 	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS) -- -D warnings
 

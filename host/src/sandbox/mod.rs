@@ -108,8 +108,8 @@ impl Sandbox {
     /// Creates the engine. Costs: reserves the pooling allocator's address
     /// space for `max_concurrent_instances` (virtual, not committed),
     /// starts the epoch thread, which lives as long as the engine, and the
-    /// thread that drops stores aside ([`Sandbox::run_aside`]), which lives
-    /// as long as the sandbox.
+    /// thread that drops stores after their calls return, which lives as
+    /// long as the sandbox.
     pub fn new(config: SandboxConfig) -> wasmtime::Result<Self> {
         let calls = config.max_concurrent_instances;
         let (memories, tables) = (calls.saturating_mul(2), calls.saturating_mul(4));
