@@ -425,22 +425,21 @@ impl Session {
             let seq = s.seq;
             (seq, Snapshot::decode(seq, &s.body))
         });
-        // Where the journal ends, and how many records were folded after
-        // the snapshot (or without one).
-        let behind = |records: &[Record]| records.len() as u64;
+        // Where the journal ends (`records`' last, or `after` if none), and
+        // how many records were folded after the snapshot (or without one).
+        let end = |records: &[Record], after: u64| {
+            let head = records.last().map_or(after, |r| r.seq);
+            (head, records.len() as u64)
+        };
         let (folded, end) = match snapshot {
-            None => {
-                let head = stored.records.last().map_or(0, |r| r.seq);
-                let folded = Folded::fold(&stored.records).map_err(corrupt)?;
-                (folded, (head, behind(&stored.records)))
-            }
-            Some((seq, Ok(snapshot))) => {
-                let head = stored.records.last().map_or(seq, |r| r.seq);
-                (
-                    Folded::resume(snapshot, &stored.records).map_err(corrupt)?,
-                    (head, behind(&stored.records)),
-                )
-            }
+            None => (
+                Folded::fold(&stored.records).map_err(corrupt)?,
+                end(&stored.records, 0),
+            ),
+            Some((seq, Ok(snapshot))) => (
+                Folded::resume(snapshot, &stored.records).map_err(corrupt)?,
+                end(&stored.records, seq),
+            ),
             Some((_, Err(e))) => {
                 tracing::warn!(
                     session = %session_id,
@@ -448,9 +447,10 @@ impl Session {
                     "cannot use the session's snapshot; folding its whole journal instead"
                 );
                 let all = store.read(options.user_id.as_deref(), &session_id).await?;
-                let head = all.records.last().map_or(0, |r| r.seq);
-                let folded = Folded::fold(&all.records).map_err(corrupt)?;
-                (folded, (head, behind(&all.records)))
+                (
+                    Folded::fold(&all.records).map_err(corrupt)?,
+                    end(&all.records, 0),
+                )
             }
         };
         let writer = Writer::new(
