@@ -1705,6 +1705,35 @@ fn a_file_that_is_not_a_store_is_refused_naming_it_and_left_alone() {
     assert_eq!(stdout_json(&out)["error"]["kind"], "invalid_store");
 }
 
+/// Processes creating the store together: opening switches the new file
+/// to WAL, a write SQLite does not wait for (it fails at once with
+/// "database is locked" while another connection holds the write lock).
+/// Here another connection holds it while the store opens; the open waits
+/// its turn and the store works. (The lock is let go after a pause: were
+/// the pause too short to catch the open at the switch, the test would
+/// still pass, not fail.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_opened_while_another_process_writes_the_new_file_waits_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("together.db");
+    let other = rusqlite::Connection::open(&db).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let path = db.clone();
+    let opening = std::thread::spawn(move || airlock::session::SqliteStore::open(path));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    other.execute_batch("COMMIT").unwrap();
+    let store: Arc<dyn SessionStore> = Arc::new(
+        opening
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("the open waits for the other writer: {e}")),
+    );
+    stored(&store, options(None, "after")).await;
+    let listed = store.list(None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].session_id, "after");
+}
+
 /// The real store, counting the commits made through it.
 #[derive(Debug)]
 struct Counting {

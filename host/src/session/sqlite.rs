@@ -22,7 +22,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
@@ -192,7 +192,13 @@ impl SqliteStore {
             check_ours(&read)?;
             read.commit()?;
         }
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+        // Switching a new file to WAL rewrites its header from inside a
+        // read: SQLite does not wait for that write lock (two connections
+        // each holding a read and waiting for the other would deadlock)
+        // but fails at once, so processes creating the store together
+        // take turns here.
+        let mode: String =
+            retry_busy(|| conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(rusqlite::Error::InvalidParameterName(format!(
                 "cannot use WAL mode (got {mode})"
@@ -279,6 +285,30 @@ pub(super) fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, 
     connection
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `statement` again while it fails with `SQLITE_BUSY`, for up to
+/// [`BUSY_TIMEOUT`] in all: for what SQLite's busy handler does not
+/// cover, where it fails at once rather than wait for a lock its holder
+/// might be waiting to upgrade past. `statement` must hold no lock when it
+/// fails (an autocommit statement: its read ends with it). Between tries,
+/// 1 ms doubling to 64 ms.
+fn retry_busy<T>(mut statement: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    const MOST: Duration = Duration::from_millis(64);
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match statement() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && Instant::now() + pause < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MOST);
+            }
+            done => return done,
+        }
+    }
 }
 
 /// The store at `location` is not one this Airlock can use, because
