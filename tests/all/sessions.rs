@@ -1734,6 +1734,37 @@ async fn a_store_opened_while_another_process_writes_the_new_file_waits_its_turn
     assert_eq!(listed[0].session_id, "after");
 }
 
+/// A write that waits out the busy timeout (another connection holding
+/// the store's write lock all that time) fails saying so, and changes
+/// nothing; the same write works once the lock is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_waits_out_another_writers_lock_fails_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("held.db");
+    let store: Arc<dyn SessionStore> = Arc::new(airlock::session::SqliteStore::open(&db).unwrap());
+    stored(&store, options(None, "kept")).await;
+    let other = rusqlite::Connection::open(&db).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let out = sessions(path(&db), &["rm", "kept", "--json"]);
+    assert!(!out.status.success());
+    let message = stdout_json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains(path(&db)), "{message}");
+    assert!(
+        message.contains(
+            "database is locked: another connection held its write lock for more than 10 s"
+        ),
+        "{message}"
+    );
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(store.list(None).await.unwrap().len(), 1);
+    let out = sessions(path(&db), &["rm", "kept"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(store.list(None).await.unwrap().is_empty());
+}
+
 /// The real store, counting the commits made through it.
 #[derive(Debug)]
 struct Counting {

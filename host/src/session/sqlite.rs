@@ -324,7 +324,7 @@ const NOT_A_STORE: &str = "\0not a store: ";
 /// [`StoreError::NotAStore`] (the operator gave the wrong file, or it must
 /// be restored); anything else is [`StoreError::Backend`].
 pub(super) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseCorrupt, NotADatabase};
     let not_a_store = |problem: String| StoreError::NotAStore {
         location: location.to_owned(),
         problem,
@@ -342,6 +342,18 @@ pub(super) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
         }
         rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseCorrupt => {
             not_a_store("the database is damaged (restore it from a backup)".into())
+        }
+        // Every wait for a lock is bounded by BUSY_TIMEOUT, so a lock
+        // that is still held has been held that long.
+        rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseBusy => {
+            StoreError::Backend {
+                location: location.to_owned(),
+                message: format!(
+                    "database is locked: another connection held its write lock \
+                     for more than {} s",
+                    BUSY_TIMEOUT.as_secs()
+                ),
+            }
         }
         other => StoreError::Backend {
             location: location.to_owned(),
