@@ -287,12 +287,12 @@ pub(super) fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, 
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// `statement` again while it fails with `SQLITE_BUSY`, for up to
-/// [`BUSY_TIMEOUT`] in all: for what SQLite's busy handler does not
-/// cover, where it fails at once rather than wait for a lock its holder
-/// might be waiting to upgrade past. `statement` must hold no lock when it
-/// fails (an autocommit statement: its read ends with it). Between tries,
-/// 1 ms doubling to 64 ms.
+/// `statement` again while it fails with `SQLITE_BUSY`, for
+/// [`BUSY_TIMEOUT`] in all (the last try at its end): for what SQLite's
+/// busy handler does not cover, where it fails at once rather than wait
+/// for a lock its holder might be waiting to upgrade past. `statement`
+/// must hold no lock when it fails (an autocommit statement: its read
+/// ends with it). Between tries, 1 ms doubling to 64 ms.
 fn retry_busy<T>(mut statement: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     const MOST: Duration = Duration::from_millis(64);
     let deadline = Instant::now() + BUSY_TIMEOUT;
@@ -300,10 +300,9 @@ fn retry_busy<T>(mut statement: impl FnMut() -> rusqlite::Result<T>) -> rusqlite
     loop {
         match statement() {
             Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::DatabaseBusy
-                    && Instant::now() + pause < deadline =>
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && Instant::now() < deadline =>
             {
-                std::thread::sleep(pause);
+                std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
                 pause = (pause * 2).min(MOST);
             }
             done => return done,
