@@ -1716,8 +1716,7 @@ fn a_file_that_is_not_a_store_is_refused_naming_it_and_left_alone() {
 async fn a_store_opened_while_another_process_writes_the_new_file_waits_its_turn() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("together.db");
-    let other = rusqlite::Connection::open(&db).unwrap();
-    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let other = write_locked(&db);
     let path = db.clone();
     let opening = std::thread::spawn(move || airlock::session::SqliteStore::open(path));
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -1743,8 +1742,7 @@ async fn a_write_that_waits_out_another_writers_lock_fails_saying_so() {
     let db = dir.path().join("held.db");
     let store: Arc<dyn SessionStore> = Arc::new(airlock::session::SqliteStore::open(&db).unwrap());
     stored(&store, options(None, "kept")).await;
-    let other = rusqlite::Connection::open(&db).unwrap();
-    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let other = write_locked(&db);
     let out = sessions(path(&db), &["rm", "kept", "--json"]);
     assert!(!out.status.success());
     let message = stdout_json(&out)["error"]["message"]
@@ -1763,6 +1761,14 @@ async fn a_write_that_waits_out_another_writers_lock_fails_saying_so() {
     let out = sessions(path(&db), &["rm", "kept"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(store.list(None).await.unwrap().is_empty());
+}
+
+/// Another connection to the SQLite file `db`, holding its write lock
+/// (`BEGIN IMMEDIATE`) until it commits.
+fn write_locked(db: &Path) -> rusqlite::Connection {
+    let other = rusqlite::Connection::open(db).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    other
 }
 
 /// The real store, counting the commits made through it.

@@ -427,18 +427,18 @@ impl Session {
         });
         // Where the journal ends (`records`' last, or `after` if none), and
         // how many records were folded after the snapshot (or without one).
-        let end = |records: &[Record], after: u64| {
+        let journal_end = |records: &[Record], after: u64| {
             let head = records.last().map_or(after, |r| r.seq);
             (head, records.len() as u64)
         };
         let (folded, end) = match snapshot {
             None => (
                 Folded::fold(&stored.records).map_err(corrupt)?,
-                end(&stored.records, 0),
+                journal_end(&stored.records, 0),
             ),
             Some((seq, Ok(snapshot))) => (
                 Folded::resume(snapshot, &stored.records).map_err(corrupt)?,
-                end(&stored.records, seq),
+                journal_end(&stored.records, seq),
             ),
             Some((_, Err(e))) => {
                 tracing::warn!(
@@ -449,7 +449,7 @@ impl Session {
                 let all = store.read(options.user_id.as_deref(), &session_id).await?;
                 (
                     Folded::fold(&all.records).map_err(corrupt)?,
-                    end(&all.records, 0),
+                    journal_end(&all.records, 0),
                 )
             }
         };

@@ -328,13 +328,14 @@ pub(super) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
         location: location.to_owned(),
         problem,
     };
+    let backend = |message: String| StoreError::Backend {
+        location: location.to_owned(),
+        message,
+    };
     match e {
         rusqlite::Error::InvalidParameterName(message) => match message.strip_prefix(NOT_A_STORE) {
             Some(problem) => not_a_store(problem.to_owned()),
-            None => StoreError::Backend {
-                location: location.to_owned(),
-                message,
-            },
+            None => backend(message),
         },
         rusqlite::Error::SqliteFailure(code, _) if code.code == NotADatabase => {
             not_a_store("the file is not a SQLite database".into())
@@ -344,20 +345,11 @@ pub(super) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
         }
         // Every wait for a lock is bounded by BUSY_TIMEOUT, so a lock
         // that is still held has been held that long.
-        rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseBusy => {
-            StoreError::Backend {
-                location: location.to_owned(),
-                message: format!(
-                    "database is locked: another connection held its write lock \
-                     for more than {} s",
-                    BUSY_TIMEOUT.as_secs()
-                ),
-            }
-        }
-        other => StoreError::Backend {
-            location: location.to_owned(),
-            message: other.to_string(),
-        },
+        rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseBusy => backend(format!(
+            "database is locked: another connection held its write lock for more than {} s",
+            BUSY_TIMEOUT.as_secs()
+        )),
+        other => backend(other.to_string()),
     }
 }
 
