@@ -1464,6 +1464,62 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
     session.close().await.unwrap();
 }
 
+/// A session held open for many calls (as an MCP server holds its own)
+/// holds a bounded item log: at most `MAX_HELD_ITEMS` items and its open
+/// calls, however many calls it makes. Items are numbered on across the
+/// closed calls it let go of, the store keeps every one, and a keyed retry
+/// of a call it let go of is found in the store and does not run again.
+async fn a_session_held_open_holds_a_bounded_item_log(backend: Backend) {
+    use airlock::session::MAX_HELD_ITEMS;
+    let db = TestStore::new(backend, "held").await;
+    let store = db.open().await;
+    let mut session = open(&store, options(None, "held")).await;
+    // A keyed increment records three items: the call, its output and its
+    // op.
+    let calls = MAX_HELD_ITEMS;
+    for k in 0..calls {
+        keyed_increment(&mut session, &format!("k{k}"), "x")
+            .await
+            .unwrap();
+        let held = session.transcript().items.len();
+        assert!(
+            held < MAX_HELD_ITEMS + 3,
+            "{held} items held after call {k}"
+        );
+    }
+    assert!(session.transcript().items_folded > 0, "nothing let go");
+    assert_eq!(session.context().deps()["counters"]["x"], calls);
+
+    let whole = Folded::fold(&store.read(None, "held").await.unwrap().records).unwrap();
+    assert_eq!(whole.transcript.items.len(), 3 * calls);
+    assert_eq!(session.transcript().next_item(), 3 * calls + 1);
+    let ids: Vec<String> = whole
+        .transcript
+        .items
+        .iter()
+        .map(|e| e.id.clone())
+        .collect();
+    let expected: Vec<String> = (1..=ids.len()).map(|n| format!("item_{n}")).collect();
+    assert_eq!(ids, expected);
+
+    // The first call, let go of long ago: its own outcome, nothing runs.
+    let again = keyed_increment(&mut session, "k0", "x").await.unwrap();
+    assert_eq!(again.result["value"], 1, "k0's own outcome");
+    assert_eq!(session.context().deps()["counters"]["x"], calls);
+    assert!(matches!(
+        keyed_increment(&mut session, "k1", "y").await,
+        Err(airlock::session::SessionCallError::IdReused { .. })
+    ));
+    // The next call is numbered on, after every stored item.
+    keyed_increment(&mut session, "new", "x").await.unwrap();
+    assert_eq!(session.context().deps()["counters"]["x"], calls + 1);
+    session.close().await.unwrap();
+    let stored = store.read(None, "held").await.unwrap();
+    let whole = Folded::fold(&stored.records).unwrap();
+    assert_eq!(whole.transcript.items.len(), 3 * calls + 3);
+    assert_eq!(whole.deps["counters"]["x"], calls + 1);
+}
+
 /// A session resumed with at least `snapshot_every` records past its
 /// snapshot (here none: written with snapshots off, and its import) gets
 /// one with its next commit, though that commit crosses no multiple, so
@@ -2273,6 +2329,7 @@ crate::on_both_stores!(
     an_earlier_schema_is_migrated_and_its_calls_indexed,
     a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once,
     a_session_resumed_far_behind_its_snapshot_gets_one_with_its_next_commit,
+    a_session_held_open_holds_a_bounded_item_log,
     a_remote_holders_lease_blocks_until_it_expires,
     every_field_round_trips_through_the_store_and_an_export,
     unknown_missing_and_malformed_versions_import_nothing,

@@ -254,12 +254,13 @@ pub struct Transcript {
     /// What the model has been sent and has answered, in order.
     pub messages: Vec<Message>,
     /// The item log, in order: every item, or — for a session resumed
-    /// from a snapshot — the calls still open when it was taken and every
-    /// item since.
+    /// from a snapshot, or one that held
+    /// [`MAX_HELD_ITEMS`](crate::session::MAX_HELD_ITEMS) — the calls
+    /// still open when its closed calls were let go, and every item since.
     pub items: Vec<Event>,
-    /// Items of the log folded into a snapshot and not held in `items`
-    /// (0 unless resumed from one). The next item is numbered
-    /// [`Transcript::next_item`].
+    /// Items of the log not held in `items` (folded into a snapshot, or
+    /// let go by a session; 0 while the whole log is held). The next item
+    /// is numbered [`Transcript::next_item`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub items_folded: u64,
 }

@@ -90,6 +90,16 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// deps and few reads may raise it.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 32;
 
+/// Most items of its log a session holds in memory before it lets go of
+/// the closed calls among them (a live session then holds what one
+/// resumed from a snapshot does: the calls still open and the items
+/// since). A session held open for a long time (an MCP server's, an
+/// embedder's) so keeps bounded memory, however many calls it makes; a
+/// keyed retry of a call it let go of is found in the store, by the
+/// records' indexed call id, as for a resumed session. Letting go costs
+/// one pass over the held items each time they reach this many.
+pub const MAX_HELD_ITEMS: usize = 64;
+
 /// Longest session id, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 128;
 
@@ -296,6 +306,7 @@ impl<'s> From<&'s mut Session> for Conversation<'s> {
     /// The session as a conversation to record into: committed to its
     /// journal while its lease holds.
     fn from(session: &'s mut Session) -> Self {
+        session.hold_bounded();
         Conversation {
             ctx: &mut session.ctx,
             transcript: &mut session.transcript,
@@ -496,6 +507,16 @@ impl Session {
         self.commit(entries).await
     }
 
+    /// Lets go of the closed calls among the held items once there are
+    /// [`MAX_HELD_ITEMS`] of them. Called before each call or run records
+    /// anything, when every held item was committed (or its commit failed,
+    /// and the store is the truth).
+    fn hold_bounded(&mut self) {
+        if self.transcript.items.len() >= MAX_HELD_ITEMS {
+            self.transcript.compact();
+        }
+    }
+
     async fn commit(&mut self, entries: Vec<Entry>) -> Result<(), StoreError> {
         self.writer.commit(&self.ctx, entries).await
     }
@@ -549,6 +570,7 @@ impl Session {
     ) -> Result<CallOutcome, SessionCallError> {
         let started = Instant::now();
         let iteration = self.ctx.iteration;
+        // `from` keeps the held items bounded.
         let mut recorder = Recorder::new(Conversation::from(&mut *self), false);
         recorder.call_asked(call, iteration);
         if intent_first {
@@ -576,9 +598,10 @@ impl Session {
     /// ([`SessionCallError::IdReused`] otherwise). A keyed call always
     /// commits its intent before it runs, whatever its tool.
     ///
-    /// Cost: a scan of the items since the session was opened, or (for a
-    /// session resumed from a snapshot) one indexed read of the call's
-    /// records.
+    /// Cost: a scan of the items the session holds (at most
+    /// [`MAX_HELD_ITEMS`] and its open calls) while it holds its whole log,
+    /// or, once it does not (resumed from a snapshot, or past
+    /// [`MAX_HELD_ITEMS`]), one indexed read of the call's records.
     pub async fn call_once(
         &mut self,
         host: &Host,
@@ -612,7 +635,12 @@ impl Session {
         &self.ctx
     }
 
-    /// The conversation and item log so far.
+    /// The conversation so far, and the item log as far as it is held:
+    /// every item while there are fewer than [`MAX_HELD_ITEMS`] since the
+    /// session was opened; after that, and for a session resumed from a
+    /// snapshot, the calls still open and the items since the closed ones
+    /// were let go (`items_folded` counts those). The store holds them all
+    /// ([`SessionStore::read`]).
     pub fn transcript(&self) -> &Transcript {
         &self.transcript
     }
