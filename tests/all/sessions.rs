@@ -1391,6 +1391,13 @@ async fn keyed_increments_of(
     session.close().await.unwrap();
 }
 
+/// Asserts that `items` are numbered `item_1`, `item_2`, ... in order.
+fn assert_numbered_in_order(items: &[airlock::journal::Event]) {
+    let ids: Vec<&str> = items.iter().map(|e| e.id.as_str()).collect();
+    let expected: Vec<String> = (1..=ids.len()).map(|n| format!("item_{n}")).collect();
+    assert_eq!(ids, expected);
+}
+
 async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once(backend: Backend) {
     let db = TestStore::new(backend, "snap").await;
     let store = db.open().await;
@@ -1435,14 +1442,7 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
     // Items stay numbered 1, 2, 3, ... across resumes from snapshots.
     let stored = store.read(None, "long").await.unwrap();
     let whole = Folded::fold(&stored.records).unwrap();
-    let ids: Vec<String> = whole
-        .transcript
-        .items
-        .iter()
-        .map(|e| e.id.clone())
-        .collect();
-    let expected: Vec<String> = (1..=ids.len()).map(|n| format!("item_{n}")).collect();
-    assert_eq!(ids, expected);
+    assert_numbered_in_order(&whole.transcript.items);
 
     // A damaged snapshot, or one from a newer Airlock: the whole journal
     // is folded instead, to the same state.
@@ -1493,14 +1493,7 @@ async fn a_session_held_open_holds_a_bounded_item_log(backend: Backend) {
     let whole = Folded::fold(&store.read(None, "held").await.unwrap().records).unwrap();
     assert_eq!(whole.transcript.items.len(), 3 * calls);
     assert_eq!(session.transcript().next_item(), 3 * calls + 1);
-    let ids: Vec<String> = whole
-        .transcript
-        .items
-        .iter()
-        .map(|e| e.id.clone())
-        .collect();
-    let expected: Vec<String> = (1..=ids.len()).map(|n| format!("item_{n}")).collect();
-    assert_eq!(ids, expected);
+    assert_numbered_in_order(&whole.transcript.items);
 
     // The first call, let go of long ago: its own outcome, nothing runs.
     let again = keyed_increment(&mut session, "k0", "x").await.unwrap();
