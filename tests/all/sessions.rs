@@ -1510,6 +1510,7 @@ async fn a_session_held_open_holds_a_bounded_item_log(backend: Backend) {
     let stored = store.read(None, "held").await.unwrap();
     let whole = Folded::fold(&stored.records).unwrap();
     assert_eq!(whole.transcript.items.len(), 3 * calls + 3);
+    assert_numbered_in_order(&whole.transcript.items);
     assert_eq!(whole.deps["counters"]["x"], calls + 1);
 }
 
