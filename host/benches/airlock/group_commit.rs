@@ -37,9 +37,18 @@ async fn per_call(
     calls: usize,
     path: Path,
 ) -> Duration {
-    // Opened and stored at once, before the clock starts (a new session is
-    // stored by its first commit): what is timed is calls, not creating
-    // sessions.
+    let opened = open_sessions(store, tag, sessions).await;
+    let (done, took) = make_calls(host, opened, calls, path).await;
+    for session in done {
+        session.close().await.unwrap();
+    }
+    took / (sessions * calls) as u32
+}
+
+/// `sessions` new sessions, opened and stored at once, before any clock
+/// starts (a new session is stored by its first commit): what is timed is
+/// calls, not creating sessions.
+async fn open_sessions(store: &Arc<dyn SessionStore>, tag: &str, sessions: usize) -> Vec<Session> {
     let mut opening = tokio::task::JoinSet::new();
     for s in 0..sessions {
         let store = Arc::clone(store);
@@ -62,7 +71,18 @@ async fn per_call(
             session
         });
     }
-    let opened = opening.join_all().await;
+    opening.join_all().await
+}
+
+/// Each of `opened` makes `calls` direct `increment` calls one after
+/// another, all sessions at once; the sessions back, and how long the
+/// calls took.
+async fn make_calls(
+    host: &Arc<Host>,
+    opened: Vec<Session>,
+    calls: usize,
+    path: Path,
+) -> (Vec<Session>, Duration) {
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for mut session in opened {
@@ -87,15 +107,11 @@ async fn per_call(
             session
         });
     }
-    let mut done = Vec::with_capacity(sessions);
+    let mut done = Vec::new();
     while let Some(session) = tasks.join_next().await {
         done.push(session.unwrap());
     }
-    let took = started.elapsed();
-    for session in done {
-        session.close().await.unwrap();
-    }
-    took / (sessions * calls) as u32
+    (done, started.elapsed())
 }
 
 pub(crate) async fn run(b: &Bench, out: &mut String) {
@@ -186,6 +202,35 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         "\nOn SQLite, 256 sessions commit {:.1}× as many calls a second as 16 and {:.1}× as many as one.\n",
         rates[2] / rates[1],
         rates[2] / rates[0]
+    )
+    .unwrap();
+
+    // The same sessions held open as they age, round after round (an MCP
+    // server holds its session for its whole life).
+    let (held, per_round) = (256usize, 16usize);
+    let rounds = if b.quick { 4 } else { 30 };
+    let mut opened = open_sessions(&stores[0].1, "aging", held).await;
+    let mut aging = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let (back, took) = make_calls(&host, opened, per_round, Path::Grouped).await;
+        opened = back;
+        aging.push((held * per_round) as f64 / took.as_secs_f64());
+    }
+    for session in opened {
+        session.close().await.unwrap();
+    }
+    let span = (rounds / 4).max(1);
+    let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len() as f64;
+    let (young, old) = (mean(&aging[..span]), mean(&aging[rounds - span..]));
+    writeln!(
+        out,
+        "As they age (SQLite): {held} sessions held open, each making {per_round} calls a round, \
+         {rounds} rounds. The first {span} rounds (up to {} calls a session): {young:.0} calls/s; the \
+         last {span} (from {} calls a session on): {old:.0} calls/s, {:.2}× the first (1.00× is flat; \
+         docs/performance.md, \"Not done yet\", says what is not).\n",
+        span * per_round,
+        (rounds - span) * per_round,
+        old / young
     )
     .unwrap();
 
