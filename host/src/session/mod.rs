@@ -304,7 +304,9 @@ pub struct Session {
 
 impl<'s> From<&'s mut Session> for Conversation<'s> {
     /// The session as a conversation to record into: committed to its
-    /// journal while its lease holds.
+    /// journal while its lease holds. Every call and run records through
+    /// this, so it is where the session first lets go of its closed calls
+    /// once it holds [`MAX_HELD_ITEMS`] items.
     fn from(session: &'s mut Session) -> Self {
         session.hold_bounded();
         Conversation {
@@ -570,7 +572,6 @@ impl Session {
     ) -> Result<CallOutcome, SessionCallError> {
         let started = Instant::now();
         let iteration = self.ctx.iteration;
-        // `from` keeps the held items bounded.
         let mut recorder = Recorder::new(Conversation::from(&mut *self), false);
         recorder.call_asked(call, iteration);
         if intent_first {
@@ -636,8 +637,8 @@ impl Session {
     }
 
     /// The conversation so far, and the item log as far as it is held:
-    /// every item while there are fewer than [`MAX_HELD_ITEMS`] since the
-    /// session was opened; after that, and for a session resumed from a
+    /// every item until the session has held [`MAX_HELD_ITEMS`] at the
+    /// start of a call or run; after that, and for a session resumed from a
     /// snapshot, the calls still open and the items since the closed ones
     /// were let go (`items_folded` counts those). The store holds them all
     /// ([`SessionStore::read`]).
