@@ -103,7 +103,7 @@ async fn every_field_round_trips_through_the_store_and_an_export(backend: Backen
     // Export, parse, import into another store: the same session.
     let stored = store.read(Some("alice"), "trip").await.unwrap();
     let export = SessionExport::new(&stored, &ContextRules::default()).unwrap();
-    assert_eq!(export.version, 1);
+    assert_eq!(export.version, 2);
     assert_eq!(&export.deps, live.deps());
     assert_eq!(export.usage, live.usage);
     assert_eq!(export.messages, transcript.messages);
@@ -163,7 +163,7 @@ async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend)
         (Some(json!(-1)), "missing or invalid version field"),
         (Some(json!(1.5)), "missing or invalid version field"),
         (Some(json!(null)), "missing or invalid version field"),
-        (Some(json!(2)), "unsupported version: 2"),
+        (Some(json!(3)), "unsupported version: 3"),
         (Some(json!(0)), "unsupported version: 0"),
     ] {
         let error = export_of(&with_version(version.clone())).unwrap_err();
@@ -204,20 +204,18 @@ async fn export_with_an_update(store: &Arc<dyn SessionStore>, id: &str) -> Value
     let holder = airlock::session::Holder::new();
     let lease = create_leased(store, id, &holder, json!({})).await;
     let now = airlock::journal::now_ms();
-    let update = Entry::Item {
-        event: Event {
-            id: "item_1".into(),
-            run_id: "run_1".into(),
-            at_ms: now,
-            item: Item::ContextUpdate {
-                call_id: "call_1".into(),
-                ops: vec![ContextOp::Set {
-                    key: "pair".into(),
-                    value: json!({"a": 1, "b": 2}),
-                }],
-            },
+    let update = Entry::item(Event {
+        id: "item_1".into(),
+        run_id: "run_1".into(),
+        at_ms: now,
+        item: Item::ContextUpdate {
+            call_id: "call_1".into(),
+            ops: vec![ContextOp::Set {
+                key: "pair".into(),
+                value: json!({"a": 1, "b": 2}),
+            }],
         },
-    };
+    });
     let message = Entry::Message {
         message: Message::User {
             content: "hi".into(),
@@ -777,7 +775,7 @@ fn call_records(records: &[airlock::journal::Record]) -> Vec<String> {
     records
         .iter()
         .filter_map(|record| match &record.entry {
-            airlock::journal::Entry::Item { event }
+            airlock::journal::Entry::Item { event, .. }
                 if matches!(
                     event.item,
                     Item::FunctionCall { .. }
@@ -970,7 +968,7 @@ fn assert_no_op_marker_in_deps(records: &[airlock::journal::Record]) {
     for record in records {
         let text = match &record.entry {
             airlock::journal::Entry::Deps { deps } => Value::Object(deps.clone()).to_string(),
-            airlock::journal::Entry::Item { event }
+            airlock::journal::Entry::Item { event, .. }
                 if matches!(event.item, Item::ContextUpdate { .. }) =>
             {
                 serde_json::to_string(event).unwrap()
@@ -1568,9 +1566,80 @@ async fn a_session_resumed_far_behind_its_snapshot_gets_one_with_its_next_commit
     }
 }
 
+/// A key finds keyed calls only, and only their records are indexed: a
+/// [`Session::call`] (or a model's call) with the same id is not the key's
+/// earlier call, and its commit wrote no index entry. The marks travel in
+/// an export (version 2); a version-1 export, which had none, is imported
+/// with every call taken as keyed, as a key then found any call, so a
+/// retry of any of its calls still runs nothing.
+async fn a_key_finds_keyed_calls_only_here_and_after_an_import(backend: Backend) {
+    let db = TestStore::new(backend, "keys").await;
+    let store = db.open().await;
+    let mut session = open(&store, options(None, "keys")).await;
+    let unkeyed = airlock::ToolCall {
+        id: "u".into(),
+        ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
+    };
+    let first = session
+        .call(host().await, &unkeyed, &CancelToken::new())
+        .await
+        .unwrap();
+    assert_eq!(first.result["value"], 1);
+    let keyed = keyed_increment(&mut session, "k", "x").await.unwrap();
+    assert_eq!(keyed.result["value"], 2);
+    session.close().await.unwrap();
+    let indexed = |store: Arc<dyn SessionStore>, key: &'static str| async move {
+        store.call_records(None, "keys", key).await.unwrap().len()
+    };
+    assert_eq!(indexed(Arc::clone(&store), "u").await, 0, "an unkeyed call");
+    // Its intent, its output and its ops.
+    assert_eq!(indexed(Arc::clone(&store), "k").await, 3, "a keyed call");
+
+    let stored = store.read(None, "keys").await.unwrap();
+    let export = SessionExport::new(&stored, &ContextRules::default()).unwrap();
+    let v2 = serde_json::to_value(&export).unwrap();
+    let mut v1 = v2.clone();
+    v1["version"] = json!(1);
+    let mut marks = 0;
+    for record in v1["journal"].as_array_mut().unwrap() {
+        marks += usize::from(record.as_object_mut().unwrap().remove("keyed").is_some());
+    }
+    assert_eq!(marks, 3, "the export marks the keyed call's records");
+    // Version 2: the key `u` is new and runs; version 1: `u` was a call a
+    // key found, and is still.
+    for (doc, indexed_u, u_value) in [(v2, 0, 3), (v1, 3, 1)] {
+        let version = doc["version"].clone();
+        let target = TestStore::new(backend, &format!("keys-v{version}")).await;
+        let other = target.open().await;
+        let parsed = export_of(&doc.to_string()).unwrap();
+        other
+            .insert(
+                &parsed.header(),
+                Box::new(parsed.journal.clone()),
+                parsed.updated_at_ms,
+            )
+            .await
+            .unwrap();
+        assert_eq!(indexed(Arc::clone(&other), "k").await, 3, "v{version}");
+        assert_eq!(
+            indexed(Arc::clone(&other), "u").await,
+            indexed_u,
+            "v{version}"
+        );
+        let mut session = open(&other, options(None, "keys")).await;
+        let again = keyed_increment(&mut session, "k", "x").await.unwrap();
+        assert_eq!(again.result["value"], 2, "v{version}: a retry runs nothing");
+        let u = keyed_increment(&mut session, "u", "x").await.unwrap();
+        assert_eq!(u.result["value"], u_value, "v{version}");
+        assert_eq!(session.context().deps()["counters"]["x"], u_value.max(2));
+        session.close().await.unwrap();
+    }
+}
+
 /// What each schema before this one looked like, as the Airlock of its
-/// day wrote it, rebuilt from the current tables with the same rows: the
-/// SQL that turns a store into one of `version`.
+/// day wrote it, rebuilt from the current tables with the same rows (less
+/// the keyed calls' marks, which that Airlock did not write): the SQL that
+/// turns a store into one of `version`.
 fn downgrade_to(backend: Backend, version: u32) -> &'static str {
     match (backend, version) {
         // Schema 1: sessions and records keyed by owner and id, no call
@@ -1591,6 +1660,7 @@ fn downgrade_to(backend: Backend, version: u32) -> &'static str {
                 FROM records r JOIN sessions s USING (sid);
              DROP TABLE records; DROP TABLE snapshots; DROP TABLE sessions;
              ALTER TABLE sessions_v1 RENAME TO sessions; ALTER TABLE records_v1 RENAME TO records;
+             UPDATE records SET entry = replace(entry, ',\"keyed\":true', '');
              PRAGMA user_version = 1;"
         }
         // Schema 2: schema 1 with the call id (indexed), the ephemeral
@@ -1618,11 +1688,13 @@ fn downgrade_to(backend: Backend, version: u32) -> &'static str {
              DROP TABLE records; DROP TABLE snapshots; DROP TABLE sessions;
              ALTER TABLE sessions_v2 RENAME TO sessions; ALTER TABLE records_v2 RENAME TO records;
              ALTER TABLE snapshots_v2 RENAME TO snapshots;
+             UPDATE records SET entry = replace(entry, ',\"keyed\":true', '');
              CREATE INDEX records_by_call ON records (owner, session_id, call_id);
              PRAGMA user_version = 2;"
         }
         (Backend::Postgres, 1) => {
             "ALTER TABLE airlock_records DROP COLUMN call_id; DROP TABLE airlock_snapshots;
+             UPDATE airlock_records SET entry = replace(entry, ',\"keyed\":true', '');
              ALTER TABLE airlock_sessions DROP COLUMN ephemeral;
              UPDATE airlock_schema SET version = 1;"
         }
@@ -1660,9 +1732,16 @@ async fn an_earlier_schema_is_migrated_and_its_calls_indexed(backend: Backend) {
             store.read(None, "old").await.unwrap().records,
             store.read(Some("bob"), "old").await.unwrap().records,
         );
+        // As that Airlock wrote them: no keyed calls' marks.
+        let mut before = serde_json::to_value(&before).unwrap();
+        for records in before.as_array_mut().unwrap() {
+            for record in records.as_array_mut().unwrap() {
+                record.as_object_mut().unwrap().remove("keyed");
+            }
+        }
         assert_eq!(
             serde_json::to_value(&after).unwrap(),
-            serde_json::to_value(&before).unwrap(),
+            before,
             "schema {version}: every record kept, each under its own owner"
         );
         // More calls, so that a snapshot now covers k0..k2.
@@ -2324,6 +2403,7 @@ crate::on_both_stores!(
     a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once,
     a_session_resumed_far_behind_its_snapshot_gets_one_with_its_next_commit,
     a_session_held_open_holds_a_bounded_item_log,
+    a_key_finds_keyed_calls_only_here_and_after_an_import,
     a_remote_holders_lease_blocks_until_it_expires,
     every_field_round_trips_through_the_store_and_an_export,
     unknown_missing_and_malformed_versions_import_nothing,
@@ -2581,7 +2661,7 @@ async fn a_large_session_exports_and_imports_in_bounded_memory() {
     let shown = capped(&["sessions", "show", "big", "--json"]);
     assert!(shown.status.success(), "{}", stderr(&shown));
     assert!(shown.stdout.len() > (256 << 20), "{}", shown.stdout.len());
-    assert!(shown.stdout.starts_with(b"{\"version\": 1,"));
+    assert!(shown.stdout.starts_with(b"{\"version\": 2,"));
     let end = String::from_utf8_lossy(&shown.stdout[shown.stdout.len() - 400..]).into_owned();
     assert!(end.contains("\"deps\": {\"counters\":{\"n\":1}}"), "{end}");
     assert!(end.trim_end().ends_with("\"ok\": true\n}"), "{end}");
@@ -2603,7 +2683,7 @@ async fn a_large_session_exports_and_imports_in_bounded_memory() {
     let mut file = std::fs::File::open(&output).unwrap();
     let mut head = [0u8; 16];
     file.read_exact(&mut head).unwrap();
-    assert!(head.starts_with(b"{\"version\": 1,"), "{head:?}");
+    assert!(head.starts_with(b"{\"version\": 2,"), "{head:?}");
     file.seek(std::io::SeekFrom::End(-400)).unwrap();
     let mut tail = String::new();
     file.read_to_string(&mut tail).unwrap();

@@ -33,9 +33,7 @@ fn journal(records: u64) -> Vec<Record> {
     let mut items = 0usize;
     let mut item = |item: Item| {
         items += 1;
-        Entry::Item {
-            event: Event::numbered(items, "run_bench", at_ms, item),
-        }
+        Entry::item(Event::numbered(items, "run_bench", at_ms, item))
     };
     while (entries.len() as u64) < records {
         calls += 1;

@@ -27,7 +27,7 @@ pub enum SessionsCommand {
     List(ListArgs),
     /// One session: messages, deps, usage, events.
     Show(IdArgs),
-    /// One session as versioned JSON (`"version": 1`), on stdout or to a
+    /// One session as versioned JSON (`"version": 2`), on stdout or to a
     /// file.
     Export(ExportArgs),
     /// Adds a session from an export file (`-` for stdin), under the user.
@@ -216,7 +216,7 @@ async fn show(args: IdArgs) -> Result<(), Failure> {
         for record in records {
             let line = match &record.entry {
                 Entry::Message { message } => (&mut messages, describe_message(message)),
-                Entry::Item { event } => (
+                Entry::Item { event, .. } => (
                     &mut events,
                     format!("{} {}", event.id, describe_item(&event.item)),
                 ),

@@ -61,7 +61,7 @@ impl Folded {
         match entry {
             Entry::Deps { deps } => self.deps = deps,
             Entry::Message { message } => self.transcript.messages.push(message),
-            Entry::Item { event } => {
+            Entry::Item { event, .. } => {
                 if let Item::ContextUpdate { ops, .. } = &event.item {
                     crate::context::replay(&mut self.deps, ops).map_err(|e| e.to_string())?;
                 }
@@ -148,22 +148,20 @@ pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<
     for (next_item, (call_id, name, model_waits)) in
         (transcript.next_item()..).zip(unanswered_calls(transcript))
     {
-        entries.push(Entry::Item {
-            event: Event::numbered(
-                next_item,
-                run_id,
-                now_ms,
-                Item::FunctionCallOutput {
-                    call_id: call_id.clone(),
-                    name: name.clone(),
-                    status: CallStatus::Interrupted,
-                    output: INTERRUPTED_MESSAGE.to_owned(),
-                    error_kind: Some(ErrorKind::Interrupted),
-                    duration_us: 0,
-                    guest: GuestOutput::default(),
-                },
-            ),
-        });
+        entries.push(Entry::item(Event::numbered(
+            next_item,
+            run_id,
+            now_ms,
+            Item::FunctionCallOutput {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                status: CallStatus::Interrupted,
+                output: INTERRUPTED_MESSAGE.to_owned(),
+                error_kind: Some(ErrorKind::Interrupted),
+                duration_us: 0,
+                guest: GuestOutput::default(),
+            },
+        )));
         if model_waits {
             entries.push(Entry::Message {
                 message: Message::Tool {

@@ -279,6 +279,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 /// One entry of the journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "snake_case")]
@@ -301,6 +305,15 @@ pub enum Entry {
     Item {
         /// The item.
         event: Event,
+        /// Whether the item is part of a keyed call (one made at most once
+        /// per id, [`Session::call_once`](crate::session::Session::call_once)):
+        /// its intent, output or ops. A store indexes these by the call's
+        /// id ([`Entry::call_key`]), and a retry with that id finds them;
+        /// other calls' items are not indexed, so that an unkeyed call's
+        /// commit writes no entry at a random place of an index. Written
+        /// only when true.
+        #[serde(default, skip_serializing_if = "is_false")]
+        keyed: bool,
     },
     /// Usage totals and the iteration from here on.
     Usage {
@@ -312,18 +325,35 @@ pub enum Entry {
 }
 
 impl Entry {
+    /// An item of the log, not part of a keyed call.
+    pub fn item(event: Event) -> Self {
+        Entry::Item {
+            event,
+            keyed: false,
+        }
+    }
+
     /// The tool call this entry is about, if it is a call's intent, output
-    /// or ops (what a store indexes so that a keyed retry finds an earlier
-    /// call without reading the whole journal).
+    /// or ops, keyed or not.
     pub fn call_id(&self) -> Option<&str> {
         match self {
-            Entry::Item { event } => match &event.item {
+            Entry::Item { event, .. } => match &event.item {
                 Item::FunctionCall { call, .. } => Some(&call.id),
                 Item::FunctionCallOutput { call_id, .. } | Item::ContextUpdate { call_id, .. } => {
                     Some(call_id)
                 }
                 _ => None,
             },
+            _ => None,
+        }
+    }
+
+    /// The id a retry of a keyed call finds this entry by: its call's id
+    /// when it is part of a keyed call, what a store indexes so that the
+    /// retry reads the call's records and not the whole journal.
+    pub fn call_key(&self) -> Option<&str> {
+        match self {
+            Entry::Item { keyed: true, .. } => self.call_id(),
             _ => None,
         }
     }

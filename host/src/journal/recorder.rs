@@ -62,6 +62,9 @@ pub(crate) struct Recorder<'c> {
     unsent: Option<Vec<Event>>,
     /// Bytes (as JSON) of the items recorded through this recorder.
     recorded_bytes: usize,
+    /// Whether the items it records are a keyed call's ([`Entry::Item`]'s
+    /// `keyed`).
+    keyed: bool,
 }
 
 impl<'c> Recorder<'c> {
@@ -75,7 +78,16 @@ impl<'c> Recorder<'c> {
             pending: Vec::new(),
             unsent: watched.then(Vec::new),
             recorded_bytes: 0,
+            keyed: false,
         }
+    }
+
+    /// The same recorder, recording each item as part of a keyed call
+    /// (made at most once per id), so that the store indexes it by the
+    /// call's id: for a recorder that records one call and nothing else.
+    pub(crate) fn keyed(mut self, keyed: bool) -> Self {
+        self.keyed = keyed;
+        self
     }
 
     pub(crate) fn ctx(&self) -> &RunContext {
@@ -107,6 +119,7 @@ impl<'c> Recorder<'c> {
         if self.sink.is_some() {
             self.pending.push(Entry::Item {
                 event: event.clone(),
+                keyed: self.keyed,
             });
         }
         if let Some(unsent) = &mut self.unsent {

@@ -210,9 +210,7 @@ mod tests {
 
     /// Any entry a journal holds, items numbered later.
     fn entry() -> impl Strategy<Value = Entry> {
-        let item = |item: Item| Entry::Item {
-            event: Event::numbered(0, "run", 0, item),
-        };
+        let item = |item: Item| Entry::item(Event::numbered(0, "run", 0, item));
         prop_oneof![
             (0..3u8, 0..100i64).prop_map(|(k, v)| Entry::Deps {
                 deps: json!({format!("k{k}"): v})
@@ -281,7 +279,7 @@ mod tests {
             .into_iter()
             .zip(1..)
             .map(|(mut entry, seq)| {
-                if let Entry::Item { event } = &mut entry {
+                if let Entry::Item { event, .. } = &mut entry {
                     items += 1;
                     event.id = format!("item_{items}");
                 }

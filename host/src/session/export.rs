@@ -2,7 +2,7 @@
 //!
 //! ```json
 //! {
-//!   "version": 1,
+//!   "version": 2,
 //!   "session_id": "sess_…", "user_id": null,
 //!   "created_at_ms": 1763900000000, "updated_at_ms": 1763900004000,
 //!   "metadata": {},
@@ -28,8 +28,11 @@ use crate::context::{ContextRules, Usage};
 use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
 
-/// The export format this version writes and reads.
-pub const EXPORT_VERSION: u64 = 1;
+/// The export format this version writes and reads: 2 marks a keyed
+/// call's items (`"keyed": true` in their journal entries). Version 1 is
+/// read too, every call's items then taken as a keyed call's (a key found
+/// any earlier call with its id).
+pub const EXPORT_VERSION: u64 = 2;
 
 /// A session as a versioned JSON document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -309,7 +312,7 @@ pub async fn write_export(
             writeln!(out, "{comma}{}", json_line(record)?)?;
             match &record.entry {
                 Entry::Message { message } => messages.push_json(message)?,
-                Entry::Item { event } => items.push_json(event)?,
+                Entry::Item { event, .. } => items.push_json(event)?,
                 _ => {}
             }
         }

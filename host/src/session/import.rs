@@ -29,7 +29,7 @@ use sha2::{Digest as _, Sha256};
 use super::export::{EXPORT_VERSION, ImportError, Spill};
 use super::store::{RecordPages, SessionHeader};
 use crate::context::{ContextRules, Usage};
-use crate::journal::{Event, Folded, Record, StoreError, secrets};
+use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
 
 /// An export that was read whole and agrees with its journal, ready to be
@@ -87,7 +87,7 @@ fn stage_checked(
     let rewind =
         |input: &mut dyn Seek| input.rewind().map_err(|e| ImportError::Read(e.to_string()));
     rewind(&mut input)?;
-    read_version(&mut input)?;
+    let version = read_version(&mut input)?;
     rewind(&mut input)?;
     let spill = Spill::new().map_err(|e| ImportError::Stage(e.to_string()))?;
     let mut journal = Journal {
@@ -98,6 +98,7 @@ fn stage_checked(
         messages: ListDigest::default(),
         items: ListDigest::default(),
         failed: None,
+        every_call_keyed: version < 2,
     };
     let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
     let fields = DocumentSeed {
@@ -124,10 +125,11 @@ fn json_error(e: serde_json::Error) -> ImportError {
     }
 }
 
-/// Checks the document's `version`, reading the document only as far as
+/// The document's `version`, checked, reading the document only as far as
 /// that field (the first of an export this Airlock writes), and nothing
-/// else into memory.
-fn read_version(input: &mut (impl Read + Seek)) -> Result<(), ImportError> {
+/// else into memory. Version 1 (before keyed calls were marked) is read
+/// too.
+fn read_version(input: &mut (impl Read + Seek)) -> Result<u64, ImportError> {
     let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
     let mut version = None;
     let read = VersionSeed(&mut version)
@@ -137,7 +139,7 @@ fn read_version(input: &mut (impl Read + Seek)) -> Result<(), ImportError> {
         // Found: the rest is read by the second pass.
         (_, Some(found)) => match found.as_u64() {
             None => Err(ImportError::MissingVersion),
-            Some(EXPORT_VERSION) => Ok(()),
+            Some(version @ (1 | EXPORT_VERSION)) => Ok(version),
             Some(other) => Err(ImportError::UnsupportedVersion(other)),
         },
         (Ok(()), None) => Err(ImportError::MissingVersion),
@@ -219,6 +221,9 @@ struct Journal<'r> {
     /// Why reading stopped, when the journal itself was at fault (the
     /// reader's error then only says where).
     failed: Option<ImportError>,
+    /// A version-1 journal's: every call's items are taken as a keyed
+    /// call's, since a key then found any earlier call with its id.
+    every_call_keyed: bool,
 }
 
 impl Journal<'_> {
@@ -231,7 +236,13 @@ impl Journal<'_> {
     }
 
     fn take(&mut self, record: Record) -> Result<(), ImportError> {
-        let record = secrets::scrub_record(record, self.rules);
+        let mut record = secrets::scrub_record(record, self.rules);
+        if self.every_call_keyed
+            && record.entry.call_id().is_some()
+            && let Entry::Item { keyed, .. } = &mut record.entry
+        {
+            *keyed = true;
+        }
         let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
         let line = serde_json::to_string(&record).map_err(|e| staging(&e))?;
         self.spill.push_line(&line).map_err(|e| staging(&e))?;

@@ -94,10 +94,10 @@ pub const DEFAULT_SNAPSHOT_EVERY: u64 = 32;
 /// the closed calls among them (a live session then holds what one
 /// resumed from a snapshot does: the calls still open and the items
 /// since). A session held open for a long time (an MCP server's, an
-/// embedder's) so keeps bounded memory, however many calls it makes; a
-/// keyed retry of a call it let go of is found in the store, by the
-/// records' indexed call id, as for a resumed session. Letting go costs
-/// one pass over the held items each time they reach this many.
+/// embedder's) so keeps bounded memory, however many calls it makes (a
+/// keyed retry is always found in the store, by the records' indexed call
+/// id). Letting go costs one pass over the held items each time they
+/// reach this many.
 pub const MAX_HELD_ITEMS: usize = 64;
 
 /// Longest session id, in bytes.
@@ -501,7 +501,7 @@ impl Session {
         let entries = patch_entries(&self.transcript, self.ctx.run_id(), now_ms());
         for entry in &entries {
             match entry {
-                Entry::Item { event } => self.transcript.items.push(event.clone()),
+                Entry::Item { event, .. } => self.transcript.items.push(event.clone()),
                 Entry::Message { message } => self.transcript.messages.push(message.clone()),
                 Entry::Deps { .. } | Entry::Usage { .. } => {}
             }
@@ -558,21 +558,22 @@ impl Session {
         cancel: &CancelToken,
     ) -> Result<CallOutcome, SessionCallError> {
         let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
-        self.call_journaled(host, call, cancel, !pure).await
+        self.call_journaled(host, call, cancel, !pure, false).await
     }
 
     /// [`Session::call`], its intent committed before it runs when
-    /// `intent_first`.
+    /// `intent_first`, its items recorded as a keyed call's when `keyed`.
     async fn call_journaled(
         &mut self,
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
         intent_first: bool,
+        keyed: bool,
     ) -> Result<CallOutcome, SessionCallError> {
         let started = Instant::now();
         let iteration = self.ctx.iteration;
-        let mut recorder = Recorder::new(Conversation::from(&mut *self), false);
+        let mut recorder = Recorder::new(Conversation::from(&mut *self), false).keyed(keyed);
         recorder.call_asked(call, iteration);
         if intent_first {
             recorder.commit().await?;
@@ -590,44 +591,41 @@ impl Session {
     }
 
     /// [`Session::call`], at most once per call id: when this session
-    /// already holds a completed call with `call.id`, its outcome (result,
-    /// ops, guest output, as committed) is returned and nothing runs. A
-    /// client that lost the answer (a dropped connection, a host that died)
-    /// retries with the same id, on any host, and its ops apply once. A
-    /// call that failed, was cancelled or interrupted committed no op, so
-    /// it runs again. The id must name the same tool and arguments
+    /// already holds a completed keyed call (one made through this method)
+    /// with `call.id`, its outcome (result, ops, guest output, as
+    /// committed) is returned and nothing runs. A client that lost the
+    /// answer (a dropped connection, a host that died) retries with the
+    /// same id, on any host, and its ops apply once. A call that failed,
+    /// was cancelled or interrupted committed no op, so it runs again. The
+    /// id must name the same tool and arguments
     /// ([`SessionCallError::IdReused`] otherwise). A keyed call always
-    /// commits its intent before it runs, whatever its tool.
+    /// commits its intent before it runs, whatever its tool. A key finds
+    /// keyed calls only: a [`Session::call`] or a model's call with the
+    /// same id is not indexed, and is not its earlier call.
     ///
-    /// Cost: a scan of the items the session holds (at most
-    /// [`MAX_HELD_ITEMS`] and its open calls) while it holds its whole log,
-    /// or, once it does not (resumed from a snapshot, or past
-    /// [`MAX_HELD_ITEMS`]), one indexed read of the call's records.
+    /// Cost: one indexed read of the store for the call's records, beside
+    /// [`Session::call`]'s. Only keyed calls' records are indexed, so an
+    /// unkeyed call's commit pays nothing for it.
     pub async fn call_once(
         &mut self,
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, SessionCallError> {
-        let earlier = if self.transcript.items_folded == 0 {
-            earlier_call(&self.transcript.items, call)
-        } else {
-            let records = self.writer.call_records(&call.id).await?;
-            let events: Vec<Event> = records
-                .into_iter()
-                .filter_map(|r| match r.entry {
-                    Entry::Item { event } => Some(event),
-                    _ => None,
-                })
-                .collect();
-            earlier_call(&events, call)
-        };
-        match earlier {
+        let records = self.writer.call_records(&call.id).await?;
+        let events: Vec<Event> = records
+            .into_iter()
+            .filter_map(|r| match r.entry {
+                Entry::Item { event, .. } => Some(event),
+                _ => None,
+            })
+            .collect();
+        match earlier_call(&events, call) {
             Earlier::Completed(done) => Ok(*done),
             Earlier::Reused => Err(SessionCallError::IdReused {
                 call_id: call.id.clone(),
             }),
-            Earlier::None => self.call_journaled(host, call, cancel, true).await,
+            Earlier::None => self.call_journaled(host, call, cancel, true, true).await,
         }
     }
 
@@ -680,8 +678,8 @@ impl Session {
     }
 }
 
-/// What `items` (a session's log, or its records about `call`'s id) hold
-/// of a call with `call`'s id.
+/// What `items` (a session's records about `call`'s id) hold of a call
+/// with `call`'s id.
 fn earlier_call(items: &[Event], call: &ToolCall) -> Earlier {
     let same_id = |id: &str| id == call.id;
     let reused = items.iter().any(|e| {

@@ -100,9 +100,9 @@ CREATE TABLE airlock_records (
 );
 ";
 
-/// Version 2: each call's records indexed by its id (a keyed retry's
-/// lookup), each session's newest snapshot, and whether a session is
-/// ephemeral.
+/// Version 2: a keyed call's records indexed by its id (a keyed retry's
+/// lookup; the records already written, every call's), each session's
+/// newest snapshot, and whether a session is ephemeral.
 const SCHEMA_V2: &str = "
 ALTER TABLE airlock_sessions ADD COLUMN ephemeral boolean NOT NULL DEFAULT false;
 ALTER TABLE airlock_records ADD COLUMN call_id text;

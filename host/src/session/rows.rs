@@ -73,7 +73,7 @@ pub(crate) struct Row {
     pub seq: u64,
     pub at_ms: u64,
     pub entry: String,
-    /// The tool call the entry is about, indexed ([`Entry::call_id`]).
+    /// The keyed call the entry is part of, indexed ([`Entry::call_key`]).
     pub call_id: Option<String>,
 }
 
@@ -87,7 +87,7 @@ pub(crate) fn encode(records: &[Record]) -> Result<Vec<Row>, StoreError> {
                     seq: r.seq,
                     at_ms: r.at_ms,
                     entry,
-                    call_id: r.entry.call_id().map(str::to_owned),
+                    call_id: r.entry.call_key().map(str::to_owned),
                 })
                 .map_err(|e| StoreError::Backend {
                     location: "session record".into(),
@@ -200,7 +200,9 @@ pub(crate) fn decode_records(
 
 /// The call id of a record stored before the column existed (a
 /// migration's backfill): `None` for an entry about no call, or one that
-/// does not parse (the fold reports that one when it is read).
+/// does not parse (the fold reports that one when it is read). Every
+/// call's, keyed or not: a key then found any earlier call with its id,
+/// and still does.
 pub(crate) fn call_id_of(entry: &str) -> Option<String> {
     serde_json::from_str::<Entry>(entry)
         .ok()?

@@ -10,7 +10,9 @@
 //! (`rid`, the table's rowid), so a batch of many sessions' appends fills
 //! the table's last pages instead of one page per session; what finds a
 //! session's records is the index `(sid, seq)` of small integer entries,
-//! and `(sid, call_id)` for the records of a call. A session is named by
+//! and `(sid, call_id)` for the records of a keyed call (only theirs: an
+//! entry at a random place of an index for every call's records would
+//! dirty pages of its own at every commit). A session is named by
 //! its integer `sid` inside the file (never reused: `AUTOINCREMENT`), by
 //! owner and id everywhere else.
 //!

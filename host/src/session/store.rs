@@ -203,10 +203,13 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The records about the tool call `call_id` ([`Record`]s whose
-    /// [`Entry::call_id`](crate::journal::Entry::call_id) it is), in
+    /// The records of the keyed call `call_id` ([`Record`]s whose
+    /// [`Entry::call_key`](crate::journal::Entry::call_key) it is), in
     /// order; empty if none. Indexed: its cost does not grow with the
-    /// session's length.
+    /// session's length. Only keyed calls' records need an index entry, so
+    /// that other calls' commits pay for none. Records stored before keyed
+    /// calls were told apart are all indexed by their call's id, and
+    /// returned as well.
     fn call_records<'a>(
         &'a self,
         owner: Owner<'a>,
