@@ -62,6 +62,20 @@ fn export_of(text: &str) -> Result<SessionExport, ImportError> {
     SessionExport::parse(text, &ContextRules::default())
 }
 
+/// Inserts the session `export` holds into `store`.
+async fn import_into(
+    store: &Arc<dyn SessionStore>,
+    export: &SessionExport,
+) -> Result<(), StoreError> {
+    store
+        .insert(
+            &export.header(),
+            Box::new(export.journal.clone()),
+            export.updated_at_ms,
+        )
+        .await
+}
+
 async fn every_field_round_trips_through_the_store_and_an_export(backend: Backend) {
     let db = TestStore::new(backend, "trip").await;
     let store = db.open().await;
@@ -116,24 +130,10 @@ async fn every_field_round_trips_through_the_store_and_an_export(backend: Backen
     assert_eq!(parsed, export);
     let other_db = TestStore::new(backend, "trip-import").await;
     let other = other_db.open().await;
-    other
-        .insert(
-            &parsed.header(),
-            Box::new(parsed.journal.clone()),
-            parsed.updated_at_ms,
-        )
-        .await
-        .unwrap();
+    import_into(&other, &parsed).await.unwrap();
     assert_eq!(other.read(Some("alice"), "trip").await.unwrap(), stored);
     // Importing it twice is refused and changes nothing.
-    let twice = other
-        .insert(
-            &parsed.header(),
-            Box::new(parsed.journal.clone()),
-            parsed.updated_at_ms,
-        )
-        .await
-        .unwrap_err();
+    let twice = import_into(&other, &parsed).await.unwrap_err();
     assert!(matches!(twice, StoreError::AlreadyExists { .. }), "{twice}");
     assert_eq!(other.read(Some("alice"), "trip").await.unwrap(), stored);
 }
@@ -1612,14 +1612,7 @@ async fn a_key_finds_keyed_calls_only_here_and_after_an_import(backend: Backend)
         let target = TestStore::new(backend, &format!("keys-v{version}")).await;
         let other = target.open().await;
         let parsed = export_of(&doc.to_string()).unwrap();
-        other
-            .insert(
-                &parsed.header(),
-                Box::new(parsed.journal.clone()),
-                parsed.updated_at_ms,
-            )
-            .await
-            .unwrap();
+        import_into(&other, &parsed).await.unwrap();
         assert_eq!(indexed(Arc::clone(&other), "k").await, 3, "v{version}");
         assert_eq!(
             indexed(Arc::clone(&other), "u").await,
