@@ -311,7 +311,9 @@ pub enum Entry {
         /// id ([`Entry::call_key`]), and a retry with that id finds them;
         /// other calls' items are not indexed, so that an unkeyed call's
         /// commit writes no entry at a random place of an index. Written
-        /// only when true.
+        /// only when true. A store reads every record it indexes back
+        /// marked, those stored before the marks existed (every call's)
+        /// among them.
         #[serde(default, skip_serializing_if = "is_false")]
         keyed: bool,
     },

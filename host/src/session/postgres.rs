@@ -508,7 +508,7 @@ async fn read_session(
     let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
     let statement = tx
         .prepare_cached(
-            "SELECT seq, at_ms, entry FROM airlock_records
+            "SELECT seq, at_ms, entry, call_id FROM airlock_records
              WHERE owner = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
         )
         .await?;
@@ -525,7 +525,7 @@ fn row_of(row: tokio_postgres::Row) -> Row {
         seq: num(row.get(0)),
         at_ms: num(row.get(1)),
         entry: row.get(2),
-        call_id: None,
+        call_id: row.get(3),
     }
 }
 
@@ -796,7 +796,7 @@ impl SessionStore for PostgresStore {
             let client = self.client().await?;
             let statement = client
                 .prepare_cached(
-                    "SELECT seq, at_ms, entry FROM airlock_records
+                    "SELECT seq, at_ms, entry, call_id FROM airlock_records
                      WHERE owner = $1 AND session_id = $2 AND call_id = $3 AND call_id IS NOT NULL
                      ORDER BY seq",
                 )

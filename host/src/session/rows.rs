@@ -184,11 +184,19 @@ pub(crate) fn decode_records(
 ) -> Result<Vec<Record>, StoreError> {
     rows.into_iter()
         .map(|row| {
-            let entry: Entry =
+            let mut entry: Entry =
                 serde_json::from_str(&row.entry).map_err(|e| StoreError::Corrupt {
                     session_id: session_id.to_owned(),
                     problem: format!("record {} does not parse: {e}", row.seq),
                 })?;
+            // Indexed is keyed: a record stored before keyed calls were
+            // marked, indexed then, reads back marked, so that an export of
+            // it still says what a key finds.
+            if row.call_id.is_some()
+                && let Entry::Item { keyed, .. } = &mut entry
+            {
+                *keyed = true;
+            }
             Ok(Record {
                 seq: row.seq,
                 at_ms: row.at_ms,

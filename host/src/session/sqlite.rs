@@ -578,7 +578,8 @@ fn read_session(
     };
     let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
     let mut query = conn.prepare_cached(
-        "SELECT seq, at_ms, entry FROM records WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        "SELECT seq, at_ms, entry, call_id FROM records
+         WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = query
         .query_map(params![sid, after, limit], row_of)?
@@ -591,7 +592,7 @@ fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         seq: row.get(0)?,
         at_ms: row.get(1)?,
         entry: row.get(2)?,
-        call_id: None,
+        call_id: row.get(3)?,
     })
 }
 
@@ -804,7 +805,7 @@ impl SessionStore for SqliteStore {
         let call_id = call_id.to_owned();
         self.run(move |conn| {
             let mut query = conn.prepare_cached(
-                "SELECT r.seq, r.at_ms, r.entry
+                "SELECT r.seq, r.at_ms, r.entry, r.call_id
                  FROM sessions s JOIN records r INDEXED BY records_by_call ON r.sid = s.sid
                  WHERE s.owner = ?1 AND s.session_id = ?2 AND r.call_id = ?3 ORDER BY r.seq",
             )?;

@@ -209,7 +209,8 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// session's length. Only keyed calls' records need an index entry, so
     /// that other calls' commits pay for none. Records stored before keyed
     /// calls were told apart are all indexed by their call's id, and
-    /// returned as well.
+    /// returned as well; every read gives an indexed record back marked
+    /// keyed, so that an export says what a key finds.
     fn call_records<'a>(
         &'a self,
         owner: Owner<'a>,
