@@ -107,10 +107,7 @@ async fn make_calls(
             session
         });
     }
-    let mut done = Vec::new();
-    while let Some(session) = tasks.join_next().await {
-        done.push(session.unwrap());
-    }
+    let done = tasks.join_all().await;
     (done, started.elapsed())
 }
 

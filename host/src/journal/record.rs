@@ -350,6 +350,18 @@ impl Entry {
         }
     }
 
+    /// Marks the entry as part of a keyed call when it is a call's intent,
+    /// output or ops (anything else stays as it is): what a record indexed
+    /// before the marks existed, or one from a version-1 export, is taken
+    /// as.
+    pub fn mark_keyed(&mut self) {
+        if self.call_id().is_some()
+            && let Entry::Item { keyed, .. } = self
+        {
+            *keyed = true;
+        }
+    }
+
     /// The id a retry of a keyed call finds this entry by: its call's id
     /// when it is part of a keyed call, what a store indexes so that the
     /// retry reads the call's records and not the whole journal.

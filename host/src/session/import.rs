@@ -29,7 +29,7 @@ use sha2::{Digest as _, Sha256};
 use super::export::{EXPORT_VERSION, ImportError, Spill};
 use super::store::{RecordPages, SessionHeader};
 use crate::context::{ContextRules, Usage};
-use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
+use crate::journal::{Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
 
 /// An export that was read whole and agrees with its journal, ready to be
@@ -237,11 +237,8 @@ impl Journal<'_> {
 
     fn take(&mut self, record: Record) -> Result<(), ImportError> {
         let mut record = secrets::scrub_record(record, self.rules);
-        if self.every_call_keyed
-            && record.entry.call_id().is_some()
-            && let Entry::Item { keyed, .. } = &mut record.entry
-        {
-            *keyed = true;
+        if self.every_call_keyed {
+            record.entry.mark_keyed();
         }
         let staging = |e: &dyn std::fmt::Display| ImportError::Stage(e.to_string());
         let line = serde_json::to_string(&record).map_err(|e| staging(&e))?;

@@ -557,20 +557,21 @@ impl Session {
         call: &ToolCall,
         cancel: &CancelToken,
     ) -> Result<CallOutcome, SessionCallError> {
-        let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
-        self.call_journaled(host, call, cancel, !pure, false).await
+        self.call_journaled(host, call, cancel, false).await
     }
 
-    /// [`Session::call`], its intent committed before it runs when
-    /// `intent_first`, its items recorded as a keyed call's when `keyed`.
+    /// [`Session::call`], its items recorded as a keyed call's when
+    /// `keyed`; its intent committed before it runs when it is keyed or its
+    /// tool may have effects outside the sandbox.
     async fn call_journaled(
         &mut self,
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
-        intent_first: bool,
         keyed: bool,
     ) -> Result<CallOutcome, SessionCallError> {
+        let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
+        let intent_first = keyed || !pure;
         let started = Instant::now();
         let iteration = self.ctx.iteration;
         let mut recorder = Recorder::new(Conversation::from(&mut *self), false).keyed(keyed);
@@ -625,7 +626,7 @@ impl Session {
             Earlier::Reused => Err(SessionCallError::IdReused {
                 call_id: call.id.clone(),
             }),
-            Earlier::None => self.call_journaled(host, call, cancel, true, true).await,
+            Earlier::None => self.call_journaled(host, call, cancel, true).await,
         }
     }
 

@@ -192,10 +192,8 @@ pub(crate) fn decode_records(
             // Indexed is keyed: a record stored before keyed calls were
             // marked, indexed then, reads back marked, so that an export of
             // it still says what a key finds.
-            if row.call_id.is_some()
-                && let Entry::Item { keyed, .. } = &mut entry
-            {
-                *keyed = true;
+            if row.call_id.is_some() {
+                entry.mark_keyed();
             }
             Ok(Record {
                 seq: row.seq,
