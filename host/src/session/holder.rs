@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// A lease holder's identity: the process that holds it (the machine's
 /// boot, its pid namespace, pid and start time), when that could be read,
@@ -18,10 +19,18 @@ use std::str::FromStr;
 /// `boot=…;pidns=…;pid=…;start=…;lease=…`, or `lease=…` alone. Text a store
 /// holds that is not in that form reads back as a holder with no process
 /// (never declared gone).
+///
+/// Cloning one is a reference count, and its text is written once: every
+/// append a store fences carries and compares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
+pub struct Holder(Arc<Identity>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct Identity {
     process: Option<Process>,
     nonce: String,
+    /// The holder as stores keep it, made from the two above.
+    text: String,
 }
 
 /// The process a holder ran in.
@@ -84,16 +93,38 @@ fn start_time(pid: u32) -> Option<String> {
 impl Holder {
     /// A fresh identity for one lease, held by this process.
     pub fn new() -> Self {
-        Self {
-            process: Process::current(),
-            nonce: uuid::Uuid::new_v4().simple().to_string(),
+        Self::of(
+            Process::current(),
+            uuid::Uuid::new_v4().simple().to_string(),
+        )
+    }
+
+    fn of(process: Option<Process>, nonce: String) -> Self {
+        let mut text = String::new();
+        if let Some(p) = &process {
+            text = format!(
+                "boot={};pidns={};pid={};start={};",
+                p.boot, p.pid_ns, p.pid, p.start
+            );
         }
+        text.push_str("lease=");
+        text.push_str(&nonce);
+        Self(Arc::new(Identity {
+            process,
+            nonce,
+            text,
+        }))
+    }
+
+    /// The holder as stores keep it (its [`fmt::Display`]).
+    pub fn as_str(&self) -> &str {
+        &self.0.text
     }
 
     /// Whether this holder is known to be dead (see the type's docs).
     /// `false` whenever that cannot be known. Costs a few reads of `/proc`.
     pub fn is_gone(&self) -> bool {
-        let Some(held) = &self.process else {
+        let Some(held) = &self.0.process else {
             return false;
         };
         let Some(me) = Process::current() else {
@@ -114,14 +145,7 @@ impl Default for Holder {
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(p) = &self.process {
-            write!(
-                f,
-                "boot={};pidns={};pid={};start={};",
-                p.boot, p.pid_ns, p.pid, p.start
-            )?;
-        }
-        write!(f, "lease={}", self.nonce)
+        f.write_str(self.as_str())
     }
 }
 
@@ -146,7 +170,7 @@ impl FromStr for Holder {
             _ => None,
         };
         let nonce = field("lease").unwrap_or(text).to_owned();
-        Ok(Self { process, nonce })
+        Ok(Self::of(process, nonce))
     }
 }
 

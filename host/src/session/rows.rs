@@ -58,7 +58,12 @@ pub(crate) fn expiry(now_ms: u64, ttl: Duration) -> u64 {
 /// The partition key: the user id, or `""` for the anonymous bucket (user
 /// ids are never empty).
 pub(crate) fn owner_key(owner: Owner<'_>) -> String {
-    owner.unwrap_or_default().to_owned()
+    owner_key_of(owner).to_owned()
+}
+
+/// [`owner_key`], borrowed.
+pub(crate) fn owner_key_of(owner: Owner<'_>) -> &str {
+    owner.unwrap_or_default()
 }
 
 /// The owner a partition key stands for.

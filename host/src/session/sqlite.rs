@@ -477,7 +477,7 @@ fn insert_session(
 /// to [`ROWS_A_STATEMENT`] rows a statement (a call's records are one).
 pub(super) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlite::Result<()> {
     for chunk in rows.chunks(ROWS_A_STATEMENT) {
-        let mut insert = tx.prepare_cached(&insert_statement(chunk.len()))?;
+        let mut insert = tx.prepare_cached(insert_statement(chunk.len()))?;
         let mut at = 1;
         for row in chunk {
             insert.raw_bind_parameter(at, sid)?;
@@ -495,10 +495,19 @@ pub(super) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlit
 /// The most records one `INSERT` writes.
 const ROWS_A_STATEMENT: usize = 8;
 
-/// `INSERT INTO records` of `rows` rows (five parameters each).
-fn insert_statement(rows: usize) -> String {
-    let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
-    format!("INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES {values}")
+/// `INSERT INTO records` of `rows` rows (five parameters each), 1 to
+/// [`ROWS_A_STATEMENT`]: written once, as the committer's thread looks its
+/// statement up by this text on every append.
+fn insert_statement(rows: usize) -> &'static str {
+    static STATEMENTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..=ROWS_A_STATEMENT)
+            .map(|rows| {
+                let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
+                format!("INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES {values}")
+            })
+            .collect()
+    });
+    &STATEMENTS[rows.min(ROWS_A_STATEMENT)]
 }
 
 /// A session's key in this file and its lease columns.
@@ -683,7 +692,7 @@ impl SessionStore for SqliteStore {
                     owner,
                     lease.session_id,
                     lease.token,
-                    lease.holder.to_string(),
+                    lease.holder.as_str(),
                     expires
                 ])?;
             if changed != 1 {
@@ -708,7 +717,7 @@ impl SessionStore for SqliteStore {
                 owner,
                 lease.session_id,
                 lease.token,
-                lease.holder.to_string()
+                lease.holder.as_str()
             ])?;
             Ok(())
         })

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
-use super::rows::{expiry, owner_key};
+use super::rows::{expiry, owner_key_of};
 use super::sqlite::{Failure, failure, insert_records, lock};
 use crate::journal::StoreError;
 
@@ -284,10 +284,10 @@ fn append(conn: &Connection, sids: &mut Sids, job: &Job) -> Result<(), Failure> 
         return Ok(());
     };
     let lease = &job.lease;
-    let owner = owner_key(lease.user_id.as_deref());
-    let holder = lease.holder.to_string();
+    let owner = owner_key_of(lease.user_id.as_deref());
+    let holder = lease.holder.as_str();
     let expires = expiry(job.now_ms, lease.ttl);
-    let known = sids.get(&owner, &lease.session_id);
+    let known = sids.get(owner, &lease.session_id);
     // By `sid` when known, else (or when that row is gone) by name. Both
     // statements take the same nine parameters; each uses its own.
     const BY_SID: &str = "UPDATE sessions SET head = ?7, updated_at_ms = ?8, lease_expires_ms = ?9
@@ -322,7 +322,7 @@ fn append(conn: &Connection, sids: &mut Sids, job: &Job) -> Result<(), Failure> 
         return Err(job.lease_lost().into());
     };
     if known != Some(sid) {
-        sids.remember(owner, &lease.session_id, sid);
+        sids.remember(owner.to_owned(), &lease.session_id, sid);
     }
     insert_records(conn, sid, &job.rows)?;
     if let Some(snapshot) = &job.snapshot {
