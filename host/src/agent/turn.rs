@@ -49,7 +49,7 @@ impl<'a, 'c> Run<'a, 'c> {
 
     /// Ends the run once its items outgrow the bound. Checked after each
     /// call's output is recorded, before anything more is asked or run.
-    fn check_size(&self) -> Result<(), RunError> {
+    fn check_size(&mut self) -> Result<(), RunError> {
         let limit = self.agent.options.max_transcript_bytes;
         if self.recorder.recorded_bytes() > limit {
             return Err(RunError::TranscriptTooLarge { limit });

@@ -242,15 +242,18 @@ impl Serialize for Usage {
 /// Applies ops that were validated when they were first applied (a
 /// session's journal): no limits or key rules, only the op semantics. An
 /// error means the ops do not fit these deps, which a journal Airlock wrote
-/// never does.
+/// never does. A session's writer replays every commit's ops, so the
+/// rules (every key readable and writable, none hidden) are made once.
 pub(crate) fn replay(deps: &mut Map<String, Value>, ops: &[ContextOp]) -> Result<(), OpRejected> {
-    let limits = OpLimits {
+    static UNRESTRICTED: std::sync::LazyLock<KeyRules> =
+        std::sync::LazyLock::new(KeyRules::default);
+    const UNLIMITED: OpLimits = OpLimits {
         max_ops: usize::MAX,
         max_key_bytes: usize::MAX,
         max_op_bytes: usize::MAX,
         max_deps_bytes: usize::MAX,
     };
-    ops::apply(deps, 0, ops, &limits, &KeyRules::default()).map(|_| ())
+    ops::apply(deps, 0, ops, &UNLIMITED, &UNRESTRICTED).map(|_| ())
 }
 
 pub(crate) fn new_id(prefix: &str) -> String {

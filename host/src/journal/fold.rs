@@ -79,16 +79,24 @@ impl Folded {
 /// The log's function calls with no output, in order: an output closes
 /// the earliest open call with its id.
 pub(crate) fn open_calls(items: &[Event]) -> Vec<&Event> {
-    let mut open: Vec<&Event> = Vec::new();
-    for event in items {
+    open_call_positions(items)
+        .into_iter()
+        .map(|at| &items[at])
+        .collect()
+}
+
+/// Where in `items` [`open_calls`] are, in order.
+pub(crate) fn open_call_positions(items: &[Event]) -> Vec<usize> {
+    let mut open: Vec<usize> = Vec::new();
+    for (at, event) in items.iter().enumerate() {
         match &event.item {
-            Item::FunctionCall { .. } => open.push(event),
+            Item::FunctionCall { .. } => open.push(at),
             Item::FunctionCallOutput { call_id, .. } => {
-                let at = open.iter().position(
-                    |e| matches!(&e.item, Item::FunctionCall { call, .. } if &call.id == call_id),
-                );
-                if let Some(at) = at {
-                    open.remove(at);
+                let closed = open.iter().position(|&asked| {
+                    matches!(&items[asked].item, Item::FunctionCall { call, .. } if &call.id == call_id)
+                });
+                if let Some(closed) = closed {
+                    open.remove(closed);
                 }
             }
             _ => {}

@@ -60,8 +60,15 @@ pub(crate) struct Recorder<'c> {
     pending: Vec<Entry>,
     /// Events the next commit makes visible, when someone watches.
     unsent: Option<Vec<Event>>,
-    /// Bytes (as JSON) of the items recorded through this recorder.
+    /// Bytes (as JSON) of the items recorded through this recorder, up to
+    /// the last `uncounted`.
     recorded_bytes: usize,
+    /// Items recorded through this recorder and not counted in
+    /// `recorded_bytes` yet: the transcript's last ones, as nothing else
+    /// writes the transcript while the recorder holds it. Counted when
+    /// asked, so that a recorder nobody asks (a session's direct call)
+    /// serializes nothing to count.
+    uncounted: usize,
     /// Whether the items it records are a keyed call's ([`Entry::Item`]'s
     /// `keyed`).
     keyed: bool,
@@ -78,6 +85,7 @@ impl<'c> Recorder<'c> {
             pending: Vec::new(),
             unsent: watched.then(Vec::new),
             recorded_bytes: 0,
+            uncounted: 0,
             keyed: false,
         }
     }
@@ -102,8 +110,14 @@ impl<'c> Recorder<'c> {
         self.transcript
     }
 
-    /// Bytes (as JSON) of the items recorded so far.
-    pub(crate) fn recorded_bytes(&self) -> usize {
+    /// Bytes (as JSON) of the items recorded so far. Costs a
+    /// serialization of each item recorded since the last ask.
+    pub(crate) fn recorded_bytes(&mut self) -> usize {
+        let items = &self.transcript.items;
+        for event in &items[items.len().saturating_sub(self.uncounted)..] {
+            self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(event));
+        }
+        self.uncounted = 0;
         self.recorded_bytes
     }
 
@@ -115,7 +129,7 @@ impl<'c> Recorder<'c> {
             now_ms(),
             item,
         );
-        self.recorded_bytes = self.recorded_bytes.saturating_add(crate::json::len(&event));
+        self.uncounted += 1;
         if self.sink.is_some() {
             self.pending.push(Entry::Item {
                 event: event.clone(),

@@ -18,7 +18,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::fold::{FoldError, Folded, open_calls};
+use super::fold::{FoldError, Folded, open_call_positions, open_calls};
 use super::record::{Entry, Event, Record, Transcript};
 use crate::context::Usage;
 use crate::llm::Message;
@@ -176,12 +176,19 @@ impl Folded {
 impl Transcript {
     /// Keeps of the item log only the calls still open, counting the rest
     /// in `items_folded`: the form a snapshot holds, so that a fold kept
-    /// beside a session does not grow with its item log.
+    /// beside a session does not grow with its item log. In place: the
+    /// log keeps its allocation for the items that follow.
     pub(crate) fn compact(&mut self) {
         let before = self.items.len();
-        let open: Vec<Event> = open_calls(&self.items).into_iter().cloned().collect();
-        self.items_folded += (before - open.len()) as u64;
-        self.items = open;
+        let open = open_call_positions(&self.items);
+        let mut at = 0;
+        let mut kept = open.iter().peekable();
+        self.items.retain(|_| {
+            let keep = kept.next_if_eq(&&at).is_some();
+            at += 1;
+            keep
+        });
+        self.items_folded += (before - self.items.len()) as u64;
     }
 }
 
