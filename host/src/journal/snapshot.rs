@@ -182,11 +182,9 @@ impl Transcript {
         let before = self.items.len();
         let open = open_call_positions(&self.items);
         let mut at = 0;
-        let mut kept = open.iter().peekable();
         self.items.retain(|_| {
-            let keep = kept.next_if_eq(&&at).is_some();
             at += 1;
-            keep
+            open.binary_search(&(at - 1)).is_ok()
         });
         self.items_folded += (before - self.items.len()) as u64;
     }

@@ -28,8 +28,8 @@ pub struct Holder(Arc<Identity>);
 #[derive(Debug, PartialEq, Eq)]
 struct Identity {
     process: Option<Process>,
-    nonce: String,
-    /// The holder as stores keep it, made from the two above.
+    /// The holder as stores keep it: the process's fields, then the
+    /// lease's nonce.
     text: String,
 }
 
@@ -95,11 +95,11 @@ impl Holder {
     pub fn new() -> Self {
         Self::of(
             Process::current(),
-            uuid::Uuid::new_v4().simple().to_string(),
+            &uuid::Uuid::new_v4().simple().to_string(),
         )
     }
 
-    fn of(process: Option<Process>, nonce: String) -> Self {
+    fn of(process: Option<Process>, nonce: &str) -> Self {
         let mut text = String::new();
         if let Some(p) = &process {
             text = format!(
@@ -108,12 +108,8 @@ impl Holder {
             );
         }
         text.push_str("lease=");
-        text.push_str(&nonce);
-        Self(Arc::new(Identity {
-            process,
-            nonce,
-            text,
-        }))
+        text.push_str(nonce);
+        Self(Arc::new(Identity { process, text }))
     }
 
     /// The holder as stores keep it (its [`fmt::Display`]).
@@ -169,8 +165,7 @@ impl FromStr for Holder {
             }
             _ => None,
         };
-        let nonce = field("lease").unwrap_or(text).to_owned();
-        Ok(Self::of(process, nonce))
+        Ok(Self::of(process, field("lease").unwrap_or(text)))
     }
 }
 

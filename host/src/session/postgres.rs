@@ -544,7 +544,7 @@ impl SessionStore for PostgresStore {
             let session_id = request.session_id;
             let now = request.now_ms;
             let expires = expiry(now, request.ttl);
-            let holder = request.holder.to_string();
+            let holder = request.holder.as_str();
             let create = request
                 .create
                 .map(|(header, records)| NewSession::of(header, records))
@@ -583,7 +583,7 @@ impl SessionStore for PostgresStore {
                     }
                     .into());
                 };
-                if insert_session(&tx, new, now, Some((&holder, 1, expires))).await? {
+                if insert_session(&tx, new, now, Some((holder, 1, expires))).await? {
                     break (1, true);
                 }
                 // Another host created it between our look and our insert
@@ -648,7 +648,7 @@ impl SessionStore for PostgresStore {
                         &owner,
                         &lease.session_id,
                         &big(lease.token),
-                        &lease.holder.to_string(),
+                        &lease.holder.as_str(),
                         &big(expiry(now_ms, lease.ttl)),
                     ],
                 )
@@ -681,7 +681,7 @@ impl SessionStore for PostgresStore {
                         &owner,
                         &lease.session_id,
                         &big(lease.token),
-                        &lease.holder.to_string(),
+                        &lease.holder.as_str(),
                     ],
                 )
                 .await?;

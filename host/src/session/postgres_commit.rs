@@ -29,7 +29,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
 use super::postgres::{big, describe};
-use super::rows::{expiry, owner_key};
+use super::rows::{expiry, owner_key_of};
 use crate::journal::StoreError;
 
 /// Every member of a batch at once: its session's head moves where its
@@ -235,10 +235,10 @@ async fn append(
 #[derive(Default)]
 struct Columns<'j> {
     n: Vec<i32>,
-    owner: Vec<String>,
+    owner: Vec<&'j str>,
     session_id: Vec<&'j str>,
     token: Vec<i64>,
-    holder: Vec<String>,
+    holder: Vec<&'j str>,
     head: Vec<i64>,
     last: Vec<i64>,
     now_ms: Vec<i64>,
@@ -264,10 +264,10 @@ impl<'j> Columns<'j> {
             let n = i32::try_from(n).unwrap_or(i32::MAX);
             let lease = &job.lease;
             c.n.push(n);
-            c.owner.push(owner_key(lease.user_id.as_deref()));
+            c.owner.push(owner_key_of(lease.user_id.as_deref()));
             c.session_id.push(&lease.session_id);
             c.token.push(big(lease.token));
-            c.holder.push(lease.holder.to_string());
+            c.holder.push(lease.holder.as_str());
             c.head.push(big(first.seq.saturating_sub(1)));
             c.last.push(big(last.seq));
             c.now_ms.push(big(job.now_ms));

@@ -500,14 +500,14 @@ const ROWS_A_STATEMENT: usize = 8;
 /// statement up by this text on every append.
 fn insert_statement(rows: usize) -> &'static str {
     static STATEMENTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (0..=ROWS_A_STATEMENT)
+        (1..=ROWS_A_STATEMENT)
             .map(|rows| {
                 let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
                 format!("INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES {values}")
             })
             .collect()
     });
-    &STATEMENTS[rows.min(ROWS_A_STATEMENT)]
+    &STATEMENTS[rows.clamp(1, ROWS_A_STATEMENT) - 1]
 }
 
 /// A session's key in this file and its lease columns.
