@@ -2592,7 +2592,7 @@ async fn an_import_killed_at_any_point_leaves_all_or_nothing() {
 /// A session of 128 MiB exports, is shown (as JSON and as text), and its
 /// export imports, with the binary's data segment capped at 64 MiB
 /// (RLIMIT_DATA, which counts the heap): none of them holds the session
-/// whole, nor half of it beside what the binary needs anyway.
+/// whole (the control below: 128 MiB does not fit under the cap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_session_exports_and_imports_in_bounded_memory() {
     const SIZE: usize = 64 << 10;
