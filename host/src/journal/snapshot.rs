@@ -183,8 +183,9 @@ impl Transcript {
         let open = open_call_positions(&self.items);
         let mut at = 0;
         self.items.retain(|_| {
+            let keep = open.binary_search(&at).is_ok();
             at += 1;
-            open.binary_search(&(at - 1)).is_ok()
+            keep
         });
         self.items_folded += (before - self.items.len()) as u64;
     }

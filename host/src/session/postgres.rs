@@ -48,7 +48,7 @@ use tokio_postgres::{Config, IsolationLevel, NoTls};
 use super::postgres_commit::{self, Committer};
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
-    owner_of,
+    owner_key_of, owner_of,
 };
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
@@ -632,7 +632,7 @@ impl SessionStore for PostgresStore {
 
     fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.run(async move {
-            let owner = owner_key(lease.user_id.as_deref());
+            let owner = owner_key_of(lease.user_id.as_deref());
             let client = self.client().await?;
             let statement = client
                 .prepare_cached(
@@ -665,7 +665,7 @@ impl SessionStore for PostgresStore {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.run(async move {
-            let owner = owner_key(lease.user_id.as_deref());
+            let owner = owner_key_of(lease.user_id.as_deref());
             let client = self.client().await?;
             let statement = client
                 .prepare_cached(

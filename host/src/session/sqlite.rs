@@ -30,7 +30,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
-    owner_of,
+    owner_key_of, owner_of,
 };
 use super::sqlite_commit::Committer;
 use super::store::{
@@ -614,7 +614,6 @@ impl SessionStore for SqliteStore {
         let owner = owner_key(request.user_id);
         let session_id = request.session_id.to_owned();
         let holder = request.holder.clone();
-        let holder_text = holder.to_string();
         let ttl = request.ttl;
         let now = request.now_ms;
         let expires = expiry(now, ttl);
@@ -632,14 +631,14 @@ impl SessionStore for SqliteStore {
                         "UPDATE sessions SET lease_holder = ?2, lease_token = ?3, lease_expires_ms = ?4
                          WHERE sid = ?1",
                     )?
-                    .execute(params![sid, holder_text, token, expires])?;
+                    .execute(params![sid, holder.as_str(), token, expires])?;
                     (token, false)
                 }
                 None => {
                     let Some(new) = create else {
                         return Err(StoreError::NotFound { session_id }.into());
                     };
-                    insert_session(&new, &tx, now, Some((&holder_text, 1, expires)))?;
+                    insert_session(&new, &tx, now, Some((holder.as_str(), 1, expires)))?;
                     (1, true)
                 }
             };
@@ -681,7 +680,7 @@ impl SessionStore for SqliteStore {
     fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {
         let lease = lease.clone();
         self.run(move |conn| {
-            let owner = owner_key(lease.user_id.as_deref());
+            let owner = owner_key_of(lease.user_id.as_deref());
             let expires = expiry(now_ms, lease.ttl);
             let changed = conn
                 .prepare_cached(
@@ -708,7 +707,7 @@ impl SessionStore for SqliteStore {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
         let lease = lease.clone();
         self.run(move |conn| {
-            let owner = owner_key(lease.user_id.as_deref());
+            let owner = owner_key_of(lease.user_id.as_deref());
             conn.prepare_cached(
                 "UPDATE sessions SET lease_holder = NULL, lease_expires_ms = 0
                  WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
