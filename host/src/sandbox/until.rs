@@ -1,11 +1,11 @@
 //! Bounding a call's future by its deadline and its cancellation, at no
 //! cost to the calls that never wait.
 
-use std::future::{Future, poll_fn};
-use std::pin::pin;
-use std::task::Poll;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::CancelToken;
 
@@ -27,51 +27,82 @@ pub(crate) enum Stop {
 /// the call's). Work cancelled before it begins is never polled.
 ///
 /// Cost: the timer and the cancellation waiter (a lock each, in tokio's
-/// timer wheel and in the token) are set up only once `work` has to wait.
-/// Work that ends in its first poll, as a tool call that computes and
-/// returns without awaiting the host does (nearly all of them), pays one
-/// atomic load. Work that waits is stopped exactly as if both had been set
-/// up from the start: the deadline is the instant given, not one counted
-/// from the first wait.
-pub(crate) async fn until<F: Future>(
+/// timer wheel and in the token, and an allocation each) are set up only
+/// once `work` has to wait. Work that ends in its first poll, as a tool
+/// call that computes and returns without awaiting the host does (nearly
+/// all of them), pays one atomic load. Work that waits is stopped exactly
+/// as if both had been set up from the start: the deadline is the instant
+/// given, not one counted from the first wait.
+///
+/// The returned future holds `work` in place beside a few words: a call's
+/// future is kilobytes, and it is moved into this one once, not copied
+/// again into an async body's locals.
+pub(crate) fn until<'a, F: Future>(
     work: F,
     deadline: Option<Instant>,
-    cancel: Option<&CancelToken>,
-    span: &tracing::Span,
-) -> Result<F::Output, Stop> {
-    if cancel.is_some_and(CancelToken::is_cancelled) {
-        return Err(Stop::Cancelled);
+    cancel: Option<&'a CancelToken>,
+    span: &'a tracing::Span,
+) -> Until<'a, F> {
+    Until {
+        work,
+        deadline,
+        cancel,
+        span,
+        started: false,
+        timer: None,
+        waiter: None,
     }
-    let mut work = pin!(work);
-    let mut timer = pin!(None);
-    let mut waiter = pin!(None);
-    poll_fn(|cx| {
-        if let Poll::Ready(output) = span.in_scope(|| work.as_mut().poll(cx)) {
+}
+
+pin_project_lite::pin_project! {
+    /// [`until`]'s future.
+    pub(crate) struct Until<'a, F> {
+        #[pin]
+        work: F,
+        deadline: Option<Instant>,
+        cancel: Option<&'a CancelToken>,
+        span: &'a tracing::Span,
+        // Whether `work` was polled (the token is checked before that).
+        started: bool,
+        // Set up at the first wait.
+        timer: Option<Pin<Box<Sleep>>>,
+        waiter: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+    }
+}
+
+impl<F: Future> Future for Until<'_, F> {
+    type Output = Result<F::Output, Stop>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if !*this.started {
+            if this.cancel.is_some_and(CancelToken::is_cancelled) {
+                return Poll::Ready(Err(Stop::Cancelled));
+            }
+            *this.started = true;
+        }
+        let work = this.work;
+        if let Poll::Ready(output) = this.span.in_scope(|| work.poll(cx)) {
             return Poll::Ready(Ok(output));
         }
-        if let Some(token) = cancel {
-            if waiter.is_none() {
-                waiter.set(Some(token.cancelled()));
-            }
-            if let Some(waiting) = waiter.as_mut().as_pin_mut()
-                && waiting.poll(cx).is_ready()
-            {
+        if let Some(token) = *this.cancel {
+            let waiting = this
+                .waiter
+                .get_or_insert_with(|| Box::pin(token.cancelled()));
+            if waiting.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Err(Stop::Cancelled));
             }
         }
-        if let Some(at) = deadline {
-            if timer.is_none() {
-                timer.set(Some(tokio::time::sleep_until(at)));
-            }
-            if let Some(sleeping) = timer.as_mut().as_pin_mut()
-                && sleeping.poll(cx).is_ready()
-            {
+        if let Some(at) = *this.deadline {
+            let sleeping = this
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            if sleeping.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Err(Stop::Deadline));
             }
         }
         Poll::Pending
-    })
-    .await
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,8 @@ pub(crate) struct Ran {
     pub(crate) reads: Reads,
     /// How long it took.
     pub(crate) duration: Duration,
+    /// When it ended (the clock read that ended `duration`).
+    pub(crate) ended: Instant,
 }
 
 impl Host {
@@ -47,12 +49,12 @@ impl Host {
     /// On `Ok`, `ctx.deps()` holds the result of applying every op in
     /// `updates`. On `Err`, `ctx` is unchanged, whatever the guest did, and
     /// the failure carries what the guest logged and printed before it.
-    pub async fn call(
-        &self,
-        ctx: &mut RunContext,
-        call: &ToolCall,
-    ) -> Result<CallOutcome, CallFailure> {
-        self.call_cancellable(ctx, call, &CancelToken::new()).await
+    pub fn call<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        call: &'a ToolCall,
+    ) -> impl Future<Output = Result<CallOutcome, CallFailure>> + Send + 'a {
+        self.run_and_apply(ctx, call, None, true)
     }
 
     /// [`Host::call`], stopped with [`CallError::Cancelled`] (and `ctx`
@@ -61,27 +63,54 @@ impl Host {
     /// Counts the call in `ctx.usage.tool_calls` before it runs, so the
     /// tool sees itself counted (as it does in the agent loop), whether it
     /// then succeeds or not.
-    pub async fn call_cancellable(
-        &self,
-        ctx: &mut RunContext,
-        call: &ToolCall,
-        cancel: &CancelToken,
-    ) -> Result<CallOutcome, CallFailure> {
-        ctx.usage.tool_calls = ctx.usage.tool_calls.saturating_add(1);
-        self.call_counted(ctx, call, cancel).await
+    pub fn call_cancellable<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        call: &'a ToolCall,
+        cancel: &'a CancelToken,
+    ) -> impl Future<Output = Result<CallOutcome, CallFailure>> + Send + 'a {
+        self.run_and_apply(ctx, call, Some(cancel), true)
     }
 
     /// [`Host::call_cancellable`] for a caller that has counted the call
     /// already (the agent loop counts it when the model asks, before
     /// approval).
-    pub(crate) async fn call_counted(
+    pub(crate) fn call_counted<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        call: &'a ToolCall,
+        cancel: &'a CancelToken,
+    ) -> impl Future<Output = Result<CallOutcome, CallFailure>> + Send + 'a {
+        self.run_and_apply(ctx, call, Some(cancel), false)
+    }
+
+    /// The one async body behind [`Host::call`], [`Host::call_cancellable`]
+    /// and [`Host::call_counted`] (plain functions returning it): a call's
+    /// future is kilobytes, and each async layer over it would copy it once
+    /// more on every call. Counts the call first if `count`; with no
+    /// `cancel`, the call has a token of its own that nothing fires.
+    async fn run_and_apply(
         &self,
         ctx: &mut RunContext,
         call: &ToolCall,
-        cancel: &CancelToken,
+        cancel: Option<&CancelToken>,
+        count: bool,
     ) -> Result<CallOutcome, CallFailure> {
+        if count {
+            ctx.usage.tool_calls = ctx.usage.tool_calls.saturating_add(1);
+        }
+        let own;
+        let cancel = match cancel {
+            Some(cancel) => cancel,
+            None => {
+                own = CancelToken::new();
+                &own
+            }
+        };
         let ran = self.run_only(ctx, call, cancel, false).await;
-        self.apply_ran(ctx, call, ran)
+        // Applied at once: its time counted from the run's last clock read.
+        let applying = ran.ended;
+        self.apply_from(ctx, call, ran, applying)
     }
 
     /// Runs a call against `ctx` without changing it: what the tool
@@ -98,31 +127,41 @@ impl Host {
     ) -> Ran {
         let started = Instant::now();
         let span = tracing::debug_span!("tool_call", tool = %call.name, id = %call.id);
-        let (outcome, reads) = match self.check_and_invoke(ctx, call, cancel, record_reads, &span) {
+        // Checked first, and the call's future awaited straight from
+        // `invoke`: no binding or match temporary holds a second copy of it.
+        let (outcome, reads) = match self.check(call) {
             Err(error) => (Err(error.into()), Reads::default()),
-            Ok(invoked) => match invoked.await {
-                Err(failure) => (Err(failure), Reads::default()),
-                Ok((Ok(parsed), output, reads)) => (Ok((parsed, output)), reads),
-                Ok((Err(error), output, reads)) => (Err(CallFailure { error, output }), reads),
-            },
+            Ok(checked) => {
+                let run = Run {
+                    host: self,
+                    component: checked.component,
+                    ctx,
+                    call,
+                    cancel,
+                    span: &span,
+                };
+                match run
+                    .invoke(checked.target, checked.arguments, record_reads)
+                    .await
+                {
+                    Err(failure) => (Err(failure), Reads::default()),
+                    Ok((Ok(parsed), output, reads)) => (Ok((parsed, output)), reads),
+                    Ok((Err(error), output, reads)) => (Err(CallFailure { error, output }), reads),
+                }
+            }
         };
+        let ended = Instant::now();
         Ran {
             outcome,
             reads,
-            duration: started.elapsed(),
+            duration: ended.saturating_duration_since(started),
+            ended,
         }
     }
 
-    /// Checks the call's arguments, then returns the call ready to run: a
-    /// call with bad arguments never starts.
-    fn check_and_invoke<'a>(
-        &'a self,
-        ctx: &'a RunContext,
-        call: &'a ToolCall,
-        cancel: &'a CancelToken,
-        record_reads: bool,
-        span: &'a tracing::Span,
-    ) -> Result<impl Future<Output = Invoked> + 'a, CallError> {
+    /// Checks the call's tool and arguments: a call with bad arguments
+    /// never starts.
+    fn check<'a>(&'a self, call: &ToolCall) -> Result<Checked<'a>, CallError> {
         let component = self.component_of(&call.name)?;
         let arguments = check_arguments(
             &call.arguments,
@@ -135,30 +174,10 @@ impl Host {
                 name: call.name.clone(),
                 available: self.tool_names(),
             })?;
-        let run = Run {
-            host: self,
+        Ok(Checked {
             component,
-            ctx,
-            call,
-            cancel,
-            span,
-        };
-        Ok(async move {
-            // Counted until the call's store is retired.
-            let _running = self.sandbox.admission().running();
-            match (&component.kind, target) {
-                (Kind::Airlock(_), Target::Described(name)) => {
-                    run.airlock(name, record_reads).await
-                }
-                (Kind::Plain(_), Target::Function(function)) => {
-                    run.plain(function, arguments).await
-                }
-                _ => Err(CallError::Busy(format!(
-                    "tool {:?} does not match its component's kind",
-                    call.name
-                ))
-                .into()),
-            }
+            target,
+            arguments,
         })
     }
 
@@ -175,7 +194,21 @@ impl Host {
         call: &ToolCall,
         ran: Ran,
     ) -> Result<CallOutcome, CallFailure> {
-        let applying = Instant::now();
+        self.apply_from(ctx, call, ran, Instant::now())
+    }
+
+    /// [`Host::apply_ran`], its time counted from `applying`.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the result every call path returns (Host::call's)"
+    )]
+    fn apply_from(
+        &self,
+        ctx: &mut RunContext,
+        call: &ToolCall,
+        ran: Ran,
+        applying: Instant,
+    ) -> Result<CallOutcome, CallFailure> {
         let (parsed, output) = ran.outcome?;
         let component = self.component_of(&call.name)?;
         ctx.apply_with_rules(&parsed.ops, &component.limits.ops, &component.rules)
@@ -223,6 +256,14 @@ impl Host {
 /// refuses), with what it wrote until then and what it read.
 type Invoked = Result<(Result<ParsedOutput, CallError>, GuestOutput, Reads), CallFailure>;
 
+/// A call whose tool and arguments passed [`Host::check`].
+struct Checked<'a> {
+    component: &'a LoadedComponent,
+    target: &'a Target,
+    /// The parsed arguments (a plain function's are converted from them).
+    arguments: Value,
+}
+
 /// One call about to run in a fresh instance of its component.
 struct Run<'a> {
     host: &'a Host,
@@ -234,6 +275,21 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// Runs the checked call, counted as running until its store is
+    /// retired.
+    async fn invoke(self, target: &Target, arguments: Value, record_reads: bool) -> Invoked {
+        let _running = self.host.sandbox.admission().running();
+        match (&self.component.kind, target) {
+            (Kind::Airlock(_), Target::Described(name)) => self.airlock(name, record_reads).await,
+            (Kind::Plain(_), Target::Function(function)) => self.plain(function, arguments).await,
+            _ => Err(CallError::Busy(format!(
+                "tool {:?} does not match its component's kind",
+                self.call.name
+            ))
+            .into()),
+        }
+    }
+
     /// The call's store and, if one was prepared ahead of demand, its
     /// fresh instance, the store armed for this call. Otherwise a new store
     /// admitted to the instance pool (waiting at most the call's timeout,
@@ -274,12 +330,13 @@ impl Run<'_> {
 
     /// `work` bounded by the call's deadline and its cancellation
     /// ([`until`]: no timer for a call that never waits).
-    async fn bounded<T>(
-        &self,
-        work: impl Future<Output = wasmtime::Result<T>>,
-    ) -> Result<wasmtime::Result<T>, Stop> {
-        let deadline = timer_deadline(&self.component.limits);
-        until(work, Some(deadline), Some(self.cancel), self.span).await
+    /// Not an async fn: `work` is held once, in [`until`]'s future.
+    fn bounded<'s, T>(
+        &'s self,
+        deadline: tokio::time::Instant,
+        work: impl Future<Output = wasmtime::Result<T>> + 's,
+    ) -> impl Future<Output = Result<wasmtime::Result<T>, Stop>> + 's {
+        until(work, Some(deadline), Some(self.cancel), self.span)
     }
 
     /// How a bounded run ended, as the call's error.
@@ -315,6 +372,7 @@ impl Run<'_> {
         )?;
         let view_rep = view.rep();
         let ahead = &self.component.ahead;
+        let deadline = timer_deadline(&store);
         let run = async {
             let instance = ahead.instance(&mut store, prepared).await?;
             ahead
@@ -323,7 +381,7 @@ impl Run<'_> {
                 .call_call(&mut store, view, name, &self.call.arguments)
                 .await
         };
-        let ran = self.bounded(run).await;
+        let ran = self.bounded(deadline, run).await;
         let returned = match self.ended(ran, &store) {
             Ok(Ok(output)) => check_output(output, &self.component.limits),
             Ok(Err(guest::ToolError::InvalidArgs(msg))) => {
@@ -376,6 +434,7 @@ impl Run<'_> {
                 .saturating_mul(std::mem::size_of::<Val>()),
         );
         let index = function.index;
+        let deadline = timer_deadline(&store);
         let results_len = usize::from(function.result.is_some());
         let run = async {
             let instance = self.component.ahead.instance(&mut store, prepared).await?;
@@ -386,7 +445,7 @@ impl Run<'_> {
             func.call_async(&mut store, &params, &mut results).await?;
             Ok(results.pop())
         };
-        let ran = self.bounded(run).await;
+        let ran = self.bounded(deadline, run).await;
         let returned = self
             .ended(ran, &store)
             .map_err(|error| match error {
@@ -444,9 +503,10 @@ fn outcome(result: Option<Val>, limits: &Limits) -> Result<ParsedOutput, CallErr
 /// blocked in a host call rather than running wasm.
 const TIMER_GRACE: Duration = Duration::from_millis(250);
 
-/// When the host-side timer of a call that starts now fires.
-pub(super) fn timer_deadline(limits: &Limits) -> tokio::time::Instant {
-    tokio::time::Instant::now() + limits.timeout + TIMER_GRACE
+/// When the host-side timer of `store`'s call fires: [`TIMER_GRACE`]
+/// after the deadline the store was armed with (no clock read of its own).
+pub(super) fn timer_deadline(store: &Store<CallState>) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(store.data().deadline) + TIMER_GRACE
 }
 
 /// The longest error message a tool may give; longer ones are cut here

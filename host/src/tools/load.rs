@@ -404,6 +404,7 @@ impl Host {
         let mut store = self
             .new_store(limits, &Arc::new(Grants::none()), gate, CancelToken::new())
             .await?;
+        let deadline = timer_deadline(&store);
         let run = async {
             let started = Instant::now();
             let instance = pre.instantiate_async(&mut store).await?;
@@ -414,14 +415,7 @@ impl Host {
                 .await?;
             Ok::<_, wasmtime::Error>((specs, took))
         };
-        match until(
-            run,
-            Some(timer_deadline(limits)),
-            None,
-            &tracing::Span::none(),
-        )
-        .await
-        {
+        match until(run, Some(deadline), None, &tracing::Span::none()).await {
             Ok(Ok(specs)) => Ok(specs),
             Ok(Err(e)) => Err(classify(e, &store, limits)),
             Err(_) => Err(CallError::Timeout {
