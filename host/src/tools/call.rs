@@ -31,8 +31,6 @@ pub(crate) struct Ran {
     pub(crate) reads: Reads,
     /// How long it took.
     pub(crate) duration: Duration,
-    /// When it ended (the clock read that ended `duration`).
-    pub(crate) ended: Instant,
 }
 
 impl Host {
@@ -108,9 +106,7 @@ impl Host {
             }
         };
         let ran = self.run_only(ctx, call, cancel, false).await;
-        // Applied at once: its time counted from the run's last clock read.
-        let applying = ran.ended;
-        self.apply_from(ctx, call, ran, applying)
+        self.apply_ran(ctx, call, ran)
     }
 
     /// Runs a call against `ctx` without changing it: what the tool
@@ -150,12 +146,10 @@ impl Host {
                 }
             }
         };
-        let ended = Instant::now();
         Ran {
             outcome,
             reads,
-            duration: ended.saturating_duration_since(started),
-            ended,
+            duration: started.elapsed(),
         }
     }
 
@@ -194,21 +188,7 @@ impl Host {
         call: &ToolCall,
         ran: Ran,
     ) -> Result<CallOutcome, CallFailure> {
-        self.apply_from(ctx, call, ran, Instant::now())
-    }
-
-    /// [`Host::apply_ran`], its time counted from `applying`.
-    #[expect(
-        clippy::result_large_err,
-        reason = "the result every call path returns (Host::call's)"
-    )]
-    fn apply_from(
-        &self,
-        ctx: &mut RunContext,
-        call: &ToolCall,
-        ran: Ran,
-        applying: Instant,
-    ) -> Result<CallOutcome, CallFailure> {
+        let applying = Instant::now();
         let (parsed, output) = ran.outcome?;
         let component = self.component_of(&call.name)?;
         ctx.apply_with_rules(&parsed.ops, &component.limits.ops, &component.rules)
