@@ -1247,6 +1247,80 @@ fn run_vowels(store: &str, id: &str, extra: &[&str]) -> Output {
     airlock_with_env(&args, &[])
 }
 
+/// An import under a policy stores none of the keys it hides, as a run
+/// under it would not (issue 60.9): the deps, the journal's ops and every
+/// byte of the store. Without the policy the same file keeps them, and an
+/// export under the policy leaves them out.
+async fn an_import_drops_the_keys_its_policy_hides(backend: Backend) {
+    const MARK: &str = "MARK-hidden-by-policy";
+    let db = TestStore::new(backend, "import-from").await;
+    let dir = &db.dir;
+    let policy = dir.path().join("hiding.toml");
+    std::fs::write(&policy, "[context]\nhidden = [\"internal_*\"]\n").unwrap();
+    // The key only in deps (a call's arguments are the caller's text,
+    // journaled as they are).
+    let ops = json!({"ops": [{"op": "set", "key": "kept", "value": 1}]});
+    let out = airlock_with_env(
+        &[
+            "call",
+            path(&guest("context_probe")),
+            "apply",
+            &ops.to_string(),
+            "--deps",
+            &json!({"internal_notes": MARK}).to_string(),
+            "--store",
+            &db.spec,
+            "--session",
+            "hides",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let file = dir.path().join("hides.json");
+    let out = sessions(&db.spec, &["export", "hides", "-o", path(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read_to_string(&file).unwrap().contains(MARK));
+
+    let hiding = TestStore::new(backend, "import-hiding").await;
+    let out = sessions(
+        &hiding.spec,
+        &["import", path(&file), "--config", path(&policy)],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = stdout_json(&sessions(&hiding.spec, &["show", "hides", "--json"]));
+    assert_eq!(shown["deps"], json!({"kept": 1}));
+    assert!(
+        !hiding
+            .raw_bytes()
+            .windows(MARK.len())
+            .any(|w| w == MARK.as_bytes())
+    );
+    let out = sessions(&db.spec, &["export", "hides", "--config", path(&policy)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(MARK));
+    assert_eq!(stdout_json(&out)["deps"], json!({"kept": 1}));
+
+    // The control: without the policy, the key is the file's to keep.
+    let plain = TestStore::new(backend, "import-plain").await;
+    let out = sessions(&plain.spec, &["import", path(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = stdout_json(&sessions(&plain.spec, &["show", "hides", "--json"]));
+    assert_eq!(shown["deps"]["internal_notes"], json!(MARK));
+
+    // A policy that does not load imports nothing, naming the file.
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[context]\nhidden = 7\n").unwrap();
+    let empty = TestStore::new(backend, "import-broken").await;
+    let out = sessions(
+        &empty.spec,
+        &["import", path(&file), "--config", path(&broken)],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("broken.toml"), "{}", stderr(&out));
+    let listed = stdout_json(&sessions(&empty.spec, &["list", "--json"]));
+    assert_eq!(listed["sessions"], json!([]));
+}
+
 async fn many_sessions_from_several_processes_stay_intact(backend: Backend) {
     let store = TestStore::new(backend, "many").await;
     let db = store.spec.as_str();
@@ -2405,6 +2479,7 @@ crate::on_both_stores!(
     a_call_journals_the_same_through_the_loop_and_a_direct_call,
     hidden_and_secret_looking_keys_never_reach_the_store,
     the_cli_never_prints_or_saves_secret_keys,
+    an_import_drops_the_keys_its_policy_hides,
     many_sessions_from_several_processes_stay_intact,
     a_reader_that_goes_away_does_not_stop_the_run,
     a_session_removed_and_made_again_is_written_as_the_new_one,

@@ -88,6 +88,10 @@ pub struct ExportArgs {
     /// Write the export to FILE (atomically) instead of stdout.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// The policy whose `[context] hidden` keys to leave out of the export
+    /// (secret-looking keys are always left out).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +102,11 @@ pub struct ImportArgs {
     /// store already has that one).
     #[arg(long = "as", value_name = "ID")]
     as_id: Option<String>,
+    /// The policy whose `[context] hidden` keys are never stored: they are
+    /// dropped from the imported deps and journal, as a run under that
+    /// policy drops them (secret-looking keys are always dropped).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     store: StoreFlags,
     /// Print one JSON object instead of text.
@@ -315,12 +324,20 @@ fn describe_item(item: &Item) -> String {
     }
 }
 
+/// The context rules of the policy at `config` (none without one), read
+/// before the store is opened: a bad policy costs nothing.
+fn context_rules(config: Option<&std::path::Path>) -> Result<ContextRules, Failure> {
+    Ok(super::load_policy(config)?
+        .map(|policy| policy.context)
+        .unwrap_or_default())
+}
+
 /// Streams the export (a page of the journal at a time, so a session of
 /// any length exports in bounded memory) to stdout, or atomically to
 /// `--output` (a temporary file beside it, renamed once whole).
 async fn export(args: ExportArgs) -> Result<(), Failure> {
+    let rules = context_rules(args.config.as_deref())?;
     let (store, owner) = open(&args.store).await?;
-    let rules = ContextRules::default();
     let failed = |e: ExportError| match e {
         ExportError::Store(e) => Failure::from(e),
         ExportError::Write(e) => {
@@ -363,6 +380,7 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
 /// Standard input is copied to a temporary file first (the file is read
 /// from its start twice: as far as its version, then whole).
 async fn import(args: ImportArgs) -> Result<(), Failure> {
+    let rules = context_rules(args.config.as_deref())?;
     let (store, owner) = open(&args.store).await?;
     if let Some(id) = &args.as_id {
         airlock::session::check_session_id(id)
@@ -381,7 +399,7 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
             std::fs::File::open(&file)
         }
         .map_err(|e| ImportError::Read(e.to_string()))?;
-        stage_for_user(input, &ContextRules::default(), user.as_deref())
+        stage_for_user(input, &rules, user.as_deref())
     })
     .await
     .map_err(|e| Failure::internal(format!("{shown}: {e}")))?;
