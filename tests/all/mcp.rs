@@ -1128,3 +1128,101 @@ async fn a_connection_that_calls_nothing_leaves_no_session() {
     client.cancel().await.unwrap();
     assert_eq!(listed().await.len(), 1);
 }
+
+/// A browser page of another site cannot call a server on this machine
+/// (issue 60.8): over HTTP, a request whose `Origin` the operator did not
+/// allow is refused with 403 before anything runs, whatever it asks (to
+/// open a session, to call a tool in an open one, to end it); a request
+/// without the header and one from an allowed origin are served, and the
+/// refused call changed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_from_origins_not_allowed_are_refused_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("origin.db");
+    let (server, client) =
+        stateful_over_http(&db, &["--allow-origin", "https://app.example:8443"]).await;
+    let increment = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "increment", "arguments": {"name": "a"}}})
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "page", "version": "1"}}});
+    let with_origin = |message: &Value, origin: &str| {
+        let mut request = client
+            .http
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("origin", origin);
+        if message["method"] != "initialize" {
+            request = request.header("mcp-session-id", client.session.clone().unwrap());
+        }
+        request.body(message.to_string()).send()
+    };
+    for origin in [
+        "http://evil.example",
+        "https://app.example",
+        "https://app.example:9443",
+        "http://app.example:8443",
+        "null",
+    ] {
+        for message in [&initialize, &increment(2)] {
+            let answer = with_origin(message, origin).await.unwrap();
+            assert_eq!(answer.status(), 403, "{origin}: {message}");
+            let body = answer.text().await.unwrap();
+            assert!(!body.contains("value"), "{origin}: {body}");
+        }
+        let ended = client
+            .http
+            .delete(&server.url)
+            .header("mcp-session-id", client.session.clone().unwrap())
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ended.status(), 403, "{origin}: DELETE");
+    }
+    // No refused call ran: the first served one counts 1.
+    let answer = client.post(increment(3)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains(r#"\"value\":1"#), "{text}");
+    let answer = with_origin(&increment(4), "https://app.example:8443")
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains(r#"\"value\":2"#), "{text}");
+    drop(server);
+
+    // An origin that is not one is refused at start, naming it.
+    for bad in [
+        "app.example",
+        "https://app.example/path",
+        "https://u@app.example",
+    ] {
+        let out = airlock_command(
+            &[
+                "mcp",
+                "--transport",
+                "http",
+                "--listen",
+                "127.0.0.1:0",
+                "--allow-origin",
+                bad,
+            ],
+            &[],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(bad) && stderr.contains("not an origin"),
+            "{stderr}"
+        );
+    }
+}

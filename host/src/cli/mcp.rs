@@ -54,6 +54,13 @@ pub struct McpArgs {
     /// and its session's lease with it. Default 5m.
     #[arg(long, value_name = "DURATION", value_parser = idle_timeout)]
     idle_timeout: Option<std::time::Duration>,
+    /// Over HTTP, a browser origin whose pages may call the server
+    /// (`https://app.example.com`, `http://localhost:*` for any port,
+    /// `null`; repeatable). A request with any other `Origin` header is
+    /// refused (403); one without the header (not from a browser) is
+    /// served.
+    #[arg(long = "allow-origin", value_name = "ORIGIN", value_parser = allowed_origin)]
+    allow_origins: Vec<String>,
     #[command(flatten)]
     session: SessionFlags,
 }
@@ -64,6 +71,31 @@ fn idle_timeout(text: &str) -> Result<std::time::Duration, String> {
         d if d.is_zero() => Err("must be longer than 0".into()),
         d => Ok(d),
     }
+}
+
+/// `--allow-origin`: `null`, or `SCHEME://HOST[:PORT]` (`:*` for any
+/// port) with nothing after it, as a browser sends it.
+fn allowed_origin(text: &str) -> Result<String, String> {
+    if text == "null" {
+        return Ok(text.to_owned());
+    }
+    let bad = || {
+        format!(
+            "{text:?} is not an origin: write SCHEME://HOST or SCHEME://HOST:PORT (`:*` for any \
+             port), with no path, as a browser sends it"
+        )
+    };
+    let base = text.strip_suffix(":*").unwrap_or(text);
+    let uri: http::Uri = base.parse().map_err(|_| bad())?;
+    let bare = uri.scheme().is_some()
+        && uri.authority().is_some_and(|a| !a.host().is_empty())
+        && uri.query().is_none()
+        && !base.ends_with('/')
+        && uri.path() == "/";
+    if !bare || text.contains('@') {
+        return Err(bad());
+    }
+    Ok(text.to_owned())
 }
 
 impl McpArgs {
@@ -81,6 +113,12 @@ pub async fn run(args: McpArgs) -> ExitCode {
                 "usage",
                 "--session is for --transport stdio; over HTTP each MCP session gets its own \
                  Airlock session, or names one in _meta \"airlock/session\"",
+            ));
+        }
+        if args.transport == Transport::Stdio && !args.allow_origins.is_empty() {
+            return Err(Failure::input(
+                "usage",
+                "--allow-origin is for --transport http; a stdio client is no browser",
             ));
         }
         if args.transport == Transport::Stdio && args.idle_timeout.is_some() {
@@ -183,6 +221,12 @@ async fn serve_http(
     // Host-header checks (DNS rebinding) allow loopback names, and the
     // address the server was told to listen on.
     config.allowed_hosts.push(args.listen.ip().to_string());
+    // Origin checks (a browser page of another site calling a server on
+    // this machine): an `Origin` header must be one the operator allows;
+    // none is allowed unless named.
+    let config = config
+        .with_allowed_origins(args.allow_origins.iter().cloned())
+        .enforce_origin_validation();
     let stop = config.cancellation_token.clone();
     let count = host.tool_names().len();
     let service = Arc::new(McpHttpService::new(
