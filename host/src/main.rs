@@ -11,14 +11,7 @@ fn main() -> ExitCode {
     if let Some(code) = airlock::sandbox::compile_child_main() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    // The OCI client logs what registries' token endpoints answer (the
-    // tokens) at debug level: its logs stay at warn, whatever RUST_LOG asks.
-    let mut filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
-    for quiet in ["oci_client=warn", "oci_client::client=warn"] {
-        if let Ok(directive) = quiet.parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

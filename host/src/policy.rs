@@ -26,7 +26,10 @@
 //!
 //! [[tool]]
 //! oci = "ghcr.io/acme/units:1.0"  # from a registry, pinned by airlock.lock
-//! verify = { key = "keys/acme.pub" }  # its signature must verify (or a list)
+//! verify = { key = "keys/acme.pub" }  # its signature must verify (or a list),
+//!                                      # made for this repository (or one of
+//!                                      # `repositories = ["ghcr.io/acme/units"]`,
+//!                                      # for a mirror)
 //!
 //! [oci]                           # registries (optional)
 //! require_signature = true        # every `oci` tool needs `verify`
@@ -502,6 +505,13 @@ impl ToolFile {
                     .get_ref()
                     .parse()
                     .map_err(|e: OciError| at(Some(written.span()), e.to_string()))?;
+                let repositories = match &self.verify {
+                    None => Vec::new(),
+                    Some(verify) => verify
+                        .get_ref()
+                        .repositories()
+                        .map_err(|e| at(Some(verify.span()), format!("tool {reference}: {e}")))?,
+                };
                 let keys = match &self.verify {
                     None => Vec::new(),
                     Some(verify) => {
@@ -522,7 +532,15 @@ impl ToolFile {
                     }
                 };
                 let name = reference.to_string();
-                (PathBuf::new(), Some(OciTool { reference, keys }), name)
+                (
+                    PathBuf::new(),
+                    Some(OciTool {
+                        reference,
+                        keys,
+                        repositories,
+                    }),
+                    name,
+                )
             }
             (Some(path), Some(_)) => {
                 return Err(at(

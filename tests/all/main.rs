@@ -20,6 +20,7 @@ mod isolation;
 mod limits;
 mod mcp;
 mod oci;
+mod oci_trust;
 mod ops;
 mod plain;
 mod policy;

@@ -14,13 +14,13 @@ use crate::support::mcp::{Watching, call_with, connect_noting, wait_for_changes,
 use crate::support::registry::{Hostile, Registry, Scripted, digest, free_port};
 use crate::support::{PROMPT, airlock_command, guest, root};
 
-const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 
 /// The plain units converter (its WIT docs embedded): other bytes than
 /// stateful's, and other tools.
-fn units() -> PathBuf {
+pub(crate) fn units() -> PathBuf {
     let path = root().join("target/guests/plain/units.wasm");
     assert!(
         path.is_file(),
@@ -32,33 +32,34 @@ fn units() -> PathBuf {
 
 /// A working directory for the binary (where a lock without a policy
 /// goes), with its own OCI store.
-struct Scene {
+pub(crate) struct Scene {
     dir: tempfile::TempDir,
 }
 
 impl Scene {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             dir: tempfile::tempdir().unwrap(),
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn store(&self) -> PathBuf {
+    pub(crate) fn store(&self) -> PathBuf {
         self.path("store")
     }
 
     /// The binary in this directory, with this store, no registry
     /// credentials but those in `env`.
-    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
+    pub(crate) fn command(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
         let mut command = airlock_command(args, &[]);
         command
             .current_dir(self.dir.path())
             .env("AIRLOCK_OCI_DIR", self.store())
             .env("REGISTRY_AUTH_FILE", self.path("no-auth.json"))
+            .env_remove("AIRLOCK_REGISTRY")
             .env_remove("AIRLOCK_REGISTRY_USERNAME")
             .env_remove("AIRLOCK_REGISTRY_PASSWORD")
             .env_remove("AIRLOCK_REGISTRY_TOKEN");
@@ -68,27 +69,27 @@ impl Scene {
         command
     }
 
-    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+    pub(crate) fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         self.command(args, env).output().unwrap()
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.run_env(args, &[])
     }
 
     /// Writes the policy; its path.
-    fn policy(&self, text: &str) -> String {
+    pub(crate) fn policy(&self, text: &str) -> String {
         let path = self.path("airlock.toml");
         std::fs::write(&path, text).unwrap();
         path.to_str().unwrap().to_owned()
     }
 
-    fn lock(&self) -> String {
+    pub(crate) fn lock(&self) -> String {
         std::fs::read_to_string(self.path("airlock.lock")).unwrap_or_default()
     }
 
     /// Every component file in the store.
-    fn stored(&self) -> Vec<PathBuf> {
+    pub(crate) fn stored(&self) -> Vec<PathBuf> {
         let dir = self.store().join("components/sha256");
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();
@@ -99,21 +100,21 @@ impl Scene {
     }
 
     /// `airlock call REFERENCE TOOL ARGS EXTRA... --json`.
-    fn call(&self, reference: &str, tool: &str, args: &str, extra: &[&str]) -> Output {
+    pub(crate) fn call(&self, reference: &str, tool: &str, args: &str, extra: &[&str]) -> Output {
         let mut all = vec!["call", reference, tool, args];
         all.extend_from_slice(extra);
         all.push("--json");
         self.run(&all)
     }
 
-    fn keygen(&self, name: &str) {
+    pub(crate) fn keygen(&self, name: &str) {
         let out = self.run(&["keygen", "--out", &format!("keys/{name}")]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
 
     /// `airlock push FILE REF --insecure [--sign keys/KEY.key]`: the
     /// manifest digest.
-    fn push(&self, file: &Path, reference: &str, key: Option<&str>) -> String {
+    pub(crate) fn push(&self, file: &Path, reference: &str, key: Option<&str>) -> String {
         let key = key.map(|k| format!("keys/{k}.key"));
         let mut args = vec![
             "push",
@@ -131,16 +132,16 @@ impl Scene {
     }
 }
 
-fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The one JSON object a `--json` command printed, which says it worked.
-fn ok_json(out: &Output) -> Value {
+pub(crate) fn ok_json(out: &Output) -> Value {
     let doc: Value = serde_json::from_str(stdout(out).trim())
         .unwrap_or_else(|_| panic!("not JSON: {}\n{}", stdout(out), stderr(out)));
     assert!(
@@ -153,7 +154,7 @@ fn ok_json(out: &Output) -> Value {
 
 /// A `--json` command's refusal: its kind must be `kind` and its exit code
 /// 2 (bad input); the message.
-fn refused(out: &Output, kind: &str) -> String {
+pub(crate) fn refused(out: &Output, kind: &str) -> String {
     let doc: Value = serde_json::from_str(stdout(out).trim())
         .unwrap_or_else(|_| panic!("not JSON: {}\n{}", stdout(out), stderr(out)));
     assert_eq!(doc["ok"], false, "{doc}");
@@ -164,11 +165,11 @@ fn refused(out: &Output, kind: &str) -> String {
 
 /// A policy that pulls from loopback registries over plain HTTP, with
 /// `tools` (already `[[tool]]` tables) and more `[oci]` settings.
-fn policy_text(oci: &str, tools: &str) -> String {
+pub(crate) fn policy_text(oci: &str, tools: &str) -> String {
     format!("[oci]\ninsecure = true\n{oci}\n\n{tools}")
 }
 
-fn stateful_tool(host: &str, tag: &str, verify: &str) -> String {
+pub(crate) fn stateful_tool(host: &str, tag: &str, verify: &str) -> String {
     format!(
         "[[tool]]\noci = \"{host}/tools/stateful:{tag}\"\n{verify}\ncontext = {{ read = [\"counters\", \"notes\"], write = [\"counters\", \"notes\"] }}\n"
     )
@@ -334,7 +335,7 @@ fn the_readme_registry_policy_pulls_signed_and_refuses_unsigned() {
 }
 
 /// `inspect --json` prints no `ok` field: the document itself.
-fn ok_json_inspect(out: &Output) -> Value {
+pub(crate) fn ok_json_inspect(out: &Output) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
     serde_json::from_str(stdout(out).trim()).unwrap()
 }
@@ -598,7 +599,19 @@ fn basic_auth_comes_from_the_docker_config_or_the_environment_and_is_never_shown
     };
     let message = refused(&push(&[]), "auth_refused");
     assert!(message.contains("tools/stateful:1.0"), "{message}");
+    let host = registry.host();
+    // Credentials in the environment must name their registry.
+    let unbound = [
+        ("AIRLOCK_REGISTRY_USERNAME", USER),
+        ("AIRLOCK_REGISTRY_PASSWORD", PASSWORD),
+    ];
+    let message = refused(&push(&unbound), "invalid_credentials");
+    assert!(
+        message.contains("AIRLOCK_REGISTRY=HOST[:PORT]"),
+        "{message}"
+    );
     let with_env = [
+        ("AIRLOCK_REGISTRY", host.as_str()),
         ("AIRLOCK_REGISTRY_USERNAME", USER),
         ("AIRLOCK_REGISTRY_PASSWORD", PASSWORD),
     ];
@@ -609,6 +622,7 @@ fn basic_auth_comes_from_the_docker_config_or_the_environment_and_is_never_shown
     let message = refused(&pull(&[]), "auth_refused");
     assert!(message.contains("tools/stateful:1.0"), "{message}");
     let wrong = [
+        ("AIRLOCK_REGISTRY", host.as_str()),
         ("AIRLOCK_REGISTRY_USERNAME", USER),
         ("AIRLOCK_REGISTRY_PASSWORD", "wrong"),
     ];
@@ -854,7 +868,7 @@ fn a_lock_edited_into_nonsense_is_refused_naming_the_line() {
 
 /// The wasm artifact layout of `component`, as a hostile registry serves
 /// it: (manifest bytes, manifest digest, config bytes, layer digest).
-fn artifact(
+pub(crate) fn artifact(
     component: &[u8],
     declared_size: Option<usize>,
     urls: Option<Vec<String>>,

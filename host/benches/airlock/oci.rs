@@ -101,7 +101,11 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     std::fs::write(dir.path().join("k.pub"), public).unwrap();
     let key = PrivateKey::load(&dir.path().join("k.key")).unwrap();
     let pushing = Registry::connect(&reference, &settings, &Credentials::anonymous()).unwrap();
-    let (manifest, _) = pushing.push(&std::fs::read(&file).unwrap()).await.unwrap();
+    let manifest = pushing
+        .push(&std::fs::read(&file).unwrap())
+        .await
+        .unwrap()
+        .manifest;
     pushing
         .push_signature(&manifest, &key.sign(&reference, &manifest).unwrap())
         .await

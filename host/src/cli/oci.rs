@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use airlock::oci::signature::{self, PrivateKey};
 use airlock::oci::{
-    Credentials, Fetch, Lock, OciError, OciSettings, OciStore, OciTool, Reference, Registry,
-    Resolved, Resolver,
+    Credentials, Fetch, Lock, OciError, OciSettings, OciStore, OciTool, Pushed, Reference,
+    Registry, Resolution, Resolved, Resolver,
 };
 use airlock::policy::Policy;
 
@@ -77,6 +77,8 @@ impl From<OciError> for Failure {
             OciError::Lock { .. } => "invalid_lock",
             OciError::NotPulled { .. } => "not_pulled",
             OciError::UnsafeStore { .. } => "unsafe_store",
+            OciError::Refused { .. } => "address_refused",
+            OciError::Credentials(_) => "invalid_credentials",
             OciError::Store { .. } | OciError::Signing(_) => return Self::internal(e.to_string()),
             _ => "registry_error",
         };
@@ -98,7 +100,7 @@ fn resolver(policy: Option<&Policy>, registry: &RegistryFlags) -> Result<Resolve
     })?;
     Ok(Resolver::new(
         settings,
-        Credentials::from_env(),
+        Credentials::from_env()?,
         store,
         lock,
     ))
@@ -114,10 +116,7 @@ fn tool_for(policy: Option<&Policy>, reference: &Reference) -> OciTool {
     policy
         .and_then(|p| p.for_reference(reference))
         .and_then(|t| t.oci.clone())
-        .unwrap_or_else(|| OciTool {
-            reference: reference.clone(),
-            keys: Vec::new(),
-        })
+        .unwrap_or_else(|| OciTool::unverified(reference.clone()))
 }
 
 /// Points the policy's entry for `resolved` (if it lists it) at the pulled
@@ -333,7 +332,12 @@ pub async fn push(args: PushArgs) -> ExitCode {
         let key = args.sign.as_deref().map(PrivateKey::load).transpose()?;
         let bytes = read_component(&args.file)?;
         let registry = connect(&reference, &args.registry)?;
-        let (manifest, component) = registry.push(&bytes).await?;
+        // What is signed is the digest of the manifest bytes this push
+        // sent, never what the registry says the tag names afterwards.
+        let Pushed {
+            manifest,
+            component,
+        } = registry.push(&bytes).await?;
         if let Some(key) = &key {
             registry
                 .push_signature(&manifest, &key.sign(&reference, &manifest)?)
@@ -401,19 +405,24 @@ fn connect(reference: &Reference, flags: &RegistryFlags) -> Result<Registry, Fai
     Ok(Registry::connect(
         reference,
         &settings,
-        &Credentials::from_env(),
+        &Credentials::from_env()?,
     )?)
 }
 
 #[derive(Debug, Args)]
 pub struct SignArgs {
-    /// What to sign: `oci://REGISTRY/REPO:TAG` (the manifest it names now)
-    /// or `@sha256:…`.
+    /// What to sign: `oci://REGISTRY/REPO@sha256:…` (that manifest), or
+    /// `oci://REGISTRY/REPO:TAG` (the manifest the tag names now, shown
+    /// before it is signed: confirmed at a terminal, or with `--yes`).
     #[arg(value_name = "REFERENCE")]
     reference: String,
     /// The private key (PEM, PKCS#8; see `airlock keygen`).
     #[arg(long, value_name = "FILE")]
     key: PathBuf,
+    /// Sign what a tag names without asking (a script's way; signing by
+    /// digest needs no confirmation).
+    #[arg(long)]
+    yes: bool,
     #[command(flatten)]
     registry: RegistryFlags,
     /// Print one JSON object instead of text.
@@ -422,27 +431,35 @@ pub struct SignArgs {
 }
 
 /// `airlock sign`: a cosign-compatible signature for the manifest the
-/// reference names, stored beside it in the registry.
+/// reference names, for the reference's repository, stored beside it in
+/// the registry. A tag is resolved first and what it names (manifest and
+/// component digests) shown; it is signed only once confirmed, since a
+/// tag names whatever the registry says at that moment.
 pub async fn sign(args: SignArgs) -> ExitCode {
     let signed = async {
         let reference: Reference = args.reference.parse()?;
         let key = PrivateKey::load(&args.key)?;
         let registry = connect(&reference, &args.registry)?;
-        let (manifest, _) = registry.resolve(&reference).await?;
+        let Resolution {
+            manifest, layer, ..
+        } = registry.resolve(&reference).await?;
+        if reference.digest().is_none() && !args.yes {
+            confirm_signing(&reference, &manifest, &layer.digest)?;
+        }
         registry
             .push_signature(&manifest, &key.sign(&reference, &manifest)?)
             .await?;
-        Ok::<_, Failure>((reference, manifest))
+        Ok::<_, Failure>((reference, manifest, layer.digest))
     };
     match signed.await {
-        Ok((reference, manifest)) => {
+        Ok((reference, manifest, component)) => {
             if args.json {
                 print_json(
-                    &json!({"ok": true, "reference": reference.to_string(), "manifest": manifest, "signed_with": args.key}),
+                    &json!({"ok": true, "reference": reference.to_string(), "manifest": manifest, "component": component, "signed_with": args.key}),
                 );
             } else {
                 print_out(&format!(
-                    "signed {}{reference}\n  manifest:  {manifest}\n  with {}",
+                    "signed {}{reference}\n  manifest:  {manifest}\n  component: {component}\n  with {}",
                     airlock::oci::SCHEME,
                     args.key.display()
                 ));
@@ -450,6 +467,35 @@ pub async fn sign(args: SignArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(failure) => report_failure(&failure, args.json, serde_json::Map::new()),
+    }
+}
+
+/// Asks the person at the terminal whether to sign what `reference` names
+/// now; refused (saying what it names, and how to sign it by digest)
+/// when no one is there to ask.
+fn confirm_signing(reference: &Reference, manifest: &str, component: &str) -> Result<(), Failure> {
+    use std::io::IsTerminal as _;
+    let at = format!("{}{reference}", airlock::oci::SCHEME);
+    let names = format!("{at} names manifest {manifest} (component {component})");
+    let by_digest = format!("{}{}", airlock::oci::SCHEME, reference.at_digest(manifest));
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(Failure::input(
+            "confirm",
+            format!(
+                "{names}; a tag names whatever the registry says now, so sign it by digest \
+                 ({by_digest}) or pass --yes"
+            ),
+        ));
+    }
+    super::print_note(&format!("{names}.\nSign it? [y/N] "));
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::input("confirm", format!("cannot read the answer: {e}")))?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(Failure::input("confirm", format!("not signed: {names}")))
     }
 }
 

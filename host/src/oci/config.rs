@@ -41,11 +41,14 @@ impl OciFile {
     }
 }
 
-/// `verify = { key = "a.pub" }` or `{ key = ["a.pub", "b.pub"] }`.
+/// `verify = { key = "a.pub" }` or `{ key = ["a.pub", "b.pub"] }`, with
+/// `repositories = ["REGISTRY/REPO", …]` whose signatures also count.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct VerifyFile {
     key: OneOrMany,
+    #[serde(default)]
+    repositories: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -62,5 +65,26 @@ impl VerifyFile {
             OneOrMany::One(file) => std::slice::from_ref(file),
             OneOrMany::Many(files) => files,
         }
+    }
+
+    /// The repositories besides the tool's own whose signatures count, as
+    /// `registry/repository`; an error names the one that is not that.
+    pub(crate) fn repositories(&self) -> Result<Vec<String>, String> {
+        self.repositories
+            .iter()
+            .map(|name| {
+                let named = format!("{name}:tag")
+                    .parse::<super::Reference>()
+                    .ok()
+                    .map(|r| r.repository_name())
+                    .filter(|parsed| parsed.eq_ignore_ascii_case(name));
+                named.ok_or_else(|| {
+                    format!(
+                        "verify.repositories: {:?} is not REGISTRY/REPOSITORY (no tag or digest)",
+                        crate::text::truncate(name, 200)
+                    )
+                })
+            })
+            .collect()
     }
 }

@@ -9,7 +9,10 @@
 //! - [`Registry`]: pulls (every blob checked against its digest while it
 //!   streams, sizes bounded), pushes the wasm artifact layout, reads and
 //!   writes cosign signatures ([`signature`]), with anonymous, basic or
-//!   token auth from the docker credential file or the environment.
+//!   token auth from the docker credential file or the environment, each
+//!   credential for its own registry; every request it makes obeys the
+//!   private-address rule (`guard`), redirects and token services
+//!   included.
 //! - [`OciStore`]: the pulled components by digest, private like the
 //!   compile cache; written only after the digest matched.
 //! - [`Lock`]: `airlock.lock`, each reference's manifest and component
@@ -20,7 +23,9 @@
 
 mod config;
 mod credentials;
+mod guard;
 mod lock;
+mod manifest;
 mod publish;
 mod reference;
 mod registry;
@@ -30,9 +35,12 @@ mod store;
 
 pub(crate) use config::{OciFile, VerifyFile};
 pub use credentials::Credentials;
+pub use guard::Refused;
 pub use lock::{LOCK_FILE, Lock, Locked};
+pub use manifest::{Descriptor, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
+pub use publish::Pushed;
 pub use reference::{Reference, SCHEME};
-pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
+pub use registry::{Registry, Resolution};
 pub use resolve::{Fetch, Resolved, Resolver};
 pub use store::OciStore;
 
@@ -80,6 +88,29 @@ pub struct OciTool {
     pub reference: Reference,
     /// The keys one of which must have signed it (`verify = { key = … }`).
     pub keys: Vec<PublicKey>,
+    /// Repositories besides the reference's own whose signatures count
+    /// for it (`verify = { repositories = […] }`, `registry/repository`):
+    /// a mirror's copy keeps the signature made for the original.
+    pub repositories: Vec<String>,
+}
+
+impl OciTool {
+    /// A tool named by `reference`, with no key to check.
+    pub fn unverified(reference: Reference) -> Self {
+        Self {
+            reference,
+            keys: Vec::new(),
+            repositories: Vec::new(),
+        }
+    }
+
+    /// The repositories a signature may name to count for this tool: its
+    /// reference's own, then those the policy adds.
+    pub fn signed_for(&self) -> Vec<String> {
+        let mut names = vec![self.reference.repository_name()];
+        names.extend(self.repositories.iter().cloned());
+        names
+    }
 }
 
 /// Something about a reference, its registry, its signature or its lock
@@ -203,6 +234,19 @@ pub enum OciError {
     /// Signing failed.
     #[error("cannot sign: {0}")]
     Signing(String),
+    /// Credentials given in a way that cannot be used safely.
+    #[error("{0}")]
+    Credentials(String),
+    /// A request the private-address rule refuses (a redirect, a token
+    /// service or an upload location on this host's network, or plain
+    /// HTTP off this machine): made to nothing.
+    #[error("{reference}: refused: {refused}")]
+    Refused {
+        /// The reference.
+        reference: Reference,
+        /// Where, and why.
+        refused: guard::Refused,
+    },
     /// The lock pins a reference to other bytes than the registry has now.
     #[error(
         "{reference}: the registry now has manifest {registry}, but {lock} pins {locked}; review the change, then `airlock pull --update`"

@@ -3,48 +3,52 @@
 
 use std::collections::BTreeMap;
 
-use oci_client::client::{Config, ImageLayer};
-use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};
 use serde_json::json;
 
-use super::registry::sha256_digest;
+use super::manifest::{Descriptor, ImageManifest, OCI_CONFIG_MEDIA_TYPE};
 use super::signature::{self, PAYLOAD_MEDIA_TYPE, SIGNATURE_ANNOTATION, Signature};
 use super::{OciError, Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 
+/// What `push` put in the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    /// The digest of the manifest bytes Airlock sent: what the tag names
+    /// now, and what a signature of this push signs. Never read back from
+    /// the registry.
+    pub manifest: String,
+    /// The component's digest.
+    pub component: String,
+}
+
 impl Registry {
-    /// Pushes `component` (the bytes of a component) as the wasm artifact
-    /// layout: an OCI image manifest whose config
+    /// Pushes `component` (the bytes of a component) to the reference's
+    /// tag as the wasm artifact layout: an OCI image manifest whose config
     /// (`application/vnd.wasm.config.v0+json`) names its imports and
-    /// exports, and one `application/wasm` layer. The manifest's digest
-    /// and the component's.
-    pub async fn push(&self, component: &[u8]) -> Result<(String, String), OciError> {
-        let component_digest = sha256_digest(component);
+    /// exports, and one `application/wasm` layer.
+    pub async fn push(&self, component: &[u8]) -> Result<Pushed, OciError> {
+        let tag = self.reference.tag().unwrap_or("latest").to_owned();
         let (imports, exports) = component_names(component);
+        let layer = Descriptor::of(WASM_LAYER_MEDIA_TYPE, component);
         let config = json!({
             "created": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             "architecture": "wasm",
             "os": "wasip2",
-            "layerDigests": [component_digest],
+            "layerDigests": [layer.digest],
             "component": {"exports": exports, "imports": imports},
         })
         .to_string()
         .into_bytes();
-        let layer = ImageLayer::new(component.to_vec(), WASM_LAYER_MEDIA_TYPE.to_owned(), None);
-        let config = Config::new(config, WASM_CONFIG_MEDIA_TYPE.to_owned(), None);
-        let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
-        manifest.media_type = Some(OCI_IMAGE_MEDIA_TYPE.to_owned());
-        self.client
-            .push(
-                &self.reference.to_client(),
-                &[layer],
-                config,
-                &self.auth,
-                Some(manifest),
-            )
-            .await
-            .map_err(|e| self.failed("component", e))?;
-        let (manifest_digest, _) = self.resolve(&self.reference).await?;
-        Ok((manifest_digest, component_digest))
+        self.push_blob(component, "component").await?;
+        self.push_blob(&config, "component's config").await?;
+        let manifest = ImageManifest::new(
+            Descriptor::of(WASM_CONFIG_MEDIA_TYPE, &config),
+            vec![layer.clone()],
+        );
+        let manifest = self.push_manifest(&tag, &manifest, "manifest").await?;
+        Ok(Pushed {
+            manifest,
+            component: layer.digest,
+        })
     }
 
     /// Adds `signature` to the signatures of `manifest_digest` (kept with
@@ -54,20 +58,16 @@ impl Registry {
         manifest_digest: &str,
         signature: &Signature,
     ) -> Result<(), OciError> {
-        let at = self
-            .reference
-            .at_tag(&signature::signature_tag(manifest_digest));
-        let mut layers: Vec<OciDescriptor> = match self.manifest_at(&at).await {
-            Ok((_, bytes)) => serde_json::from_slice::<OciImageManifest>(&bytes)
-                .map(|m| m.layers)
-                .unwrap_or_default(),
-            Err(OciError::NotFound { .. }) => Vec::new(),
-            Err(e) => return Err(e),
-        };
+        let tag = signature::signature_tag(manifest_digest);
+        let mut layers = self
+            .signature_manifest(manifest_digest)
+            .await?
+            .map(|m| m.layers)
+            .unwrap_or_default();
         let payload = signature.payload.as_bytes();
-        let payload_digest = sha256_digest(payload);
+        let mut layer = Descriptor::of(PAYLOAD_MEDIA_TYPE, payload);
         let already = layers.iter().any(|l| {
-            l.digest == payload_digest
+            l.digest == layer.digest
                 && l.annotations
                     .as_ref()
                     .and_then(|a| a.get(SIGNATURE_ANNOTATION))
@@ -76,24 +76,12 @@ impl Registry {
         if already {
             return Ok(());
         }
-        let client_at = at.to_client();
-        self.client
-            .store_auth_if_needed(at.registry(), &self.auth)
-            .await;
-        self.client
-            .push_blob(&client_at, payload, &payload_digest)
-            .await
-            .map_err(|e| self.failed("signature", e))?;
-        layers.push(OciDescriptor {
-            media_type: PAYLOAD_MEDIA_TYPE.to_owned(),
-            digest: payload_digest,
-            size: i64::try_from(payload.len()).unwrap_or(i64::MAX),
-            urls: None,
-            annotations: Some(BTreeMap::from([(
-                SIGNATURE_ANNOTATION.to_owned(),
-                signature.signature.clone(),
-            )])),
-        });
+        self.push_blob(payload, "signature").await?;
+        layer.annotations = Some(BTreeMap::from([(
+            SIGNATURE_ANNOTATION.to_owned(),
+            signature.signature.clone(),
+        )]));
+        layers.push(layer);
         let diff_ids: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
         let config = json!({
             "architecture": "",
@@ -105,30 +93,9 @@ impl Registry {
         })
         .to_string()
         .into_bytes();
-        let config_digest = sha256_digest(&config);
-        self.client
-            .push_blob(&client_at, &config, &config_digest)
-            .await
-            .map_err(|e| self.failed("signature", e))?;
-        let manifest = OciImageManifest {
-            schema_version: 2,
-            media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_owned()),
-            config: OciDescriptor {
-                media_type: "application/vnd.oci.image.config.v1+json".to_owned(),
-                digest: config_digest,
-                size: i64::try_from(config.len()).unwrap_or(i64::MAX),
-                urls: None,
-                annotations: None,
-            },
-            layers,
-            subject: None,
-            artifact_type: None,
-            annotations: None,
-        };
-        self.client
-            .push_manifest(&client_at, &manifest.into())
-            .await
-            .map_err(|e| self.failed("signature", e))?;
+        self.push_blob(&config, "signature").await?;
+        let manifest = ImageManifest::new(Descriptor::of(OCI_CONFIG_MEDIA_TYPE, &config), layers);
+        self.push_manifest(&tag, &manifest, "signature").await?;
         Ok(())
     }
 }

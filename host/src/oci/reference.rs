@@ -82,6 +82,17 @@ impl Reference {
         self.slice(self.repository)
     }
 
+    /// `registry/repository`: the name a signature is made for (cosign's
+    /// `docker-reference`), the registry's host in lowercase (host names
+    /// are case-insensitive; repositories are lowercase already).
+    pub fn repository_name(&self) -> String {
+        format!(
+            "{}/{}",
+            self.registry().to_ascii_lowercase(),
+            self.repository()
+        )
+    }
+
     /// The tag, if the reference names one.
     pub fn tag(&self) -> Option<&str> {
         self.tag.map(|range| self.slice(range))
@@ -117,27 +128,6 @@ impl Reference {
             || host
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback())
-    }
-
-    /// The reference as oci-client takes it.
-    pub(crate) fn to_client(&self) -> oci_client::Reference {
-        let (registry, repository) = (self.registry().to_owned(), self.repository().to_owned());
-        match (self.tag(), self.digest()) {
-            (Some(tag), Some(digest)) => oci_client::Reference::with_tag_and_digest(
-                registry,
-                repository,
-                tag.to_owned(),
-                digest.to_owned(),
-            ),
-            (_, Some(digest)) => {
-                oci_client::Reference::with_digest(registry, repository, digest.to_owned())
-            }
-            (tag, None) => oci_client::Reference::with_tag(
-                registry,
-                repository,
-                tag.unwrap_or("latest").to_owned(),
-            ),
-        }
     }
 }
 

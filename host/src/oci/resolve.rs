@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::manifest::{Names, names, nested_index};
+use super::registry::Resolution;
 use super::signature::{PublicKey, Signature};
 use super::{
     Credentials, Lock, Locked, OciError, OciSettings, OciStore, OciTool, Reference, Registry,
@@ -123,7 +125,11 @@ impl Resolver {
         }
         match (fetch, locked) {
             (Fetch::Never | Fetch::Missing, Some(locked)) => {
-                if let Some(path) = self.store.component(&locked.component)? {
+                let stored = match self.stored_component(reference, &locked)? {
+                    Some(_) => self.store.component(&locked.component)?,
+                    None => None,
+                };
+                if let Some(path) = stored {
                     let signatures = self.store.signatures(&locked.manifest);
                     let signed_by = signers(tool, &locked.manifest, &signatures)?;
                     return Ok(Resolved {
@@ -151,6 +157,46 @@ impl Resolver {
         }
     }
 
+    /// The component the stored bytes of `locked`'s manifest name (through
+    /// its index entry when it is an index), checked against the lock:
+    /// `None` when the store lacks a manifest, an error naming both
+    /// digests when the lock pins another component than its manifest
+    /// names. What makes an edited lock unable to point a signed tool's
+    /// name and grants at another component in the store.
+    fn stored_component(
+        &self,
+        reference: &Reference,
+        locked: &Locked,
+    ) -> Result<Option<String>, OciError> {
+        let Some(bytes) = self.store.manifest(&locked.manifest)? else {
+            return Ok(None);
+        };
+        let layer = match names(reference, &self.settings, &bytes)? {
+            Names::Layer(layer) => layer,
+            Names::Entry(entry) => {
+                let Some(image) = self.store.manifest(&entry)? else {
+                    return Ok(None);
+                };
+                match names(reference, &self.settings, &image)? {
+                    Names::Layer(layer) => layer,
+                    Names::Entry(_) => return Err(nested_index(reference)),
+                }
+            }
+        };
+        if layer.digest != locked.component {
+            return Err(self.pins_another(reference, locked, &layer.digest));
+        }
+        Ok(Some(layer.digest))
+    }
+
+    /// The lock pins `locked.component`, but its manifest names `named`.
+    fn pins_another(&self, reference: &Reference, locked: &Locked, named: &str) -> OciError {
+        self.lock_error(format!(
+            "{reference}: pins component {}, but its manifest {} names {named}",
+            locked.component, locked.manifest
+        ))
+    }
+
     fn lock_error(&self, problem: String) -> OciError {
         OciError::Lock {
             path: self.lock.path().to_path_buf(),
@@ -168,7 +214,11 @@ impl Resolver {
             Pin::Digest(locked) => reference.at_digest(&locked.manifest),
             Pin::Expect(_) | Pin::Free => reference.clone(),
         };
-        let (manifest, layer) = registry.resolve(&at).await?;
+        let Resolution {
+            manifest,
+            layer,
+            manifests,
+        } = registry.resolve(&at).await?;
         if let Pin::Expect(locked) | Pin::Digest(locked) = &pin {
             if locked.manifest != manifest {
                 return Err(OciError::Moved {
@@ -179,10 +229,7 @@ impl Resolver {
                 });
             }
             if locked.component != layer.digest {
-                return Err(self.lock_error(format!(
-                    "{reference}: pins component {}, but its manifest {manifest} names {}",
-                    locked.component, layer.digest
-                )));
+                return Err(self.pins_another(reference, locked, &layer.digest));
             }
         }
         let signatures = if tool.keys.is_empty() {
@@ -192,6 +239,9 @@ impl Resolver {
         };
         let signed_by = signers(tool, &manifest, &signatures)?;
         let path = registry.download(&layer, &self.store).await?;
+        for (digest, bytes) in &manifests {
+            self.store.keep_manifest(digest, bytes)?;
+        }
         if !signatures.is_empty() {
             self.store.keep_signatures(&manifest, &signatures)?;
         }
@@ -238,10 +288,15 @@ fn signers(
     if tool.keys.is_empty() {
         return Ok(Vec::new());
     }
+    let repositories = tool.signed_for();
     let signed_by: Vec<PathBuf> = tool
         .keys
         .iter()
-        .filter(|key| signatures.iter().any(|s| key.verifies(s, manifest)))
+        .filter(|key| {
+            signatures
+                .iter()
+                .any(|s| key.verifies(s, manifest, &repositories))
+        })
         .map(|key| key.path.clone())
         .collect();
     if signed_by.is_empty() {

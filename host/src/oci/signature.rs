@@ -97,33 +97,53 @@ impl PublicKey {
     }
 
     /// Whether `signature` is this key's, over its payload, and the payload
-    /// names `manifest_digest` as the signed image.
-    pub fn verifies(&self, signature: &Signature, manifest_digest: &str) -> bool {
+    /// names `manifest_digest` as the signed image and one of
+    /// `repositories` (`registry/repository`, as
+    /// [`Reference::repository_name`] writes it) as where it was signed
+    /// for. A signature made for another repository does not verify here,
+    /// even for the same bytes: what a key signed for one tool is not a
+    /// word about another (or about an old version of it pushed elsewhere).
+    pub fn verifies(
+        &self,
+        signature: &Signature,
+        manifest_digest: &str,
+        repositories: &[String],
+    ) -> bool {
         let Ok(der) = base64::engine::general_purpose::STANDARD.decode(signature.signature.trim())
         else {
             return false;
         };
         let key = UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point);
         key.verify(signature.payload.as_bytes(), &der).is_ok()
-            && signed_digest(&signature.payload).as_deref() == Some(manifest_digest)
+            && signed(&signature.payload).is_some_and(|(repository, digest)| {
+                digest == manifest_digest
+                    && repositories
+                        .iter()
+                        .any(|r| r.eq_ignore_ascii_case(&repository))
+            })
     }
 }
 
-/// The manifest digest a payload says was signed, if it is a cosign
-/// container image signature.
-fn signed_digest(payload: &str) -> Option<String> {
+/// What a payload says was signed, if it is a cosign container image
+/// signature: the repository it was made for (`docker-reference`) and the
+/// manifest digest.
+fn signed(payload: &str) -> Option<(String, String)> {
     let value: serde_json::Value = serde_json::from_str(payload).ok()?;
     let critical = value.get("critical")?;
     if critical.get("type")?.as_str()? != PAYLOAD_TYPE {
         return None;
     }
-    Some(
+    let field = |section: &str, name: &str| {
         critical
-            .get("image")?
-            .get("docker-manifest-digest")?
-            .as_str()?
-            .to_owned(),
-    )
+            .get(section)?
+            .get(name)?
+            .as_str()
+            .map(str::to_owned)
+    };
+    Some((
+        field("identity", "docker-reference")?,
+        field("image", "docker-manifest-digest")?,
+    ))
 }
 
 /// A private key to sign with.
@@ -172,7 +192,7 @@ impl PrivateKey {
     ) -> Result<Signature, OciError> {
         let payload = json!({
             "critical": {
-                "identity": {"docker-reference": format!("{}/{}", reference.registry(), reference.repository())},
+                "identity": {"docker-reference": reference.repository_name()},
                 "image": {"docker-manifest-digest": manifest_digest},
                 "type": PAYLOAD_TYPE,
             },
@@ -233,14 +253,22 @@ mod tests {
         let public = PublicKey::load(&write("k.pub", &public)).unwrap();
         let other = PublicKey::load(&write("o.pub", &other)).unwrap();
         let reference: Reference = "127.0.0.1:5000/t:1".parse().unwrap();
+        let here = [reference.repository_name()];
         let digest = format!("sha256:{}", "a".repeat(64));
         let signature = key.sign(&reference, &digest).unwrap();
-        assert!(public.verifies(&signature, &digest));
-        assert!(!other.verifies(&signature, &digest));
-        assert!(!public.verifies(&signature, &format!("sha256:{}", "b".repeat(64))));
+        assert!(public.verifies(&signature, &digest, &here));
+        assert!(!other.verifies(&signature, &digest, &here));
+        assert!(!public.verifies(&signature, &format!("sha256:{}", "b".repeat(64)), &here));
         let mut tampered = signature.clone();
         tampered.payload = tampered.payload.replace(&"a".repeat(64), &"b".repeat(64));
-        assert!(!public.verifies(&tampered, &format!("sha256:{}", "b".repeat(64))));
+        assert!(!public.verifies(&tampered, &format!("sha256:{}", "b".repeat(64)), &here));
+        // Made for repository t, it says nothing about repository u, nor
+        // about t on another registry; a mirror allowed by name accepts it.
+        let elsewhere = ["127.0.0.1:5000/u".to_owned(), "127.0.0.1:5001/t".to_owned()];
+        assert!(!public.verifies(&signature, &digest, &elsewhere));
+        let mut moved = signature.clone();
+        moved.payload = moved.payload.replace("5000/t", "5000/u");
+        assert!(!public.verifies(&moved, &digest, &elsewhere[..1]));
         assert_eq!(
             signature_tag(&digest),
             format!("sha256-{}.sig", "a".repeat(64))

@@ -2,8 +2,11 @@
 //!
 //! `components/sha256/<hex>.wasm` holds a component's bytes, written only
 //! after they matched their digest (the download goes to a temporary file
-//! beside it and is renamed into place); `signatures/sha256-<hex>.json`
-//! the signatures read for a manifest, to check them again offline. Like
+//! beside it and is renamed into place); `manifests/sha256-<hex>.json` a
+//! manifest's bytes as the registry served them, from which every offline
+//! start derives the component again (hashed on each read: a few KiB);
+//! `signatures/sha256-<hex>.json` the signatures read for a manifest, to
+//! check them again offline. Like
 //! the compile cache, the directory must be this user's alone (a
 //! component found here is trusted to be what its name says, without
 //! hashing it again on every start): it is created 0700, and a directory
@@ -120,6 +123,41 @@ impl OciStore {
             .persist(&path)
             .map_err(|e| self.fail(&path, e.error))?;
         Ok(path)
+    }
+
+    fn manifest_path(&self, digest: &str) -> PathBuf {
+        self.dir
+            .join("manifests")
+            .join(format!("{}.json", digest.replace(':', "-")))
+    }
+
+    /// The bytes of the manifest `digest`, as kept when it was pulled
+    /// (`None` when the store has none: pulled by an Airlock that kept
+    /// none, or never). Hashed as read: bytes that are not the digest's
+    /// are an error, never a manifest.
+    pub fn manifest(&self, digest: &str) -> Result<Option<Vec<u8>>, OciError> {
+        let path = self.manifest_path(digest);
+        check_private(&path, true).map_err(|e| self.unsafe_store(&path, e.problem))?;
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.fail(&path, e)),
+        };
+        let found = super::registry::sha256_digest(&bytes);
+        if found != digest {
+            return Err(self.fail(
+                &path,
+                format!("holds manifest {found}, not {digest}; remove it and pull again"),
+            ));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Keeps the bytes of manifest `digest` (already checked against it).
+    pub(crate) fn keep_manifest(&self, digest: &str, bytes: &[u8]) -> Result<(), OciError> {
+        self.private_dir("manifests")?;
+        let path = self.manifest_path(digest);
+        crate::fs::write_atomic(&path, bytes).map_err(|e| self.fail(&path, e))
     }
 
     fn signatures_path(&self, manifest_digest: &str) -> PathBuf {

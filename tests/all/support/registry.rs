@@ -338,6 +338,51 @@ pub enum Scripted {
     Endless,
     /// This status, no body.
     Status(u16),
+    /// This status with these headers (a redirect's `Location`, a
+    /// challenge's `WWW-Authenticate`, an upload's `Location`), no body.
+    Answer {
+        status: u16,
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl Scripted {
+    /// A redirect (307) to `location`.
+    pub fn redirect(location: &str) -> Self {
+        Self::Answer {
+            status: 307,
+            headers: vec![("Location".into(), location.into())],
+        }
+    }
+
+    /// A 401 asking for a token from `realm`.
+    pub fn token_challenge(realm: &str) -> Self {
+        Self::Answer {
+            status: 401,
+            headers: vec![(
+                "WWW-Authenticate".into(),
+                format!("Bearer realm=\"{realm}\",service=\"hostile\""),
+            )],
+        }
+    }
+}
+
+/// One request as a server saw it: method, path (without the query), and
+/// headers.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// A registry that serves what a test scripts, path by path (404 for the
@@ -345,7 +390,7 @@ pub enum Scripted {
 /// Stopped when dropped.
 pub struct Hostile {
     pub addr: SocketAddr,
-    asked: Arc<Mutex<Vec<String>>>,
+    asked: Arc<Mutex<Vec<Seen>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -381,6 +426,11 @@ impl Hostile {
 
     /// Every path asked for, in order.
     pub fn asked(&self) -> Vec<String> {
+        self.seen().into_iter().map(|seen| seen.path).collect()
+    }
+
+    /// Every request, in order.
+    pub fn seen(&self) -> Vec<Seen> {
         self.asked.lock().unwrap().clone()
     }
 }
@@ -392,39 +442,65 @@ impl Drop for Hostile {
     }
 }
 
-fn answer(
-    stream: TcpStream,
-    routes: &BTreeMap<String, Scripted>,
-    recorded: &Mutex<Vec<String>>,
-) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
+/// Reads one request's head (and its body, by `Content-Length`).
+fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<(Seen, String, Vec<u8>)> {
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;
+    let mut headers = Vec::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
             break;
         }
+        if let Some((k, v)) = line.trim_end().split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
     }
-    let path = request_line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("/")
-        .split('?')
-        .next()
-        .unwrap_or("/")
-        .to_owned();
-    recorded.lock().unwrap().push(path.clone());
-    let mut out = stream;
-    let scripted = if path == "/v2/" {
-        Scripted::Bytes {
+    let mut parts = request_line.split_whitespace();
+    let method = parts.next().unwrap_or("GET").to_owned();
+    let target = parts.next().unwrap_or("/").to_owned();
+    let path = target.split('?').next().unwrap_or("/").to_owned();
+    let length = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok((
+        Seen {
+            method,
+            path,
+            headers,
+        },
+        target,
+        body,
+    ))
+}
+
+fn answer(
+    stream: TcpStream,
+    routes: &BTreeMap<String, Scripted>,
+    recorded: &Mutex<Vec<Seen>>,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let (seen, _, _) = read_request(&mut reader)?;
+    let path = seen.path.clone();
+    recorded.lock().unwrap().push(seen);
+    let out = stream;
+    let scripted = match routes.get(&path) {
+        Some(scripted) => scripted.clone(),
+        None if path == "/v2/" => Scripted::Bytes {
             content_type: "application/json".into(),
             digest: None,
             body: b"{}".to_vec(),
-        }
-    } else {
-        routes.get(&path).cloned().unwrap_or(Scripted::Status(404))
+        },
+        None => Scripted::Status(404),
     };
+    write_scripted(out, scripted)
+}
+
+fn write_scripted(mut out: TcpStream, scripted: Scripted) -> std::io::Result<()> {
     match scripted {
         Scripted::Bytes {
             content_type,
@@ -467,6 +543,104 @@ fn answer(
                     .as_bytes(),
             )?;
         }
+        Scripted::Answer { status, headers } => {
+            let mut head = format!("HTTP/1.1 {status} Scripted\r\n");
+            for (k, v) in headers {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            head.push_str("Content-Length: 0\r\nConnection: close\r\n\r\n");
+            out.write_all(head.as_bytes())?;
+        }
+    }
+    out.flush()?;
+    let _ = out.shutdown(std::net::Shutdown::Both);
+    Ok(())
+}
+
+/// A proxy in front of a real registry that forwards every request to it
+/// and relays the answer, except the `GET`s of the paths it was given,
+/// which it answers itself (a registry that rewrites what it serves).
+pub struct Proxy {
+    pub addr: SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    /// Forwards to `upstream`, answering a `GET` of a path in `swapped`
+    /// with its script.
+    pub fn start(upstream: SocketAddr, swapped: BTreeMap<String, Scripted>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let swapped = Arc::new(swapped);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let swapped = Arc::clone(&swapped);
+                std::thread::spawn(move || {
+                    let _ = forward(stream, upstream, &swapped);
+                });
+            }
+        });
+        Self { addr, stop }
+    }
+
+    /// `oci://127.0.0.1:PORT/{path}`.
+    pub fn oci(&self, path: &str) -> String {
+        format!("oci://{}/{path}", self.addr)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn forward(
+    stream: TcpStream,
+    upstream: SocketAddr,
+    swapped: &BTreeMap<String, Scripted>,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let (seen, target, body) = read_request(&mut reader)?;
+    if seen.method == "GET"
+        && let Some(scripted) = swapped.get(&seen.path)
+    {
+        return write_scripted(stream, scripted.clone());
+    }
+    let headers: Vec<(String, String)> = seen
+        .headers
+        .into_iter()
+        .filter(|(k, _)| {
+            !["host", "connection", "content-length"]
+                .iter()
+                .any(|skip| k.eq_ignore_ascii_case(skip))
+        })
+        .collect();
+    let reply = request(upstream, &seen.method, &target, &headers, &body)?;
+    let mut head = format!("HTTP/1.1 {} Relayed\r\n", reply.status);
+    for (k, v) in &reply.headers {
+        if !["content-length", "transfer-encoding", "connection"]
+            .iter()
+            .any(|skip| k.eq_ignore_ascii_case(skip))
+        {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        reply.body.len()
+    ));
+    let mut out = stream;
+    out.write_all(head.as_bytes())?;
+    if seen.method != "HEAD" {
+        out.write_all(&reply.body)?;
     }
     out.flush()?;
     let _ = out.shutdown(std::net::Shutdown::Both);
