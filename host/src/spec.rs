@@ -67,6 +67,10 @@ pub const MAX_TOOLS: usize = 256;
 pub const MAX_DESCRIPTION_BYTES: usize = 16 << 10;
 /// Largest parameter schema (or context schema), as JSON text, in bytes.
 pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// Largest all of one component's parameter schemas may be together (what
+/// a model is sent for its tools, and what the host holds and compiles for
+/// them), on every path a component's tools are found by.
+pub const MAX_TOTAL_SCHEMA_BYTES: usize = 1 << 20;
 /// Deepest nesting of arrays and objects in a schema.
 pub const MAX_SCHEMA_DEPTH: usize = 32;
 

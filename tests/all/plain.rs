@@ -1116,3 +1116,119 @@ const HOSTILE_TYPES: &str = r#"(component
   (export "wide" (func $wide))
   (export "fine" (func $fine))
 )"#;
+
+/// A component exporting one function under `names` names (`f0`, `f1`,
+/// …), whose parameter is a `u32`, or with `fields`, an exported record of
+/// that many `u32` fields.
+fn exported_under_names(fields: Option<usize>, names: usize) -> Vec<u8> {
+    let exports: String = (0..names)
+        .map(|i| format!("(export \"f{i}\" (func $f))"))
+        .collect();
+    let (types, param) = match fields {
+        None => (String::new(), "u32"),
+        Some(fields) => {
+            let fields: String = (0..fields)
+                .map(|i| format!(" (field \"field-{i}\" u32)"))
+                .collect();
+            (
+                format!("(type $r (record{fields})) (export $wide \"wide\" (type $r))"),
+                "$wide",
+            )
+        }
+    };
+    let wat = format!(
+        r#"(component
+  (core module $m
+    (memory (export "memory") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) i32.const 8)
+    (func (export "f") (param i32)))
+  (core instance $i (instantiate $m))
+  (alias core export $i "memory" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  {types}
+  (func $f (param "x" {param})
+    (canon lift (core func $i "f") (memory $mem) (realloc $realloc)))
+  {exports})"#
+    );
+    wat::parse_str(&wat).unwrap()
+}
+
+/// A plain component meets the same load bounds as an Airlock tool, and
+/// the work to find them out is bounded (issue 60.5): one function under
+/// 100,000 names (a megabyte of component) is refused before it is
+/// compiled; a 550-field record parameter under 1,000 names (a few KB of
+/// component whose schemas would take gigabytes) is refused before any
+/// schema is built; under 200 names, once its schemas reach their total.
+/// Each through the binary, in a few hundred milliseconds of CPU and tens
+/// of MB, bounds an order of magnitude above what the refusal costs (on a
+/// debug build, the first took 24 s and 1.1 GB, the second 27 s and
+/// 1.8 GB before); the same shapes under a few names load.
+#[test]
+fn plain_components_are_bounded_before_their_tools_are_described() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let env = [("AIRLOCK_CACHE_DIR", cache.to_str().unwrap())];
+    let cases = [
+        (
+            "names",
+            exported_under_names(None, 100_000),
+            "compile_limit",
+            "declares more than 4096 names",
+        ),
+        (
+            "tools",
+            exported_under_names(Some(550), 1_000),
+            "offers_too_much",
+            "more than 256 functions that could be tools",
+        ),
+        (
+            "schemas",
+            exported_under_names(Some(550), 200),
+            "offers_too_much",
+            "schemas add up to more than 1048576 bytes",
+        ),
+    ];
+    for (name, bytes, kind, expected) in cases {
+        let file = dir.path().join(format!("{name}.wasm"));
+        std::fs::write(&file, &bytes).unwrap();
+        let out =
+            crate::support::airlock_measured(&["inspect", file.to_str().unwrap(), "--json"], &env);
+        assert_eq!(out.code, Some(2), "{name}: {}", out.stderr);
+        let doc: Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|_| panic!("{name}: {}\n{}", out.stdout, out.stderr));
+        assert_eq!(doc["error"]["kind"], kind, "{name}: {doc}");
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(expected) && message.contains(&format!("{name}.wasm")),
+            "{name}: {message}"
+        );
+        assert!(
+            out.cpu < std::time::Duration::from_secs(1),
+            "{name} ({} bytes): {:?} of CPU",
+            bytes.len(),
+            out.cpu
+        );
+        assert!(
+            out.max_rss_bytes < 100 << 20,
+            "{name}: {} MB",
+            out.max_rss_bytes >> 20
+        );
+    }
+    // The same shapes, a few names each, load: the refusals are the
+    // bounds, not the generator.
+    let fine = dir.path().join("fine.wasm");
+    std::fs::write(&fine, exported_under_names(Some(550), 3)).unwrap();
+    let out =
+        crate::support::airlock_measured(&["inspect", fine.to_str().unwrap(), "--json"], &env);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let doc: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let tools = doc["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 3, "{doc:.300}");
+    assert_eq!(
+        tools[0]["parameters"]["properties"]["x"]["properties"]
+            .as_object()
+            .unwrap()
+            .len(),
+        550
+    );
+}

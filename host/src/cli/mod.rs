@@ -210,6 +210,7 @@ impl From<LoadError> for Failure {
             LoadError::Describe { .. } | LoadError::BadSpec { .. } => "bad_describe",
             LoadError::DuplicateTool { .. } => "duplicate_tool",
             LoadError::NoTools { .. } => "no_usable_function",
+            LoadError::OffersTooMuch { .. } => "offers_too_much",
             LoadError::Selection { .. } => "invalid_config",
             LoadError::PoolShare { .. } => "too_large_for_pool",
             LoadError::UnsafeCache(_) => "unsafe_cache",

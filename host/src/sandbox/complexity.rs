@@ -33,6 +33,18 @@ pub const BASE_TOTAL_WEIGHT: u64 = 8_000_000;
 /// an 18 MB component may weigh 26 million (CPython weighs 1.6 million).
 pub const TOTAL_WEIGHT_PER_BYTE: u64 = 1;
 
+/// The most names a component may declare (exports, imports, and the
+/// exports its instance and component types list), each of which the
+/// engine and the host walk: far above real components (a componentize-py
+/// tool declares 285, most of them WASI's), far below what makes loading
+/// costly (a component exporting one function under 100,000 names took
+/// 24 s and 1.1 GB to load as 100,000 tools).
+pub const MAX_NAMES: usize = 4096;
+
+/// The longest name a component may declare (WIT names are identifiers,
+/// interface names a few dozen bytes).
+pub const MAX_NAME_BYTES: usize = 1024;
+
 /// Why a component is refused before it is compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -57,6 +69,25 @@ pub enum TooComplex {
         /// [`MAX_FUNCTION_WEIGHT`].
         max: u64,
     },
+    /// It declares too many names.
+    #[error(
+        "it declares more than {max} names (exports, imports and the exports of its types); it \
+         is not compiled"
+    )]
+    Names {
+        /// [`MAX_NAMES`].
+        max: usize,
+    },
+    /// One of its names is too long.
+    #[error(
+        "it declares a name of {length} bytes, past the {max} a name may have; it is not compiled"
+    )]
+    NameLength {
+        /// The name's length.
+        length: usize,
+        /// [`MAX_NAME_BYTES`].
+        max: usize,
+    },
     /// All its functions together ask too much.
     #[error(
         "its functions weigh {weight} together (locals × merge points), past the {max} a \
@@ -79,10 +110,12 @@ pub fn check(bytes: &[u8]) -> Result<(), TooComplex> {
     let mut total: u64 = 0;
     let (mut module, mut function) = (0usize, 0usize);
     let mut modules_seen = 0usize;
+    let mut names = Names::default();
     for payload in Parser::new(0).parse_all(bytes) {
         let Ok(payload) = payload else {
             return Ok(());
         };
+        names.count(&payload)?;
         match payload {
             Payload::CodeSectionStart { .. } => {
                 module = modules_seen;
@@ -120,6 +153,93 @@ pub fn check(bytes: &[u8]) -> Result<(), TooComplex> {
     Ok(())
 }
 
+/// The names a component's sections declare, counted as they are parsed.
+#[derive(Default)]
+struct Names {
+    count: usize,
+}
+
+impl Names {
+    fn add(&mut self, name: &str) -> Result<(), TooComplex> {
+        if name.len() > MAX_NAME_BYTES {
+            return Err(TooComplex::NameLength {
+                length: name.len(),
+                max: MAX_NAME_BYTES,
+            });
+        }
+        self.count += 1;
+        if self.count > MAX_NAMES {
+            return Err(TooComplex::Names { max: MAX_NAMES });
+        }
+        Ok(())
+    }
+
+    /// The names `payload` declares (what does not parse is left to the
+    /// compiler).
+    fn count(&mut self, payload: &Payload<'_>) -> Result<(), TooComplex> {
+        use wasmparser::ComponentInstance;
+        match payload {
+            Payload::ComponentExportSection(section) => {
+                for export in section.clone().into_iter().flatten() {
+                    self.add(export.name.name)?;
+                }
+            }
+            Payload::ComponentImportSection(section) => {
+                for import in section.clone().into_iter().flatten() {
+                    self.add(import.name.name)?;
+                }
+            }
+            Payload::ComponentInstanceSection(section) => {
+                for instance in section.clone().into_iter().flatten() {
+                    if let ComponentInstance::FromExports(exports) = instance {
+                        for export in exports.iter() {
+                            self.add(export.name.name)?;
+                        }
+                    }
+                }
+            }
+            Payload::ComponentTypeSection(section) => {
+                for ty in section.clone().into_iter().flatten() {
+                    self.ty(&ty)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The names a type declares, and the types it nests.
+    fn ty(&mut self, ty: &wasmparser::ComponentType<'_>) -> Result<(), TooComplex> {
+        use wasmparser::{ComponentType, ComponentTypeDeclaration, InstanceTypeDeclaration};
+        match ty {
+            ComponentType::Component(declarations) => {
+                for declaration in declarations.iter() {
+                    match declaration {
+                        ComponentTypeDeclaration::Export { name, .. }
+                        | ComponentTypeDeclaration::Import(wasmparser::ComponentImport {
+                            name,
+                            ..
+                        }) => self.add(name.name)?,
+                        ComponentTypeDeclaration::Type(inner) => self.ty(inner)?,
+                        _ => {}
+                    }
+                }
+            }
+            ComponentType::Instance(declarations) => {
+                for declaration in declarations.iter() {
+                    match declaration {
+                        InstanceTypeDeclaration::Export { name, .. } => self.add(name.name)?,
+                        InstanceTypeDeclaration::Type(inner) => self.ty(inner)?,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
 /// A function's locals and merge points; `None` when it does not parse.
 fn measure(body: &wasmparser::FunctionBody<'_>) -> Option<(u64, u64)> {
     let mut locals: u64 = 0;
@@ -154,6 +274,53 @@ mod tests {
         }
         wat.push_str("))");
         wat::parse_str(&wat).unwrap()
+    }
+
+    /// How many names `bytes` declares (for measuring real components).
+    fn names(bytes: &[u8]) -> usize {
+        let mut names = Names::default();
+        for payload in Parser::new(0).parse_all(bytes).flatten() {
+            let _ = names.count(&payload);
+        }
+        names.count
+    }
+
+    #[test]
+    fn names_past_the_bound_are_refused() {
+        let exports: String = (0..=MAX_NAMES)
+            .map(|i| format!("(export \"f{i}\" (func 0))"))
+            .collect();
+        let many = wat::parse_str(format!(
+            "(component (core module $m (func (export \"f\"))) (core instance $i (instantiate $m)) \
+             (func (canon lift (core func $i \"f\"))) {exports})"
+        ))
+        .unwrap();
+        assert_eq!(check(&many), Err(TooComplex::Names { max: MAX_NAMES }));
+        let long = wat::parse_str(format!(
+            "(component (core module $m (func (export \"f\"))) (core instance $i (instantiate $m)) \
+             (func (canon lift (core func $i \"f\"))) (export \"{}\" (func 0)))",
+            "a".repeat(MAX_NAME_BYTES + 1)
+        ))
+        .unwrap();
+        assert!(matches!(check(&long), Err(TooComplex::NameLength { .. })));
+        // Real components declare far fewer (when built).
+        for file in [
+            "python-stateful.wasm",
+            "js-stateful.wasm",
+            "c-stateful.wasm",
+            "wasm32-wasip2/release/stateful.wasm",
+            "plain/python-typed.wasm",
+            "plain/typed.wasm",
+        ] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/guests")
+                .join(file);
+            if let Ok(bytes) = std::fs::read(&path) {
+                let n = names(&bytes);
+                assert!(n * 8 < MAX_NAMES, "{file}: {n} names");
+                assert_eq!(check(&bytes), Ok(()), "{file}");
+            }
+        }
     }
 
     #[test]

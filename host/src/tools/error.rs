@@ -73,6 +73,17 @@ pub enum LoadError {
         /// What is wrong.
         problem: String,
     },
+    /// It offers more than one component may: more than
+    /// [`MAX_TOOLS`](crate::spec::MAX_TOOLS) tools, or parameter schemas
+    /// over [`MAX_TOTAL_SCHEMA_BYTES`](crate::spec::MAX_TOTAL_SCHEMA_BYTES)
+    /// together. Refused before the rest is read or described.
+    #[error("{}: {problem}", .path.display())]
+    OffersTooMuch {
+        /// The file's path.
+        path: PathBuf,
+        /// What is over which bound.
+        problem: String,
+    },
     /// A plain component exports no function that can be a tool.
     #[error("{}: no exported function can be a tool{}", .path.display(), skipped_list(.skipped))]
     NoTools {

@@ -25,7 +25,10 @@ use crate::sandbox::{
     CacheOutcome, CallState, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox,
     ToolGate, UnsafeCache, until,
 };
-use crate::spec::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, ToolSpec, compile_schema};
+use crate::spec::{
+    MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, MAX_TOTAL_SCHEMA_BYTES, ToolSpec,
+    compile_schema,
+};
 
 /// A component compiled, linked and asked what it offers; its tools not
 /// yet named.
@@ -202,7 +205,12 @@ impl Host {
             .ok()
             .flatten();
             let (functions, skipped) =
-                plain::functions(&component, engine, docs.as_ref(), MAX_SCHEMA_BYTES);
+                plain::functions(&component, engine, docs.as_ref(), MAX_SCHEMA_BYTES).map_err(
+                    |too_much| LoadError::OffersTooMuch {
+                        path: path.clone(),
+                        problem: too_much.to_string(),
+                    },
+                )?;
             if functions.is_empty() {
                 return Err(LoadError::NoTools { path, skipped });
             }
@@ -529,10 +537,18 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
 /// Checks what an Airlock tool's `describe` gave: names, sizes, schemas.
 fn validate_specs(path: &Path, specs: Vec<guest::ToolSpec>) -> Result<Vec<Offered>, LoadError> {
     if specs.len() > MAX_TOOLS {
-        return Err(LoadError::BadSpec {
+        return Err(LoadError::OffersTooMuch {
             path: path.to_path_buf(),
-            name: String::new(),
             problem: format!("describes {} tools; the limit is {MAX_TOOLS}", specs.len()),
+        });
+    }
+    let total: usize = specs.iter().map(|s| s.parameters.len()).sum();
+    if total > MAX_TOTAL_SCHEMA_BYTES {
+        return Err(LoadError::OffersTooMuch {
+            path: path.to_path_buf(),
+            problem: format!(
+                "its tools' parameter schemas add up to {total} bytes; the limit is {MAX_TOTAL_SCHEMA_BYTES}"
+            ),
         });
     }
     let mut seen = BTreeSet::new();

@@ -403,3 +403,66 @@ pub fn describe_wat(name: &str, description: &str, parameters: &str) -> String {
         .concat(),
     )
 }
+
+/// What a run of the binary cost: its exit code, output, CPU time (user
+/// and system, its children's included) and peak resident memory.
+#[derive(Debug)]
+pub struct Measured {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub cpu: std::time::Duration,
+    pub max_rss_bytes: u64,
+}
+
+/// Runs [`airlock_command`] to its end and reads its resource use from the
+/// kernel (`wait4`): CPU seconds and peak memory, which do not depend on
+/// how busy the machine is. A small Python process forks it and reads its
+/// usage: a child forked from the test process would count the test
+/// process's own peak memory as its own (the kernel keeps the high-water
+/// mark of the memory a child was forked with).
+pub fn airlock_measured(args: &[&str], env: &[(&str, &str)]) -> Measured {
+    const WAIT: &str = r#"
+import json, os, sys
+out, err, report = sys.argv[1:4]
+argv = sys.argv[4:]
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+    os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+    os.execv(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as f:
+    json.dump({"code": os.waitstatus_to_exitcode(status),
+               "cpu": usage.ru_utime + usage.ru_stime,
+               "max_rss_kb": usage.ru_maxrss}, f)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (out, err, report) = (file("stdout"), file("stderr"), file("report"));
+    let airlock = airlock_command(args, env);
+    let mut python = Command::new("python3");
+    python.args(["-c", WAIT, &out, &err, &report]);
+    python.arg(airlock.get_program()).args(airlock.get_args());
+    for (key, value) in airlock.get_envs() {
+        match value {
+            Some(value) => python.env(key, value),
+            None => python.env_remove(key),
+        };
+    }
+    let status = python.status().expect("python3 runs");
+    assert!(status.success(), "the measuring wrapper failed: {status}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    Measured {
+        code: report["code"]
+            .as_i64()
+            .and_then(|c| i32::try_from(c).ok())
+            .filter(|c| *c >= 0),
+        stdout: std::fs::read_to_string(&out).unwrap(),
+        stderr: std::fs::read_to_string(&err).unwrap(),
+        cpu: std::time::Duration::from_secs_f64(report["cpu"].as_f64().unwrap_or(f64::MAX)),
+        max_rss_bytes: report["max_rss_kb"].as_u64().unwrap_or(u64::MAX) * 1024,
+    }
+}

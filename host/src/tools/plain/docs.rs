@@ -31,8 +31,10 @@ pub(crate) struct PackageDocs {
     /// The component's own named types (a world's types, which the
     /// component imports) by their shape ([`shape`]): wasmtime's view of a
     /// component keeps no type imports, so their names are read here.
+    /// Indexed by shape: a name, or `None` when several types share the
+    /// shape (then none gets docs).
     #[serde(skip)]
-    world_types: Vec<(String, String)>,
+    world_types: std::collections::HashMap<String, Option<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,18 +122,19 @@ impl PackageDocs {
         let mut docs: Self = serde_json::from_slice(json)
             .map_err(|e| tracing::debug!(error = %e, "ignoring a malformed package-docs section"))
             .ok()?;
-        docs.world_types = top.types;
+        for (name, shape) in top.types {
+            docs.world_types
+                .entry(shape)
+                .and_modify(|named| *named = None)
+                .or_insert(Some(name));
+        }
         Some(docs)
     }
 
     /// The name of the world-level type whose shape is `shape`, when one
     /// type has it.
     pub(crate) fn world_type(&self, shape: &str) -> Option<&str> {
-        let mut named = self.world_types.iter().filter(|(_, s)| s == shape);
-        match (named.next(), named.next()) {
-            (Some((name, _)), None) => Some(name),
-            _ => None,
-        }
+        self.world_types.get(shape)?.as_deref()
     }
 
     fn interface(&self, name: &str) -> Option<&InterfaceDocs> {

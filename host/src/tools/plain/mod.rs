@@ -19,8 +19,12 @@ use wasmtime::Engine;
 use wasmtime::component::types::{ComponentFunc, ComponentItem};
 use wasmtime::component::{Component, ComponentExportIndex, Type};
 
+use std::rc::Rc;
+
 use docs::{PackageDocs, Scope};
-use schema::{Builder, Names, unsupported};
+use schema::{Builder, NamedTypes, Names, unsupported};
+
+use crate::spec::{MAX_TOOLS, MAX_TOTAL_SCHEMA_BYTES};
 
 /// The interface every Airlock-world component exports; a component that
 /// exports it is an Airlock tool, whatever else it exports.
@@ -151,21 +155,52 @@ pub(crate) fn tool_name(text: &str) -> String {
     format!("{}_{}", &mapped[..55], &hash[..8])
 }
 
+/// Most functions a component may export, offered or skipped: past it,
+/// the component is refused before any schema is built.
+pub const MAX_FUNCTIONS: usize = 4 * MAX_TOOLS;
+
+/// Why a plain component offers nothing: more than it may ask of the host
+/// while its tools are described.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TooMuch {
+    /// More functions than a component may offer as tools.
+    #[error("it exports more than {max} functions that could be tools; the limit is {max}")]
+    Tools {
+        /// [`MAX_TOOLS`].
+        max: usize,
+    },
+    /// More functions than a component may export.
+    #[error("it exports more than {max} functions")]
+    Functions {
+        /// [`MAX_FUNCTIONS`].
+        max: usize,
+    },
+    /// Its tools' schemas together are too large.
+    #[error("its functions' parameter schemas add up to more than {max} bytes")]
+    Schemas {
+        /// [`MAX_TOTAL_SCHEMA_BYTES`].
+        max: usize,
+    },
+}
+
 /// The functions `component` exports, at any depth: those offered as tools
-/// (with schemas no larger than `max_schema_bytes` and descriptions from
-/// `docs`) and those skipped, with why.
+/// (with schemas no larger than `max_schema_bytes` each and
+/// [`MAX_TOTAL_SCHEMA_BYTES`] together, descriptions from `docs`) and
+/// those skipped, with why. The exports are walked first, cheaply; a
+/// component of more than [`MAX_TOOLS`] functions that could be tools (or
+/// [`MAX_FUNCTIONS`] in all) is refused before any schema is built, and
+/// building stops once the schemas reach their total: the work is bounded
+/// whatever the component declares.
 pub(crate) fn functions(
     component: &Component,
     engine: &Engine,
     docs: Option<&PackageDocs>,
     max_schema_bytes: usize,
-) -> (Vec<Function>, Vec<Skipped>) {
+) -> Result<(Vec<Function>, Vec<Skipped>), TooMuch> {
     let mut walk = Walk {
         component,
         engine,
-        docs,
-        max_schema_bytes,
-        offered: Vec::new(),
+        found: Vec::new(),
         skipped: Vec::new(),
     };
     let ty = component.component_type();
@@ -182,8 +217,28 @@ pub(crate) fn functions(
             _ => None,
         })
         .collect();
-    walk.scope(&[], None, exports, world_types);
-    (walk.offered, walk.skipped)
+    walk.scope(&[], None, exports, world_types)?;
+    let Walk {
+        found, mut skipped, ..
+    } = walk;
+    let mut offered = Vec::with_capacity(found.len());
+    let mut left = MAX_TOTAL_SCHEMA_BYTES;
+    for found in found {
+        let budget = max_schema_bytes.min(left);
+        match found.offer(docs, budget) {
+            Ok(function) => {
+                left -= crate::json::len(&function.parameters).min(left);
+                offered.push(function);
+            }
+            Err(_) if budget < max_schema_bytes => {
+                return Err(TooMuch::Schemas {
+                    max: MAX_TOTAL_SCHEMA_BYTES,
+                });
+            }
+            Err(skip) => skipped.push(skip),
+        }
+    }
+    Ok((offered, skipped))
 }
 
 /// Deepest nesting of exported instances looked into.
@@ -192,10 +247,21 @@ const MAX_INSTANCE_DEPTH: usize = 16;
 struct Walk<'a> {
     component: &'a Component,
     engine: &'a Engine,
-    docs: Option<&'a PackageDocs>,
-    max_schema_bytes: usize,
-    offered: Vec<Function>,
+    /// The functions whose types can cross, not yet described.
+    found: Vec<Found>,
     skipped: Vec<Skipped>,
+}
+
+/// A function whose types can cross as JSON, before its schema is built.
+struct Found {
+    instances: Vec<String>,
+    name: String,
+    index: ComponentExportIndex,
+    params: Vec<(String, Type)>,
+    result: Option<Type>,
+    /// The named types of its scope, shared with the scope's other
+    /// functions.
+    named: Rc<NamedTypes>,
 }
 
 impl Walk<'_> {
@@ -208,11 +274,12 @@ impl Walk<'_> {
         parent: Option<ComponentExportIndex>,
         exports: Vec<(String, ComponentItem)>,
         mut named: Vec<(Type, String)>,
-    ) {
+    ) -> Result<(), TooMuch> {
         named.extend(exports.iter().filter_map(|(name, item)| match item {
             ComponentItem::Type(ty) => Some((ty.clone(), name.clone())),
             _ => None,
         }));
+        let named = Rc::new(NamedTypes::new(named));
         for (name, item) in exports {
             match item {
                 ComponentItem::ComponentFunc(func) => {
@@ -220,7 +287,7 @@ impl Walk<'_> {
                     else {
                         continue;
                     };
-                    self.function(instances, name, index, &func, &named);
+                    self.function(instances, name, index, &func, &named)?;
                 }
                 ComponentItem::ComponentInstance(instance) => {
                     let mut inner = instances.to_vec();
@@ -242,11 +309,12 @@ impl Walk<'_> {
                         .exports(self.engine)
                         .map(|(name, export)| (name.to_owned(), export.ty))
                         .collect();
-                    self.scope(&inner, Some(index), exports, Vec::new());
+                    self.scope(&inner, Some(index), exports, Vec::new())?;
                 }
                 _ => {}
             }
         }
+        Ok(())
     }
 
     fn function(
@@ -255,16 +323,11 @@ impl Walk<'_> {
         name: String,
         index: ComponentExportIndex,
         func: &ComponentFunc,
-        named: &[(Type, String)],
-    ) {
-        let qualified = match instances {
-            [] => name.clone(),
-            _ => format!("{}#{name}", instances.join("/")),
-        };
-        let skip = |reason: String| Skipped {
-            function: qualified.clone(),
-            reason,
-        };
+        named: &Rc<NamedTypes>,
+    ) -> Result<(), TooMuch> {
+        if self.found.len() + self.skipped.len() >= MAX_FUNCTIONS {
+            return Err(TooMuch::Functions { max: MAX_FUNCTIONS });
+        }
         let params: Vec<(String, Type)> = func
             .params()
             .map(|(name, ty)| (name.to_owned(), ty))
@@ -286,56 +349,92 @@ impl Walk<'_> {
                 })
         };
         if let Some(reason) = problem {
-            self.skipped.push(skip(reason));
-            return;
+            self.skipped.push(Skipped {
+                function: qualified(instances, &name),
+                reason,
+            });
+            return Ok(());
         }
-        let scope = match instances.last() {
-            Some(instance) => Scope::Interface(short_interface(instance)),
-            None => Scope::World,
-        };
-        let names = Names {
-            types: named,
-            docs: self.docs,
-            scope,
-        };
-        let parameters = match Builder::new(names, self.max_schema_bytes)
-            .parameters(params.iter().map(|(n, t)| (n.as_str(), t)))
-        {
-            Ok(schema) if crate::json::len(&schema) <= self.max_schema_bytes => schema,
-            _ => {
-                self.skipped.push(skip(format!(
-                    "its parameters' schema would be over {} bytes",
-                    self.max_schema_bytes
-                )));
-                return;
-            }
-        };
-        let documented = self
-            .docs
-            .and_then(|d| d.function(scope, &name))
-            .map(str::trim)
-            .filter(|d| !d.is_empty());
-        let description = match (documented, instances.last()) {
-            (Some(docs), _) => docs.to_owned(),
-            (None, Some(interface)) => {
-                let about = self
-                    .docs
-                    .and_then(|d| d.interface_docs(short_interface(interface)))
-                    .map(|d| format!(" ({})", d.trim()))
-                    .unwrap_or_default();
-                format!("The function `{name}` of the interface `{interface}`{about}.")
-            }
-            (None, None) => format!("The function `{name}`, exported by the component."),
-        };
-        self.offered.push(Function {
+        if self.found.len() >= MAX_TOOLS {
+            return Err(TooMuch::Tools { max: MAX_TOOLS });
+        }
+        self.found.push(Found {
             instances: instances.to_vec(),
             name,
             index,
             params,
             result: results.into_iter().next(),
+            named: Rc::clone(named),
+        });
+        Ok(())
+    }
+}
+
+/// `name`'s place in the component: `name`, or `INSTANCE/…#name`.
+fn qualified(instances: &[String], name: &str) -> String {
+    match instances {
+        [] => name.to_owned(),
+        _ => format!("{}#{name}", instances.join("/")),
+    }
+}
+
+impl Found {
+    /// The function as a tool: its schema (within `max_schema_bytes`) and
+    /// description; skipped, with why, when its schema would be larger.
+    fn offer(
+        self,
+        docs: Option<&PackageDocs>,
+        max_schema_bytes: usize,
+    ) -> Result<Function, Skipped> {
+        let scope = match self.instances.last() {
+            Some(instance) => Scope::Interface(short_interface(instance)),
+            None => Scope::World,
+        };
+        let names = Names {
+            types: &self.named,
+            docs,
+            scope,
+        };
+        let parameters = match Builder::new(names, max_schema_bytes)
+            .parameters(self.params.iter().map(|(n, t)| (n.as_str(), t)))
+        {
+            Ok(schema) if crate::json::len(&schema) <= max_schema_bytes => schema,
+            _ => {
+                return Err(Skipped {
+                    function: qualified(&self.instances, &self.name),
+                    reason: format!(
+                        "its parameters' schema would be over {max_schema_bytes} bytes"
+                    ),
+                });
+            }
+        };
+        let documented = docs
+            .and_then(|d| d.function(scope, &self.name))
+            .map(str::trim)
+            .filter(|d| !d.is_empty());
+        let description = match (documented, self.instances.last()) {
+            (Some(docs), _) => docs.to_owned(),
+            (None, Some(interface)) => {
+                let about = docs
+                    .and_then(|d| d.interface_docs(short_interface(interface)))
+                    .map(|d| format!(" ({})", d.trim()))
+                    .unwrap_or_default();
+                format!(
+                    "The function `{}` of the interface `{interface}`{about}.",
+                    self.name
+                )
+            }
+            (None, None) => format!("The function `{}`, exported by the component.", self.name),
+        };
+        Ok(Function {
+            instances: self.instances,
+            name: self.name,
+            index: self.index,
+            params: self.params,
+            result: self.result,
             parameters,
             description: crate::text::truncate(&description, crate::spec::MAX_DESCRIPTION_BYTES),
-        });
+        })
     }
 }
 

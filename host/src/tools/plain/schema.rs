@@ -32,6 +32,8 @@
 //! No `$ref`: a named type used twice is written out twice, within a size
 //! budget ([`MAX_SCHEMA_BYTES`](crate::spec::MAX_SCHEMA_BYTES)).
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value, json};
 use wasmtime::component::Type;
 use wasmtime::component::types::{Case, Field};
@@ -117,11 +119,66 @@ pub(crate) fn nullable(ty: &Type) -> bool {
     matches!(ty, Type::Option(_))
 }
 
+/// Most types of one key ([`NamedTypes`]) compared with a type to find its
+/// name: past it, types of that key get no docs (a hostile component could
+/// otherwise make every schema node compare itself with thousands).
+const MAX_SAME_KEY: usize = 64;
+
+/// The types a scope exports, by name, indexed by a key that equal types
+/// share (their shape, or their kind): finding a type's name is one lookup
+/// and at most [`MAX_SAME_KEY`] comparisons, whatever the scope holds.
+#[derive(Default)]
+pub(crate) struct NamedTypes {
+    all: Vec<(Type, String)>,
+    by_key: HashMap<String, Vec<usize>>,
+}
+
+impl NamedTypes {
+    /// `all`, indexed.
+    pub(crate) fn new(all: Vec<(Type, String)>) -> Self {
+        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, (ty, _)) in all.iter().enumerate() {
+            by_key.entry(type_key(ty)).or_default().push(i);
+        }
+        Self { all, by_key }
+    }
+
+    /// The name of `ty`, if the scope exports it (equal types are the same
+    /// type).
+    fn name_of(&self, ty: &Type) -> Option<&str> {
+        let bucket = self.by_key.get(&type_key(ty))?;
+        if bucket.len() > MAX_SAME_KEY {
+            return None;
+        }
+        bucket
+            .iter()
+            .map(|&i| &self.all[i])
+            .find(|(t, _)| t == ty)
+            .map(|(_, name)| name.as_str())
+    }
+}
+
+/// What equal types share: a defined type's shape ([`super::docs::shape`]),
+/// else its kind.
+fn type_key(ty: &Type) -> String {
+    super::docs::shape(ty).unwrap_or_else(|| {
+        let kind = match ty {
+            Type::List(_) => "list",
+            Type::FixedLengthList(_) => "fixed-list",
+            Type::Option(_) => "option",
+            Type::Result(_) => "result",
+            Type::Tuple(_) => "tuple",
+            _ => "other",
+        };
+        kind.to_owned()
+    })
+}
+
 /// The names and doc comments of the types a function's scope exports, to
 /// describe its parameters and their fields.
 pub(crate) struct Names<'a> {
-    /// Named types of the scope: equal types are the same type.
-    pub(crate) types: &'a [(Type, String)],
+    /// Named types of the scope.
+    pub(crate) types: &'a NamedTypes,
     pub(crate) docs: Option<&'a PackageDocs>,
     pub(crate) scope: Scope<'a>,
 }
@@ -132,9 +189,9 @@ impl<'a> Names<'a> {
     /// which wasmtime does not name) by its shape.
     fn docs_of(&self, ty: &Type) -> Option<&'a TypeDocs> {
         let docs = self.docs?;
-        let types: &'a [(Type, String)] = self.types;
-        let name = match types.iter().find(|(t, _)| t == ty) {
-            Some((_, name)) => name.as_str(),
+        let types: &'a NamedTypes = self.types;
+        let name = match types.name_of(ty) {
+            Some(name) => name,
             None => match self.scope {
                 Scope::World => docs.world_type(&super::docs::shape(ty)?)?,
                 Scope::Interface(_) => return None,
