@@ -59,11 +59,12 @@ Environment:
   AIRLOCK_LEASE_TTL_MS        how long a session's lease outlives its holder's last renewal (30000)
   AIRLOCK_SNAPSHOT_EVERY      records between a session's snapshots (32; 0: none)
   AIRLOCK_CACHE_DIR           the compile cache (else ~/.cache/airlock)
-  AIRLOCK_COMPILE_TIMEOUT_MS  how long compiling a component may take (5 s and 1 s per MiB)
+  AIRLOCK_COMPILE_CPU_MS      how much CPU time compiling a component may take (10 s and 3 s per MiB)
   AIRLOCK_COMPILE_MEMORY_MB   how much memory compiling may take (256 MiB and 48 bytes per byte)
   AIRLOCK_OCI_DIR             the store of components pulled from registries (else oci/ in the cache)
-  AIRLOCK_REGISTRY_USERNAME   a registry's user and password (or AIRLOCK_REGISTRY_TOKEN), before
-  AIRLOCK_REGISTRY_PASSWORD   the docker config's auths
+  AIRLOCK_REGISTRY            the registry (HOST[:PORT]) the three below are for, and no other
+  AIRLOCK_REGISTRY_USERNAME   its user and password (or AIRLOCK_REGISTRY_TOKEN), before the
+  AIRLOCK_REGISTRY_PASSWORD   docker config's auths
   AIRLOCK_REGISTRY_TOKEN
   OPENAI_API_KEY              --model openai:…; OPENAI_BASE_URL for another OpenAI-compatible server
   OPENAI_BASE_URL
@@ -580,11 +581,16 @@ fn host_builder() -> airlock::HostBuilder {
                 }
             });
         }
-        airlock::tools::CompileProgress::Finished { path, took } => {
+        airlock::tools::CompileProgress::Finished {
+            path,
+            took,
+            compiled,
+        } => {
             let state = current.lock().ok().and_then(|mut slot| slot.take());
             if let Some(state) = state {
                 state.finished.store(true, Ordering::SeqCst);
-                if state.announced.load(Ordering::SeqCst) {
+                // A failure is told once, by the load's error.
+                if compiled && state.announced.load(Ordering::SeqCst) {
                     print_note(&format!(
                         "compiled {} in {:.1} s",
                         path.display(),
@@ -598,7 +604,7 @@ fn host_builder() -> airlock::HostBuilder {
 
 /// Compiling in a bounded child process of this binary, the bounds scaled
 /// to each component ([`airlock::sandbox::CompileLimits::for_size`]) unless
-/// `AIRLOCK_COMPILE_TIMEOUT_MS` or `AIRLOCK_COMPILE_MEMORY_MB` set them.
+/// `AIRLOCK_COMPILE_CPU_MS` or `AIRLOCK_COMPILE_MEMORY_MB` set them.
 /// `None` (and compiling in this process) only if this binary's path is
 /// unknown.
 fn child_compiler() -> Option<airlock::sandbox::Compiler> {
@@ -612,8 +618,8 @@ fn child_compiler() -> Option<airlock::sandbox::Compiler> {
         }
         parsed
     };
-    if let Some(ms) = number("AIRLOCK_COMPILE_TIMEOUT_MS") {
-        limits.timeout = Some(std::time::Duration::from_millis(ms));
+    if let Some(ms) = number("AIRLOCK_COMPILE_CPU_MS") {
+        limits.cpu_time = Some(std::time::Duration::from_millis(ms));
     }
     if let Some(mb) = number("AIRLOCK_COMPILE_MEMORY_MB") {
         limits.max_memory_bytes = Some(mb.saturating_mul(1 << 20));

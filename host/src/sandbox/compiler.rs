@@ -4,9 +4,16 @@
 //! component can take minutes and gigabytes, and a compiler bug on hostile
 //! input would take the process down with it. With [`Compiler::Child`] the
 //! host compiles each component (on a cache miss) in a child process of its
-//! own executable, under a wall-clock deadline (the child is killed when it
-//! passes), a data-memory limit (`RLIMIT_DATA`) and a CPU-time limit; the
-//! host process never runs the compiler and keeps serving meanwhile.
+//! own executable, under a CPU-time limit (the CPU the child has used, all
+//! its threads, read every 5 ms: it is killed past the limit, and
+//! `RLIMIT_CPU` stands behind that) and a data-memory limit
+//! (`RLIMIT_DATA`). CPU time, not wall-clock time, so that a good
+//! component is not refused because the machine is busy: compiling it costs
+//! the same CPU however long it waits for a core. A wall-clock deadline
+//! far past the CPU limit catches only a child that stopped making
+//! progress. The host process never runs the compiler and keeps serving
+//! meanwhile. The child's own error (what the compiler said) comes back,
+//! so an invalid component is told apart from one over the limits.
 //!
 //! The child protocol: the executable is started with [`CHILD_ENV`] set and
 //! `INPUT OUTPUT FUEL CEILING` as arguments; it must call
@@ -33,7 +40,7 @@ pub const CHILD_ENV: &str = "AIRLOCK_COMPILE_CHILD";
 pub enum Compiler {
     /// In this process, on a blocking thread (the library's default: an
     /// embedder's executable may have no child entry point). Bounded by
-    /// [`super::complexity`] only: no deadline and no memory cap.
+    /// [`super::complexity`] only: no CPU or memory cap.
     #[default]
     InProcess,
     /// In a child process running `exe`, which calls
@@ -41,29 +48,41 @@ pub enum Compiler {
     Child {
         /// The executable to start.
         exe: PathBuf,
-        /// Its deadline and memory.
+        /// Its CPU time and memory.
         limits: CompileLimits,
     },
 }
 
 /// Bounds on compiling one component in a child process. Unset, each is
 /// scaled to the component ([`CompileLimits::for_size`]): a small
-/// component gets a few seconds and a few hundred MiB, an interpreter's
-/// more.
+/// component gets a few seconds of CPU and a few hundred MiB, an
+/// interpreter's more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CompileLimits {
-    /// Wall-clock time; the child is killed past it (and its CPU time is
-    /// capped at as much per core). Default: 5 s and 1 s per MiB.
-    pub timeout: Option<Duration>,
+    /// CPU time (user and system, all the child's threads); the child is
+    /// killed past it. Default: 10 s and 3 s per MiB.
+    pub cpu_time: Option<Duration>,
     /// Data memory of the child (`RLIMIT_DATA`). Default: 256 MiB and 48
     /// bytes per byte of component.
     pub max_memory_bytes: Option<u64>,
 }
 
-/// Compile time every component is given, whatever its size.
-const BASE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Compile time given per MiB of component.
-const TIMEOUT_PER_MIB: Duration = Duration::from_secs(1);
+/// Compile CPU time every component is given, whatever its size.
+const BASE_CPU: Duration = Duration::from_secs(10);
+/// Compile CPU time given per MiB of component. CPython (18 MB) takes
+/// about 19 s of CPU in a release build, 25 s in a debug one, on 2 cores.
+const CPU_PER_MIB: Duration = Duration::from_secs(3);
+/// How much longer than its CPU limit a compile may take by the clock
+/// before it is taken to be stuck (it would have to get a tenth of a core
+/// all along), and at least [`MIN_WALL`].
+const WALL_PER_CPU: u32 = 10;
+/// The least time by the clock a compile is given before it is taken to
+/// be stuck.
+const MIN_WALL: Duration = Duration::from_secs(60);
+/// How often the child's CPU time is read.
+const POLL: Duration = Duration::from_millis(5);
+/// Most of the child's error read back.
+const MAX_CHILD_ERROR: u64 = 4 << 10;
 /// Compile memory every component is given.
 const BASE_MEMORY: u64 = 256 << 20;
 /// Compile memory given per byte of component. CPython (18 MB) peaks at
@@ -71,25 +90,68 @@ const BASE_MEMORY: u64 = 256 << 20;
 const MEMORY_PER_BYTE: u64 = 48;
 
 impl CompileLimits {
-    /// The deadline and memory for a component of `bytes` bytes: what is
-    /// set, else scaled to its size. Python's 18 MB get 23 s and 1.1 GiB;
-    /// a 100 KB component 5 s and 261 MiB.
+    /// The CPU time and memory for a component of `bytes` bytes: what is
+    /// set, else scaled to its size. Python's 18 MB get 64 s and 1.1 GiB;
+    /// a 100 KB component 10 s and 261 MiB.
     pub fn for_size(&self, bytes: usize) -> (Duration, u64) {
         let mib = u32::try_from(bytes >> 20).unwrap_or(u32::MAX);
-        let timeout = self
-            .timeout
-            .unwrap_or_else(|| BASE_TIMEOUT.saturating_add(TIMEOUT_PER_MIB.saturating_mul(mib)));
+        let cpu = self
+            .cpu_time
+            .unwrap_or_else(|| BASE_CPU.saturating_add(CPU_PER_MIB.saturating_mul(mib)));
         let memory = self.max_memory_bytes.unwrap_or_else(|| {
             BASE_MEMORY.saturating_add(MEMORY_PER_BYTE.saturating_mul(bytes as u64))
         });
-        (timeout, memory)
+        (cpu, memory)
     }
 }
 
-/// A compile that ran past its limits or crashed.
+/// Why a component was not compiled: over a limit, invalid, or the
+/// compiler failed. One outcome, one message.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct CompileFailure(pub String);
+#[non_exhaustive]
+pub enum CompileFailure {
+    /// It asks the compiler for too much ([`super::complexity`]): refused
+    /// before compiling.
+    #[error(transparent)]
+    TooComplex(#[from] super::complexity::TooComplex),
+    /// Compiling used more than its CPU time.
+    #[error(
+        "compiling used more than {} ms of CPU time, the limit for it; it was stopped (AIRLOCK_COMPILE_CPU_MS sets the limit)",
+        .limit.as_millis()
+    )]
+    Cpu {
+        /// The limit.
+        limit: Duration,
+    },
+    /// Compiling needed more memory than it may use.
+    #[error(
+        "compiling needed more than the {} MiB of memory it may use; it was stopped (AIRLOCK_COMPILE_MEMORY_MB sets the limit)",
+        .limit >> 20
+    )]
+    Memory {
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The compiler stopped making progress (it had the CPU it needed for
+    /// far longer than its CPU limit, and did not finish).
+    #[error(
+        "compiling made no progress for {} s (it used {} ms of CPU); it was stopped",
+        .wall.as_secs(),
+        .used.as_millis()
+    )]
+    Stalled {
+        /// How long it was given.
+        wall: Duration,
+        /// The CPU it had used.
+        used: Duration,
+    },
+    /// The compiler refused the component: what it said.
+    #[error("{0}")]
+    Invalid(String),
+    /// The compiler could not run, or crashed.
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// Compiles `bytes` as `config`'s engine would, under `compiler`.
 pub(crate) fn precompile(
@@ -100,8 +162,7 @@ pub(crate) fn precompile(
 ) -> wasmtime::Result<Vec<u8>> {
     // WAT text is weighed (and compiled) as the binary it stands for.
     let bytes = &*wat::parse_bytes(bytes)?;
-    super::complexity::check(bytes)
-        .map_err(|e| wasmtime::Error::new(CompileFailure(e.to_string())))?;
+    super::complexity::check(bytes).map_err(|e| wasmtime::Error::new(CompileFailure::from(e)))?;
     match compiler {
         Compiler::InProcess => engine.precompile_component(bytes),
         Compiler::Child { exe, limits } => {
@@ -110,24 +171,38 @@ pub(crate) fn precompile(
     }
 }
 
+/// The CPU time process `pid` has used, all its threads (`/proc`, in the
+/// kernel's `USER_HZ` ticks: 100 a second on every Linux ABI).
+fn cpu_used(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of the whole line.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks.saturating_mul(10)))
+}
+
 fn in_child(
     exe: &Path,
     limits: &CompileLimits,
     config: &SandboxConfig,
     bytes: &[u8],
 ) -> Result<Vec<u8>, CompileFailure> {
-    let fail = |what: &str, e: std::io::Error| CompileFailure(format!("{what}: {e}"));
-    let (timeout, max_memory) = limits.for_size(bytes.len());
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let fail = |what: &str, e: std::io::Error| CompileFailure::Failed(format!("{what}: {e}"));
+    let (cpu, max_memory) = limits.for_size(bytes.len());
     let dir = tempfile::tempdir().map_err(|e| fail("cannot make a work directory", e))?;
     let (input, output) = (dir.path().join("in.wasm"), dir.path().join("out.cwasm"));
+    let said = dir.path().join("error");
     std::fs::write(&input, bytes).map_err(|e| fail("cannot write the component", e))?;
+    let stderr = std::fs::File::create(&said).map_err(|e| fail("cannot make a work file", e))?;
     let mut child = Command::new(exe)
         .env(CHILD_ENV, "1")
         .env("AIRLOCK_COMPILE_MEMORY", max_memory.to_string())
+        // The kernel's limit stands behind the parent's reading, a second
+        // later (whole seconds: the parent's is the precise one).
         .env(
             "AIRLOCK_COMPILE_CPU_SECS",
-            (timeout.as_secs().saturating_mul(cores as u64) + 1).to_string(),
+            (cpu.as_secs().saturating_add(2)).to_string(),
         )
         .arg(&input)
         .arg(&output)
@@ -135,39 +210,83 @@ fn in_child(
         .arg(config.max_memory_ceiling.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .map_err(|e| fail(&format!("cannot start the compiler ({})", exe.display()), e))?;
-    let deadline = Instant::now() + timeout;
+    let wall = cpu.saturating_mul(WALL_PER_CPU).max(MIN_WALL);
+    let deadline = Instant::now() + wall;
+    let mut over = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(CompileFailure(format!(
-                    "compiling took longer than {} ms; it was stopped",
-                    timeout.as_millis()
-                )));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {}
             Err(e) => return Err(fail("cannot wait for the compiler", e)),
         }
+        let used = cpu_used(child.id()).unwrap_or_default();
+        if used > cpu {
+            over = Some(CompileFailure::Cpu { limit: cpu });
+        } else if Instant::now() >= deadline {
+            over = Some(CompileFailure::Stalled { wall, used });
+        }
+        if let Some(over) = over.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(over);
+        }
+        std::thread::sleep(POLL);
     };
-    if !status.success() {
-        use std::os::unix::process::ExitStatusExt;
-        let how = match (status.code(), status.signal()) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(signal)) => format!("was killed by signal {signal}"),
-            _ => "failed".to_owned(),
-        };
-        return Err(CompileFailure(format!(
-            "the compiler {how}: the component is invalid, or needs more than the {} MiB of \
-             memory or the CPU time compiling may use",
-            max_memory >> 20
-        )));
+    if status.success() {
+        return std::fs::read(&output).map_err(|e| fail("cannot read the compiled code", e));
     }
-    std::fs::read(&output).map_err(|e| fail("cannot read the compiled code", e))
+    let said = {
+        use std::io::Read as _;
+        let mut text = String::new();
+        let _ =
+            std::fs::File::open(&said).map(|f| f.take(MAX_CHILD_ERROR).read_to_string(&mut text));
+        text.trim().to_owned()
+    };
+    Err(classify(status, &said, cpu, max_memory))
+}
+
+/// What a failed child's end says: over its CPU (the kernel's signal),
+/// out of memory (an allocation failed, however it surfaced), the
+/// component refused (its own error, exit status 1), or a crash.
+fn classify(
+    status: std::process::ExitStatus,
+    said: &str,
+    cpu: Duration,
+    max_memory: u64,
+) -> CompileFailure {
+    use std::os::unix::process::ExitStatusExt;
+    let out_of_memory = [
+        "memory allocation of",
+        "Cannot allocate memory",
+        "out of memory",
+    ]
+    .iter()
+    .any(|sign| said.contains(sign));
+    match (status.code(), status.signal()) {
+        (_, Some(signal)) if signal == rustix::process::Signal::XCPU.as_raw() => {
+            CompileFailure::Cpu { limit: cpu }
+        }
+        _ if out_of_memory => CompileFailure::Memory { limit: max_memory },
+        (Some(CHILD_REFUSED), _) if !said.is_empty() => {
+            CompileFailure::Invalid(crate::text::truncate(said, 2000))
+        }
+        (code, signal) => {
+            let how = match (code, signal) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                _ => "failed".to_owned(),
+            };
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", crate::text::truncate(said, 2000))
+            };
+            CompileFailure::Failed(format!("the compiler {how}{said}"))
+        }
+    }
 }
 
 /// The compile child's whole life, when this process is one (see the module
@@ -177,44 +296,66 @@ pub fn compile_child_main() -> Option<i32> {
     std::env::var_os(CHILD_ENV)?;
     Some(match child() {
         Ok(()) => 0,
-        Err(_) => 1,
+        Err((code, said)) => {
+            // The parent reads this back.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "{said}");
+            code
+        }
     })
 }
 
-fn child() -> Result<(), Box<dyn std::error::Error>> {
-    use rustix::process::{Resource, Rlimit, setrlimit};
-    let limit = |name: &str| -> Option<u64> { std::env::var(name).ok()?.parse().ok() };
-    if let Some(bytes) = limit("AIRLOCK_COMPILE_MEMORY") {
-        let cap = Rlimit {
-            current: Some(bytes),
-            maximum: Some(bytes),
-        };
-        setrlimit(Resource::Data, cap)?;
+/// The child's exit status when the compiler refused the component (its
+/// words on stderr); any other failure exits with [`CHILD_FAILED`].
+const CHILD_REFUSED: i32 = 1;
+/// The child's exit status when it could not compile for another reason.
+const CHILD_FAILED: i32 = 2;
+
+/// The error of a child's step, with the whole chain of its causes (an
+/// allocation that failed is named at the end of it).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        text = format!("{text}: {next}");
+        cause = next.source();
     }
-    if let Some(secs) = limit("AIRLOCK_COMPILE_CPU_SECS") {
-        let cap = Rlimit {
-            current: Some(secs),
-            maximum: Some(secs),
-        };
-        setrlimit(Resource::Cpu, cap)?;
+    text
+}
+
+fn child() -> Result<(), (i32, String)> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let failed = |e: &dyn std::error::Error| (CHILD_FAILED, chain(e));
+    let limit = |name: &str| -> Option<u64> { std::env::var(name).ok()?.parse().ok() };
+    for (name, resource) in [
+        ("AIRLOCK_COMPILE_MEMORY", Resource::Data),
+        ("AIRLOCK_COMPILE_CPU_SECS", Resource::Cpu),
+    ] {
+        if let Some(value) = limit(name) {
+            let cap = Rlimit {
+                current: Some(value),
+                maximum: Some(value),
+            };
+            setrlimit(resource, cap).map_err(|e| failed(&e))?;
+        }
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [input, output, fuel, ceiling] = args.as_slice() else {
-        return Err("usage: INPUT OUTPUT FUEL CEILING".into());
+        return Err((CHILD_FAILED, "usage: INPUT OUTPUT FUEL CEILING".into()));
     };
+    let ceiling = ceiling.parse().map_err(|e| failed(&e))?;
     let sandbox = Sandbox::new(SandboxConfig {
         cache: super::CompileCache::disabled(),
         max_concurrent_instances: 1,
-        max_memory_ceiling: ceiling.parse()?,
+        max_memory_ceiling: ceiling,
         fuel_metering: fuel == "1",
         compiler: Compiler::InProcess,
     })
-    .map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(input)?;
+    .map_err(|e| (CHILD_FAILED, format!("{e:#}")))?;
+    let bytes = std::fs::read(input).map_err(|e| failed(&e))?;
     let compiled = sandbox
         .engine()
         .precompile_component(&bytes)
-        .map_err(|e| e.to_string())?;
-    crate::fs::write_atomic(Path::new(output), &compiled)?;
-    Ok(())
+        .map_err(|e| (CHILD_REFUSED, format!("{e:#}")))?;
+    crate::fs::write_atomic(Path::new(output), &compiled).map_err(|e| failed(&e))
 }

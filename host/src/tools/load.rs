@@ -442,12 +442,15 @@ pub enum CompileProgress<'a> {
         /// The component.
         path: &'a Path,
     },
-    /// It is compiled (or failed to), after `took`.
+    /// It is compiled, or failed to (the load's error then says why),
+    /// after `took`.
     Finished {
         /// The component.
         path: &'a Path,
         /// How long compiling took.
         took: Duration,
+        /// Whether it compiled.
+        compiled: bool,
     },
 }
 
@@ -488,14 +491,24 @@ fn compile_file(
         hook(CompileProgress::Finished {
             path,
             took: started.elapsed(),
+            compiled: loaded.is_ok(),
         });
     }
     let loaded = loaded.map_err(|e| {
-        if let Some(failure) = e.downcast_ref::<CompileFailure>() {
-            return LoadError::CompileLimit {
-                path: path.to_path_buf(),
-                problem: failure.0.clone(),
-            };
+        match e.downcast_ref::<CompileFailure>() {
+            Some(CompileFailure::Invalid(message)) => {
+                return LoadError::Invalid {
+                    path: path.to_path_buf(),
+                    message: message.clone(),
+                };
+            }
+            Some(failure) => {
+                return LoadError::CompileLimit {
+                    path: path.to_path_buf(),
+                    problem: failure.to_string(),
+                };
+            }
+            None => {}
         }
         match e.downcast::<UnsafeCache>() {
             Ok(unsafe_cache) => LoadError::UnsafeCache(unsafe_cache),
