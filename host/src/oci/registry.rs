@@ -156,15 +156,7 @@ impl Registry {
         url: &str,
         access: Access,
     ) -> Result<RequestBuilder, OciError> {
-        let url: Url = url
-            .parse()
-            .map_err(|e| self.registry_error(format!("{url:?} is not a URL: {e}")))?;
-        self.guard
-            .check(&url)
-            .map_err(|refused| OciError::Refused {
-                reference: self.reference.clone(),
-                refused,
-            })?;
+        let url = self.checked(url)?;
         let authorization = if self.is_registry(&url) {
             self.authorization(access).await?
         } else {
@@ -283,6 +275,11 @@ impl Registry {
 
     /// A request with no credentials at all, checked by the guard.
     fn request_unauthorized(&self, url: &str) -> Result<RequestBuilder, OciError> {
+        Ok(self.http.get(self.checked(url)?))
+    }
+
+    /// `url`, parsed and passed by the guard: every request starts here.
+    fn checked(&self, url: &str) -> Result<Url, OciError> {
         let url: Url = url
             .parse()
             .map_err(|e| self.registry_error(format!("{url:?} is not a URL: {e}")))?;
@@ -292,7 +289,7 @@ impl Registry {
                 reference: self.reference.clone(),
                 refused,
             })?;
-        Ok(self.http.get(url))
+        Ok(url)
     }
 
     /// A token from the service at `realm` for this repository: with the
