@@ -487,7 +487,8 @@ fn confirm_signing(reference: &Reference, manifest: &str, component: &str) -> Re
             ),
         ));
     }
-    super::print_note(&format!("{names}.\nSign it? [y/N] "));
+    super::print_note(&format!("{names}."));
+    super::print_note("sign it? [y/N]");
     let mut answer = String::new();
     std::io::stdin()
         .read_line(&mut answer)
