@@ -121,8 +121,9 @@ pub mod tools;
 
 /// A boxed future, so that traits with async methods ([`llm::Model`],
 /// [`session::SessionStore`], [`journal::Sink`], [`agent::Approver`]) can
-/// be used as trait objects.
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// be used as trait objects: the `futures` crate's, which the modules take
+/// from it directly.
+pub use futures::future::BoxFuture;
 
 pub use agent::Agent;
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};

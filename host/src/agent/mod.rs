@@ -19,7 +19,6 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::BoxFuture;
 use crate::context::{RunContext, Usage};
 pub use crate::journal::REJECTED_MESSAGE;
 use crate::journal::recorder::Recorder;
@@ -30,6 +29,7 @@ use crate::policy::TurnPolicy;
 use crate::sandbox::CancelToken;
 use crate::spec::ToolCall;
 use crate::tools::Host;
+use futures::future::BoxFuture;
 use turn::Run;
 
 /// Settings for a run.

@@ -5,9 +5,9 @@
 //! [`Conversation`]: the live context, the transcript, and a sink (a
 //! leased session's journal) or none (an in-memory run).
 
-use crate::BoxFuture;
 use crate::context::RunContext;
 use crate::kind::ErrorKind;
+use futures::future::BoxFuture;
 
 use super::record::{Entry, Transcript};
 

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use super::{
     JsonClient, Message, Model, ModelError, ModelReply, ProviderOptions, TokenUsage, join_url,
 };
-use crate::BoxFuture;
 use crate::spec::{ToolCall, ToolSpec};
+use futures::future::BoxFuture;
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";

@@ -22,8 +22,8 @@ pub use anthropic::AnthropicModel;
 pub use openai::OpenAiModel;
 pub use script::ScriptModel;
 
-use crate::BoxFuture;
 use crate::spec::{ToolCall, ToolSpec};
+use futures::future::BoxFuture;
 
 /// One message of a conversation, in provider-neutral form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use super::{
     JsonClient, Message, Model, ModelError, ModelReply, ProviderOptions, TokenUsage, join_url,
 };
-use crate::BoxFuture;
 use crate::spec::{ToolCall, ToolSpec};
+use futures::future::BoxFuture;
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 

@@ -26,8 +26,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Message, Model, ModelError, ModelReply, TokenUsage};
-use crate::BoxFuture;
 use crate::spec::{ToolCall, ToolSpec};
+use futures::future::BoxFuture;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

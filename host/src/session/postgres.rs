@@ -54,8 +54,8 @@ use super::store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
     SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
-use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
+use futures::future::BoxFuture;
 
 /// The schema this version writes (`airlock_schema.version`).
 const SCHEMA_VERSION: i32 = 2;

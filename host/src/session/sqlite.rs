@@ -37,8 +37,8 @@ use super::store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
     SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
-use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
+use futures::future::BoxFuture;
 
 /// How long a write waits for another process's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Holder;
-use crate::BoxFuture;
 use crate::journal::{Record, StoreError};
+use futures::future::BoxFuture;
 
 /// Who a session belongs to: a user id, or `None` for the anonymous bucket.
 pub type Owner<'a> = Option<&'a str>;

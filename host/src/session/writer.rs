@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use super::Holder;
 use super::store::{Lease, LeaseRequest, SessionHeader, SessionStore, StoredSnapshot};
-use crate::BoxFuture;
 use crate::context::{RunContext, Usage};
 use crate::journal::{Entry, Folded, Record, Sink, Snapshot, StoreError, now_ms};
+use futures::future::BoxFuture;
 
 /// A session not created yet: what its first commit creates it with.
 #[derive(Debug)]
