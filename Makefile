@@ -33,7 +33,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench peers setup postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools build build-host build-bin lint test demo
+.PHONY: all bench peers setup postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools vendor-check build build-host build-bin lint test demo
 
 all: build
 
@@ -197,6 +197,28 @@ guests-third-party: $(WASIP2_SRC)/Cargo.toml setup
 	$(CARGO) build --release --target $(GUEST_TARGET) --manifest-path "$(WASIP2_SRC)/Cargo.toml" \
 	  --features std --example hello-world --example cli-command --example http-proxy --target-dir $(GUESTS)
 
+# vendor/wasmtime must be the published crate plus exactly
+# vendor/wasmtime.patch (vendor/README.md): rebuilt here from the crate as
+# crates.io serves it (checksum pinned) and compared, file by file.
+WASMTIME_VERSION := 48.0.8
+WASMTIME_SHA256  := a2afcadb2e7d0417cb8f3f322c66eff49338b288f22290c0ca0bd3e9570732aa
+WASMTIME_CRATE   := $(THIRD_PARTY)/wasmtime-$(WASMTIME_VERSION).crate
+
+$(WASMTIME_CRATE):
+	@mkdir -p $(THIRD_PARTY)
+	curl -sSfL "https://static.crates.io/crates/wasmtime/wasmtime-$(WASMTIME_VERSION).crate" -o $@.part
+	echo "$(WASMTIME_SHA256)  $@.part" | sha256sum -c --quiet
+	mv $@.part $@
+
+vendor-check: $(WASMTIME_CRATE)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  tar xzf $(WASMTIME_CRATE) -C "$$tmp" && cd "$$tmp/wasmtime-$(WASMTIME_VERSION)" && \
+	  rm -rf tests proptest-regressions Cargo.lock Cargo.toml.orig .cargo-ok .cargo_vcs_info.json && \
+	  patch -s -p1 --no-backup-if-mismatch < $(CURDIR)/vendor/wasmtime.patch && \
+	  if diff -r . $(CURDIR)/vendor/wasmtime; then \
+	    echo "vendor-check: vendor/wasmtime is wasmtime $(WASMTIME_VERSION) plus vendor/wasmtime.patch"; \
+	  else echo "error: vendor/wasmtime is not wasmtime $(WASMTIME_VERSION) plus vendor/wasmtime.patch (the differences above)"; exit 1; fi
+
 build-host: setup
 	$(CARGO) build --all-targets
 
@@ -257,7 +279,7 @@ registry-stop:
 WITH_POSTGRES := pg_virtualenv -t -o max_connections=200 sh -c
 PG_URL        := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
-test: build lint postgres registry-server
+test: build lint vendor-check postgres registry-server
 	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" exec $(CARGO) test'
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
