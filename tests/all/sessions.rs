@@ -1900,17 +1900,38 @@ fn a_file_that_is_not_a_store_is_refused_naming_it_and_left_alone() {
 /// to WAL, a write SQLite does not wait for (it fails at once with
 /// "database is locked" while another connection holds the write lock).
 /// Here another connection holds it while the store opens; the open waits
-/// its turn and the store works. (The lock is let go after a pause: were
-/// the pause too short to catch the open at the switch, the test would
-/// still pass, not fail.)
+/// its turn and the store works. The lock is let go only once the open is
+/// seen waiting for it: its thread asleep in SQLite's busy handler (the
+/// kernel's `wchan` for the thread), so the test cannot pass without the
+/// open having met the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_opened_while_another_process_writes_the_new_file_waits_its_turn() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("together.db");
     let other = write_locked(&db);
     let path = db.clone();
-    let opening = std::thread::spawn(move || airlock::session::SqliteStore::open(path));
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (thread_id, opener) = std::sync::mpsc::channel();
+    let opening = std::thread::spawn(move || {
+        // `/proc/thread-self` is `PID/task/TID`.
+        let me = std::fs::read_link("/proc/thread-self").unwrap();
+        thread_id.send(me.file_name().unwrap().to_owned()).unwrap();
+        airlock::session::SqliteStore::open(path)
+    });
+    let wchan = std::path::Path::new("/proc/self/task")
+        .join(opener.recv().unwrap())
+        .join("wchan");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&wchan).is_ok_and(|w| w.contains("nanosleep")) {
+        assert!(
+            !opening.is_finished(),
+            "the open ended without waiting for the lock"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the open never waited for the lock"
+        );
+        std::thread::yield_now();
+    }
     other.execute_batch("COMMIT").unwrap();
     let store: Arc<dyn SessionStore> = Arc::new(
         opening

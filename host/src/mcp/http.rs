@@ -227,10 +227,20 @@ impl Sessions {
         let mut known = lock(&self.known);
         let idle: Vec<SessionId> = known
             .iter()
-            .filter(|(_, k)| {
-                k.running.is_empty()
-                    && k.streams == 0
-                    && now.saturating_duration_since(k.last) >= keep_alive
+            .filter(|(id, k)| {
+                if now.saturating_duration_since(k.last) < keep_alive {
+                    return false;
+                }
+                let kept = !k.running.is_empty() || k.streams > 0;
+                if kept {
+                    tracing::debug!(
+                        session = %id,
+                        calls = k.running.len(),
+                        streams = k.streams,
+                        "an MCP session past its idle timeout is kept: a call runs or a stream is open"
+                    );
+                }
+                !kept
             })
             .map(|(id, _)| id.clone())
             .collect();

@@ -224,15 +224,21 @@ pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = std::io::BufReader::new(stderr).lines();
-    let line = lines
-        .next()
-        .expect("the server says where it listens")
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
+    // The first note that names a URL says where it listens (a debug log
+    // may come before it).
+    let mut before = Vec::new();
+    let url = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| {
+                panic!("the server ended before saying where it listens: {before:?}")
+            })
+            .unwrap();
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            break url.to_owned();
+        }
+        before.push(line);
+    };
     let (notes, noted) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
