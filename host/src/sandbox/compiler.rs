@@ -215,7 +215,6 @@ fn in_child(
         .map_err(|e| fail(&format!("cannot start the compiler ({})", exe.display()), e))?;
     let wall = cpu.saturating_mul(WALL_PER_CPU).max(MIN_WALL);
     let deadline = Instant::now() + wall;
-    let mut over = None;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -223,12 +222,14 @@ fn in_child(
             Err(e) => return Err(fail("cannot wait for the compiler", e)),
         }
         let used = cpu_used(child.id()).unwrap_or_default();
-        if used > cpu {
-            over = Some(CompileFailure::Cpu { limit: cpu });
+        let over = if used > cpu {
+            Some(CompileFailure::Cpu { limit: cpu })
         } else if Instant::now() >= deadline {
-            over = Some(CompileFailure::Stalled { wall, used });
-        }
-        if let Some(over) = over.take() {
+            Some(CompileFailure::Stalled { wall, used })
+        } else {
+            None
+        };
+        if let Some(over) = over {
             let _ = child.kill();
             let _ = child.wait();
             return Err(over);
