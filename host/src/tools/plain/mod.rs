@@ -13,13 +13,13 @@ pub(crate) mod docs;
 pub mod schema;
 pub(crate) mod value;
 
+use std::rc::Rc;
+
 use serde::Serialize;
 use serde_json::Value;
 use wasmtime::Engine;
 use wasmtime::component::types::{ComponentFunc, ComponentItem};
 use wasmtime::component::{Component, ComponentExportIndex, Type};
-
-use std::rc::Rc;
 
 use docs::{PackageDocs, Scope};
 use schema::{Builder, NamedTypes, Names, unsupported};
@@ -164,7 +164,9 @@ pub const MAX_FUNCTIONS: usize = 4 * MAX_TOOLS;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TooMuch {
     /// More functions than a component may offer as tools.
-    #[error("it exports more than {max} functions that could be tools; the limit is {max}")]
+    #[error(
+        "it exports more than {max} functions that could be tools, the most one component may offer"
+    )]
     Tools {
         /// [`MAX_TOOLS`].
         max: usize,
