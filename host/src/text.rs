@@ -4,6 +4,21 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// `e` and each of its causes, `: `-separated, a cause left out when the
+/// text before it already says it (HTTP clients repeat their causes).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text = format!("{text}: {next}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// `text` if it is at most `max` bytes; otherwise its longest prefix of at
 /// most `max` bytes that ends on a character boundary, followed by `…`.
 pub fn truncate(text: &str, max: usize) -> String {

@@ -221,12 +221,9 @@ async fn serve_http(
     // Host-header checks (DNS rebinding) allow loopback names, and the
     // address the server was told to listen on.
     config.allowed_hosts.push(args.listen.ip().to_string());
-    // Origin checks (a browser page of another site calling a server on
-    // this machine): an `Origin` header must be one the operator allows;
-    // none is allowed unless named.
-    let config = config
-        .with_allowed_origins(args.allow_origins.iter().cloned())
-        .enforce_origin_validation();
+    // An `Origin` header must be one the operator allows (the service
+    // enforces it); none is allowed unless named.
+    let config = config.with_allowed_origins(args.allow_origins.iter().cloned());
     let stop = config.cancellation_token.clone();
     let count = host.tool_names().len();
     let service = Arc::new(McpHttpService::new(

@@ -285,7 +285,7 @@ impl JsonClient {
                 Err(e) => {
                     return Err(ModelError::Transport {
                         provider: self.provider,
-                        message: self.redact(&error_chain(&e)),
+                        message: self.redact(&crate::text::error_chain(&e)),
                     });
                 }
             };
@@ -298,7 +298,7 @@ impl JsonClient {
                 .map(Duration::from_secs);
             let text = response.text().await.map_err(|e| ModelError::Transport {
                 provider: self.provider,
-                message: self.redact(&error_chain(&e)),
+                message: self.redact(&crate::text::error_chain(&e)),
             })?;
             let retryable = status.as_u16() == 429 || status.is_server_error();
             if retryable && attempt < self.retry.max_retries {
@@ -337,17 +337,6 @@ impl JsonClient {
             detail: self.redact(&detail.into()),
         }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// `base` without a trailing slash, joined with `path`.

@@ -6,8 +6,8 @@
 //! that worker, on to the server's request loop and a task spawned for
 //! the handler, and its answer back the same way as an event stream, a
 //! thread woken at each hop. [`McpHttpService`] keeps all of rmcp's checks
-//! (the Host and Origin headers, the protocol version, the session id, the
-//! body's size) and its sessions, and answers the common requests itself,
+//! (the Host and Origin headers, Origin always enforced, the protocol
+//! version, the session id, the body's size) and its sessions, and answers the common requests itself,
 //! once rmcp has checked them, in the connection's task:
 //!
 //! - `tools/list`, and a `tools/call` whose tool needs no approval, are
@@ -93,12 +93,18 @@ impl McpHttpService {
     /// the usual value). Starts the task that ends idle sessions, which
     /// looks every tenth of `keep_alive`, so it must be called within a
     /// Tokio runtime.
+    ///
+    /// A request whose `Origin` header is not among `config`'s
+    /// `allowed_origins` is refused (403) before anything runs, whatever
+    /// `config` says about enforcing it: a browser page of another site
+    /// never reaches the tools. A request without the header is served.
     pub fn new(
         tools: Arc<ToolSet>,
         opener: SessionOpener,
         config: StreamableHttpServerConfig,
         keep_alive: Duration,
     ) -> Self {
+        let config = config.enforce_origin_validation();
         let sessions = Arc::new(Sessions::new());
         let service = StreamableHttpService::new(
             move || {

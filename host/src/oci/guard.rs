@@ -21,7 +21,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::sandbox::grants::{canonical, is_non_public};
+use super::Reference;
+use crate::sandbox::grants::{canonical, is_non_public, names_address};
 
 /// How many redirects one request follows.
 const MAX_REDIRECTS: usize = 5;
@@ -29,8 +30,8 @@ const MAX_REDIRECTS: usize = 5;
 /// What a registry's traffic may reach, for one reference.
 #[derive(Debug, Clone)]
 pub(super) struct Guard {
-    /// The registry's host as the reference names it: lowercase, without
-    /// port or brackets.
+    /// The registry's host as the reference names it
+    /// ([`Reference::host`], lowercase).
     named: String,
     /// Plain HTTP to loopback allowed.
     insecure: bool,
@@ -81,30 +82,17 @@ pub(super) fn shown(url: &reqwest::Url) -> String {
 }
 
 impl Guard {
-    /// The rule for a reference whose registry is `registry` (`host[:port]`).
-    pub(super) fn new(registry: &str, insecure: bool) -> Self {
-        let host = match registry.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => registry,
-        };
-        let named = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
-        Self { named, insecure }
+    /// The rule for `reference`'s registry.
+    pub(super) fn new(reference: &Reference, insecure: bool) -> Self {
+        Self {
+            named: reference.host().to_ascii_lowercase(),
+            insecure,
+        }
     }
 
     /// Whether a connection to `ip` is allowed.
     fn allows(&self, ip: IpAddr) -> bool {
-        if !is_non_public(ip) {
-            return true;
-        }
-        if self.named == "localhost" {
-            return canonical(ip).is_loopback();
-        }
-        self.named
-            .parse::<IpAddr>()
-            .is_ok_and(|named| canonical(named) == canonical(ip))
+        !is_non_public(ip) || names_address(&self.named, ip)
     }
 
     /// Checks `url` before a request goes to it (or a redirect is
@@ -197,9 +185,13 @@ mod tests {
         text.parse().unwrap()
     }
 
+    fn reference(registry: &str) -> Reference {
+        format!("{registry}/tools/t:1").parse().unwrap()
+    }
+
     #[test]
     fn only_public_addresses_or_the_named_one_pass() {
-        let public = Guard::new("registry.example", false);
+        let public = Guard::new(&reference("registry.example"), false);
         for bad in [
             "https://10.0.0.1/token",
             "https://169.254.169.254/latest",
@@ -214,12 +206,12 @@ mod tests {
         assert!(public.check(&url("https://8.8.8.8/token")).is_ok());
         assert!(public.check(&url("https://auth.example/token")).is_ok());
 
-        let local = Guard::new("127.0.0.1:5000", true);
+        let local = Guard::new(&reference("127.0.0.1:5000"), true);
         assert!(local.check(&url("http://127.0.0.1:5000/v2/")).is_ok());
         assert!(local.check(&url("http://127.0.0.1:6000/token")).is_ok());
         assert!(local.check(&url("http://10.0.0.1/token")).is_err());
         assert!(local.check(&url("https://127.0.0.2/token")).is_err());
-        let named = Guard::new("localhost:5000", false);
+        let named = Guard::new(&reference("localhost:5000"), false);
         assert!(named.allows("127.0.0.1".parse().unwrap()));
         assert!(named.allows("::1".parse().unwrap()));
         assert!(!named.allows("10.0.0.1".parse().unwrap()));
@@ -233,7 +225,7 @@ mod tests {
     async fn names_are_judged_by_their_addresses() {
         use reqwest::dns::Resolve as _;
         let name = |text: &str| text.parse::<reqwest::dns::Name>().unwrap();
-        let refused = Guard::new("registry.example", false)
+        let refused = Guard::new(&reference("registry.example"), false)
             .resolve(name("localhost"))
             .await
             .err()
@@ -242,7 +234,7 @@ mod tests {
             matches!(refusal(refused.as_ref()), Some(Refused::NonPublic { host, .. }) if host == "localhost"),
             "{refused}"
         );
-        let allowed = Guard::new("localhost:5000", true)
+        let allowed = Guard::new(&reference("localhost:5000"), true)
             .resolve(name("localhost"))
             .await
             .map(|addrs| addrs.count());

@@ -77,6 +77,17 @@ impl Reference {
         self.slice((0, self.repository.0.saturating_sub(1)))
     }
 
+    /// The registry's host, without its port or an IPv6 address's
+    /// brackets: `ghcr.io`, `127.0.0.1`, `::1`.
+    pub fn host(&self) -> &str {
+        let registry = self.registry();
+        let host = match registry.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => registry,
+        };
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+
     /// The repository within it: `acme/units`.
     pub fn repository(&self) -> &str {
         self.slice(self.repository)
@@ -118,12 +129,7 @@ impl Reference {
     /// `[::1]`): the only registries plain HTTP may reach, and only when
     /// asked.
     pub fn is_loopback(&self) -> bool {
-        let registry = self.registry();
-        let host = match registry.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => registry,
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = self.host();
         host == "localhost"
             || host
                 .parse::<std::net::IpAddr>()

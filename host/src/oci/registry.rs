@@ -103,7 +103,7 @@ impl Registry {
         let base: Url = format!("{scheme}://{}/", reference.registry())
             .parse()
             .map_err(|e| problem(format!("the registry is not a host: {e}")))?;
-        let guard = Guard::new(reference.registry(), settings.insecure);
+        let guard = Guard::new(reference, settings.insecure);
         let tls = crate::tls::client_config().map_err(problem)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls((*tls).clone())
@@ -186,7 +186,7 @@ impl Registry {
                 refused: refused.clone(),
             };
         }
-        let problem = crate::text::truncate(&error_chain(e), 300);
+        let problem = crate::text::truncate(&crate::text::error_chain(e), 300);
         if e.is_connect() || (e.is_timeout() && !e.is_body()) {
             OciError::Unreachable { reference, problem }
         } else {
@@ -413,8 +413,9 @@ impl Registry {
     /// read, for the store to keep.
     pub async fn resolve(&self, at: &Reference) -> Result<Resolution, OciError> {
         let (digest, bytes) = self.manifest_at(at).await?;
-        let mut manifests = Vec::with_capacity(2);
-        let layer = match names(&self.reference, &self.settings, &bytes)? {
+        let named = names(&self.reference, &self.settings, &bytes)?;
+        let mut manifests = vec![(digest.clone(), bytes)];
+        let layer = match named {
             Names::Layer(layer) => layer,
             Names::Entry(entry) => {
                 let (entry_digest, image) = self.manifest_at(&at.at_digest(&entry)).await?;
@@ -426,7 +427,6 @@ impl Registry {
                 layer
             }
         };
-        manifests.insert(0, (digest.clone(), bytes));
         Ok(Resolution {
             manifest: digest,
             layer,
@@ -757,19 +757,6 @@ async fn read_bounded(mut response: Response, limit: u64) -> reqwest::Result<Opt
 /// `sha256:<hex>` of `bytes`.
 pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            text = format!("{text}: {next}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -125,9 +125,10 @@ impl Resolver {
         }
         match (fetch, locked) {
             (Fetch::Never | Fetch::Missing, Some(locked)) => {
-                let stored = match self.stored_component(reference, &locked)? {
-                    Some(_) => self.store.component(&locked.component)?,
-                    None => None,
+                let stored = if self.stored_manifest_names(reference, &locked)? {
+                    self.store.component(&locked.component)?
+                } else {
+                    None
                 };
                 if let Some(path) = stored {
                     let signatures = self.store.signatures(&locked.manifest);
@@ -157,25 +158,24 @@ impl Resolver {
         }
     }
 
-    /// The component the stored bytes of `locked`'s manifest name (through
-    /// its index entry when it is an index), checked against the lock:
-    /// `None` when the store lacks a manifest, an error naming both
-    /// digests when the lock pins another component than its manifest
-    /// names. What makes an edited lock unable to point a signed tool's
-    /// name and grants at another component in the store.
-    fn stored_component(
+    /// Whether the stored bytes of `locked`'s manifest (through its index
+    /// entry when it is an index) name the component the lock pins: `false`
+    /// when the store lacks a manifest, an error naming both digests when
+    /// they name another. What makes an edited lock unable to point a
+    /// signed tool's name and grants at another component in the store.
+    fn stored_manifest_names(
         &self,
         reference: &Reference,
         locked: &Locked,
-    ) -> Result<Option<String>, OciError> {
+    ) -> Result<bool, OciError> {
         let Some(bytes) = self.store.manifest(&locked.manifest)? else {
-            return Ok(None);
+            return Ok(false);
         };
         let layer = match names(reference, &self.settings, &bytes)? {
             Names::Layer(layer) => layer,
             Names::Entry(entry) => {
                 let Some(image) = self.store.manifest(&entry)? else {
-                    return Ok(None);
+                    return Ok(false);
                 };
                 match names(reference, &self.settings, &image)? {
                     Names::Layer(layer) => layer,
@@ -186,7 +186,7 @@ impl Resolver {
         if layer.digest != locked.component {
             return Err(self.pins_another(reference, locked, &layer.digest));
         }
-        Ok(Some(layer.digest))
+        Ok(true)
     }
 
     /// The lock pins `locked.component`, but its manifest names `named`.

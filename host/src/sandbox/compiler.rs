@@ -312,21 +312,11 @@ const CHILD_REFUSED: i32 = 1;
 /// The child's exit status when it could not compile for another reason.
 const CHILD_FAILED: i32 = 2;
 
-/// The error of a child's step, with the whole chain of its causes (an
-/// allocation that failed is named at the end of it).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(next) = cause {
-        text = format!("{text}: {next}");
-        cause = next.source();
-    }
-    text
-}
-
 fn child() -> Result<(), (i32, String)> {
     use rustix::process::{Resource, Rlimit, setrlimit};
-    let failed = |e: &dyn std::error::Error| (CHILD_FAILED, chain(e));
+    // The whole chain of causes: an allocation that failed is named at its
+    // end.
+    let failed = |e: &dyn std::error::Error| (CHILD_FAILED, crate::text::error_chain(e));
     let limit = |name: &str| -> Option<u64> { std::env::var(name).ok()?.parse().ok() };
     for (name, resource) in [
         ("AIRLOCK_COMPILE_MEMORY", Resource::Data),

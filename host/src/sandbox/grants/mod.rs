@@ -38,7 +38,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 pub use dirs::{DirConfig, DirGrant, DirMode};
 pub use env::EnvGrant;
 pub use http::{HostPattern, HttpConfig, HttpGrant, is_non_public};
-pub(crate) use http::{HttpHooks, ResolvedSecret, canonical};
+pub(crate) use http::{HttpHooks, ResolvedSecret, canonical, names_address};
 pub use limits::LimitsConfig;
 pub use secrets::{SecretConfig, SecretGrant};
 

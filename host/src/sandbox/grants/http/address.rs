@@ -35,6 +35,18 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     ip
 }
 
+/// Whether `host` (as an operator wrote it: a name, or an address without
+/// brackets) names the non-public address `ip` explicitly: `host` is that
+/// address, or `localhost` and `ip` is loopback. What lets a grant, or a
+/// registry's reference, reach a private address.
+pub(crate) fn names_address(host: &str, ip: IpAddr) -> bool {
+    if host == "localhost" {
+        return canonical(ip).is_loopback();
+    }
+    host.parse::<IpAddr>()
+        .is_ok_and(|named| canonical(named) == canonical(ip))
+}
+
 /// Whether `ip` is anything but a public unicast address.
 pub fn is_non_public(ip: IpAddr) -> bool {
     match canonical(ip) {

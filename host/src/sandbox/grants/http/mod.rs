@@ -38,8 +38,8 @@ use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-pub(crate) use address::canonical;
 pub use address::is_non_public;
+pub(crate) use address::{canonical, names_address};
 pub use pattern::HostPattern;
 pub(crate) use pattern::Scheme;
 

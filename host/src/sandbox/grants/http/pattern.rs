@@ -182,15 +182,7 @@ impl HostPattern {
     /// Whether the operator named this non-public address explicitly: the
     /// pattern's host is that IP, or `localhost` and the IP is loopback.
     pub(crate) fn names_address(&self, ip: IpAddr) -> bool {
-        if self.wildcard {
-            return false;
-        }
-        if self.host == "localhost" {
-            return canonical(ip).is_loopback();
-        }
-        self.host
-            .parse::<IpAddr>()
-            .is_ok_and(|named| canonical(named) == canonical(ip))
+        !self.wildcard && super::address::names_address(&self.host, ip)
     }
 }
 
