@@ -158,6 +158,15 @@ fn what_is_signed_is_what_was_pushed() {
         "tools/stateful",
         &signature_tag(&swapped)
     ));
+    // A push names the tag it moves; a digest is no place to push to.
+    let out = scene.run(&[
+        "push",
+        guest("stateful").to_str().unwrap(),
+        &by_digest,
+        "--insecure",
+        "--json",
+    ]);
+    assert!(refused(&out, "invalid_reference").contains("a push names a tag"));
     // With --yes, the tag's manifest now, as shown.
     let signed = ok_json(&sign(&registry.oci("tools/stateful:1.0"), &["--yes"]));
     assert_eq!(signed["manifest"], pushed.as_str());

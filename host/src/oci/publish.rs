@@ -26,7 +26,12 @@ impl Registry {
     /// (`application/vnd.wasm.config.v0+json`) names its imports and
     /// exports, and one `application/wasm` layer.
     pub async fn push(&self, component: &[u8]) -> Result<Pushed, OciError> {
-        let tag = self.reference.tag().unwrap_or("latest").to_owned();
+        let Some(tag) = self.reference.tag().map(str::to_owned) else {
+            return Err(OciError::InvalidReference {
+                reference: self.reference.to_string(),
+                problem: "a push names a tag: REGISTRY/REPO:TAG".into(),
+            });
+        };
         let (imports, exports) = component_names(component);
         let layer = Descriptor::of(WASM_LAYER_MEDIA_TYPE, component);
         let config = json!({
