@@ -391,7 +391,41 @@ impl Seen {
 pub struct Hostile {
     pub addr: SocketAddr,
     asked: Arc<Mutex<Vec<Seen>>>,
+    _server: Listening,
+}
+
+/// A loopback listener answering each connection on a thread of its own
+/// with `answer`, until dropped.
+struct Listening {
+    addr: SocketAddr,
     stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Listening {
+    fn start(listener: TcpListener, answer: impl Fn(TcpStream) + Send + Sync + 'static) -> Self {
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let answer = Arc::new(answer);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let answer = Arc::clone(&answer);
+                std::thread::spawn(move || answer(stream));
+            }
+        });
+        Self { addr, stop }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
 }
 
 impl Hostile {
@@ -401,22 +435,15 @@ impl Hostile {
         let addr = listener.local_addr().unwrap();
         let routes = routes(addr);
         let asked = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (recorded, stopped) = (Arc::clone(&asked), Arc::clone(&stop));
-        let routes = Arc::new(routes);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(stream) = stream else { continue };
-                let (routes, recorded) = (Arc::clone(&routes), Arc::clone(&recorded));
-                std::thread::spawn(move || {
-                    let _ = answer(stream, &routes, &recorded);
-                });
-            }
+        let recorded = Arc::clone(&asked);
+        let server = Listening::start(listener, move |stream| {
+            let _ = answer(stream, &routes, &recorded);
         });
-        Self { addr, asked, stop }
+        Self {
+            addr,
+            asked,
+            _server: server,
+        }
     }
 
     /// `oci://127.0.0.1:PORT/{path}`.
@@ -432,13 +459,6 @@ impl Hostile {
     /// Every request, in order.
     pub fn seen(&self) -> Vec<Seen> {
         self.asked.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Hostile {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr);
     }
 }
 
@@ -562,7 +582,7 @@ fn write_scripted(mut out: TcpStream, scripted: Scripted) -> std::io::Result<()>
 /// which it answers itself (a registry that rewrites what it serves).
 pub struct Proxy {
     pub addr: SocketAddr,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    _server: Listening,
 }
 
 impl Proxy {
@@ -571,34 +591,18 @@ impl Proxy {
     pub fn start(upstream: SocketAddr, swapped: BTreeMap<String, Scripted>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
-        let swapped = Arc::new(swapped);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(stream) = stream else { continue };
-                let swapped = Arc::clone(&swapped);
-                std::thread::spawn(move || {
-                    let _ = forward(stream, upstream, &swapped);
-                });
-            }
+        let server = Listening::start(listener, move |stream| {
+            let _ = forward(stream, upstream, &swapped);
         });
-        Self { addr, stop }
+        Self {
+            addr,
+            _server: server,
+        }
     }
 
     /// `oci://127.0.0.1:PORT/{path}`.
     pub fn oci(&self, path: &str) -> String {
         format!("oci://{}/{path}", self.addr)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr);
     }
 }
 
