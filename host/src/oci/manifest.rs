@@ -65,7 +65,7 @@ impl Descriptor {
     pub(super) fn of(media_type: &str, bytes: &[u8]) -> Self {
         Self {
             media_type: media_type.to_owned(),
-            digest: super::registry::sha256_digest(bytes),
+            digest: sha256_digest(bytes),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
             urls: None,
             annotations: None,
@@ -207,4 +207,11 @@ pub(super) fn names(
         });
     }
     Ok(Names::Layer(layer))
+}
+
+/// The `sha256:…` digest of `bytes`, as registries name blobs and
+/// manifests.
+pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }

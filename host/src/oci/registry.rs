@@ -19,7 +19,9 @@ use sha2::{Digest as _, Sha256};
 
 use super::credentials::Auth;
 use super::guard::{Guard, refusal, shown};
-use super::manifest::{Descriptor, ImageManifest, MANIFEST_TYPES, Names, names, nested_index};
+use super::manifest::{
+    Descriptor, ImageManifest, MANIFEST_TYPES, Names, names, nested_index, sha256_digest,
+};
 use super::signature::{self, PAYLOAD_MEDIA_TYPE, SIGNATURE_ANNOTATION, Signature};
 use super::{Credentials, OciError, OciSettings, OciStore, Reference};
 
@@ -755,10 +757,6 @@ async fn read_bounded(mut response: Response, limit: u64) -> reqwest::Result<Opt
 }
 
 /// `sha256:<hex>` of `bytes`.
-pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::Challenge;

@@ -143,7 +143,7 @@ impl OciStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.fail(&path, e)),
         };
-        let found = super::registry::sha256_digest(&bytes);
+        let found = super::manifest::sha256_digest(&bytes);
         if found != digest {
             return Err(self.fail(
                 &path,

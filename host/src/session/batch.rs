@@ -7,7 +7,7 @@
 //! one transaction, so concurrent sessions share one fsync; a lone append
 //! waits for nothing. Every member is answered only after its batch is
 //! durable, a fenced member fails alone, and a failed commit fails every
-//! member it held ([`super::sqlite_commit`], [`super::postgres_commit`]).
+//! member it held (the `commit` module of each store).
 
 use super::rows::Row;
 use super::store::{Lease, StoredSnapshot};

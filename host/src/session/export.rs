@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::store::{Owner, RecordPages, SessionHeader, SessionStore, StoredSession};
+use super::store::{Owner, SessionHeader, SessionStore, StoredSession};
 use crate::context::{ContextRules, Usage};
 use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
 use crate::llm::Message;
@@ -118,37 +118,14 @@ impl SessionExport {
         ))
     }
 
-    /// Parses an export: the version first (so an unknown version is named
-    /// as such, whatever else the file holds), then the rest; then checks
-    /// that the journal folds to what the file says. Secrets are removed
-    /// before that check, in the journal and in the file's own fields.
-    /// ([`super::import::stage`] does the same for a file of any length,
-    /// without holding it.)
-    pub fn parse(text: &str, rules: &ContextRules) -> Result<Self, ImportError> {
-        let staged = super::import::stage(std::io::Cursor::new(text), rules)?;
-        let mut pages = staged.journal;
-        let mut journal = Vec::new();
-        while let Some(page) = pages
-            .next_page()
-            .map_err(|e| ImportError::Stage(e.to_string()))?
-        {
-            journal.extend(page);
-        }
-        // The file's deps and conversation are the journal's fold: `stage`
-        // checked them.
-        let folded = Folded::fold(&journal)
-            .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
-        Ok(Self::of(
-            staged.header,
-            staged.updated_at_ms,
-            folded,
-            journal,
-        ))
-    }
-
     /// The export of a session whose (scrubbed) `journal` folds to
     /// `folded`.
-    fn of(header: SessionHeader, updated_at_ms: u64, folded: Folded, journal: Vec<Record>) -> Self {
+    pub(super) fn of(
+        header: SessionHeader,
+        updated_at_ms: u64,
+        folded: Folded,
+        journal: Vec<Record>,
+    ) -> Self {
         Self {
             version: EXPORT_VERSION,
             session_id: header.session_id,

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
-use super::export::{EXPORT_VERSION, ImportError, Spill};
+use super::export::{EXPORT_VERSION, ImportError, SessionExport, Spill};
 use super::store::{RecordPages, SessionHeader};
 use crate::context::{ContextRules, Usage};
 use crate::journal::{Event, Folded, Record, StoreError, secrets};
@@ -46,6 +46,36 @@ pub struct Staged {
     /// The journal's records, scrubbed, a page at a time (for
     /// [`SessionStore::insert`](super::SessionStore::insert)).
     pub journal: SpilledRecords,
+}
+
+impl SessionExport {
+    /// Parses an export: the version first (so an unknown version is named
+    /// as such, whatever else the file holds), then the rest; then checks
+    /// that the journal folds to what the file says. Secrets are removed
+    /// before that check, in the journal and in the file's own fields.
+    /// ([`stage`] does the same for a file of any length,
+    /// without holding it.)
+    pub fn parse(text: &str, rules: &ContextRules) -> Result<Self, ImportError> {
+        let staged = stage(std::io::Cursor::new(text), rules)?;
+        let mut pages = staged.journal;
+        let mut journal = Vec::new();
+        while let Some(page) = pages
+            .next_page()
+            .map_err(|e| ImportError::Stage(e.to_string()))?
+        {
+            journal.extend(page);
+        }
+        // The file's deps and conversation are the journal's fold: `stage`
+        // checked them.
+        let folded = Folded::fold(&journal)
+            .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
+        Ok(Self::of(
+            staged.header,
+            staged.updated_at_ms,
+            folded,
+            journal,
+        ))
+    }
 }
 
 /// Reads the export in `input` (from its start) and checks it, as

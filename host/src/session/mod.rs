@@ -37,12 +37,9 @@ mod batch;
 pub mod export;
 mod holder;
 pub mod import;
-mod pg_tls;
 mod postgres;
-mod postgres_commit;
 mod rows;
 mod sqlite;
-mod sqlite_commit;
 mod store;
 mod writer;
 

@@ -15,7 +15,7 @@
 //!   its lease (it expired, another host took the session) inserts
 //!   nothing, whatever its timing. The appends of one host's concurrent
 //!   sessions share that statement and its transaction
-//!   ([`super::postgres_commit`]);
+//!   ([`commit`]);
 //! - the schema is created and migrated under a transaction-scoped
 //!   advisory lock, so hosts starting together migrate once.
 //!
@@ -35,8 +35,12 @@
 //! an append that writes a snapshot writes it in the same statement.
 //!
 //! TLS as libpq's URL parameters ask (`sslmode=require|verify-ca|
-//! verify-full`, `sslrootcert=FILE`), through rustls (`pg_tls`); without
+//! verify-full`, `sslrootcert=FILE`), through rustls (`tls`); without
 //! `sslmode` the connection is plain TCP or a Unix socket.
+
+mod commit;
+mod sql;
+mod tls;
 
 use std::time::Duration;
 
@@ -45,7 +49,6 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
-use super::postgres_commit::{self, Committer};
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
     owner_key_of, owner_of,
@@ -55,7 +58,9 @@ use super::store::{
     SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
+use commit::Committer;
 use futures::future::BoxFuture;
+use sql::{big, describe};
 
 /// The schema this version writes (`airlock_schema.version`).
 const SCHEMA_VERSION: i32 = 2;
@@ -123,7 +128,7 @@ CREATE TABLE airlock_snapshots (
 pub struct PostgresStore {
     pool: Pool,
     location: String,
-    /// Appends, batched ([`super::postgres_commit`]).
+    /// Appends, batched ([`commit`]).
     committer: std::sync::Arc<Committer>,
 }
 
@@ -157,7 +162,7 @@ impl PostgresStore {
             location: "postgres".into(),
             problem: format!("invalid Postgres URL: {message}"),
         };
-        let (url, tls) = super::pg_tls::split_url(url).map_err(invalid)?;
+        let (url, tls) = tls::split_url(url).map_err(invalid)?;
         let mut config: Config = url.parse().map_err(|e| invalid(describe(&e)))?;
         let tls_config = tls.client_config().map_err(invalid)?;
         if tls.encrypted() {
@@ -192,7 +197,7 @@ impl PostgresStore {
                 location: location.clone(),
                 message: e.to_string(),
             })?;
-        let committer = std::sync::Arc::new(postgres_commit::start(pool.clone(), location.clone()));
+        let committer = std::sync::Arc::new(commit::start(pool.clone(), location.clone()));
         let store = Self {
             pool,
             location,
@@ -338,33 +343,12 @@ fn describe_config(config: &Config) -> String {
     format!("postgres://{at}{host}:{port}/{db}")
 }
 
-/// A database error as one line: the server's message (never the values of
-/// the row at fault), or the client's with its cause.
-pub(super) fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{} ({})", db.message(), db.code().code());
-    }
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(inner) = cause {
-        text = format!("{text}: {inner}");
-        cause = inner.source();
-    }
-    text
-}
-
 type Failure = rows::Failure<tokio_postgres::Error>;
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
         Failure::Backend(e)
     }
-}
-
-/// A number as Postgres's `bigint` (every id, time and count Airlock keeps
-/// fits; larger saturates).
-pub(super) fn big(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A `bigint` back (a negative one, which Airlock never writes, as 0).

@@ -18,9 +18,14 @@
 //!
 //! Cost: a commit is one transaction (an fsync of the WAL with
 //! [`Durability::Full`]), shared by the appends of concurrent sessions
-//! that wait for it ([`super::sqlite_commit`]); a lease reads the newest
+//! that wait for it ([`commit`]); a lease reads the newest
 //! snapshot and the records after it (one index range, then a row each);
 //! [`SessionStore::read`] reads the whole journal.
+
+mod commit;
+mod sql;
+
+pub use sql::BUSY_TIMEOUT;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -32,16 +37,14 @@ use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
     owner_key_of, owner_of,
 };
-use super::sqlite_commit::Committer;
 use super::store::{
     Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
     SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
+use commit::Committer;
 use futures::future::BoxFuture;
-
-/// How long a write waits for another process's transaction.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+use sql::{Failure, failure, insert_records, lock, not_a_store};
 
 /// The schema this version writes (`PRAGMA user_version`): 2 added
 /// `records.call_id` (indexed), `snapshots` and `sessions.ephemeral`; 3
@@ -116,7 +119,7 @@ pub struct SqliteStore {
     path: PathBuf,
     durability: Durability,
     connection: Arc<Mutex<Connection>>,
-    /// Appends, batched ([`super::sqlite_commit`]).
+    /// Appends, batched ([`commit`]).
     committer: Arc<Committer>,
 }
 
@@ -273,22 +276,6 @@ impl SqliteStore {
     }
 }
 
-pub(super) type Failure = rows::Failure<rusqlite::Error>;
-
-impl From<rusqlite::Error> for Failure {
-    fn from(e: rusqlite::Error) -> Self {
-        Failure::Backend(e)
-    }
-}
-
-pub(super) fn lock(connection: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
-    // A panic while holding the lock leaves no transaction open (it rolls
-    // back on drop), so the connection is still good.
-    connection
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// `statement` again while it fails with `SQLITE_BUSY`, for
 /// [`BUSY_TIMEOUT`] in all (the last try at its end): for what SQLite's
 /// busy handler does not cover, where it fails at once rather than wait
@@ -309,49 +296,6 @@ fn retry_busy<T>(mut statement: impl FnMut() -> rusqlite::Result<T>) -> rusqlite
             }
             done => return done,
         }
-    }
-}
-
-/// The store at `location` is not one this Airlock can use, because
-/// `problem` (carried through rusqlite's error type to [`failure`]).
-fn not_a_store(problem: String) -> rusqlite::Error {
-    rusqlite::Error::InvalidParameterName(format!("{NOT_A_STORE}{problem}"))
-}
-
-const NOT_A_STORE: &str = "\0not a store: ";
-
-/// What a database error means for the store at `location`: a file that is
-/// not a database, damaged, another program's or newer is
-/// [`StoreError::NotAStore`] (the operator gave the wrong file, or it must
-/// be restored); anything else is [`StoreError::Backend`].
-pub(super) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseCorrupt, NotADatabase};
-    let not_a_store = |problem: String| StoreError::NotAStore {
-        location: location.to_owned(),
-        problem,
-    };
-    let backend = |message: String| StoreError::Backend {
-        location: location.to_owned(),
-        message,
-    };
-    match e {
-        rusqlite::Error::InvalidParameterName(message) => match message.strip_prefix(NOT_A_STORE) {
-            Some(problem) => not_a_store(problem.to_owned()),
-            None => backend(message),
-        },
-        rusqlite::Error::SqliteFailure(code, _) if code.code == NotADatabase => {
-            not_a_store("the file is not a SQLite database".into())
-        }
-        rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseCorrupt => {
-            not_a_store("the database is damaged (restore it from a backup)".into())
-        }
-        // Every wait for a lock is bounded by BUSY_TIMEOUT, so a lock
-        // that is still held has been held that long.
-        rusqlite::Error::SqliteFailure(code, _) if code.code == DatabaseBusy => backend(format!(
-            "database is locked: another connection held its write lock for more than {} s",
-            BUSY_TIMEOUT.as_secs()
-        )),
-        other => backend(other.to_string()),
     }
 }
 
@@ -470,44 +414,6 @@ fn insert_session(
     )?;
     insert_records(tx, sid, &new.rows)?;
     Ok(sid)
-}
-
-/// Appends `rows` to the journal of the session `sid` (after the
-/// records of every append committed before: the table's last pages), up
-/// to [`ROWS_A_STATEMENT`] rows a statement (a call's records are one).
-pub(super) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlite::Result<()> {
-    for chunk in rows.chunks(ROWS_A_STATEMENT) {
-        let mut insert = tx.prepare_cached(insert_statement(chunk.len()))?;
-        let mut at = 1;
-        for row in chunk {
-            insert.raw_bind_parameter(at, sid)?;
-            insert.raw_bind_parameter(at + 1, row.seq)?;
-            insert.raw_bind_parameter(at + 2, row.at_ms)?;
-            insert.raw_bind_parameter(at + 3, &row.entry)?;
-            insert.raw_bind_parameter(at + 4, &row.call_id)?;
-            at += 5;
-        }
-        insert.raw_execute()?;
-    }
-    Ok(())
-}
-
-/// The most records one `INSERT` writes.
-const ROWS_A_STATEMENT: usize = 8;
-
-/// `INSERT INTO records` of `rows` rows (five parameters each), 1 to
-/// [`ROWS_A_STATEMENT`]: written once, as the committer's thread looks its
-/// statement up by this text on every append.
-fn insert_statement(rows: usize) -> &'static str {
-    static STATEMENTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-        (1..=ROWS_A_STATEMENT)
-            .map(|rows| {
-                let values = vec!["(?, ?, ?, ?, ?)"; rows].join(", ");
-                format!("INSERT INTO records (sid, seq, at_ms, entry, call_id) VALUES {values}")
-            })
-            .collect()
-    });
-    &STATEMENTS[rows.clamp(1, ROWS_A_STATEMENT) - 1]
 }
 
 /// A session's key in this file and its lease columns.

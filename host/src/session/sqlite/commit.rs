@@ -26,14 +26,14 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
-use super::rows::{expiry, owner_key_of};
-use super::sqlite::{Failure, failure, insert_records, lock};
+use super::sql::{Failure, failure, insert_records, lock};
 use crate::journal::StoreError;
+use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
+use crate::session::rows::{expiry, owner_key_of};
 
 /// The committer of one store's appends.
 #[derive(Debug)]
-pub(super) struct Committer {
+pub(crate) struct Committer {
     /// Shared by every appender (a `Sender` is `Sync`: no lock).
     pub inbox: Inbox<Sender<Job>>,
     max_batch: Arc<AtomicUsize>,

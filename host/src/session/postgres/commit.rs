@@ -27,10 +27,10 @@ use std::sync::Arc;
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
-use super::postgres::{big, describe};
-use super::rows::{expiry, owner_key_of};
+use super::sql::{big, describe};
 use crate::journal::StoreError;
+use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
+use crate::session::rows::{expiry, owner_key_of};
 
 /// Every member of a batch at once: its session's head moves where its
 /// lease still holds, then the records and snapshots of the members that
