@@ -1,9 +1,10 @@
 //! The library's module graph, read from its source: which top-level
 //! module names which (`crate::module` in code, `airlock::module` in the
-//! binary's `cli`). It must have no cycle, the journal must sit below both
-//! the agent loop and sessions (neither of which names the other), and
-//! DESIGN.md shows it as generated here (`AIRLOCK_BLESS=1` rewrites that
-//! part of DESIGN.md).
+//! binary's `cli`), and inside each module directory which file names
+//! which of its siblings. Neither graph may have a cycle; the data layers
+//! (journal, policy, session) must not name the layers that run tools or
+//! models; and DESIGN.md shows the module graph as generated here
+//! (`AIRLOCK_BLESS=1` rewrites that part of DESIGN.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -84,6 +85,69 @@ fn graph() -> Graph {
     graph
 }
 
+/// Inside each module directory (`host/src/session/`, …): for each of
+/// its parts (a file other than `mod.rs`, which declares and re-exports
+/// the others; or a directory below), the sibling parts it names
+/// (`super::part`, or `crate::module::part`), keyed by the directory's
+/// path (`session`, `session::sqlite`).
+fn file_graphs() -> BTreeMap<String, Graph> {
+    let src = root().join("host/src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut graphs = BTreeMap::new();
+    let mut dirs: BTreeSet<PathBuf> = files
+        .iter()
+        .filter_map(|f| f.parent().map(Path::to_path_buf))
+        .collect();
+    dirs.remove(&src);
+    for dir in dirs {
+        let path = dir
+            .strip_prefix(&src)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .replace('/', "::");
+        // Each part and the files it is made of.
+        let mut parts: BTreeMap<String, Vec<&PathBuf>> = BTreeMap::new();
+        for file in files.iter().filter(|f| f.starts_with(&dir)) {
+            let relative = file.strip_prefix(&dir).unwrap();
+            let first = relative
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_str()
+                .unwrap();
+            if first != "mod.rs" {
+                let part = first.trim_end_matches(".rs").to_owned();
+                parts.entry(part).or_default().push(file);
+            }
+        }
+        let names: BTreeSet<String> = parts.keys().cloned().collect();
+        let mut graph: Graph = names.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
+        for (part, files) in &parts {
+            for file in files {
+                let mut prefixes = vec![format!("crate::{path}::")];
+                if file.parent() == Some(dir.as_path()) {
+                    prefixes.push("super::".to_owned());
+                }
+                for line in std::fs::read_to_string(file).unwrap().lines() {
+                    let code = line.split("//").next().unwrap_or("");
+                    for prefix in &prefixes {
+                        for used in named(code, prefix, &names) {
+                            if used != part {
+                                graph.get_mut(part).unwrap().insert(used.to_owned());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        graphs.insert(path, graph);
+    }
+    graphs
+}
+
 /// The modules in layers: each module's layer is one above the highest of
 /// those it uses. Panics, naming it, on a cycle.
 fn layers(graph: &Graph) -> Vec<Vec<String>> {
@@ -133,28 +197,90 @@ fn render(graph: &Graph) -> String {
     text
 }
 
+/// Which modules a module must not name: the layers above it.
+const BELOW: &[(&str, &[&str])] = &[
+    // The journal stores conversations in types it owns; the layers that
+    // make them convert into those.
+    (
+        "journal",
+        &[
+            "llm", "tools", "sandbox", "agent", "session", "mcp", "oci", "cli",
+        ],
+    ),
+    // Policy is data: parsed and validated; resolving its references is
+    // a loader's, above it.
+    (
+        "policy",
+        &["oci", "sandbox", "tools", "agent", "session", "mcp"],
+    ),
+    // Sessions store and lease; calling tools is the agent's.
+    ("session", &["tools", "agent", "sandbox", "llm", "mcp"]),
+    ("agent", &["mcp", "cli"]),
+    // Plain data below everything that runs tools.
+    ("context", &["tools", "journal", "agent", "session", "mcp"]),
+    ("spec", &["tools", "journal", "agent", "session", "mcp"]),
+    ("kind", &["tools", "journal", "agent", "session", "mcp"]),
+];
+
+/// What breaks the rules: `module names above`, one per line.
+fn breaches(graph: &Graph) -> Vec<String> {
+    BELOW
+        .iter()
+        .flat_map(|(module, above)| {
+            above
+                .iter()
+                .filter(|a| graph.get(*module).is_some_and(|uses| uses.contains(**a)))
+                .map(move |a| format!("{module} names {a}"))
+        })
+        .collect()
+}
+
 #[test]
-fn the_module_graph_has_no_cycle_and_the_journal_is_below_agent_and_session() {
+fn the_module_graph_has_no_cycle_and_each_layer_names_only_those_below() {
     let graph = graph();
     for needed in [
-        "agent", "session", "journal", "tools", "context", "cli", "mcp",
+        "agent", "session", "journal", "tools", "context", "cli", "mcp", "policy",
     ] {
         assert!(graph.contains_key(needed), "no module {needed}: {graph:#?}");
     }
     layers(&graph);
     let uses = |a: &str, b: &str| graph[a].contains(b);
-    assert!(!uses("agent", "session"), "agent names session");
-    assert!(!uses("session", "agent"), "session names agent");
     assert!(uses("agent", "journal") && uses("session", "journal"));
-    for above in ["agent", "session", "mcp", "cli"] {
-        assert!(!uses("journal", above), "journal names {above}");
+    let breaches = breaches(&graph);
+    assert!(
+        breaches.is_empty(),
+        "layers named from below: {breaches:#?}"
+    );
+}
+
+#[test]
+fn no_file_inside_a_module_names_a_sibling_that_names_it_back() {
+    // `layers` panics naming the files of a cycle.
+    let circular: Vec<String> = file_graphs()
+        .into_iter()
+        .filter(|(_, graph)| std::panic::catch_unwind(|| layers(graph)).is_err())
+        .map(|(module, _)| module)
+        .collect();
+    assert!(circular.is_empty(), "files in a cycle inside {circular:?}");
+}
+
+/// The checks can fail: a sabotaged graph (one import re-added from
+/// below, one circle between two files) is caught by each.
+#[test]
+fn the_checks_catch_an_import_from_below_and_a_circle_between_files() {
+    let mut graph = graph();
+    assert!(breaches(&graph).is_empty());
+    for (module, above) in [("journal", "llm"), ("policy", "oci"), ("session", "tools")] {
+        let mut sabotaged = graph.clone();
+        sabotaged.get_mut(module).unwrap().insert(above.to_owned());
+        assert_eq!(breaches(&sabotaged), [format!("{module} names {above}")]);
     }
-    // Plain data below everything that runs tools.
-    for base in ["context", "spec", "kind"] {
-        for above in ["tools", "journal", "agent", "session", "mcp"] {
-            assert!(!uses(base, above), "{base} names {above}");
-        }
-    }
+    graph.get_mut("kind").unwrap().insert("cli".to_owned());
+    assert!(std::panic::catch_unwind(|| layers(&graph)).is_err());
+    let mut files = file_graphs().remove("session").unwrap();
+    files.get_mut("store").unwrap().insert("writer".to_owned());
+    files.get_mut("writer").unwrap().insert("store".to_owned());
+    assert!(std::panic::catch_unwind(|| layers(&files)).is_err());
 }
 
 #[test]

@@ -547,6 +547,6 @@ async fn a_loopback_name_and_its_address_are_different_hosts_and_the_refusal_say
     );
     let failure = host.call(&mut ctx, &call).await.unwrap_err();
     assert_eq!(failure.output.refusals.len(), 1, "{:?}", failure.output);
-    let told = airlock::journal::failure_text(&failure);
+    let told = airlock::tools::failure_text(&failure);
     assert!(told.contains("the allowlist names localhost"), "{told}");
 }

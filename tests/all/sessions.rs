@@ -1422,7 +1422,7 @@ async fn keyed_increment(
     session: &mut Session,
     id: &str,
     name: &str,
-) -> Result<airlock::CallOutcome, airlock::session::SessionCallError> {
+) -> Result<airlock::CallOutcome, airlock::agent::SessionCallError> {
     let call = airlock::ToolCall {
         id: id.into(),
         ..airlock::ToolCall::new("increment", json!({ "name": name }).to_string())
@@ -1505,7 +1505,7 @@ async fn a_resume_reads_the_snapshot_and_its_tail_and_keyed_calls_still_run_once
     assert_eq!(session.context().deps()["counters"]["x"], 12);
     assert!(matches!(
         keyed_increment(&mut session, "k1", "y").await,
-        Err(airlock::session::SessionCallError::IdReused { .. })
+        Err(airlock::agent::SessionCallError::IdReused { .. })
     ));
     keyed_increment(&mut session, "k12", "x").await.unwrap();
     assert_eq!(session.context().deps()["counters"]["x"], 13);
@@ -1573,7 +1573,7 @@ async fn a_session_held_open_holds_a_bounded_item_log(backend: Backend) {
     assert_eq!(session.context().deps()["counters"]["x"], calls);
     assert!(matches!(
         keyed_increment(&mut session, "k1", "y").await,
-        Err(airlock::session::SessionCallError::IdReused { .. })
+        Err(airlock::agent::SessionCallError::IdReused { .. })
     ));
     // The next call is numbered on, after every stored item.
     keyed_increment(&mut session, "new", "x").await.unwrap();

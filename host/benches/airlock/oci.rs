@@ -69,10 +69,7 @@ async fn resolved(path: &Path, store: &OciStore, fetch: Fetch) -> (Policy, Resol
         store.clone(),
         lock,
     );
-    policy
-        .resolve_references(&mut resolver, fetch)
-        .await
-        .unwrap();
+    resolver.resolve_policy(&mut policy, fetch).await.unwrap();
     (policy, resolver)
 }
 

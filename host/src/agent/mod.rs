@@ -12,7 +12,10 @@
 //! transcript (messages and item log) holds everything up to that point in
 //! either case.
 
+mod direct;
 mod turn;
+
+pub use direct::SessionCallError;
 
 use std::sync::Arc;
 

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Agent, Decision, RunError, RunOutcome};
-use crate::journal::recorder::{Ended, Recorder};
+use crate::journal::CallEnd;
+use crate::journal::recorder::Recorder;
 use crate::journal::{Item, Role};
 use crate::llm::Message;
 use crate::policy::Approval;
 use crate::spec::{ToolCall, ToolSpec};
-use crate::tools::{CallError, CallFailure, CallOutcome, Ran};
+use crate::tools::{CallError, CallFailure, CallOutcome, Ran, call_end};
 
 /// A run in progress: the agent, the conversation it records into, and
 /// the failures per tool so far (the `retry` a tool sees).
@@ -266,8 +267,13 @@ impl<'a, 'c> Run<'a, 'c> {
                 Decision::Edit(edited) => arguments = edited,
                 Decision::Reject => {
                     let rules = agent.host.context_rules();
-                    self.recorder
-                        .call_ended(call, Ended::Rejected, started.elapsed(), rules, true);
+                    self.recorder.call_ended(
+                        call,
+                        CallEnd::Rejected,
+                        started.elapsed(),
+                        rules,
+                        true,
+                    );
                     return Ok(BTreeSet::new());
                 }
             }
@@ -291,7 +297,7 @@ impl<'a, 'c> Run<'a, 'c> {
     ) -> Result<BTreeSet<String>, RunError> {
         let rules = self.agent.host.context_rules();
         self.recorder
-            .call_ended(call, Ended::Ran(&result), took, rules, true);
+            .call_ended(call, call_end(&result), took, rules, true);
         match result {
             Ok(outcome) => Ok(outcome
                 .updates

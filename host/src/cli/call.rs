@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
+use airlock::agent::SessionCallError;
 use airlock::journal::secrets::scrub_ops;
 use airlock::sandbox::CancelToken;
-use airlock::session::SessionCallError;
 use airlock::{CallError, CallOutcome, ContextOp, Host, ToolCall};
 
 use super::terminal::field;

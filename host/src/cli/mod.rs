@@ -272,7 +272,7 @@ impl From<CallFailure> for Failure {
     /// The call's error, and what the host refused it with why.
     fn from(f: CallFailure) -> Self {
         let mut failure = Failure::from(f.error);
-        failure.message = airlock::journal::with_refusals(failure.message, &f.output);
+        failure.message = airlock::tools::with_refusals(failure.message, &f.output);
         failure
     }
 }

@@ -34,7 +34,7 @@ impl FromStr for ComponentArg {
 
     fn from_str(text: &str) -> Result<Self, OciError> {
         if text.starts_with(airlock::oci::SCHEME) {
-            text.parse().map(Self::Oci)
+            Ok(Self::Oci(text.parse()?))
         } else {
             Ok(Self::File(PathBuf::from(text)))
         }
@@ -57,6 +57,12 @@ pub struct RegistryFlags {
     /// plain HTTP. Never used for any other registry.
     #[arg(long)]
     insecure: bool,
+}
+
+impl From<airlock::oci::InvalidReference> for Failure {
+    fn from(e: airlock::oci::InvalidReference) -> Self {
+        OciError::from(e).into()
+    }
 }
 
 impl From<OciError> for Failure {
@@ -178,9 +184,7 @@ pub(super) async fn resolve_all(
     let mut resolver = resolver(policy.as_deref(), registry)?;
     let mut policy = policy;
     if let Some(policy) = policy.as_deref_mut() {
-        policy
-            .resolve_references(&mut resolver, Fetch::Missing)
-            .await?;
+        resolver.resolve_policy(policy, Fetch::Missing).await?;
     }
     let mut files = Vec::with_capacity(extra.len());
     for component in extra {

@@ -7,11 +7,11 @@
 
 use serde_json::{Map, Value};
 
+use super::conversation::Captured;
+use super::conversation::Message;
 use super::record::{CallStatus, Entry, Event, Item, Record, Transcript};
 use crate::context::Usage;
 use crate::kind::ErrorKind;
-use crate::llm::Message;
-use crate::sandbox::GuestOutput;
 
 /// What a tool message says about a call that was asked for but never
 /// answered: the process died while it ran, or the run ended (cancelled,
@@ -167,7 +167,7 @@ pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<
                 output: INTERRUPTED_MESSAGE.to_owned(),
                 error_kind: Some(ErrorKind::Interrupted),
                 duration_us: 0,
-                guest: GuestOutput::default(),
+                guest: Captured::default(),
             },
         )));
         if model_waits {

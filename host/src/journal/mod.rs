@@ -21,6 +21,7 @@
 //! Nothing here knows how records are stored: [`crate::session`] keeps
 //! them in a store and leases them to one run at a time.
 
+mod conversation;
 mod fold;
 mod record;
 pub(crate) mod recorder;
@@ -28,8 +29,11 @@ pub mod secrets;
 mod sink;
 mod snapshot;
 
+pub use conversation::{CallEnd, Captured, CapturedLog, Message};
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
-pub use record::{CallStatus, Entry, Event, Item, Outcome, Record, Role, Transcript, now_ms};
-pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE, failure_text, with_refusals};
+pub use record::{
+    CallStatus, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, Transcript, now_ms,
+};
+pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE};
 pub use sink::{Conversation, Sink, StoreError};
 pub use snapshot::{SNAPSHOT_VERSION, Snapshot, SnapshotError};

@@ -3,19 +3,27 @@
 //! ([`Record`], [`Entry`]).
 //!
 //! The JSON forms are the journal's on-disk format and the event log's
-//! wire format: fields are only ever added, so a journal written by an
-//! older Airlock reads back the same.
+//! wire format, version [`RECORD_FORMAT`]: fields are only ever added, so
+//! a journal written by an older Airlock reads back the same. Every type
+//! in them is the journal's own ([`super::conversation`]); a test holds
+//! the encoding of one record of each kind to a committed sample
+//! (`testdata/records.jsonl`), so a change to any of them is seen.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::conversation::Captured;
+use super::conversation::Message;
 use crate::context::{ContextOp, Usage};
 use crate::kind::ErrorKind;
-use crate::llm::Message;
-use crate::sandbox::GuestOutput;
 use crate::spec::ToolCall;
+
+/// The version of the records' JSON that this Airlock writes: a change
+/// that an older Airlock could not read bumps it, with a migration of
+/// stored journals.
+pub const RECORD_FORMAT: u32 = 1;
 
 /// One item of the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,7 +107,7 @@ pub enum Item {
         /// What the guest logged and printed, for failed calls too (empty
         /// when it never ran).
         #[serde(flatten)]
-        guest: GuestOutput,
+        guest: Captured,
     },
     /// The ops a successful call applied to deps, in order.
     ContextUpdate {
@@ -397,6 +405,167 @@ pub fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::{Captured, CapturedLog};
+
+    /// A record of every kind, each field set.
+    fn one_of_each() -> Vec<Record> {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "increment".into(),
+            arguments: r#"{"name":"v"}"#.into(),
+            retry: 0,
+        };
+        let event = |n: usize, item: Item| Entry::Item {
+            event: Event::numbered(n, "run_1", 1_700_000_000_000 + n as u64, item),
+            keyed: n == 4,
+        };
+        let deps: Map<String, Value> = serde_json::from_str(r#"{"counters":{"v":1}}"#).unwrap();
+        let entries = vec![
+            Entry::Deps { deps },
+            Entry::Message {
+                message: Message::System {
+                    content: "be brief".into(),
+                },
+            },
+            Entry::Message {
+                message: Message::User {
+                    content: "count".into(),
+                },
+            },
+            event(1, Item::RunStarted { model: "m".into() }),
+            event(
+                2,
+                Item::Message {
+                    role: Role::User,
+                    content: Some("count".into()),
+                    iteration: 0,
+                },
+            ),
+            Entry::Message {
+                message: Message::Assistant {
+                    content: Some("calling".into()),
+                    tool_calls: vec![call.clone()],
+                },
+            },
+            event(
+                3,
+                Item::FunctionCall {
+                    call: call.clone(),
+                    iteration: 1,
+                },
+            ),
+            event(
+                4,
+                Item::FunctionCallOutput {
+                    call_id: "c1".into(),
+                    name: "increment".into(),
+                    status: CallStatus::Failed,
+                    output: "Error (failed): no".into(),
+                    error_kind: Some(ErrorKind::Failed),
+                    duration_us: 1234,
+                    guest: Captured {
+                        logs: vec![CapturedLog {
+                            level: "warn".into(),
+                            message: "careful".into(),
+                        }],
+                        stdout: "out".into(),
+                        stderr: "err".into(),
+                        refusals: vec!["GET http://10.0.0.1/: not granted".into()],
+                    },
+                },
+            ),
+            event(
+                5,
+                Item::ContextUpdate {
+                    call_id: "c1".into(),
+                    ops: vec![
+                        ContextOp::Set {
+                            key: "a".into(),
+                            value: Value::from(1),
+                        },
+                        ContextOp::Merge {
+                            key: "b".into(),
+                            value: serde_json::json!({"x": true}),
+                        },
+                        ContextOp::Append {
+                            key: "c".into(),
+                            value: Value::from("n"),
+                        },
+                        ContextOp::Delete { key: "d".into() },
+                    ],
+                },
+            ),
+            Entry::Message {
+                message: Message::Tool {
+                    call_id: "c1".into(),
+                    name: "increment".into(),
+                    content: "Error (failed): no".into(),
+                    is_error: true,
+                },
+            },
+            event(
+                6,
+                Item::Error {
+                    kind: ErrorKind::ModelError,
+                    message: "the model failed".into(),
+                },
+            ),
+            event(
+                7,
+                Item::RunEnded {
+                    outcome: Outcome::Failed(ErrorKind::ModelError),
+                    iterations: 1,
+                },
+            ),
+            Entry::Usage {
+                usage: Usage {
+                    requests: 1,
+                    tool_calls: 1,
+                    input_tokens: 10,
+                    output_tokens: 2,
+                },
+                iteration: 1,
+            },
+        ];
+        entries
+            .into_iter()
+            .zip(1..)
+            .map(|(entry, seq)| Record {
+                seq,
+                at_ms: 1_700_000_000_000 + seq,
+                entry,
+            })
+            .collect()
+    }
+
+    /// The records' JSON is the committed sample of format
+    /// [`RECORD_FORMAT`], byte for byte, and reads back as written: a
+    /// field added to a type the records hold, or one renamed, fails
+    /// here. (`AIRLOCK_BLESS=1` rewrites the sample, for a change that
+    /// bumps the format.)
+    #[test]
+    fn records_are_written_as_the_committed_sample_of_their_format() {
+        assert_eq!(RECORD_FORMAT, 1, "a new format needs its own sample");
+        let sample = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/journal/testdata/records.jsonl"
+        );
+        let records = one_of_each();
+        let written: String = records
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap() + "\n")
+            .collect();
+        if std::env::var_os("AIRLOCK_BLESS").is_some() {
+            std::fs::write(sample, &written).unwrap();
+        }
+        let committed = std::fs::read_to_string(sample).unwrap();
+        assert_eq!(written, committed, "the journal's stored format changed");
+        let read: Vec<Record> = committed
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(read, records);
+    }
 
     #[test]
     fn a_function_call_item_keeps_its_wire_form() {

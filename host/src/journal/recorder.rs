@@ -4,50 +4,18 @@
 
 use std::time::Duration;
 
+use super::conversation::{CallEnd, Captured, Message};
 use super::record::{CallStatus, Entry, Event, Item, Transcript, now_ms};
 use super::secrets;
 use super::sink::{Conversation, Sink, StoreError};
 use crate::context::{ContextRules, RunContext};
-use crate::llm::Message;
-use crate::sandbox::GuestOutput;
 use crate::spec::ToolCall;
-use crate::tools::{CallError, CallFailure, CallOutcome};
 
 /// What the model is told when the approval handler rejects a call.
 pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
 
 /// What the model is told of a call the run's cancellation stopped.
 pub const CANCELLED_MESSAGE: &str = "Tool call was cancelled.";
-
-/// What the model (or an MCP client) is told of a failed call: the
-/// failure's kind and message (a `retry` asks it to try again), and what
-/// the host refused the tool, with why ([`GuestOutput::refusals`]).
-pub fn failure_text(failure: &CallFailure) -> String {
-    let text = match &failure.error {
-        CallError::Retry(message) => format!("Error (retry): {message}. Please try again."),
-        CallError::Cancelled => CANCELLED_MESSAGE.to_owned(),
-        other => format!("Error ({}): {other}", other.kind()),
-    };
-    with_refusals(text, &failure.output)
-}
-
-/// `text`, followed by what the host refused the call, if anything.
-pub fn with_refusals(text: String, output: &GuestOutput) -> String {
-    if output.refusals.is_empty() {
-        return text;
-    }
-    format!("{text} (the host refused: {})", output.refusals.join("; "))
-}
-
-/// How a call that was asked for ended.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Ended<'a> {
-    /// It ran: its outcome (ops already applied to the context) or how it
-    /// failed.
-    Ran(&'a Result<CallOutcome, CallFailure>),
-    /// The approval handler rejected it; it never ran.
-    Rejected,
-}
 
 /// Records into a [`Conversation`]: each item and message is added to the
 /// transcript at once, and to the next commit when the conversation has a
@@ -181,34 +149,44 @@ impl<'c> Recorder<'c> {
     pub(crate) fn call_ended(
         &mut self,
         call: &ToolCall,
-        ended: Ended<'_>,
+        ended: CallEnd<'_>,
         took: Duration,
         rules: &ContextRules,
         model_waits: bool,
     ) -> CallStatus {
         let (status, output, error_kind, guest, ops) = match ended {
-            Ended::Rejected => (
+            CallEnd::Rejected => (
                 CallStatus::Rejected,
                 REJECTED_MESSAGE.to_owned(),
                 None,
-                GuestOutput::default(),
+                Captured::default(),
                 Vec::new(),
             ),
-            Ended::Ran(Ok(outcome)) => (
+            CallEnd::Completed {
+                result,
+                ops,
+                output,
+            } => (
                 CallStatus::Completed,
-                outcome.result.to_string(),
+                result.to_string(),
                 None,
-                outcome.output.clone(),
-                secrets::scrub_ops(&outcome.updates, rules),
+                output,
+                secrets::scrub_ops(ops, rules),
             ),
-            Ended::Ran(Err(failure)) => (
-                match failure.error {
-                    CallError::Cancelled => CallStatus::Cancelled,
-                    _ => CallStatus::Failed,
+            CallEnd::Failed {
+                text,
+                kind,
+                cancelled,
+                output,
+            } => (
+                if cancelled {
+                    CallStatus::Cancelled
+                } else {
+                    CallStatus::Failed
                 },
-                failure_text(failure),
-                Some(failure.kind()),
-                failure.output.clone(),
+                text,
+                Some(kind),
+                output,
                 Vec::new(),
             ),
         };

@@ -18,10 +18,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::conversation::Message;
 use super::fold::{FoldError, Folded, open_call_positions, open_calls};
 use super::record::{Entry, Event, Record, Transcript};
 use crate::context::Usage;
-use crate::llm::Message;
 
 /// The snapshot format this version writes and reads.
 pub const SNAPSHOT_VERSION: u32 = 1;

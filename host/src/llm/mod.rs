@@ -22,45 +22,11 @@ pub use anthropic::AnthropicModel;
 pub use openai::OpenAiModel;
 pub use script::ScriptModel;
 
+/// A conversation's message: the journal's type, which providers read
+/// and answer in.
+pub use crate::journal::Message;
 use crate::spec::{ToolCall, ToolSpec};
 use futures::future::BoxFuture;
-
-/// One message of a conversation, in provider-neutral form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-pub enum Message {
-    /// Instructions for the model.
-    System {
-        /// The text.
-        content: String,
-    },
-    /// The person's prompt.
-    User {
-        /// The text.
-        content: String,
-    },
-    /// The model's turn: text, tool calls, or both.
-    Assistant {
-        /// The text, if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        content: Option<String>,
-        /// The calls it asked for, in order.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<ToolCall>,
-    },
-    /// The answer to one tool call.
-    Tool {
-        /// The call it answers.
-        call_id: String,
-        /// The tool.
-        name: String,
-        /// The result JSON, or the error text.
-        content: String,
-        /// Whether the call failed.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        is_error: bool,
-    },
-}
 
 /// Tokens one model request consumed, as the provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -34,11 +34,12 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::journal::{REJECTED_MESSAGE, failure_text};
+use crate::agent::SessionCallError;
+use crate::journal::REJECTED_MESSAGE;
 use crate::policy::Approval;
 use crate::sandbox::CancelToken;
-use crate::session::{Session, SessionCallError, SessionError, SessionOptions, SessionStore};
-use crate::tools::{Host, ToolCall};
+use crate::session::{Session, SessionError, SessionOptions, SessionStore};
+use crate::tools::{Host, ToolCall, failure_text};
 
 /// The resource that shows the session's deps.
 pub const DEPS_URI: &str = "airlock://session/deps";

@@ -22,7 +22,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::Reference;
-use crate::sandbox::grants::{canonical, is_non_public, names_address};
+use crate::policy::grants::{canonical, is_non_public, names_address};
 
 /// How many redirects one request follows.
 const MAX_REDIRECTS: usize = 5;

@@ -20,11 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::reference::is_digest;
 use super::{OciError, Reference};
-
-/// The lock file's name, beside the policy.
-pub const LOCK_FILE: &str = "airlock.lock";
+use crate::policy::reference::is_digest;
 
 /// The format version this Airlock writes and reads.
 const VERSION: u32 = 1;
@@ -120,7 +117,7 @@ impl Lock {
             let reference: Reference = locked
                 .reference
                 .parse()
-                .map_err(|e: OciError| fail(line, e.to_string()))?;
+                .map_err(|e: super::InvalidReference| fail(line, e.to_string()))?;
             for (field, digest) in [
                 ("manifest", &locked.manifest),
                 ("component", &locked.component),
@@ -185,7 +182,7 @@ mod tests {
     #[test]
     fn a_lock_round_trips_and_nonsense_names_the_line() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(LOCK_FILE);
+        let path = dir.path().join(super::super::LOCK_FILE);
         let mut lock = Lock::load(&path).unwrap();
         let reference: Reference = "127.0.0.1:5000/t/u:1".parse().unwrap();
         let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));

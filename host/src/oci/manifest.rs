@@ -151,7 +151,7 @@ pub(super) fn names(
                 entries.len()
             )));
         };
-        if !super::reference::is_digest(entry_digest) {
+        if !crate::policy::reference::is_digest(entry_digest) {
             return Err(not_wasm("the wasm entry's digest is not sha256".into()));
         }
         return Ok(Names::Entry(entry_digest.to_owned()));
@@ -192,7 +192,7 @@ pub(super) fn names(
         urls: None,
         ..layer
     };
-    if !super::reference::is_digest(&layer.digest) {
+    if !crate::policy::reference::is_digest(&layer.digest) {
         return Err(not_wasm(
             "the component layer's digest is not sha256".into(),
         ));

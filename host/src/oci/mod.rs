@@ -21,97 +21,31 @@
 //! - `resolve`: a policy's references to local files, through the lock
 //!   (and a pull for those not yet pulled).
 
-mod config;
 mod credentials;
 mod guard;
 mod lock;
 mod manifest;
 mod publish;
-mod reference;
 mod registry;
 mod resolve;
 pub mod signature;
 mod store;
 
-pub(crate) use config::{OciFile, VerifyFile};
+pub use crate::policy::oci::{
+    DEFAULT_MAX_LAYER_BYTES, DEFAULT_MAX_MANIFEST_BYTES, LOCK_FILE, OciSettings, OciTool, Resolved,
+    lock_path,
+};
+pub use crate::policy::reference::{InvalidReference, Reference, SCHEME};
 pub use credentials::Credentials;
 pub use guard::Refused;
-pub use lock::{LOCK_FILE, Lock, Locked};
+pub use lock::{Lock, Locked};
 pub use manifest::{Descriptor, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 pub use publish::Pushed;
-pub use reference::{Reference, SCHEME};
 pub use registry::{Registry, Resolution};
-pub use resolve::{Fetch, Resolved, Resolver};
+pub use resolve::{Fetch, Resolver};
 pub use store::OciStore;
 
-use std::path::{Path, PathBuf};
-
-use signature::PublicKey;
-
-/// Default bound on a manifest: registries cap theirs at 4 MiB.
-pub const DEFAULT_MAX_MANIFEST_BYTES: u64 = 4 << 20;
-
-/// Default bound on a component layer: generous (an interpreter-based
-/// component is tens of MiB).
-pub const DEFAULT_MAX_LAYER_BYTES: u64 = 256 << 20;
-
-/// The policy's `[oci]` settings, and the command line's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OciSettings {
-    /// Refuse every reference whose tool has no verifying key, and every
-    /// component no trusted key signed.
-    pub require_signature: bool,
-    /// Plain HTTP to registries on this machine (never to others).
-    pub insecure: bool,
-    /// Largest manifest accepted, in bytes.
-    pub max_manifest_bytes: u64,
-    /// Largest component layer accepted, in bytes.
-    pub max_layer_bytes: u64,
-}
-
-impl Default for OciSettings {
-    fn default() -> Self {
-        Self {
-            require_signature: false,
-            insecure: false,
-            max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
-            max_layer_bytes: DEFAULT_MAX_LAYER_BYTES,
-        }
-    }
-}
-
-/// A tool the policy names by reference: where, and whose signature it
-/// must carry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OciTool {
-    /// The reference as written.
-    pub reference: Reference,
-    /// The keys one of which must have signed it (`verify = { key = … }`).
-    pub keys: Vec<PublicKey>,
-    /// Repositories besides the reference's own whose signatures count
-    /// for it (`verify = { repositories = […] }`, `registry/repository`):
-    /// a mirror's copy keeps the signature made for the original.
-    pub repositories: Vec<String>,
-}
-
-impl OciTool {
-    /// A tool named by `reference`, with no key to check.
-    pub fn unverified(reference: Reference) -> Self {
-        Self {
-            reference,
-            keys: Vec::new(),
-            repositories: Vec::new(),
-        }
-    }
-
-    /// The repositories a signature may name to count for this tool: its
-    /// reference's own, then those the policy adds.
-    pub fn signed_for(&self) -> Vec<String> {
-        let mut names = vec![self.reference.repository_name()];
-        names.extend(self.repositories.iter().cloned());
-        names
-    }
-}
+use std::path::PathBuf;
 
 /// Something about a reference, its registry, its signature or its lock
 /// that stops it from being used. Every variant names the reference (or
@@ -297,11 +231,20 @@ pub enum OciError {
     },
 }
 
-/// Where a policy's lock file is: `airlock.lock` beside the policy (or in
-/// the current directory, for references given on the command line alone).
-pub fn lock_path(policy: Option<&Path>) -> PathBuf {
-    match policy.and_then(Path::parent) {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.join(LOCK_FILE),
-        _ => PathBuf::from(LOCK_FILE),
+impl From<InvalidReference> for OciError {
+    fn from(e: InvalidReference) -> Self {
+        OciError::InvalidReference {
+            reference: e.reference,
+            problem: e.problem,
+        }
+    }
+}
+
+impl From<crate::policy::keys::KeyError> for OciError {
+    fn from(e: crate::policy::keys::KeyError) -> Self {
+        OciError::Key {
+            path: e.path,
+            problem: e.problem,
+        }
     }
 }

@@ -559,7 +559,7 @@ impl Registry {
             };
             if layer.media_type != PAYLOAD_MEDIA_TYPE
                 || u64::try_from(layer.size).unwrap_or(u64::MAX) > MAX_PAYLOAD_BYTES
-                || !super::reference::is_digest(&layer.digest)
+                || !crate::policy::reference::is_digest(&layer.digest)
             {
                 continue;
             }

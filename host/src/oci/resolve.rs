@@ -15,6 +15,7 @@ use super::signature::{PublicKey, Signature};
 use super::{
     Credentials, Lock, Locked, OciError, OciSettings, OciStore, OciTool, Reference, Registry,
 };
+use crate::policy::{Policy, Resolved};
 
 /// How far a resolution may go to the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,22 +35,6 @@ pub enum Fetch {
     Update,
 }
 
-/// A reference made local.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolved {
-    /// The reference.
-    pub reference: Reference,
-    /// The component's file in the store.
-    pub path: PathBuf,
-    /// The manifest digest the reference resolved to.
-    pub manifest: String,
-    /// The component's digest.
-    pub component: String,
-    /// The trusted keys whose signature verified (empty when none was
-    /// asked for).
-    pub signed_by: Vec<PathBuf>,
-}
-
 /// Resolves references against one lock, one store, one set of registry
 /// settings and credentials. Changes to the lock are kept in memory until
 /// [`Resolver::save`].
@@ -63,6 +48,23 @@ pub struct Resolver {
 }
 
 impl Resolver {
+    /// Resolves every tool `policy` names by reference,
+    /// pointing its `path` at the pulled component and recording what it
+    /// resolved to in its `pulled`. Stops at the first that cannot be used.
+    pub async fn resolve_policy(
+        &mut self,
+        policy: &mut Policy,
+        fetch: Fetch,
+    ) -> Result<(), OciError> {
+        for tool in &mut policy.tools {
+            let Some(oci) = &tool.oci else { continue };
+            let resolved = self.resolve(oci, fetch).await?;
+            tool.path = resolved.path.clone();
+            tool.pulled = Some(resolved);
+        }
+        Ok(())
+    }
+
     /// A resolver over `lock` and `store`.
     pub fn new(
         settings: OciSettings,

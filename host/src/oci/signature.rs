@@ -11,7 +11,7 @@
 //! genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`). Verifying
 //! costs one ECDSA check per signature (tens of microseconds).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use base64::Engine as _;
 use ring::rand::SystemRandom;
@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{OciError, Reference};
+pub use crate::policy::PublicKey;
+use crate::policy::keys::{P256_SPKI_PREFIX, pem_body};
 
 /// The layer media type of a signature payload.
 pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -32,13 +34,6 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 
 /// What the payload says it is.
 const PAYLOAD_TYPE: &str = "cosign container image signature";
-
-/// The DER prefix of a P-256 public key's SubjectPublicKeyInfo, before its
-/// 65-byte uncompressed point.
-const P256_SPKI_PREFIX: [u8; 26] = [
-    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
-    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
-];
 
 /// The tag under which cosign keeps the signatures of `manifest_digest`.
 pub fn signature_tag(manifest_digest: &str) -> String {
@@ -55,47 +50,7 @@ pub struct Signature {
     pub signature: String,
 }
 
-/// A public key trusted to sign components, and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicKey {
-    /// The file it was read from (how errors and `inspect` name it).
-    pub path: PathBuf,
-    /// The uncompressed P-256 point.
-    point: Vec<u8>,
-}
-
-fn pem_body(text: &str, label: &str) -> Option<Vec<u8>> {
-    let begin = format!("-----BEGIN {label}-----");
-    let end = format!("-----END {label}-----");
-    let start = text.find(&begin)? + begin.len();
-    let stop = text[start..].find(&end)? + start;
-    let body: String = text[start..stop]
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    base64::engine::general_purpose::STANDARD.decode(body).ok()
-}
-
 impl PublicKey {
-    /// Reads a P-256 public key (PEM `PUBLIC KEY`) from `path`.
-    pub fn load(path: &Path) -> Result<Self, OciError> {
-        let bad = |problem: String| OciError::Key {
-            path: path.to_path_buf(),
-            problem,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read: {e}")))?;
-        let der =
-            pem_body(&text, "PUBLIC KEY").ok_or_else(|| bad("not a PEM `PUBLIC KEY`".into()))?;
-        let point = der
-            .strip_prefix(&P256_SPKI_PREFIX[..])
-            .filter(|point| point.len() == 65 && point[0] == 4)
-            .ok_or_else(|| bad("not an ECDSA P-256 public key (the kind cosign uses)".into()))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            point: point.to_vec(),
-        })
-    }
-
     /// Whether `signature` is this key's, over its payload, and the payload
     /// names `manifest_digest` as the signed image and one of
     /// `repositories` (`registry/repository`, as

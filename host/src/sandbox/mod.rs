@@ -35,6 +35,9 @@ use wasmtime::{
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+pub use crate::policy::limits::{
+    Limits, MAX_INSTANCES_CEILING, MAX_PREPARED_INSTANCES, MAX_TIMEOUT, TABLE_ELEMENT_BYTES,
+};
 pub(crate) use admission::{Admission, Admitted, ToolGate};
 pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
 use aside::Aside;
@@ -43,7 +46,6 @@ pub use compiler::{CHILD_ENV, CompileFailure, CompileLimits, Compiler, compile_c
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub(crate) use limits::{CallLimiter, ResourceHit};
-pub use limits::{Limits, MAX_PREPARED_INSTANCES, MAX_TIMEOUT, TABLE_ELEMENT_BYTES};
 pub(crate) use output::Refusals;
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, MAX_REFUSALS, Stream};
@@ -99,10 +101,6 @@ pub struct Sandbox {
     /// be started, so every store is dropped in its call).
     aside: Option<Arc<Aside>>,
 }
-
-/// Core instances one component instance may create, whatever its
-/// `max_instances` (which [`Limits::check`] keeps within this).
-pub const MAX_INSTANCES_CEILING: usize = 1_000;
 
 impl Sandbox {
     /// Creates the engine. Costs: reserves the pooling allocator's address
@@ -355,7 +353,7 @@ impl CancelToken {
 /// Everything a store holds for one call: the WASI context its grants
 /// prepared, the resource table, the limiter, the captured output, the
 /// deadline. Opaque outside the crate; it appears in public signatures only
-/// as the store data type of the host's linker ([`grants::Grant::link`]).
+/// as the store data type of the host's linker ([`grants::Capability::link`]).
 pub struct CallState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
@@ -499,6 +497,32 @@ pub enum LogLevel {
     Warn,
     /// Something failed.
     Error,
+}
+
+impl LogLevel {
+    /// Its name, as the `log` interface and the journal write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Trace => "trace",
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Warn => "warn",
+            Self::Error => "error",
+        }
+    }
+
+    /// The level [`LogLevel::as_str`] names `name`.
+    pub fn named(name: &str) -> Option<Self> {
+        [
+            Self::Trace,
+            Self::Debug,
+            Self::Info,
+            Self::Warn,
+            Self::Error,
+        ]
+        .into_iter()
+        .find(|level| level.as_str() == name)
+    }
 }
 
 /// One record a tool logged.

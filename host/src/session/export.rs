@@ -25,8 +25,8 @@ use serde_json::{Map, Value};
 
 use super::store::{Owner, SessionHeader, SessionStore, StoredSession};
 use crate::context::{ContextRules, Usage};
+use crate::journal::Message;
 use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
-use crate::llm::Message;
 
 /// The export format this version writes and reads: 2 marks a keyed
 /// call's items (`"keyed": true` in their journal entries). Version 1 is

@@ -29,8 +29,8 @@ use sha2::{Digest as _, Sha256};
 use super::export::{EXPORT_VERSION, ImportError, SessionExport, Spill};
 use super::store::{RecordPages, SessionHeader};
 use crate::context::{ContextRules, Usage};
+use crate::journal::Message;
 use crate::journal::{Event, Folded, Record, StoreError, secrets};
-use crate::llm::Message;
 
 /// An export that was read whole and agrees with its journal, ready to be
 /// inserted. Its records are in a temporary file, removed when `journal`

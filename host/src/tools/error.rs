@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::context::{OpRejected, OutputError};
+use crate::journal::CANCELLED_MESSAGE;
 use crate::kind::ErrorKind;
 use crate::sandbox::{GrantError, GuestOutput, Stream};
 
@@ -93,7 +94,7 @@ pub enum LoadError {
         skipped: Vec<crate::tools::plain::Skipped>,
     },
     /// The policy names a tool by reference that has not been resolved to
-    /// a pulled component ([`crate::policy::Policy::resolve_references`]).
+    /// a pulled component ([`crate::oci::Resolver::resolve_policy`]).
     #[error(
         "tool {tool}: named by reference and not pulled yet (resolve the policy's references first: `airlock pull`)"
     )]
@@ -188,6 +189,26 @@ impl CallFailure {
     pub fn kind(&self) -> ErrorKind {
         self.error.kind()
     }
+}
+
+/// What the model (or an MCP client) is told of a failed call: the
+/// failure's kind and message (a `retry` asks it to try again), and what
+/// the host refused the tool, with why ([`GuestOutput::refusals`]).
+pub fn failure_text(failure: &CallFailure) -> String {
+    let text = match &failure.error {
+        CallError::Retry(message) => format!("Error (retry): {message}. Please try again."),
+        CallError::Cancelled => CANCELLED_MESSAGE.to_owned(),
+        other => format!("Error ({}): {other}", other.kind()),
+    };
+    with_refusals(text, &failure.output)
+}
+
+/// `text`, followed by what the host refused the call, if anything.
+pub fn with_refusals(text: String, output: &GuestOutput) -> String {
+    if output.refusals.is_empty() {
+        return text;
+    }
+    format!("{text} (the host refused: {})", output.refusals.join("; "))
 }
 
 impl From<CallError> for CallFailure {

@@ -24,15 +24,16 @@ use wasmtime::component::{Component, Linker};
 pub use bindings::{ContextView, Reads};
 pub use call::MAX_ERROR_MESSAGE_BYTES;
 pub(crate) use call::Ran;
-pub use error::{CallError, CallFailure, LoadError};
+pub use error::{CallError, CallFailure, LoadError, failure_text, with_refusals};
 use load::CompileHook;
 pub use load::CompileProgress;
 
 use crate::context::{ContextOp, ContextRules, KeyAccess, KeyRules};
+use crate::journal::{CallEnd, Captured, CapturedLog};
 use crate::policy::{Approval, Policy};
 use crate::sandbox::{
-    CacheOutcome, CallState, CompileCache, Grants, GuestOutput, Limits, Sandbox, SandboxConfig,
-    ToolGate,
+    CacheOutcome, CallState, CompileCache, Grants, GuestOutput, Limits, LogLevel, LogRecord,
+    Sandbox, SandboxConfig, ToolGate,
 };
 pub use crate::spec::ToolCall;
 use crate::spec::ToolSpec;
@@ -53,6 +54,58 @@ pub struct CallOutcome {
     /// Wall-clock time of the whole call, checks included.
     #[serde(with = "duration_micros")]
     pub duration: Duration,
+}
+
+/// How `result` ended, as the journal records it.
+pub(crate) fn call_end(result: &Result<CallOutcome, CallFailure>) -> CallEnd<'_> {
+    match result {
+        Ok(outcome) => CallEnd::Completed {
+            result: &outcome.result,
+            ops: &outcome.updates,
+            output: captured(&outcome.output),
+        },
+        Err(failure) => CallEnd::Failed {
+            text: failure_text(failure),
+            kind: failure.kind(),
+            cancelled: matches!(failure.error, CallError::Cancelled),
+            output: captured(&failure.output),
+        },
+    }
+}
+
+/// What a guest wrote, as the journal keeps it.
+fn captured(output: &GuestOutput) -> Captured {
+    Captured {
+        logs: output
+            .logs
+            .iter()
+            .map(|log| CapturedLog {
+                level: log.level.as_str().to_owned(),
+                message: log.message.clone(),
+            })
+            .collect(),
+        stdout: output.stdout.clone(),
+        stderr: output.stderr.clone(),
+        refusals: output.refusals.clone(),
+    }
+}
+
+/// What a guest wrote, back from the journal's form (a level the journal
+/// does not name reads as `info`).
+pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
+    GuestOutput {
+        logs: captured
+            .logs
+            .iter()
+            .map(|log| LogRecord {
+                level: LogLevel::named(&log.level).unwrap_or(LogLevel::Info),
+                message: log.message.clone(),
+            })
+            .collect(),
+        stdout: captured.stdout.clone(),
+        stderr: captured.stderr.clone(),
+        refusals: captured.refusals.clone(),
+    }
 }
 
 /// How a component's tools are called.
@@ -298,7 +351,7 @@ impl HostBuilder {
     /// (cache, limits for tools loaded later, pool size) are kept.
     ///
     /// A tool the policy names by reference must have been resolved first
-    /// ([`crate::policy::Policy::resolve_references`]); one that was not is
+    /// ([`crate::oci::Resolver::resolve_policy`]); one that was not is
     /// refused ([`LoadError::NotPulled`]).
     ///
     /// Costs what [`HostBuilder::build`] and each [`Host::load_with`] cost.

@@ -18,9 +18,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
-use super::address::is_non_public;
-use super::pattern::{HostPattern, Scheme};
-use super::{HttpGrant, IoFuture, ResolvedSecret};
+use super::{IoFuture, ResolvedSecret};
+use crate::policy::grants::{HostPattern, HttpGrant, Scheme, canonical, is_non_public};
 use crate::sandbox::Refusals;
 
 /// Connections all calls together may hold open: tools share the host's
@@ -97,10 +96,8 @@ pub(super) async fn send(
 
     // A secret goes only to its own origins, and in cleartext only to this
     // machine (its policy allowed an `http://` origin only for loopback).
-    let encrypted_or_local = scheme == Scheme::Https
-        || permitted
-            .iter()
-            .all(|a| super::address::canonical(a.ip()).is_loopback());
+    let encrypted_or_local =
+        scheme == Scheme::Https || permitted.iter().all(|a| canonical(a.ip()).is_loopback());
     let mut injected: Vec<Vec<u8>> = Vec::new();
     for secret in secrets
         .iter()

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use super::super::GrantError;
+use super::GrantError;
 use super::address::canonical;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,6 +52,12 @@
 //! A policy is plain data: each grant parses its own piece
 //! ([`crate::sandbox::grants`]), and [`crate::tools`] reads the result.
 
+pub mod grants;
+pub(crate) mod keys;
+pub mod limits;
+pub(crate) mod oci;
+pub(crate) mod reference;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -59,14 +65,17 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::context::{ContextRules, KeyAccess, KeyPatterns};
-use crate::oci::signature::PublicKey;
-use crate::oci::{Fetch, OciError, OciSettings, OciTool, Reference, Resolved, Resolver};
 use crate::retention::Retention;
-use crate::sandbox::Limits;
-use crate::sandbox::grants::{
+use grants::{
     DirConfig, DirGrant, DirMode, EnvGrant, Grant, GrantError, Grants, HttpConfig, HttpGrant,
-    LimitsConfig, SecretConfig, SecretGrant,
+    SecretConfig, SecretGrant,
 };
+pub use keys::PublicKey;
+pub use limits::Limits;
+use limits::LimitsConfig;
+use oci::{OciFile, VerifyFile};
+pub use oci::{OciSettings, OciTool, Resolved};
+pub use reference::{InvalidReference, Reference};
 
 /// Whether the agent loop asks a person before running a tool's calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -155,7 +164,7 @@ pub struct Policy {
 pub struct ToolPolicy {
     /// The component: a file (`path`, resolved against the policy file's
     /// directory), or, for a tool named by reference, its file in the OCI
-    /// store once [`Policy::resolve_references`]
+    /// store once [`Resolver::resolve_policy`](crate::oci::Resolver::resolve_policy)
     /// has pulled it (empty until then).
     pub path: PathBuf,
     /// A label for messages; defaults to the file name (the reference, for
@@ -299,26 +308,9 @@ impl Policy {
         })
     }
 
-    /// Resolves every tool named by reference through `resolver`,
-    /// pointing its `path` at the pulled component and recording what it
-    /// resolved to in its `pulled`. Stops at the first that cannot be used.
-    pub async fn resolve_references(
-        &mut self,
-        resolver: &mut Resolver,
-        fetch: Fetch,
-    ) -> Result<(), OciError> {
-        for tool in &mut self.tools {
-            let Some(oci) = &tool.oci else { continue };
-            let resolved = resolver.resolve(oci, fetch).await?;
-            tool.path = resolved.path.clone();
-            tool.pulled = Some(resolved);
-        }
-        Ok(())
-    }
-
     /// Where this policy's lock file is: `airlock.lock` beside it.
     pub fn lock_path(&self) -> PathBuf {
-        crate::oci::lock_path(Some(&self.source))
+        oci::lock_path(Some(&self.source))
     }
 
     /// The entry that names `reference`, if any.
@@ -409,7 +401,7 @@ struct PolicyFile {
     tools: Vec<Spanned<ToolFile>>,
     turn: Option<Spanned<TurnFile>>,
     sessions: Option<Spanned<crate::retention::RetentionFile>>,
-    oci: Option<Spanned<crate::oci::OciFile>>,
+    oci: Option<Spanned<OciFile>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -438,7 +430,7 @@ struct ContextFile {
 struct ToolFile {
     path: Option<Spanned<String>>,
     oci: Option<Spanned<String>>,
-    verify: Option<Spanned<crate::oci::VerifyFile>>,
+    verify: Option<Spanned<VerifyFile>>,
     name: Option<String>,
     #[serde(default)]
     approval: Approval,
@@ -504,7 +496,7 @@ impl ToolFile {
                 let reference: Reference = written
                     .get_ref()
                     .parse()
-                    .map_err(|e: OciError| at(Some(written.span()), e.to_string()))?;
+                    .map_err(|e: InvalidReference| at(Some(written.span()), e.to_string()))?;
                 let repositories = match &self.verify {
                     None => Vec::new(),
                     Some(verify) => verify

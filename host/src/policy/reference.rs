@@ -4,7 +4,15 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::OciError;
+/// A reference that is not one: the text (shortened) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid reference {reference:?}: {problem}")]
+pub struct InvalidReference {
+    /// The text, shortened.
+    pub reference: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
 
 /// The prefix that marks a reference where a file path could stand.
 pub const SCHEME: &str = "oci://";
@@ -144,11 +152,11 @@ impl fmt::Display for Reference {
 }
 
 impl FromStr for Reference {
-    type Err = OciError;
+    type Err = InvalidReference;
 
     /// Parses `REGISTRY/REPO[:TAG][@sha256:HEX]`, with or without `oci://`.
-    fn from_str(text: &str) -> Result<Self, OciError> {
-        let invalid = |problem: &str| OciError::InvalidReference {
+    fn from_str(text: &str) -> Result<Self, InvalidReference> {
+        let invalid = |problem: &str| InvalidReference {
             reference: crate::text::truncate(text, 200),
             problem: problem.to_owned(),
         };

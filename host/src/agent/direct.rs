@@ -1,0 +1,176 @@
+//! Calls on a session outside the agent loop (`airlock call --session`,
+//! MCP): journaled through the same recorder as the loop's calls, so a
+//! call reads the same in the journal whoever made it. The session layer
+//! stores and leases; running the tool is this layer's.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::journal::recorder::Recorder;
+use crate::journal::{CallStatus, Conversation, Event, Item, StoreError};
+use crate::sandbox::CancelToken;
+use crate::session::Session;
+use crate::tools::{CallFailure, CallOutcome, Host, ToolCall, call_end, guest_output};
+
+/// A call on a session ([`Session::call`]) that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionCallError {
+    /// The call failed; its failure is committed, no op was applied.
+    #[error(transparent)]
+    Call(CallFailure),
+    /// A commit failed: before the call ran (it did not run), or after
+    /// (its ops are applied to the live deps but not stored).
+    #[error("cannot save the session: {0}")]
+    Store(#[from] StoreError),
+    /// [`Session::call_once`] was given the id of an earlier call of
+    /// another tool or other arguments; nothing ran.
+    #[error(
+        "call id {call_id} was already used in this session for another call (another tool or other arguments)"
+    )]
+    IdReused {
+        /// The id.
+        call_id: String,
+    },
+}
+
+/// What a session holds of an earlier call with a given id.
+enum Earlier {
+    /// Nothing completed.
+    None,
+    /// It completed: its committed outcome.
+    Completed(Box<CallOutcome>),
+    /// The id was used for another tool or other arguments.
+    Reused,
+}
+
+impl Session {
+    /// Calls one tool outside the agent loop (for `airlock call --session`
+    /// and MCP), journaled as the loop journals a call: its intent, then
+    /// its output item and ops (under `host`'s rules as they are now; no
+    /// tool message, as no model waits for one). The call counts in
+    /// `usage.tool_calls` (and the tool sees itself counted).
+    ///
+    /// A call whose tool cannot have effects outside the sandbox (no
+    /// effectful grant, or marked `idempotent`: the rule parallel turns
+    /// use) is journaled in one commit after it ends, intent and output
+    /// together: if the process dies while it runs, nothing of it was
+    /// committed and nothing outside happened, so there is nothing to
+    /// answer. Any other call commits its intent before it runs, so that a
+    /// death mid-call is answered "interrupted" on resume.
+    ///
+    /// Cost: one commit (an fsync) for a pure call, two otherwise.
+    pub async fn call(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Result<CallOutcome, SessionCallError> {
+        self.call_journaled(host, call, cancel, false).await
+    }
+
+    /// [`Session::call`], its items recorded as a keyed call's when
+    /// `keyed`; its intent committed before it runs when it is keyed or its
+    /// tool may have effects outside the sandbox.
+    async fn call_journaled(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+        keyed: bool,
+    ) -> Result<CallOutcome, SessionCallError> {
+        let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
+        let intent_first = keyed || !pure;
+        let started = Instant::now();
+        let iteration = self.context().iteration;
+        let mut recorder = Recorder::new(Conversation::from(&mut *self), false).keyed(keyed);
+        recorder.call_asked(call, iteration);
+        if intent_first {
+            recorder.commit().await?;
+        }
+        let result = host.call_counted(recorder.ctx_mut(), call, cancel).await;
+        recorder.call_ended(
+            call,
+            call_end(&result),
+            started.elapsed(),
+            host.context_rules(),
+            false,
+        );
+        recorder.commit().await?;
+        result.map_err(SessionCallError::Call)
+    }
+
+    /// [`Session::call`], at most once per call id: when this session
+    /// already holds a completed keyed call (one made through this method)
+    /// with `call.id`, its outcome (result, ops, guest output, as
+    /// committed) is returned and nothing runs. A client that lost the
+    /// answer (a dropped connection, a host that died) retries with the
+    /// same id, on any host, and its ops apply once. A call that failed,
+    /// was cancelled or interrupted committed no op, so it runs again. The
+    /// id must name the same tool and arguments
+    /// ([`SessionCallError::IdReused`] otherwise). A keyed call always
+    /// commits its intent before it runs, whatever its tool. A key finds
+    /// keyed calls only: a [`Session::call`] or a model's call with the
+    /// same id is not indexed, and is not its earlier call.
+    ///
+    /// Cost: one indexed read of the store for the call's records, beside
+    /// [`Session::call`]'s. Only keyed calls' records are indexed, so an
+    /// unkeyed call's commit pays nothing for it.
+    pub async fn call_once(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> Result<CallOutcome, SessionCallError> {
+        let events = self.keyed_call_items(&call.id).await?;
+        match earlier_call(&events, call) {
+            Earlier::Completed(done) => Ok(*done),
+            Earlier::Reused => Err(SessionCallError::IdReused {
+                call_id: call.id.clone(),
+            }),
+            Earlier::None => self.call_journaled(host, call, cancel, true).await,
+        }
+    }
+}
+
+/// What `items` (a session's records about `call`'s id) hold of a call
+/// with `call`'s id.
+fn earlier_call(items: &[Event], call: &ToolCall) -> Earlier {
+    let same_id = |id: &str| id == call.id;
+    let reused = items.iter().any(|e| {
+        matches!(&e.item, Item::FunctionCall { call: earlier, .. }
+            if same_id(&earlier.id)
+                && (earlier.name != call.name || earlier.arguments != call.arguments))
+    });
+    if reused {
+        return Earlier::Reused;
+    }
+    let Some((output, guest, duration_us)) = items.iter().rev().find_map(|e| match &e.item {
+        Item::FunctionCallOutput {
+            call_id,
+            status: CallStatus::Completed,
+            output,
+            guest,
+            duration_us,
+            ..
+        } if same_id(call_id) => Some((output, guest, *duration_us)),
+        _ => None,
+    }) else {
+        return Earlier::None;
+    };
+    let updates = items
+        .iter()
+        .filter_map(|e| match &e.item {
+            Item::ContextUpdate { call_id, ops } if same_id(call_id) => Some(ops.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    Earlier::Completed(Box::new(CallOutcome {
+        result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
+        updates,
+        output: guest_output(guest),
+        duration: Duration::from_micros(duration_us),
+    }))
+}
