@@ -219,8 +219,15 @@ vendor-check: $(WASMTIME_CRATE)
 	    echo "vendor-check: vendor/wasmtime is wasmtime $(WASMTIME_VERSION) plus vendor/wasmtime.patch"; \
 	  else echo "error: vendor/wasmtime is not wasmtime $(WASMTIME_VERSION) plus vendor/wasmtime.patch (the differences above)"; exit 1; fi
 
+# The tests' build has the `test-hooks` feature (a kill test's hook); the
+# binary as shipped is built without it and kept apart, for the test that
+# checks it has no hook (AIRLOCK_SHIPPED_BIN), and put back after the tests.
+SHIPPED := target/shipped/airlock
+
 build-host: setup
-	$(CARGO) build --all-targets
+	$(CARGO) build --bin airlock
+	@mkdir -p $(dir $(SHIPPED)) && cp target/debug/airlock $(SHIPPED)
+	$(CARGO) build --all-targets --features test-hooks
 
 # Only the `airlock` binary: what `make demo` runs (no tests, no benches).
 build-bin: setup
@@ -231,7 +238,7 @@ build: guests build-host
 lint: setup c-bindings-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt --manifest-path guest-examples/Cargo.toml --all -- --check
-	$(CARGO) clippy --all-targets --features bench -- -D warnings
+	$(CARGO) clippy --all-targets --features bench,test-hooks -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p airlock-host
 	$(CARGO) clippy --release --target $(GUEST_TARGET) \
 	  --manifest-path guest-examples/Cargo.toml --target-dir $(GUESTS) -- -D warnings
@@ -280,7 +287,9 @@ WITH_POSTGRES := pg_virtualenv -t -o max_connections=200 sh -c
 PG_URL        := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
 test: build lint vendor-check postgres registry-server
-	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" exec $(CARGO) test'
+	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" AIRLOCK_SHIPPED_BIN="$(CURDIR)/$(SHIPPED)" \
+	  exec $(CARGO) test --features test-hooks'
+	$(CARGO) build --bin airlock
 
 # Measures the costs side by side and rewrites docs/benchmarks.md (release
 # build; a few minutes).

@@ -446,3 +446,37 @@ async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit(
     assert!(store.list(None).await.unwrap()[0].leased_until_ms.is_none());
     integrity(&run.db);
 }
+
+/// The kill hook is the tests' only: an `airlock` built without the
+/// `test-hooks` feature (what `make demo` and every release build) does
+/// not hold the variable's name, so nothing an operator sets can make it
+/// kill itself. `make test` names such a build in `AIRLOCK_SHIPPED_BIN`;
+/// the tests' own binary, built with the feature, holds it (the control).
+#[test]
+fn a_build_without_test_hooks_has_no_kill_hook() {
+    let holds_hook = |binary: &Path| {
+        std::process::Command::new("grep")
+            .args(["-q", "-a", "-F", "AIRLOCK_TEST_KILL_AT_COMMIT"])
+            .arg(binary)
+            .status()
+            .expect("grep runs")
+            .success()
+    };
+    let tests_binary = Path::new(env!("CARGO_BIN_EXE_airlock"));
+    let shipped = match std::env::var_os("AIRLOCK_SHIPPED_BIN") {
+        Some(path) => PathBuf::from(path),
+        None if !cfg!(feature = "test-hooks") => tests_binary.to_path_buf(),
+        None => panic!(
+            "set AIRLOCK_SHIPPED_BIN to an airlock built without --features test-hooks (make test does)"
+        ),
+    };
+    assert!(shipped.is_file(), "{} is not a file", shipped.display());
+    assert!(
+        !holds_hook(&shipped),
+        "{} reads AIRLOCK_TEST_KILL_AT_COMMIT",
+        shipped.display()
+    );
+    if cfg!(feature = "test-hooks") {
+        assert!(holds_hook(tests_binary), "the tests' binary has no hook");
+    }
+}

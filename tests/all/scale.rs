@@ -117,6 +117,10 @@ async fn a_host_killed_after_a_batch_commits_loses_no_update(backend: Backend) {
 }
 
 async fn one_host_killed(backend: Backend, how: Kill) {
+    assert!(
+        matches!(how, Kill::FromOutside) || cfg!(feature = "test-hooks"),
+        "a kill inside a commit needs the hook: cargo test --features test-hooks (make test)"
+    );
     let started = Instant::now();
     let db = TestStore::new(backend, "scale").await;
     let config = policy(db.dir.path());

@@ -117,11 +117,15 @@ fn stopped(location: &str) -> StoreError {
     }
 }
 
-/// The environment variable that sets a [`KillPoint`].
+/// The environment variable that sets a [`KillPoint`]: read only by a
+/// build with the `test-hooks` feature (the tests'); a build without it
+/// (every shipped one) holds neither the name nor the code that reads it.
+#[cfg(feature = "test-hooks")]
 const KILL_POINT_VAR: &str = "AIRLOCK_TEST_KILL_AT_COMMIT";
 
 /// Where in a batch's commit a durability test stops the process with
 /// SIGKILL.
+#[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stage {
     /// Every append of the batch written into its transaction, nothing
@@ -133,11 +137,13 @@ pub(super) enum Stage {
     AfterCommit,
 }
 
-/// For kill tests only: `AIRLOCK_TEST_KILL_AT_COMMIT=before:N` (or
-/// `after:N`) makes the process SIGKILL itself at the N-th batch that
-/// holds two or more appends, before its commit (or after it, before any
-/// appender hears). Read once, when the store opens; anything else in the
-/// variable is ignored.
+/// For kill tests only, in a build with the `test-hooks` feature:
+/// `AIRLOCK_TEST_KILL_AT_COMMIT=before:N` (or `after:N`) makes the process
+/// SIGKILL itself at the N-th batch that holds two or more appends, before
+/// its commit (or after it, before any appender hears). Read once, when
+/// the store opens; anything else in the variable is ignored. Without the
+/// feature there is never a kill point.
+#[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 #[derive(Debug)]
 pub(super) struct KillPoint {
     stage: Stage,
@@ -146,6 +152,12 @@ pub(super) struct KillPoint {
 }
 
 impl KillPoint {
+    #[cfg(not(feature = "test-hooks"))]
+    pub(super) fn from_env() -> Option<Self> {
+        None
+    }
+
+    #[cfg(feature = "test-hooks")]
     pub(super) fn from_env() -> Option<Self> {
         let value = std::env::var(KILL_POINT_VAR).ok()?;
         let (stage, batch) = value.split_once(':')?;
