@@ -1,0 +1,211 @@
+//! Sessions: the stores themselves: migrations, files that are not stores, lock waits.
+
+use super::*;
+
+/// A store written by an earlier schema (SQLite: 1 and 2; Postgres: 1)
+/// is migrated when opened: every session keeps its owner, journal and
+/// deps (two users' sessions of the same id stay apart), the calls
+/// already journaled are indexed, so a keyed retry of one is still found
+/// once a snapshot hides it, and the migrated store takes new calls.
+async fn an_earlier_schema_is_migrated_and_its_calls_indexed(backend: Backend) {
+    let versions: &[u32] = match backend {
+        Backend::Sqlite => &[1, 2],
+        Backend::Postgres => &[1],
+    };
+    for &version in versions {
+        let db = TestStore::new(backend, &format!("migrate{version}")).await;
+        {
+            let store = db.open().await;
+            keyed_increments(&store, "old", 0..3, 4).await;
+            keyed_increments_of(&store, Some("bob"), "old", 0..5, 4).await;
+        }
+        let before = {
+            let store = db.open().await;
+            let anonymous = store.read(None, "old").await.unwrap().records;
+            let bob = store.read(Some("bob"), "old").await.unwrap().records;
+            (anonymous, bob)
+        };
+        db.execute(downgrade_to(backend, version)).await;
+
+        let store = db.open().await;
+        let after = (
+            store.read(None, "old").await.unwrap().records,
+            store.read(Some("bob"), "old").await.unwrap().records,
+        );
+        // Stored without marks, as that Airlock wrote them: read back
+        // marked, since the migration indexed every call (all keyed here).
+        assert_eq!(
+            serde_json::to_value(&after).unwrap(),
+            serde_json::to_value(&before).unwrap(),
+            "schema {version}: every record kept, each under its own owner"
+        );
+        // More calls, so that a snapshot now covers k0..k2.
+        keyed_increments(&store, "old", 3..6, 2).await;
+        let mut session = open(&store, options(None, "old")).await;
+        assert!(session.transcript().items_folded > 0);
+        let again = keyed_increment(&mut session, "k0", "x").await.unwrap();
+        assert_eq!(again.result["value"], 1, "schema {version}");
+        assert_eq!(session.context().deps()["counters"]["x"], 6);
+        session.close().await.unwrap();
+        let bob = open(&store, options(Some("bob"), "old")).await;
+        assert_eq!(bob.context().deps()["counters"]["x"], 5, "schema {version}");
+        bob.close().await.unwrap();
+    }
+}
+
+/// A file that is not a session store Airlock can use is refused with
+/// exit 2, naming the file and why, and is left as it was.
+#[test]
+fn a_file_that_is_not_a_store_is_refused_naming_it_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str, build: &dyn Fn(&Path)| {
+        let path = dir.path().join(name);
+        build(&path);
+        path
+    };
+    let random = make("random.db", &|p| {
+        std::fs::write(
+            p,
+            (0..20_000u32)
+                .map(|i| (i * 7919 % 251) as u8)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap()
+    });
+    let text = make("notes.txt", &|p| {
+        std::fs::write(p, "shopping list\n").unwrap()
+    });
+    let foreign = make("other.db", &|p| {
+        let conn = rusqlite::Connection::open(p).unwrap();
+        conn.execute_batch("CREATE TABLE sessions (a); CREATE TABLE notes (b);")
+            .unwrap();
+    });
+    let newer = make("newer.db", &|p| {
+        let conn = rusqlite::Connection::open(p).unwrap();
+        conn.execute_batch("PRAGMA user_version = 99;").unwrap();
+    });
+    for (path, why) in [
+        (&random, "not a SQLite database"),
+        (&text, "not a SQLite database"),
+        (
+            &foreign,
+            "a database of another program (its tables: notes, sessions)",
+        ),
+        (&newer, "written by a newer Airlock (schema 99"),
+    ] {
+        let before = std::fs::read(path).unwrap();
+        for args in [vec!["list", "--json"], vec!["show", "s", "--json"]] {
+            let out = sessions(path.to_str().unwrap(), &args);
+            assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+            let doc = stdout_json(&out);
+            assert_eq!(doc["error"]["kind"], "invalid_store", "{doc}");
+            let message = doc["error"]["message"].as_str().unwrap();
+            assert!(message.contains(path.to_str().unwrap()), "{message}");
+            assert!(message.contains(why), "{message}");
+        }
+        assert_eq!(
+            std::fs::read(path).unwrap(),
+            before,
+            "{} was changed",
+            path.display()
+        );
+    }
+    // A call on one does not run the tool.
+    let out = airlock_with_env(
+        &[
+            "call",
+            guest("stateful").to_str().unwrap(),
+            "increment",
+            r#"{"name":"a"}"#,
+            "--session",
+            "s",
+            "--store",
+            foreign.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["error"]["kind"], "invalid_store");
+}
+
+/// Processes creating the store together: opening switches the new file
+/// to WAL, a write SQLite does not wait for (it fails at once with
+/// "database is locked" while another connection holds the write lock).
+/// Here another connection holds it while the store opens; the open waits
+/// its turn and the store works. The lock is let go only once the open is
+/// seen waiting for it: its thread asleep in SQLite's busy handler (the
+/// kernel's `wchan` for the thread), so the test cannot pass without the
+/// open having met the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_opened_while_another_process_writes_the_new_file_waits_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("together.db");
+    let other = write_locked(&db);
+    let path = db.clone();
+    let (thread_id, opener) = std::sync::mpsc::channel();
+    let opening = std::thread::spawn(move || {
+        // `/proc/thread-self` is `PID/task/TID`.
+        let me = std::fs::read_link("/proc/thread-self").unwrap();
+        thread_id.send(me.file_name().unwrap().to_owned()).unwrap();
+        airlock::session::SqliteStore::open(path)
+    });
+    let wchan = std::path::Path::new("/proc/self/task")
+        .join(opener.recv().unwrap())
+        .join("wchan");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&wchan).is_ok_and(|w| w.contains("nanosleep")) {
+        assert!(
+            !opening.is_finished(),
+            "the open ended without waiting for the lock"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the open never waited for the lock"
+        );
+        std::thread::yield_now();
+    }
+    other.execute_batch("COMMIT").unwrap();
+    let store: Arc<dyn SessionStore> = Arc::new(
+        opening
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("the open waits for the other writer: {e}")),
+    );
+    stored(&store, options(None, "after")).await;
+    let listed = store.list(None).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].session_id, "after");
+}
+
+/// A write that waits out the busy timeout (another connection holding
+/// the store's write lock all that time) fails saying so, and changes
+/// nothing; the same write works once the lock is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_waits_out_another_writers_lock_fails_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("held.db");
+    let store: Arc<dyn SessionStore> = Arc::new(airlock::session::SqliteStore::open(&db).unwrap());
+    stored(&store, options(None, "kept")).await;
+    let other = write_locked(&db);
+    let out = sessions(path(&db), &["rm", "kept", "--json"]);
+    assert!(!out.status.success());
+    let message = stdout_json(&out)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains(path(&db)), "{message}");
+    assert!(
+        message.contains(
+            "database is locked: another connection held its write lock for more than 10 s"
+        ),
+        "{message}"
+    );
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(store.list(None).await.unwrap().len(), 1);
+    let out = sessions(path(&db), &["rm", "kept"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(store.list(None).await.unwrap().is_empty());
+}
+
+crate::on_both_stores!(an_earlier_schema_is_migrated_and_its_calls_indexed,);
