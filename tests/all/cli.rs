@@ -877,7 +877,7 @@ fn inspect_call_and_run_refuse_the_same_policy() {
     assert_unknown_tool(&out, "add_note");
 }
 
-/// `airlock --help` (long) and README list every exit code and every
+/// `airlock --help` (long) and the reference list every exit code and every
 /// environment variable the host reads (found in its source, less the ones
 /// it sets for itself); value names are the same words everywhere
 /// (issue 31.15).
@@ -885,7 +885,7 @@ fn inspect_call_and_run_refuse_the_same_policy() {
 fn long_help_and_readme_list_exit_codes_and_every_variable() {
     let help = String::from_utf8_lossy(&airlock(&["--help"]).stdout).into_owned();
     let short = String::from_utf8_lossy(&airlock(&["-h"]).stdout).into_owned();
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/reference.md")).unwrap();
     for code in ["0", "1", "2", "3", "4", "130"] {
         assert!(
             help.contains(&format!("\n  {code} ")),
@@ -893,7 +893,7 @@ fn long_help_and_readme_list_exit_codes_and_every_variable() {
         );
         assert!(
             readme.contains(&format!("| `{code}` |")),
-            "exit {code} in README"
+            "exit {code} in docs/reference.md"
         );
     }
     assert!(!short.contains("Exit codes"), "-h stays short");
@@ -933,7 +933,10 @@ fn long_help_and_readme_list_exit_codes_and_every_variable() {
     assert!(read.len() >= 15, "{read:?}");
     for name in &read {
         assert!(help.contains(name.as_str()), "{name} in --help");
-        assert!(readme.contains(&format!("`{name}`")), "{name} in README");
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "{name} in docs/reference.md"
+        );
     }
     // One word per kind of value, whatever the command.
     let mut names = std::collections::BTreeSet::new();

@@ -1,7 +1,7 @@
-//! README.md's commands, run as pasted (issue 31.5): every line of every
-//! `sh` block, from the repository's root, in the order the README gives
-//! them, with the built `airlock` first on `PATH` (the README's `export
-//! PATH=…` line) and a data directory of its own. A line that needs what a
+//! The docs' commands, run as pasted: every line of every `sh` block of
+//! README.md, then of each file in [`DOCS`], from the repository's root,
+//! in the order they give them, with the built `airlock` first on `PATH`
+//! (the README's `export PATH=…` line) and one data directory for all. A line that needs what a
 //! test cannot have here (the network, a model's API key, a registry or a
 //! Postgres server started by hand, a crate built outside the repository,
 //! a server that runs until stopped) is skipped for a reason named in
@@ -15,8 +15,39 @@ use std::process::Command;
 
 use crate::support::{cache_dir, root};
 
+/// The files whose commands run, in order (later ones may use what
+/// earlier ones made: the README's session `demo`).
+const DOCS: &[&str] = &["README.md", "docs/reference.md", "docs/writing-tools.md"];
+
 /// Lines not run, by how they start or what they hold, and why.
 const SKIPPED: &[(&str, &str)] = &[
+    (
+        "TOOL.wasm",
+        "a placeholder for the reader's own tool (the lines after it run real ones)",
+    ),
+    ("my_tool.wasm", "a placeholder for the reader's own tool"),
+    (
+        "release/notes.wasm",
+        "the notes crate is built outside the repository",
+    ),
+    ("python3 -m venv", "installs a toolchain (make guests does)"),
+    ("pip install", "installs a toolchain (make guests does)"),
+    ("apt-get install", "installs a toolchain (make guests does)"),
+    ("npm install", "installs a toolchain (make guests does)"),
+    (
+        "componentize-py",
+        "builds a tool (make guests does, into target/guests)",
+    ),
+    ("npx componentize-js", "builds a tool (make guests does)"),
+    ("wit-bindgen c", "writes bindings (make c-bindings does)"),
+    ("clang-19", "builds a tool (make guests does)"),
+    ("wasm-tools component", "builds a tool (make guests does)"),
+    (
+        "python-stateful.wasm",
+        "the tool the skipped build above makes",
+    ),
+    ("js-stateful.wasm", "the tool the skipped build above makes"),
+    ("c-stateful.wasm", "the tool the skipped build above makes"),
     (
         "export PATH=",
         "the test puts the built airlock first on PATH",
@@ -145,9 +176,8 @@ fn skipped(command: &str) -> Option<&'static str> {
 }
 
 #[test]
-fn every_offline_command_in_the_readme_runs_as_pasted() {
+fn every_offline_command_in_the_docs_runs_as_pasted() {
     let root = root();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let data = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_airlock")).parent().unwrap();
     let path = format!(
@@ -155,15 +185,18 @@ fn every_offline_command_in_the_readme_runs_as_pasted() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let all = commands(&readme);
-    assert!(all.len() > 20, "the README's commands were not found");
+    let all: Vec<(&str, Shown)> = DOCS
+        .iter()
+        .flat_map(|doc| {
+            let text = std::fs::read_to_string(root.join(doc)).unwrap();
+            commands(&text).into_iter().map(move |shown| (*doc, shown))
+        })
+        .collect();
+    assert!(all.len() > 20, "the docs' commands were not found");
     let (mut ran, mut skips) = (0, Vec::new());
-    for shown in &all {
+    for (doc, shown) in &all {
         if let Some(why) = skipped(&shown.command) {
-            skips.push(format!(
-                "README.md:{}: {} ({why})",
-                shown.line, shown.command
-            ));
+            skips.push(format!("{doc}:{}: {} ({why})", shown.line, shown.command));
             continue;
         }
         let mut command = Command::new("sh");
@@ -193,7 +226,7 @@ fn every_offline_command_in_the_readme_runs_as_pasted() {
             String::from_utf8_lossy(&out.stderr),
         );
         let at = format!(
-            "README.md:{}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            "{doc}:{}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
             shown.line, shown.command
         );
         match &shown.error {
@@ -217,7 +250,7 @@ fn every_offline_command_in_the_readme_runs_as_pasted() {
     assert!(ran >= 15, "only {ran} commands ran");
     #[allow(clippy::print_stderr)]
     {
-        eprintln!("README: {ran} commands ran as pasted; skipped:");
+        eprintln!("docs: {ran} commands ran as pasted; skipped:");
         for skip in &skips {
             eprintln!("  {skip}");
         }

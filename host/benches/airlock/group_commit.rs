@@ -224,7 +224,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         "As they age (SQLite): {held} sessions held open, each making {per_round} calls a round, \
          {rounds} rounds. The first {span} rounds (up to {} calls a session): {young:.0} calls/s; the \
          last {span} (from {} calls a session on): {old:.0} calls/s, {:.2}× the first (1.00× is flat; \
-         docs/performance.md, \"Not done yet\", says what still grows).\n",
+         docs/performance.md, \"Not met yet\", says what is left).\n",
         span * per_round,
         (rounds - span) * per_round,
         old / young

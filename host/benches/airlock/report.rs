@@ -106,6 +106,9 @@ pub(crate) fn machine() -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
+    // `rustc 1.95.0 (59807616e 2026-04-14)`: the version, without the
+    // commit it was built from.
+    let rustc = rustc.split(" (").next().unwrap_or_default();
     format!(
         "{cores} cores ({cpu}), {mem_gib:.0} GiB RAM, Linux; {rustc}; wasmtime 48 (release build, pooling allocator, epoch interruption, no fuel)"
     )
