@@ -82,7 +82,7 @@ async fn granted_host_is_fetched_with_the_secret_the_tool_never_sees() {
         "the server gets the secret: {:?}",
         seen[0].headers
     );
-    let everything = serde_json::to_string(&out).unwrap();
+    let everything = format!("{out:?}");
     assert!(
         !everything.contains(SECRET),
         "the tool's output holds the secret"
@@ -189,7 +189,7 @@ async fn secrets_never_reach_env_deps_or_logs() {
     let mut ctx = RunContext::from_value(json!({"note": "deps hold no secret"})).unwrap();
     for tool in ["dump_env", "dump_deps"] {
         let out = call(&host, &mut ctx, tool, json!({})).await.unwrap();
-        let text = serde_json::to_string(&out).unwrap();
+        let text = format!("{out:?}");
         assert!(!text.contains(SECRET), "{tool}: {text}");
     }
     let debug = format!("{:?}", host.components());

@@ -89,7 +89,9 @@ impl Session {
         if intent_first {
             recorder.commit().await?;
         }
-        let result = host.call_counted(recorder.ctx_mut(), call, cancel).await;
+        let result = host
+            .run_and_apply(recorder.ctx_mut(), call, Some(cancel), false)
+            .await;
         recorder.call_ended(
             call,
             call_end(&result),

@@ -281,7 +281,12 @@ impl<'a, 'c> Run<'a, 'c> {
         let request = self.request(call, arguments);
         let result = agent
             .host
-            .call_counted(self.recorder.ctx_mut(), &request, &agent.cancel)
+            .run_and_apply(
+                self.recorder.ctx_mut(),
+                &request,
+                Some(&agent.cancel),
+                false,
+            )
             .await;
         self.settle(&request, result, started.elapsed())
     }

@@ -4,10 +4,9 @@
 use serde_json::{Value, json};
 
 use super::{
-    JsonClient, Message, Model, ModelError, ModelReply, ProviderOptions, TokenUsage, join_url,
+    JsonClient, Message, ModelError, ModelReply, Provider, ProviderOptions, TokenUsage, join_url,
 };
 use crate::spec::{ToolCall, ToolSpec};
-use futures::future::BoxFuture;
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
@@ -16,8 +15,6 @@ const MAX_TOKENS: u32 = 4096;
 /// The Anthropic Messages API.
 #[derive(Debug)]
 pub struct AnthropicModel {
-    model: String,
-    url: String,
     api_key: String,
     http: JsonClient,
 }
@@ -35,11 +32,27 @@ impl AnthropicModel {
             .clone()
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(Self {
-            model: model.to_owned(),
-            url: join_url(&base, "/v1/messages"),
             api_key,
-            http: JsonClient::new("anthropic", &options)?,
+            http: JsonClient::new(
+                "anthropic",
+                model,
+                join_url(&base, "/v1/messages"),
+                &options,
+            )?,
         })
+    }
+}
+
+impl Provider for AnthropicModel {
+    fn client(&self) -> &JsonClient {
+        &self.http
+    }
+
+    fn headers(&self) -> Vec<(&'static str, &str)> {
+        vec![
+            ("x-api-key", self.api_key.as_str()),
+            ("anthropic-version", API_VERSION),
+        ]
     }
 
     fn request_body(&self, messages: &[Message], tools: &[ToolSpec]) -> Value {
@@ -87,7 +100,7 @@ impl AnthropicModel {
                 }
             }
         }
-        let mut body = json!({"model": self.model, "max_tokens": MAX_TOKENS, "messages": out});
+        let mut body = json!({"model": self.http.model, "max_tokens": MAX_TOKENS, "messages": out});
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
@@ -149,28 +162,6 @@ impl AnthropicModel {
             },
             tool_calls,
             usage: TokenUsage::at(body, "/usage/input_tokens", "/usage/output_tokens"),
-        })
-    }
-}
-
-impl Model for AnthropicModel {
-    fn name(&self) -> String {
-        format!("anthropic:{}", self.model)
-    }
-
-    fn complete<'a>(
-        &'a self,
-        messages: &'a [Message],
-        tools: &'a [ToolSpec],
-    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
-        Box::pin(async move {
-            let body = self.request_body(messages, tools);
-            let headers = [
-                ("x-api-key", self.api_key.as_str()),
-                ("anthropic-version", API_VERSION),
-            ];
-            let answer = self.http.post(&self.url, &headers, &body).await?;
-            self.parse_reply(&answer)
         })
     }
 }

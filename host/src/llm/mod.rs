@@ -81,6 +81,44 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// A model behind an HTTP API. Providers differ only in the request's
+/// body and headers and in how an answer reads; the request itself
+/// (retries on 429 and 5xx with backoff, bounded and redacted errors) is
+/// [`JsonClient::post`], and [`Model`] is implemented once for them all.
+trait Provider: Send + Sync + std::fmt::Debug {
+    /// The client: the provider, the model and where requests go.
+    fn client(&self) -> &JsonClient;
+
+    /// The headers a request carries (its credentials).
+    fn headers(&self) -> Vec<(&'static str, &str)>;
+
+    /// The request for `messages` with `tools` offered.
+    fn request_body(&self, messages: &[Message], tools: &[ToolSpec]) -> Value;
+
+    /// The reply an answer holds.
+    fn parse_reply(&self, body: &Value) -> Result<ModelReply, ModelError>;
+}
+
+impl<P: Provider> Model for P {
+    fn name(&self) -> String {
+        let client = self.client();
+        format!("{}:{}", client.provider, client.model)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let body = self.request_body(messages, tools);
+            let client = self.client();
+            let answer = client.post(&client.url, &self.headers(), &body).await?;
+            self.parse_reply(&answer)
+        })
+    }
+}
+
 /// A model request that failed. Messages never contain an API key.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -200,6 +238,10 @@ pub fn from_spec(spec: &str, options: ProviderOptions) -> Result<Box<dyn Model>,
 #[derive(Debug)]
 struct JsonClient {
     provider: &'static str,
+    /// The model, as the provider names it.
+    model: String,
+    /// Where requests go.
+    url: String,
     client: reqwest::Client,
     /// Replaced by `[redacted]` in anything we report.
     api_key: Option<String>,
@@ -207,7 +249,13 @@ struct JsonClient {
 }
 
 impl JsonClient {
-    fn new(provider: &'static str, options: &ProviderOptions) -> Result<Self, ModelError> {
+    /// A client of `provider`'s `model` at `url`.
+    fn new(
+        provider: &'static str,
+        model: &str,
+        url: String,
+        options: &ProviderOptions,
+    ) -> Result<Self, ModelError> {
         let tls = crate::tls::client_config().map_err(ModelError::Config)?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls((*tls).clone())
@@ -218,6 +266,8 @@ impl JsonClient {
             })?;
         Ok(Self {
             provider,
+            model: model.to_owned(),
+            url,
             client,
             api_key: options.api_key.clone(),
             retry: options.retry,

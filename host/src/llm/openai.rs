@@ -5,18 +5,15 @@
 use serde_json::{Value, json};
 
 use super::{
-    JsonClient, Message, Model, ModelError, ModelReply, ProviderOptions, TokenUsage, join_url,
+    JsonClient, Message, ModelError, ModelReply, Provider, ProviderOptions, TokenUsage, join_url,
 };
 use crate::spec::{ToolCall, ToolSpec};
-use futures::future::BoxFuture;
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// OpenAI-compatible chat completions.
 #[derive(Debug)]
 pub struct OpenAiModel {
-    model: String,
-    url: String,
     /// `Bearer <key>`, or none for local servers that need no key.
     authorization: Option<String>,
     http: JsonClient,
@@ -39,11 +36,28 @@ impl OpenAiModel {
             .clone()
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(Self {
-            model: model.to_owned(),
-            url: join_url(&base, "/chat/completions"),
             authorization: options.api_key.as_ref().map(|key| format!("Bearer {key}")),
-            http: JsonClient::new("openai", &options)?,
+            http: JsonClient::new(
+                "openai",
+                model,
+                join_url(&base, "/chat/completions"),
+                &options,
+            )?,
         })
+    }
+}
+
+impl Provider for OpenAiModel {
+    fn client(&self) -> &JsonClient {
+        &self.http
+    }
+
+    fn headers(&self) -> Vec<(&'static str, &str)> {
+        self.authorization
+            .as_deref()
+            .map(|auth| ("authorization", auth))
+            .into_iter()
+            .collect()
     }
 
     fn request_body(&self, messages: &[Message], tools: &[ToolSpec]) -> Value {
@@ -67,7 +81,7 @@ impl OpenAiModel {
                 }
             })
             .collect();
-        let mut body = json!({"model": self.model, "messages": messages});
+        let mut body = json!({"model": self.http.model, "messages": messages});
         if !tools.is_empty() {
             body["tools"] = tools
                 .iter()
@@ -127,30 +141,6 @@ impl OpenAiModel {
             content,
             tool_calls,
             usage: TokenUsage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens"),
-        })
-    }
-}
-
-impl Model for OpenAiModel {
-    fn name(&self) -> String {
-        format!("openai:{}", self.model)
-    }
-
-    fn complete<'a>(
-        &'a self,
-        messages: &'a [Message],
-        tools: &'a [ToolSpec],
-    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
-        Box::pin(async move {
-            let body = self.request_body(messages, tools);
-            let headers: Vec<(&str, &str)> = self
-                .authorization
-                .as_deref()
-                .map(|auth| ("authorization", auth))
-                .into_iter()
-                .collect();
-            let answer = self.http.post(&self.url, &headers, &body).await?;
-            self.parse_reply(&answer)
         })
     }
 }

@@ -18,22 +18,18 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 ///
 /// Kept for failed calls as well as successful ones: it is often what
 /// explains the failure.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GuestOutput {
     /// Records from the `log` interface, in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<super::LogRecord>,
     /// What the guest wrote to stdout.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stdout: String,
     /// What the guest wrote to stderr.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr: String,
     /// What the guest asked for that the host refused, each with why (an
     /// HTTP request off the allowlist, to a non-public address, past the
     /// call's request or connection limit). Written by the host, never by
     /// the guest; at most [`MAX_REFUSALS`].
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refusals: Vec<String>,
 }
 

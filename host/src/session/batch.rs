@@ -9,13 +9,25 @@
 //! durable, a fenced member fails alone, and a failed commit fails every
 //! member it held (the `commit` module of each store).
 
-use super::rows::Row;
-use super::store::{Lease, StoredSnapshot};
+use super::rows::{Row, encode};
+use super::store::{Append, Lease, StoredSnapshot};
 use crate::journal::StoreError;
 
 /// The most appends one transaction takes, unless the store is told
 /// otherwise ([`SqliteStore::with_max_batch`](super::SqliteStore::with_max_batch)).
 pub const MAX_BATCH: usize = 256;
+
+/// Adds to `batch` the appends `waiting` has queued, up to `limit`
+/// members in all: what queued while the previous batch was committed.
+/// Never waits; a lone append makes a batch of one.
+pub(super) fn fill(batch: &mut Vec<Job>, limit: usize, mut waiting: impl FnMut() -> Option<Job>) {
+    while batch.len() < limit {
+        match waiting() {
+            Some(job) => batch.push(job),
+            None => break,
+        }
+    }
+}
 
 /// One append, waiting for its batch.
 #[derive(Debug)]
@@ -53,9 +65,7 @@ impl Job {
 
     /// What a job refused by fencing fails with.
     pub(super) fn lease_lost(&self) -> StoreError {
-        StoreError::LeaseLost {
-            session_id: self.lease.session_id.clone(),
-        }
+        self.lease.lost()
     }
 }
 
@@ -92,16 +102,19 @@ impl<Q: JobQueue> Inbox<Q> {
         Self { jobs, location }
     }
 
-    /// Appends `rows` (and the snapshot) under `lease` in the next batch:
-    /// `Ok` once they are durable.
-    pub(super) async fn append(
-        &self,
-        lease: Lease,
-        rows: Vec<Row>,
-        snapshot: Option<StoredSnapshot>,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        let (job, answer) = Job::new(lease, rows, snapshot, now_ms);
+    /// Queues `append` for the next batch: `Ok` once it is durable (at
+    /// once when it has no record).
+    pub(super) async fn append(&self, append: Append<'_>) -> Result<(), StoreError> {
+        let rows = encode(append.records)?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (job, answer) = Job::new(
+            append.lease.clone(),
+            rows,
+            append.snapshot.cloned(),
+            append.now_ms,
+        );
         if !self.jobs.push(job) {
             return Err(stopped(&self.location));
         }

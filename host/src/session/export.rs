@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::store::{Owner, SessionHeader, SessionStore, StoredSession};
+use super::store::{Owner, Page, SessionHeader, SessionStore, StoredSession};
 use crate::context::{ContextRules, Usage};
 use crate::journal::Message;
 use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
@@ -196,7 +196,14 @@ impl<'a> JournalPages<'a> {
         session_id: &str,
         rules: &'a ContextRules,
     ) -> Result<Self, StoreError> {
-        let first = store.read_page(owner, session_id, 0, 0).await?;
+        let first = store
+            .read_page(Page {
+                owner,
+                session_id,
+                after: 0,
+                limit: 0,
+            })
+            .await?;
         Ok(Self {
             store,
             owner,
@@ -218,7 +225,12 @@ impl<'a> JournalPages<'a> {
         let session_id = &self.header.session_id;
         let page = self
             .store
-            .read_page(self.owner, session_id, self.last, EXPORT_PAGE)
+            .read_page(Page {
+                owner: self.owner,
+                session_id,
+                after: self.last,
+                limit: EXPORT_PAGE,
+            })
             .await?;
         let records: Vec<Record> = page
             .records

@@ -57,8 +57,8 @@ pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
-    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
-    SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned, RecordPages,
+    Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 
 use crate::context::{ContextRules, RunContext};

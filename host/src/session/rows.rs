@@ -24,12 +24,20 @@ impl<E> From<StoreError> for Failure<E> {
 /// Which of a session's records a read returns.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Span {
-    /// Every record.
-    All,
     /// The newest snapshot and the records after it.
     FromSnapshot,
     /// At most `limit` records after record `after`.
     Page { after: u64, limit: u64 },
+}
+
+impl Span {
+    /// The records `page` names.
+    pub(crate) fn page(page: &super::store::Page<'_>) -> Self {
+        Span::Page {
+            after: page.after,
+            limit: page.limit,
+        }
+    }
 }
 
 impl Span {
@@ -43,7 +51,6 @@ impl Span {
     pub(crate) fn bounds(self, snapshot_seq: u64) -> (i64, i64) {
         let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         match self {
-            Span::All => (0, i64::MAX),
             Span::FromSnapshot => (big(snapshot_seq), i64::MAX),
             Span::Page { after, limit } => (big(after), big(limit)),
         }

@@ -15,6 +15,10 @@ use super::Holder;
 use crate::journal::{Record, StoreError};
 use futures::future::BoxFuture;
 
+/// What every [`SessionStore`] method returns: a boxed future of its
+/// result.
+pub type Reply<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
 /// Who a session belongs to: a user id, or `None` for the anonymous bucket.
 pub type Owner<'a> = Option<&'a str>;
 
@@ -142,6 +146,56 @@ pub struct Lease {
     pub ttl: Duration,
 }
 
+impl Lease {
+    /// What a holder fenced off (its token no longer the session's) is
+    /// told.
+    pub fn lost(&self) -> StoreError {
+        StoreError::LeaseLost {
+            session_id: self.session_id.clone(),
+        }
+    }
+}
+
+/// One append ([`SessionStore::append`]): `records` (numbered on from the
+/// session's last) under `lease`, with the session's new snapshot when
+/// given (it folds up to the last of `records`), at `now_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Append<'a> {
+    /// The lease the records are written under.
+    pub lease: &'a Lease,
+    /// The records.
+    pub records: &'a [Record],
+    /// The snapshot that replaces the session's, if any.
+    pub snapshot: Option<&'a StoredSnapshot>,
+    /// Now, in milliseconds since the Unix epoch.
+    pub now_ms: u64,
+}
+
+/// Which records of which session a read returns
+/// ([`SessionStore::read_page`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    /// The owner.
+    pub owner: Owner<'a>,
+    /// The session.
+    pub session_id: &'a str,
+    /// The records after this one (0: from the first).
+    pub after: u64,
+    /// At most this many.
+    pub limit: u64,
+}
+
+/// A keyed call of a session ([`SessionStore::call_records`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CallKey<'a> {
+    /// The owner.
+    pub owner: Owner<'a>,
+    /// The session.
+    pub session_id: &'a str,
+    /// The call's key (its id).
+    pub call_id: &'a str,
+}
+
 /// A request to lease a session, creating it if it does not exist.
 #[derive(Debug, Clone)]
 pub struct LeaseRequest<'a> {
@@ -187,23 +241,16 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// [`StoreError::InUse`] while another holder's lease is current: it
     /// has not expired and [`super::Holder::is_gone`] does not say its
     /// holder is gone.
-    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>>;
+    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> Reply<'a, Leased>;
 
-    /// Appends `records` (numbered on from the session's last) and, in the
-    /// same transaction, replaces the session's snapshot with `snapshot`
-    /// when given (it folds up to the last of `records`); extends the
-    /// lease to `now_ms` + its ttl. Fails with [`StoreError::LeaseLost`],
-    /// writing nothing, when the session's fencing token is no longer the
-    /// lease's.
-    fn append<'a>(
-        &'a self,
-        lease: &'a Lease,
-        records: &'a [Record],
-        snapshot: Option<&'a StoredSnapshot>,
-        now_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Appends [`Append::records`] and, in the same transaction, replaces
+    /// the session's snapshot with [`Append::snapshot`] when given;
+    /// extends the lease to `now_ms` + its ttl. Fails with
+    /// [`StoreError::LeaseLost`], writing nothing, when the session's
+    /// fencing token is no longer the lease's.
+    fn append<'a>(&'a self, append: Append<'a>) -> Reply<'a, ()>;
 
-    /// The records of the keyed call `call_id` ([`Record`]s whose
+    /// The records of the keyed call `call.call_id` ([`Record`]s whose
     /// [`Entry::call_key`](crate::journal::Entry::call_key) it is), in
     /// order; empty if none. Indexed: its cost does not grow with the
     /// session's length. Only keyed calls' records need an index entry, so
@@ -211,44 +258,33 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// calls were told apart are all indexed by their call's id, and
     /// returned as well; every read gives an indexed record back marked
     /// keyed, so that an export says what a key finds.
-    fn call_records<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        call_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>>;
+    fn call_records<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Vec<Record>>;
 
     /// Extends the lease to `now_ms` + its ttl; [`StoreError::LeaseLost`]
     /// if it was lost.
-    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> Reply<'a, ()>;
 
     /// Gives the lease up, so the session can be leased at once. Releasing
     /// a lost lease does nothing.
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn release<'a>(&'a self, lease: &'a Lease) -> Reply<'a, ()>;
 
-    /// Reads a session without leasing it.
-    fn read<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+    /// Reads a session without leasing it: every record.
+    fn read<'a>(&'a self, owner: Owner<'a>, session_id: &'a str) -> Reply<'a, StoredSession> {
+        self.read_page(Page {
+            owner,
+            session_id,
+            after: 0,
+            limit: u64::MAX,
+        })
+    }
 
-    /// The session's header and at most `limit` of its records after
-    /// record `after`, in order: a journal too long to read whole, read a
-    /// page at a time (an export).
-    fn read_page<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        after: u64,
-        limit: u64,
-    ) -> BoxFuture<'a, Result<StoredSession, StoreError>>;
+    /// The session's header and at most `page.limit` of its records after
+    /// record `page.after`, in order: a journal too long to read whole,
+    /// read a page at a time (an export).
+    fn read_page<'a>(&'a self, page: Page<'a>) -> Reply<'a, StoredSession>;
 
     /// The owner's sessions, most recently updated first.
-    fn list<'a>(
-        &'a self,
-        owner: Owner<'a>,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>>;
+    fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>>;
 
     /// Creates a whole session at once (an import) in one transaction,
     /// its records taken a page at a time from `records` (which must
@@ -260,21 +296,13 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
         header: &'a SessionHeader,
         records: Box<dyn RecordPages>,
         updated_at_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> Reply<'a, ()>;
 
     /// Removes, in one transaction, the sessions `request` names (their
     /// journals and snapshots too); what it removed.
-    fn prune<'a>(
-        &'a self,
-        request: PruneRequest<'a>,
-    ) -> BoxFuture<'a, Result<Vec<Pruned>, StoreError>>;
+    fn prune<'a>(&'a self, request: PruneRequest<'a>) -> Reply<'a, Vec<Pruned>>;
 
     /// Removes a session and its journal. [`StoreError::InUse`] while a
     /// current lease is held on it.
-    fn remove<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        now_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn remove<'a>(&'a self, owner: Owner<'a>, session_id: &'a str, now_ms: u64) -> Reply<'a, ()>;
 }

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::Holder;
-use super::store::{Lease, LeaseRequest, SessionHeader, SessionStore, StoredSnapshot};
+use super::store::{
+    Append, CallKey, Lease, LeaseRequest, SessionHeader, SessionStore, StoredSnapshot,
+};
 use crate::context::{RunContext, Usage};
 use crate::journal::{Entry, Folded, Record, Sink, Snapshot, StoreError, now_ms};
 use futures::future::BoxFuture;
@@ -171,7 +173,13 @@ impl Writer {
         let Holding::Leased { lease, .. } = &self.holding else {
             return Err(self.lost_error());
         };
-        match self.store.append(lease, &records, stored, now).await {
+        let append = Append {
+            lease,
+            records: &records,
+            snapshot: stored,
+            now_ms: now,
+        };
+        match self.store.append(append).await {
             Ok(()) => {
                 if snapshot.is_some() {
                     self.behind = 0;
@@ -289,7 +297,11 @@ impl Writer {
             return Ok(Vec::new());
         };
         self.store
-            .call_records(lease.user_id.as_deref(), &lease.session_id, call_id)
+            .call_records(CallKey {
+                owner: lease.user_id.as_deref(),
+                session_id: &lease.session_id,
+                call_id,
+            })
             .await
     }
 

@@ -70,24 +70,14 @@ impl Host {
         self.run_and_apply(ctx, call, Some(cancel), true)
     }
 
-    /// [`Host::call_cancellable`] for a caller that has counted the call
-    /// already (the agent loop counts it when the model asks, before
-    /// approval).
-    pub(crate) fn call_counted<'a>(
-        &'a self,
-        ctx: &'a mut RunContext,
-        call: &'a ToolCall,
-        cancel: &'a CancelToken,
-    ) -> impl Future<Output = Result<CallOutcome, CallFailure>> + Send + 'a {
-        self.run_and_apply(ctx, call, Some(cancel), false)
-    }
-
-    /// The one async body behind [`Host::call`], [`Host::call_cancellable`]
-    /// and [`Host::call_counted`] (plain functions returning it): a call's
-    /// future is kilobytes, and each async layer over it would copy it once
-    /// more on every call. Counts the call first if `count`; with no
-    /// `cancel`, the call has a token of its own that nothing fires.
-    async fn run_and_apply(
+    /// The one async body behind [`Host::call`] and
+    /// [`Host::call_cancellable`] (plain functions returning it), and what
+    /// the agent loop and a session's direct calls run: a call's future is
+    /// kilobytes, and each async layer over it would copy it once more on
+    /// every call. Counts the call first if `count` (a caller that counted
+    /// it already, when the model asked, passes false); with no `cancel`,
+    /// the call has a token of its own that nothing fires.
+    pub(crate) async fn run_and_apply(
         &self,
         ctx: &mut RunContext,
         call: &ToolCall,
@@ -113,7 +103,7 @@ impl Host {
     /// returned (checked, not applied) or how it failed, and, with
     /// `record_reads`, what it read through its view.
     /// [`Host::apply_ran`] applies it; run and applied at once, it is
-    /// [`Host::call_counted`].
+    /// [`Host::run_and_apply`].
     pub(crate) async fn run_only(
         &self,
         ctx: &RunContext,

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 use wasmtime::component::{Component, Linker};
 
@@ -43,7 +42,7 @@ use bindings::exports::airlock::tool::tool as guest;
 
 /// What a successful call produced. Its `updates` have already been applied
 /// to the context when the caller sees this.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CallOutcome {
     /// The result the model sees (legacy `__update_context__` removed).
     pub result: Value,
@@ -52,7 +51,6 @@ pub struct CallOutcome {
     /// What the guest logged and printed.
     pub output: GuestOutput,
     /// Wall-clock time of the whole call, checks included.
-    #[serde(with = "duration_micros")]
     pub duration: Duration,
 }
 
@@ -483,14 +481,5 @@ impl Host {
     /// The component that offers tool `name`, if one is loaded.
     pub fn component_for(&self, name: &str) -> Option<&LoadedComponent> {
         self.tools.get(name).map(|&index| &*self.components[index])
-    }
-}
-
-mod duration_micros {
-    pub fn serialize<S: serde::Serializer>(
-        d: &std::time::Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
     }
 }

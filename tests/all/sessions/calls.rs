@@ -455,7 +455,15 @@ async fn a_key_finds_keyed_calls_only_here_and_after_an_import(backend: Backend)
     assert_eq!(keyed.result["value"], 2);
     session.close().await.unwrap();
     let indexed = |store: Arc<dyn SessionStore>, key: &'static str| async move {
-        store.call_records(None, "keys", key).await.unwrap().len()
+        store
+            .call_records(airlock::session::CallKey {
+                owner: None,
+                session_id: "keys",
+                call_id: key,
+            })
+            .await
+            .unwrap()
+            .len()
     };
     assert_eq!(indexed(Arc::clone(&store), "u").await, 0, "an unkeyed call");
     // Its intent, its output and its ops.

@@ -156,7 +156,15 @@ async fn export_with_an_update(store: &Arc<dyn SessionStore>, id: &str) -> Value
             entry,
         })
         .collect::<Vec<_>>();
-    store.append(&lease, &records, None, now).await.unwrap();
+    store
+        .append(airlock::session::Append {
+            lease: &lease,
+            records: &records,
+            snapshot: None,
+            now_ms: now,
+        })
+        .await
+        .unwrap();
     store.release(&lease).await.unwrap();
     let stored = store.read(None, id).await.unwrap();
     serde_json::to_value(SessionExport::new(&stored, &ContextRules::default()).unwrap()).unwrap()

@@ -260,7 +260,12 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
         },
     };
     host_a
-        .append(&first.lease, &[record(1)], None, 2_000)
+        .append(airlock::session::Append {
+            lease: &first.lease,
+            records: &[record(1)],
+            snapshot: None,
+            now_ms: 2_000,
+        })
         .await
         .unwrap();
     // Within its ttl (counted from its last commit), the lease holds.
@@ -277,7 +282,12 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
     assert_eq!(second.session.records, vec![record(1)]);
     // The first holder comes back: its append and renewal are refused.
     let late = host_a
-        .append(&first.lease, &[record(2)], None, 32_001)
+        .append(airlock::session::Append {
+            lease: &first.lease,
+            records: &[record(2)],
+            snapshot: None,
+            now_ms: 32_001,
+        })
         .await;
     assert!(
         matches!(late, Err(StoreError::LeaseLost { .. })),
@@ -288,7 +298,12 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
     host_a.release(&first.lease).await.unwrap();
     // The new holder appends on from the same head.
     host_b
-        .append(&second.lease, &[record(2)], None, 32_002)
+        .append(airlock::session::Append {
+            lease: &second.lease,
+            records: &[record(2)],
+            snapshot: None,
+            now_ms: 32_002,
+        })
         .await
         .unwrap();
     let stored = host_a.read(Some("u"), "far").await.unwrap();
@@ -394,10 +409,28 @@ async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend
             for seq in 2..=11 {
                 if s == 9 && seq == 5 {
                     let twice = [note(seq, "broken"), note(seq, "broken")];
-                    broken = Some(store.append(&lease, &twice, None, now).await);
+                    broken = Some(
+                        store
+                            .append(airlock::session::Append {
+                                lease: &lease,
+                                records: &twice,
+                                snapshot: None,
+                                now_ms: now,
+                            })
+                            .await,
+                    );
                 }
                 let record = note(seq, &format!("b{s} #{seq}"));
-                results.push(store.append(&lease, &[record], None, now).await);
+                results.push(
+                    store
+                        .append(airlock::session::Append {
+                            lease: &lease,
+                            records: &[record],
+                            snapshot: None,
+                            now_ms: now,
+                        })
+                        .await,
+                );
             }
             if let Some(broken) = broken {
                 assert!(

@@ -384,61 +384,53 @@ impl SessionStore for Counting {
     fn lease<'a>(
         &'a self,
         request: airlock::session::LeaseRequest<'a>,
-    ) -> airlock::BoxFuture<'a, Result<airlock::session::Leased, StoreError>> {
+    ) -> airlock::session::Reply<'a, airlock::session::Leased> {
         self.inner.lease(request)
     }
     fn append<'a>(
         &'a self,
-        lease: &'a airlock::session::Lease,
-        records: &'a [airlock::journal::Record],
-        snapshot: Option<&'a airlock::session::StoredSnapshot>,
-        now_ms: u64,
-    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+        append: airlock::session::Append<'a>,
+    ) -> airlock::session::Reply<'a, ()> {
         self.appends
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.append(lease, records, snapshot, now_ms)
+        self.inner.append(append)
     }
     fn call_records<'a>(
         &'a self,
-        owner: Option<&'a str>,
-        session_id: &'a str,
-        call_id: &'a str,
-    ) -> airlock::BoxFuture<'a, Result<Vec<airlock::journal::Record>, StoreError>> {
-        self.inner.call_records(owner, session_id, call_id)
+        call: airlock::session::CallKey<'a>,
+    ) -> airlock::session::Reply<'a, Vec<airlock::journal::Record>> {
+        self.inner.call_records(call)
     }
     fn renew<'a>(
         &'a self,
         lease: &'a airlock::session::Lease,
         now_ms: u64,
-    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+    ) -> airlock::session::Reply<'a, ()> {
         self.inner.renew(lease, now_ms)
     }
     fn release<'a>(
         &'a self,
         lease: &'a airlock::session::Lease,
-    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+    ) -> airlock::session::Reply<'a, ()> {
         self.inner.release(lease)
     }
     fn read<'a>(
         &'a self,
         owner: Option<&'a str>,
         session_id: &'a str,
-    ) -> airlock::BoxFuture<'a, Result<airlock::session::StoredSession, StoreError>> {
+    ) -> airlock::session::Reply<'a, airlock::session::StoredSession> {
         self.inner.read(owner, session_id)
     }
     fn read_page<'a>(
         &'a self,
-        owner: Option<&'a str>,
-        session_id: &'a str,
-        after: u64,
-        limit: u64,
-    ) -> airlock::BoxFuture<'a, Result<airlock::session::StoredSession, StoreError>> {
-        self.inner.read_page(owner, session_id, after, limit)
+        page: airlock::session::Page<'a>,
+    ) -> airlock::session::Reply<'a, airlock::session::StoredSession> {
+        self.inner.read_page(page)
     }
     fn list<'a>(
         &'a self,
         owner: Option<&'a str>,
-    ) -> airlock::BoxFuture<'a, Result<Vec<airlock::session::SessionSummary>, StoreError>> {
+    ) -> airlock::session::Reply<'a, Vec<airlock::session::SessionSummary>> {
         self.inner.list(owner)
     }
     fn insert<'a>(
@@ -446,7 +438,7 @@ impl SessionStore for Counting {
         header: &'a airlock::session::SessionHeader,
         records: Box<dyn airlock::session::RecordPages>,
         updated_at_ms: u64,
-    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+    ) -> airlock::session::Reply<'a, ()> {
         self.inner.insert(header, records, updated_at_ms)
     }
     fn remove<'a>(
@@ -454,13 +446,13 @@ impl SessionStore for Counting {
         owner: Option<&'a str>,
         session_id: &'a str,
         now_ms: u64,
-    ) -> airlock::BoxFuture<'a, Result<(), StoreError>> {
+    ) -> airlock::session::Reply<'a, ()> {
         self.inner.remove(owner, session_id, now_ms)
     }
     fn prune<'a>(
         &'a self,
         request: airlock::session::PruneRequest<'a>,
-    ) -> airlock::BoxFuture<'a, Result<Vec<airlock::session::Pruned>, StoreError>> {
+    ) -> airlock::session::Reply<'a, Vec<airlock::session::Pruned>> {
         self.inner.prune(request)
     }
 }
@@ -525,7 +517,15 @@ async fn fill(store: &Arc<dyn SessionStore>, id: &str, count: u64, size: usize, 
             })
             .collect();
         seq += batch.len() as u64;
-        store.append(&lease, &batch, None, now).await.unwrap();
+        store
+            .append(airlock::session::Append {
+                lease: &lease,
+                records: &batch,
+                snapshot: None,
+                now_ms: now,
+            })
+            .await
+            .unwrap();
     }
     store.release(&lease).await.unwrap();
 }

@@ -29,7 +29,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::sql::{big, describe};
 use crate::journal::StoreError;
-use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
+use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill};
 use crate::session::rows::{expiry, owner_key_of};
 
 /// Every member of a batch at once: its session's head moves where its
@@ -92,12 +92,7 @@ async fn serve(pool: Pool, location: String, mut queue: mpsc::UnboundedReceiver<
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             break;
         };
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+        fill(&mut batch, MAX_BATCH, || queue.try_recv().ok());
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
         let jobs = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
         let (pool, location) = (pool.clone(), Arc::clone(&location));

@@ -54,12 +54,11 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
-    SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned, RecordPages,
+    Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
-use futures::future::BoxFuture;
 use sql::{big, describe};
 
 /// The schema this version writes (`airlock_schema.version`).
@@ -231,7 +230,7 @@ impl PostgresStore {
                 .read_only(true)
                 .start()
                 .await?;
-            let session = read_session(&tx, &owner, session_id, span).await?;
+            let session = read_session(&tx, (&owner, session_id), span).await?;
             tx.commit().await?;
             Ok(session)
         })
@@ -447,12 +446,11 @@ async fn lock_lease(
     }))
 }
 
-/// Reads a session: every record, or (`from_snapshot`) its newest
-/// snapshot and the records after it.
+/// Reads a session's header and the records `span` names, on `tx` (a
+/// transaction, or the pool's connection for a read on its own).
 async fn read_session(
     tx: &impl GenericClient,
-    owner: &str,
-    session_id: &str,
+    (owner, session_id): (&str, &str),
     span: Span,
 ) -> Result<StoredSession, Failure> {
     let statement = tx
@@ -517,12 +515,42 @@ fn row_of(row: tokio_postgres::Row) -> Row {
 /// new session (the second attempt finds it; more covers a remove between).
 const CREATE_ATTEMPTS: usize = 3;
 
+impl PostgresStore {
+    /// Moves `lease`'s expiry to `expires`, or gives the lease up
+    /// (`None`), while the session still carries its token: whether it
+    /// did.
+    async fn update_lease(&self, lease: &Lease, expires: Option<u64>) -> Result<bool, Failure> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "UPDATE airlock_sessions
+                 SET lease_holder = CASE WHEN $5::bigint IS NULL THEN NULL ELSE lease_holder END,
+                     lease_expires_ms = COALESCE($5::bigint, 0)
+                 WHERE owner = $1 AND session_id = $2 AND lease_token = $3 AND lease_holder = $4",
+            )
+            .await?;
+        let changed = client
+            .execute(
+                &statement,
+                &[
+                    &owner_key_of(lease.user_id.as_deref()),
+                    &lease.session_id,
+                    &big(lease.token),
+                    &lease.holder.as_str(),
+                    &expires.map(big),
+                ],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+}
+
 impl SessionStore for PostgresStore {
     fn location(&self) -> String {
         self.location.clone()
     }
 
-    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>> {
+    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> Reply<'a, Leased> {
         Box::pin(self.run(async move {
             let owner = owner_key(request.user_id);
             let session_id = request.session_id;
@@ -580,7 +608,7 @@ impl SessionStore for PostgresStore {
                         .into());
                 }
             };
-            let session = read_session(&tx, &owner, session_id, Span::FromSnapshot).await?;
+            let session = read_session(&tx, (&owner, session_id), Span::FromSnapshot).await?;
             tx.commit().await?;
             Ok(Leased {
                 lease: Lease {
@@ -596,105 +624,33 @@ impl SessionStore for PostgresStore {
         }))
     }
 
-    fn append<'a>(
-        &'a self,
-        lease: &'a Lease,
-        records: &'a [Record],
-        snapshot: Option<&'a StoredSnapshot>,
-        now_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let rows = encode(records)?;
-            if rows.is_empty() {
-                return Ok(());
-            }
-            self.committer
-                .append(lease.clone(), rows, snapshot.cloned(), now_ms)
-                .await
-        })
+    fn append<'a>(&'a self, append: Append<'a>) -> Reply<'a, ()> {
+        Box::pin(self.committer.append(append))
     }
 
-    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> Reply<'a, ()> {
         Box::pin(self.run(async move {
-            let owner = owner_key_of(lease.user_id.as_deref());
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached(
-                    "UPDATE airlock_sessions SET lease_expires_ms = $5
-                     WHERE owner = $1 AND session_id = $2 AND lease_token = $3
-                       AND lease_holder = $4",
-                )
-                .await?;
-            let changed = client
-                .execute(
-                    &statement,
-                    &[
-                        &owner,
-                        &lease.session_id,
-                        &big(lease.token),
-                        &lease.holder.as_str(),
-                        &big(expiry(now_ms, lease.ttl)),
-                    ],
-                )
-                .await?;
-            if changed != 1 {
-                return Err(StoreError::LeaseLost {
-                    session_id: lease.session_id.clone(),
-                }
-                .into());
+            let expires = expiry(now_ms, lease.ttl);
+            if self.update_lease(lease, Some(expires)).await? {
+                Ok(())
+            } else {
+                Err(lease.lost().into())
             }
+        }))
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> Reply<'a, ()> {
+        Box::pin(self.run(async move {
+            self.update_lease(lease, None).await?;
             Ok(())
         }))
     }
 
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.run(async move {
-            let owner = owner_key_of(lease.user_id.as_deref());
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached(
-                    "UPDATE airlock_sessions SET lease_holder = NULL, lease_expires_ms = 0
-                     WHERE owner = $1 AND session_id = $2 AND lease_token = $3
-                       AND lease_holder = $4",
-                )
-                .await?;
-            client
-                .execute(
-                    &statement,
-                    &[
-                        &owner,
-                        &lease.session_id,
-                        &big(lease.token),
-                        &lease.holder.as_str(),
-                    ],
-                )
-                .await?;
-            Ok(())
-        }))
+    fn read_page<'a>(&'a self, page: Page<'a>) -> Reply<'a, StoredSession> {
+        Box::pin(self.read_span(page.owner, page.session_id, Span::page(&page)))
     }
 
-    fn read<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        Box::pin(self.read_span(owner, session_id, Span::All))
-    }
-
-    fn read_page<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        after: u64,
-        limit: u64,
-    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        Box::pin(self.read_span(owner, session_id, Span::Page { after, limit }))
-    }
-
-    fn list<'a>(
-        &'a self,
-        owner: Owner<'a>,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+    fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>> {
         Box::pin(self.run(async move {
             let owner = owner_key(owner);
             let now = crate::journal::now_ms();
@@ -734,7 +690,7 @@ impl SessionStore for PostgresStore {
         header: &'a SessionHeader,
         mut records: Box<dyn RecordPages>,
         updated_at_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> Reply<'a, ()> {
         Box::pin(self.run(async move {
             let new = NewSession::of(header, &[])?;
             let mut client = self.client().await?;
@@ -769,13 +725,8 @@ impl SessionStore for PostgresStore {
         }))
     }
 
-    fn call_records<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        call_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
-        let owner = owner_key(owner);
+    fn call_records<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Vec<Record>> {
+        let (owner, session_id, call_id) = (owner_key(call.owner), call.session_id, call.call_id);
         Box::pin(self.run(async move {
             let client = self.client().await?;
             let statement = client
@@ -794,10 +745,7 @@ impl SessionStore for PostgresStore {
         }))
     }
 
-    fn prune<'a>(
-        &'a self,
-        request: PruneRequest<'a>,
-    ) -> BoxFuture<'a, Result<Vec<Pruned>, StoreError>> {
+    fn prune<'a>(&'a self, request: PruneRequest<'a>) -> Reply<'a, Vec<Pruned>> {
         let owner = request.owner.map(owner_key);
         Box::pin(self.run(async move {
             let client = self.client().await?;
@@ -829,12 +777,7 @@ impl SessionStore for PostgresStore {
         }))
     }
 
-    fn remove<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        now_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn remove<'a>(&'a self, owner: Owner<'a>, session_id: &'a str, now_ms: u64) -> Reply<'a, ()> {
         Box::pin(self.run(async move {
             let owner = owner_key(owner);
             let mut client = self.client().await?;

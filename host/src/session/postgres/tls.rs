@@ -79,8 +79,14 @@ impl TlsSettings {
             .map_err(|e| format!("TLS roots: {e}"))?;
         let verifier: Arc<dyn ServerCertVerifier> = match (self.mode, &self.root) {
             (Mode::VerifyFull, _) => webpki,
-            (Mode::VerifyCa, _) | (Mode::Require, Some(_)) => Arc::new(AnyName(webpki)),
-            (Mode::Require, None) => Arc::new(Unchecked(provider)),
+            (Mode::VerifyCa, _) | (Mode::Require, Some(_)) => Arc::new(RelaxedVerifier {
+                check: Relaxed::AnyName(webpki),
+                provider,
+            }),
+            (Mode::Require, None) => Arc::new(RelaxedVerifier {
+                check: Relaxed::Unchecked,
+                provider,
+            }),
             (Mode::Disable, _) => return Ok(None),
         };
         Ok(Some(
@@ -145,11 +151,28 @@ pub(crate) fn split_url(url: &str) -> Result<(String, TlsSettings), String> {
     Ok((url, settings))
 }
 
-/// `verify-ca`: the chain must verify; the name need not match.
+/// What a relaxed mode checks of the server's certificate. The
+/// handshake's signatures are always checked, so the peer holds the key
+/// of the certificate it sent.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+enum Relaxed {
+    /// `verify-ca` (or `require` with roots): the chain must verify; the
+    /// name need not match.
+    AnyName(Arc<WebPkiServerVerifier>),
+    /// `require` without roots: encrypted, the certificate not checked
+    /// (libpq's meaning).
+    Unchecked,
+}
 
-impl ServerCertVerifier for AnyName {
+/// A verifier for a relaxed mode, with the crypto provider whose
+/// algorithms check the handshake's signatures.
+#[derive(Debug)]
+struct RelaxedVerifier {
+    check: Relaxed,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for RelaxedVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -158,10 +181,10 @@ impl ServerCertVerifier for AnyName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Relaxed::AnyName(webpki) = &self.check else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -175,7 +198,8 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -184,62 +208,14 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `require` without roots: encrypted, the certificate not checked (libpq's
-/// meaning). The handshake's signatures are still checked, so the peer
-/// holds the key of the certificate it sent.
-#[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

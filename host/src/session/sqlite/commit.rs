@@ -28,7 +28,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::sql::{Failure, failure, insert_records, lock};
 use crate::journal::StoreError;
-use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage};
+use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill};
 use crate::session::rows::{expiry, owner_key_of};
 
 /// The committer of one store's appends.
@@ -130,13 +130,9 @@ fn serve(
     let mut next = None;
     while let Some(first) = next.take().or_else(|| queue.recv().ok()) {
         let mut batch = vec![first];
-        let limit = max_batch.load(Ordering::Relaxed);
-        while batch.len() < limit {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+        fill(&mut batch, max_batch.load(Ordering::Relaxed), || {
+            queue.try_recv().ok()
+        });
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
         let results = commit(
             &mut lock(connection),

@@ -38,8 +38,8 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Lease, LeaseRequest, Leased, Owner, PruneRequest, Pruned, RecordPages, SessionHeader,
-    SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned, RecordPages,
+    Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
@@ -448,8 +448,8 @@ fn delete_session(tx: &rusqlite::Transaction<'_>, sid: i64) -> rusqlite::Result<
     Ok(())
 }
 
-/// Reads a session: every record, or (`from_snapshot`) its newest
-/// snapshot and the records after it.
+/// Reads a session's header and the records `span` names, within
+/// whatever transaction `conn` is in.
 fn read_session(
     conn: &Connection,
     owner: &str,
@@ -511,12 +511,32 @@ fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     })
 }
 
+/// Moves `lease`'s expiry to `expires`, or gives the lease up (`None`),
+/// while the session still carries its token: whether it did.
+fn update_lease(conn: &Connection, lease: &Lease, expires: Option<u64>) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE sessions
+             SET lease_holder = CASE WHEN ?5 IS NULL THEN NULL ELSE lease_holder END,
+                 lease_expires_ms = COALESCE(?5, 0)
+             WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
+        )?
+        .execute(params![
+            owner_key_of(lease.user_id.as_deref()),
+            lease.session_id,
+            lease.token,
+            lease.holder.as_str(),
+            expires
+        ])?;
+    Ok(changed == 1)
+}
+
 impl SessionStore for SqliteStore {
     fn location(&self) -> String {
         format!("sqlite:{}", self.path.display())
     }
 
-    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> BoxFuture<'a, Result<Leased, StoreError>> {
+    fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> Reply<'a, Leased> {
         let owner = owner_key(request.user_id);
         let session_id = request.session_id.to_owned();
         let holder = request.holder.clone();
@@ -564,92 +584,35 @@ impl SessionStore for SqliteStore {
         })
     }
 
-    fn append<'a>(
-        &'a self,
-        lease: &'a Lease,
-        records: &'a [Record],
-        snapshot: Option<&'a StoredSnapshot>,
-        now_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let rows = encode(records)?;
-            if rows.is_empty() {
-                return Ok(());
-            }
-            self.committer
-                .inbox
-                .append(lease.clone(), rows, snapshot.cloned(), now_ms)
-                .await
-        })
+    fn append<'a>(&'a self, append: Append<'a>) -> Reply<'a, ()> {
+        Box::pin(self.committer.inbox.append(append))
     }
 
-    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> Reply<'a, ()> {
         let lease = lease.clone();
         self.run(move |conn| {
-            let owner = owner_key_of(lease.user_id.as_deref());
             let expires = expiry(now_ms, lease.ttl);
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE sessions SET lease_expires_ms = ?5
-                 WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
-                )?
-                .execute(params![
-                    owner,
-                    lease.session_id,
-                    lease.token,
-                    lease.holder.as_str(),
-                    expires
-                ])?;
-            if changed != 1 {
-                return Err(StoreError::LeaseLost {
-                    session_id: lease.session_id,
-                }
-                .into());
+            if update_lease(conn, &lease, Some(expires))? {
+                Ok(())
+            } else {
+                Err(lease.lost().into())
             }
-            Ok(())
         })
     }
 
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn release<'a>(&'a self, lease: &'a Lease) -> Reply<'a, ()> {
         let lease = lease.clone();
         self.run(move |conn| {
-            let owner = owner_key_of(lease.user_id.as_deref());
-            conn.prepare_cached(
-                "UPDATE sessions SET lease_holder = NULL, lease_expires_ms = 0
-                 WHERE owner = ?1 AND session_id = ?2 AND lease_token = ?3 AND lease_holder = ?4",
-            )?
-            .execute(params![
-                owner,
-                lease.session_id,
-                lease.token,
-                lease.holder.as_str()
-            ])?;
+            update_lease(conn, &lease, None)?;
             Ok(())
         })
     }
 
-    fn read<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        self.read_span(owner, session_id, Span::All)
+    fn read_page<'a>(&'a self, page: Page<'a>) -> Reply<'a, StoredSession> {
+        self.read_span(page.owner, page.session_id, Span::page(&page))
     }
 
-    fn read_page<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        after: u64,
-        limit: u64,
-    ) -> BoxFuture<'a, Result<StoredSession, StoreError>> {
-        self.read_span(owner, session_id, Span::Page { after, limit })
-    }
-
-    fn list<'a>(
-        &'a self,
-        owner: Owner<'a>,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+    fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>> {
         let owner = owner_key(owner);
         self.run(move |conn| {
             let now = crate::journal::now_ms();
@@ -680,9 +643,10 @@ impl SessionStore for SqliteStore {
     fn insert<'a>(
         &'a self,
         header: &'a SessionHeader,
-        mut records: Box<dyn RecordPages>,
+        records: Box<dyn RecordPages>,
         updated_at_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> Reply<'a, ()> {
+        let mut records = records;
         let new = NewSession::of(header, &[]);
         // On the store's blocking thread, holding the file's write lock
         // until the last page is in: other writers wait (`BUSY_TIMEOUT`).
@@ -708,15 +672,9 @@ impl SessionStore for SqliteStore {
         })
     }
 
-    fn call_records<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        call_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
-        let owner = owner_key(owner);
-        let session_id = session_id.to_owned();
-        let call_id = call_id.to_owned();
+    fn call_records<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Vec<Record>> {
+        let owner = owner_key(call.owner);
+        let (session_id, call_id) = (call.session_id.to_owned(), call.call_id.to_owned());
         self.run(move |conn| {
             let mut query = conn.prepare_cached(
                 "SELECT r.seq, r.at_ms, r.entry, r.call_id
@@ -730,10 +688,7 @@ impl SessionStore for SqliteStore {
         })
     }
 
-    fn prune<'a>(
-        &'a self,
-        request: PruneRequest<'a>,
-    ) -> BoxFuture<'a, Result<Vec<Pruned>, StoreError>> {
+    fn prune<'a>(&'a self, request: PruneRequest<'a>) -> Reply<'a, Vec<Pruned>> {
         let owner = request.owner.map(owner_key);
         let (before, ephemeral_before, now) = (
             request.updated_before_ms,
@@ -767,12 +722,7 @@ impl SessionStore for SqliteStore {
         })
     }
 
-    fn remove<'a>(
-        &'a self,
-        owner: Owner<'a>,
-        session_id: &'a str,
-        now_ms: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn remove<'a>(&'a self, owner: Owner<'a>, session_id: &'a str, now_ms: u64) -> Reply<'a, ()> {
         let owner = owner_key(owner);
         let session_id = session_id.to_owned();
         self.run(move |conn| {
