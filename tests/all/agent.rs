@@ -504,13 +504,15 @@ async fn cancellation_stops_the_tool_in_flight() {
     host.load_with(guest("hostile"), long).await.unwrap();
     host.load(guest("stateful")).await.unwrap();
 
-    // Cancel as soon as the event stream shows the spinning call started.
+    // Cancel once the call before the spinning one has ended (its output
+    // item): the spinning call runs by then (it started with the turn, or
+    // starts next).
     let cancel = CancelToken::new();
     let trigger = cancel.clone();
     let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<airlock::journal::Event>();
     let watcher = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
-            if matches!(&event.item, Item::FunctionCall { call, .. } if call.name == "spin") {
+            if matches!(&event.item, Item::FunctionCallOutput { call_id, .. } if call_id == "c1") {
                 trigger.cancel();
             }
         }

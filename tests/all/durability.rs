@@ -296,7 +296,7 @@ async fn kill_at_every_event(env: &[(&str, &str)]) {
     let mut interrupted_mid_call = 0;
     let mut snapshots = 0;
     // Kill after every event but the last: before, during and after each
-    // call (after the spin call's intent, the tool is spinning).
+    // call (after the output of the call before it, the spin call runs).
     for count in 1..total {
         let id = format!("crash-{count}");
         let seen = kill_after(run.spawn(&id, env), count);
@@ -389,12 +389,13 @@ async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit(
     let mut holder = run.spawn("stalled", &ttl);
     let stdout = holder.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
-    // Wait for the spin call's intent, then freeze the process.
-    loop {
+    // Wait for the output of the call before the spin call (the second of
+    // the turn; every intent was committed with the turn), then freeze the
+    // process while it spins: between commits.
+    let mut outputs = 0;
+    while outputs < 2 {
         let line = lines.next().expect("the run prints events").unwrap();
-        if line.contains("\"function_call\"") && line.contains("\"spin\"") {
-            break;
-        }
+        outputs += usize::from(line.contains("\"function_call_output\""));
     }
     let pid = Pid::from_raw(i32::try_from(holder.id()).unwrap()).unwrap();
     kill_process(pid, Signal::STOP).unwrap();

@@ -97,7 +97,6 @@ impl Session {
             call_end(&result),
             started.elapsed(),
             host.context_rules(),
-            false,
         );
         recorder.commit().await?;
         result.map_err(SessionCallError::Call)

@@ -9,7 +9,6 @@ use super::{Agent, Decision, RunError, RunOutcome};
 use crate::journal::CallEnd;
 use crate::journal::recorder::Recorder;
 use crate::journal::{Item, Role};
-use crate::llm::Message;
 use crate::policy::Approval;
 use crate::spec::{ToolCall, ToolSpec};
 use crate::tools::{CallError, CallFailure, CallOutcome, Ran, call_end};
@@ -65,17 +64,18 @@ impl<'a, 'c> Run<'a, 'c> {
         if self.recorder.transcript().messages.is_empty()
             && let Some(system) = &agent.options.system_prompt
         {
-            self.recorder.push_message(Message::System {
-                content: system.clone(),
+            self.record(Item::Message {
+                role: Role::System,
+                content: Some(system.clone()),
+                iteration: 0,
+                calls: 0,
             });
         }
-        self.recorder.push_message(Message::User {
-            content: prompt.to_owned(),
-        });
         self.record(Item::Message {
             role: Role::User,
             content: Some(prompt.to_owned()),
             iteration: 0,
+            calls: 0,
         });
         self.commit().await?;
 
@@ -100,17 +100,8 @@ impl<'a, 'c> Run<'a, 'c> {
             let ctx = self.recorder.ctx_mut();
             ctx.usage.input_tokens += reply.usage.input_tokens;
             ctx.usage.output_tokens += reply.usage.output_tokens;
-            self.recorder.push_message(Message::Assistant {
-                content: reply.content.clone(),
-                tool_calls: reply.tool_calls.clone(),
-            });
-            if reply.content.is_some() || reply.tool_calls.is_empty() {
-                self.record(Item::Message {
-                    role: Role::Assistant,
-                    content: reply.content.clone(),
-                    iteration,
-                });
-            }
+            self.recorder
+                .model_turn(reply.content.clone(), &reply.tool_calls, iteration);
             self.commit().await?;
             if reply.tool_calls.is_empty() {
                 let ctx = self.recorder.ctx();
@@ -122,7 +113,7 @@ impl<'a, 'c> Run<'a, 'c> {
                     session_id: ctx.session_id().to_owned(),
                 });
             }
-            self.run_turn(&reply.tool_calls, iteration).await?;
+            self.run_turn(&reply.tool_calls).await?;
             self.check_size()?;
         }
     }
@@ -143,7 +134,7 @@ impl<'a, 'c> Run<'a, 'c> {
     /// results, events and commits are those of the sequential run; only a
     /// speculative call may have started before its intent was committed
     /// (it has no effect to recover from, or is idempotent).
-    async fn run_turn(&mut self, calls: &[ToolCall], iteration: u32) -> Result<(), RunError> {
+    async fn run_turn(&mut self, calls: &[ToolCall]) -> Result<(), RunError> {
         let turn = self.agent.options.turn;
         let parallel = turn.parallel && turn.max_parallel >= 2 && calls.len() >= 2;
         let mut speculations = if parallel {
@@ -154,10 +145,9 @@ impl<'a, 'c> Run<'a, 'c> {
         let mut written = BTreeSet::new();
         for (k, call) in calls.iter().enumerate() {
             self.check_size()?;
-            // The intent is committed when every earlier call has settled,
-            // whether or not this one runs yet.
-            self.recorder.call_asked(call, iteration);
-            self.commit().await?;
+            // Its intent was committed with the model's turn; it counts
+            // when the turn reaches it, whether or not it runs yet.
+            self.recorder.count_call();
             let settled = match speculations.take(k) {
                 Some((task, request)) => match task.await {
                     Ok(ran) if self.still_valid(&ran, &request, &written) => {
@@ -267,13 +257,8 @@ impl<'a, 'c> Run<'a, 'c> {
                 Decision::Edit(edited) => arguments = edited,
                 Decision::Reject => {
                     let rules = agent.host.context_rules();
-                    self.recorder.call_ended(
-                        call,
-                        CallEnd::Rejected,
-                        started.elapsed(),
-                        rules,
-                        true,
-                    );
+                    self.recorder
+                        .call_ended(call, CallEnd::Rejected, started.elapsed(), rules);
                     return Ok(BTreeSet::new());
                 }
             }
@@ -302,7 +287,7 @@ impl<'a, 'c> Run<'a, 'c> {
     ) -> Result<BTreeSet<String>, RunError> {
         let rules = self.agent.host.context_rules();
         self.recorder
-            .call_ended(call, call_end(&result), took, rules, true);
+            .call_ended(call, call_end(&result), took, rules);
         match result {
             Ok(outcome) => Ok(outcome
                 .updates

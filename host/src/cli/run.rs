@@ -234,6 +234,7 @@ fn show_progress(event: &Event) {
             role: Role::Assistant,
             content: Some(text),
             iteration,
+            ..
         } => format!("[turn {iteration}] model: {}", one_line(text, 200)),
         Item::FunctionCall { call, iteration } => format!(
             "[turn {iteration}] call {} {}",

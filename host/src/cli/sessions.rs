@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use airlock::context::ContextRules;
-use airlock::journal::{Entry, Item, Role};
+use airlock::journal::{Item, Role};
 use airlock::llm::Message;
 use airlock::session::export::{ExportError, ImportError, JournalPages, Spill, write_export};
 use airlock::session::import::{Staged, stage_for_user};
@@ -221,19 +221,17 @@ async fn show(args: IdArgs) -> Result<(), Failure> {
     let spilled = |e: std::io::Error| failed(ExportError::Write(e));
     let mut messages = Spill::new().map_err(spilled)?;
     let mut events = Spill::new().map_err(spilled)?;
-    while let Some(records) = pages.next().await.map_err(located)? {
-        for record in records {
-            let line = match &record.entry {
-                Entry::Message { message } => (&mut messages, describe_message(message)),
-                Entry::Item { event, .. } => (
-                    &mut events,
-                    format!("{} {}", event.id, describe_item(&event.item)),
-                ),
-                _ => continue,
-            };
-            line.0
-                .push_line(&format!("  {}", super::terminal::shown(&line.1)))
+    while pages.next().await.map_err(located)?.is_some() {
+        let (said, logged) = pages.take_said();
+        let show = |line: String| format!("  {}", super::terminal::shown(&line));
+        for message in &said {
+            messages
+                .push_line(&show(describe_message(message)))
                 .map_err(spilled)?;
+        }
+        for event in &logged {
+            let line = format!("{} {}", event.id, describe_item(&event.item));
+            events.push_line(&show(line)).map_err(spilled)?;
         }
     }
     let (header, folded) = (&pages.header, pages.folded());
@@ -306,7 +304,11 @@ fn describe_item(item: &Item) -> String {
             iterations,
         } => format!("run ended: {outcome} after {iterations} model requests"),
         Item::Message { role, content, .. } => {
-            let who = if *role == Role::User { "user" } else { "model" };
+            let who = match role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "model",
+            };
             format!("{who}: {}", one_line(content.as_deref().unwrap_or("")))
         }
         Item::FunctionCall { call, .. } => {

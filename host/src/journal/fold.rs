@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 
 use super::conversation::Captured;
 use super::conversation::Message;
-use super::record::{CallStatus, Entry, Event, Item, Record, Transcript};
+use super::record::{CallStatus, Entry, Event, Item, Record};
+use super::transcript::Transcript;
 use crate::context::Usage;
 use crate::kind::ErrorKind;
 
@@ -60,17 +61,29 @@ impl Folded {
     pub(crate) fn absorb(&mut self, entry: Entry) -> Result<(), String> {
         match entry {
             Entry::Deps { deps } => self.deps = deps,
-            Entry::Message { message } => self.transcript.messages.push(message),
+            Entry::Event { event, .. } => {
+                self.replay(&event)?;
+                self.transcript.push_event(event);
+            }
+            Entry::Message { message } => self.transcript.push_stored_message(message),
             Entry::Item { event, .. } => {
-                if let Item::ContextUpdate { ops, .. } = &event.item {
-                    crate::context::replay(&mut self.deps, ops).map_err(|e| e.to_string())?;
-                }
+                self.replay(&event)?;
                 self.transcript.items.push(event);
             }
             Entry::Usage { usage, iteration } => {
                 self.usage = usage;
                 self.iteration = iteration;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Folded {
+    /// Applies a `context_update` item's ops to deps.
+    fn replay(&mut self, event: &Event) -> Result<(), String> {
+        if let Item::ContextUpdate { ops, .. } = &event.item {
+            crate::context::replay(&mut self.deps, ops).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -148,38 +161,27 @@ pub fn unanswered_calls(transcript: &Transcript) -> Vec<(String, String, bool)> 
 }
 
 /// The entries that answer every unanswered call with
-/// [`INTERRUPTED_MESSAGE`]: an `interrupted` output item each, and a tool
-/// message for each the model waits on. Empty when nothing is
+/// [`INTERRUPTED_MESSAGE`]: an `interrupted` output item each (which is
+/// the tool message for those the model waits on). Empty when nothing is
 /// unanswered, so patching twice adds nothing.
 pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<Entry> {
-    let mut entries = Vec::new();
-    for (next_item, (call_id, name, model_waits)) in
-        (transcript.next_item()..).zip(unanswered_calls(transcript))
-    {
-        entries.push(Entry::item(Event::numbered(
-            next_item,
-            run_id,
-            now_ms,
-            Item::FunctionCallOutput {
-                call_id: call_id.clone(),
-                name: name.clone(),
-                status: CallStatus::Interrupted,
-                output: INTERRUPTED_MESSAGE.to_owned(),
-                error_kind: Some(ErrorKind::Interrupted),
-                duration_us: 0,
-                guest: Captured::default(),
-            },
-        )));
-        if model_waits {
-            entries.push(Entry::Message {
-                message: Message::Tool {
+    (transcript.next_item()..)
+        .zip(unanswered_calls(transcript))
+        .map(|(next_item, (call_id, name, _))| {
+            Entry::item(Event::numbered(
+                next_item,
+                run_id,
+                now_ms,
+                Item::FunctionCallOutput {
                     call_id,
                     name,
-                    content: INTERRUPTED_MESSAGE.to_owned(),
-                    is_error: true,
+                    status: CallStatus::Interrupted,
+                    output: INTERRUPTED_MESSAGE.to_owned(),
+                    error_kind: Some(ErrorKind::Interrupted),
+                    duration_us: 0,
+                    guest: Captured::default(),
                 },
-            });
-        }
-    }
-    entries
+            ))
+        })
+        .collect()
 }

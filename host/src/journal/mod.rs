@@ -7,12 +7,16 @@
 //! call reads the same in the journal whether the agent loop ran it or a
 //! session's direct call did (`airlock call --session`, MCP):
 //!
-//! 1. its intent, a `function_call` item, committed before it runs;
+//! 1. its intent, a `function_call` item, committed before it runs (a
+//!    model's calls with the model's turn, before any of them runs);
 //! 2. its end, committed together after it: the `function_call_output`
-//!    item (result or failure text, failure kind, what the guest wrote),
-//!    the `context_update` item with the ops it applied (less hidden and
-//!    secret-looking keys: [`secrets`]), and the tool message when a model
-//!    waits for one.
+//!    item (result or failure text, failure kind, what the guest wrote;
+//!    for a call the model asked for, its tool message) and the
+//!    `context_update` item with the ops it applied (less hidden and
+//!    secret-looking keys: [`secrets`]).
+//!
+//! Each fact is recorded once: the messages the model sees are rebuilt
+//! from the items ([`Transcript`]).
 //!
 //! A journal is a list of [`Record`]s numbered from 1 without gaps; its
 //! state is their fold ([`Folded`]). A call with an intent and no end was
@@ -28,12 +32,12 @@ pub(crate) mod recorder;
 pub mod secrets;
 mod sink;
 mod snapshot;
+mod transcript;
 
 pub use conversation::{CallEnd, Captured, CapturedLog, Message};
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
-pub use record::{
-    CallStatus, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, Transcript, now_ms,
-};
+pub use record::{CallStatus, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, now_ms};
 pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE};
 pub use sink::{Conversation, Sink, StoreError};
 pub use snapshot::{SNAPSHOT_VERSION, Snapshot, SnapshotError};
+pub use transcript::Transcript;

@@ -3,27 +3,35 @@
 //! ([`Record`], [`Entry`]).
 //!
 //! The JSON forms are the journal's on-disk format and the event log's
-//! wire format, version [`RECORD_FORMAT`]: fields are only ever added, so
-//! a journal written by an older Airlock reads back the same. Every type
-//! in them is the journal's own ([`super::conversation`]); a test holds
-//! the encoding of one record of each kind to a committed sample
-//! (`testdata/records.jsonl`), so a change to any of them is seen.
+//! wire format, version [`RECORD_FORMAT`]. Every type in them is the
+//! journal's own ([`super::conversation`]); a test holds the encoding of
+//! one record of each kind to a committed sample (`testdata/records.jsonl`),
+//! so a change to any of them is seen.
+//!
+//! One record per fact: an item ([`Entry::Event`]) is the only record of
+//! what it says, and the messages the model sees are rebuilt from the
+//! items when a journal is folded (a prompt, a model turn and the calls it
+//! asked for, each call's answer). An item's time is its record's. A
+//! journal written by an older Airlock (format 1) stored each message
+//! again beside its items ([`Entry::Message`], [`Entry::Item`]); it reads
+//! back the same, and a session that has one goes on with format-2
+//! records after it.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::conversation::Captured;
-use super::conversation::Message;
+use super::conversation::{Captured, Message};
 use crate::context::{ContextOp, Usage};
 use crate::kind::ErrorKind;
 use crate::spec::ToolCall;
 
 /// The version of the records' JSON that this Airlock writes: a change
-/// that an older Airlock could not read bumps it, with a migration of
-/// stored journals.
-pub const RECORD_FORMAT: u32 = 1;
+/// that an older Airlock could not read bumps it (and the stores' schema
+/// version, so that an older Airlock refuses the store instead of
+/// misreading it). 2: items only, messages rebuilt from them.
+pub const RECORD_FORMAT: u32 = 2;
 
 /// One item of the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,7 +77,9 @@ pub enum Item {
         /// Model requests the run made.
         iterations: u32,
     },
-    /// A message of the conversation: the user's prompt or the model's text.
+    /// A message of the conversation: the run's instructions, the
+    /// user's prompt, or a model turn (its text, and how many calls it
+    /// asked for: the `function_call` items right after it).
     Message {
         /// Who said it.
         role: Role,
@@ -78,6 +88,10 @@ pub enum Item {
         content: Option<String>,
         /// The model request it belongs to (0 for the prompt).
         iteration: u32,
+        /// A model turn's calls: the `function_call` items that follow it.
+        /// Written only when not 0.
+        #[serde(default, skip_serializing_if = "is_zero_u32")]
+        calls: u32,
     },
     /// A tool call was asked for (by the model, or directly on a session):
     /// its intent, recorded before it runs. Written as `call_id`, `name`,
@@ -218,6 +232,8 @@ impl<'de> Deserialize<'de> for Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// The run's instructions for the model.
+    System,
     /// The person (the prompt).
     User,
     /// The model.
@@ -255,35 +271,7 @@ impl CallStatus {
     }
 }
 
-/// The conversation so far: the messages sent to the model and the item
-/// log. Pass the same transcript to continue a conversation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Transcript {
-    /// What the model has been sent and has answered, in order.
-    pub messages: Vec<Message>,
-    /// The item log, in order: every item, or — for a session resumed
-    /// from a snapshot, or one that held
-    /// [`MAX_HELD_ITEMS`](crate::session::MAX_HELD_ITEMS) — the calls
-    /// still open when its closed calls were let go, and every item since.
-    pub items: Vec<Event>,
-    /// Items of the log not held in `items` (folded into a snapshot, or
-    /// let go by a session; 0 while the whole log is held). The next item
-    /// is numbered [`Transcript::next_item`].
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub items_folded: u64,
-}
-
-impl Transcript {
-    /// The number the next item of the log gets (`item_<n>`).
-    pub fn next_item(&self) -> usize {
-        usize::try_from(self.items_folded)
-            .unwrap_or(usize::MAX)
-            .saturating_add(self.items.len())
-            .saturating_add(1)
-    }
-}
-
-fn is_zero(n: &u64) -> bool {
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
@@ -303,15 +291,13 @@ pub enum Entry {
         /// The new deps.
         deps: Map<String, Value>,
     },
-    /// A message appended to the conversation the model sees.
-    Message {
-        /// The message.
-        message: Message,
-    },
-    /// An item appended to the log. A `context_update` item's ops are
-    /// applied to deps when the journal is folded.
-    Item {
+    /// An item appended to the log (format 2): the only record of what it
+    /// says; the messages the model sees are rebuilt from these. Stored
+    /// without its own time, which is its record's. A `context_update`
+    /// item's ops are applied to deps when the journal is folded.
+    Event {
         /// The item.
+        #[serde(with = "timeless")]
         event: Event,
         /// Whether the item is part of a keyed call (one made at most once
         /// per id, [`Session::call_once`](crate::session::Session::call_once)):
@@ -320,8 +306,23 @@ pub enum Entry {
         /// other calls' items are not indexed, so that an unkeyed call's
         /// commit writes no entry at a random place of an index. Written
         /// only when true. A store reads every record it indexes back
-        /// marked, those stored before the marks existed (every call's)
-        /// among them.
+        /// marked.
+        #[serde(default, skip_serializing_if = "is_false")]
+        keyed: bool,
+    },
+    /// Format 1 (read, never written): a message appended to the
+    /// conversation the model sees, stored beside the items that say the
+    /// same.
+    Message {
+        /// The message.
+        message: Message,
+    },
+    /// Format 1 (read, never written): an item, with its own time, whose
+    /// message (if any) was stored as an [`Entry::Message`] too.
+    Item {
+        /// The item.
+        event: Event,
+        /// As [`Entry::Event`]'s.
         #[serde(default, skip_serializing_if = "is_false")]
         keyed: bool,
     },
@@ -337,23 +338,36 @@ pub enum Entry {
 impl Entry {
     /// An item of the log, not part of a keyed call.
     pub fn item(event: Event) -> Self {
-        Entry::Item {
+        Entry::Event {
             event,
             keyed: false,
+        }
+    }
+
+    /// The item this entry holds, in either format.
+    pub fn event(&self) -> Option<&Event> {
+        match self {
+            Entry::Event { event, .. } | Entry::Item { event, .. } => Some(event),
+            _ => None,
+        }
+    }
+
+    /// [`Entry::event`], to change.
+    pub fn event_mut(&mut self) -> Option<&mut Event> {
+        match self {
+            Entry::Event { event, .. } | Entry::Item { event, .. } => Some(event),
+            _ => None,
         }
     }
 
     /// The tool call this entry is about, if it is a call's intent, output
     /// or ops, keyed or not.
     pub fn call_id(&self) -> Option<&str> {
-        match self {
-            Entry::Item { event, .. } => match &event.item {
-                Item::FunctionCall { call, .. } => Some(&call.id),
-                Item::FunctionCallOutput { call_id, .. } | Item::ContextUpdate { call_id, .. } => {
-                    Some(call_id)
-                }
-                _ => None,
-            },
+        match &self.event()?.item {
+            Item::FunctionCall { call, .. } => Some(&call.id),
+            Item::FunctionCallOutput { call_id, .. } | Item::ContextUpdate { call_id, .. } => {
+                Some(call_id)
+            }
             _ => None,
         }
     }
@@ -364,7 +378,7 @@ impl Entry {
     /// as.
     pub fn mark_keyed(&mut self) {
         if self.call_id().is_some()
-            && let Entry::Item { keyed, .. } = self
+            && let Entry::Event { keyed, .. } | Entry::Item { keyed, .. } = self
         {
             *keyed = true;
         }
@@ -375,7 +389,7 @@ impl Entry {
     /// retry reads the call's records and not the whole journal.
     pub fn call_key(&self) -> Option<&str> {
         match self {
-            Entry::Item { keyed: true, .. } => self.call_id(),
+            Entry::Event { keyed: true, .. } | Entry::Item { keyed: true, .. } => self.call_id(),
             _ => None,
         }
     }
@@ -384,14 +398,95 @@ impl Entry {
 /// An entry with its place in the journal. Numbers and times are
 /// Airlock's, never the store's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "RecordFields")]
 pub struct Record {
     /// 1 for the first record of the session, then one more for each.
     pub seq: u64,
-    /// When it was committed, in milliseconds since the Unix epoch.
+    /// When it was recorded, in milliseconds since the Unix epoch: an
+    /// item's own time, and the commit's for anything else.
     pub at_ms: u64,
     /// What it says.
     #[serde(flatten)]
     pub entry: Entry,
+}
+
+impl Record {
+    /// The record `seq` of `entry` at `at_ms`; an item stored without its
+    /// time (format 2) takes the record's.
+    pub fn new(seq: u64, at_ms: u64, mut entry: Entry) -> Self {
+        if let Entry::Event { event, .. } = &mut entry {
+            event.at_ms = at_ms;
+        }
+        Self { seq, at_ms, entry }
+    }
+
+    /// The record `seq` of `entry`, committed at `now_ms`: an item keeps
+    /// its own time.
+    pub fn committed(seq: u64, now_ms: u64, entry: Entry) -> Self {
+        let at_ms = match &entry {
+            Entry::Event { event, .. } => event.at_ms,
+            _ => now_ms,
+        };
+        Self { seq, at_ms, entry }
+    }
+}
+
+/// A record as its JSON has it.
+#[derive(Deserialize)]
+struct RecordFields {
+    seq: u64,
+    at_ms: u64,
+    #[serde(flatten)]
+    entry: Entry,
+}
+
+impl From<RecordFields> for Record {
+    fn from(fields: RecordFields) -> Self {
+        Record::new(fields.seq, fields.at_ms, fields.entry)
+    }
+}
+
+/// An [`Event`] as an [`Entry::Event`] stores it: without its time, which
+/// is its record's ([`Record::new`] puts it back).
+mod timeless {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{Event, Item};
+
+    #[derive(Serialize)]
+    struct Fields<'a> {
+        id: &'a str,
+        run_id: &'a str,
+        #[serde(flatten)]
+        item: &'a Item,
+    }
+
+    #[derive(Deserialize)]
+    struct Owned {
+        id: String,
+        run_id: String,
+        #[serde(flatten)]
+        item: Item,
+    }
+
+    pub fn serialize<S: Serializer>(event: &Event, serializer: S) -> Result<S::Ok, S::Error> {
+        Fields {
+            id: &event.id,
+            run_id: &event.run_id,
+            item: &event.item,
+        }
+        .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
+        let Owned { id, run_id, item } = Owned::deserialize(deserializer)?;
+        Ok(Event {
+            id,
+            run_id,
+            at_ms: 0,
+            item,
+        })
+    }
 }
 
 /// Airlock's clock for journal times and leases: milliseconds since the
@@ -407,7 +502,8 @@ mod tests {
     use super::*;
     use crate::journal::{Captured, CapturedLog};
 
-    /// A record of every kind, each field set.
+    /// A record of every kind, each field set: format 2's, then the two
+    /// that only format-1 journals hold.
     fn one_of_each() -> Vec<Record> {
         let call = ToolCall {
             id: "c1".into(),
@@ -415,47 +511,33 @@ mod tests {
             arguments: r#"{"name":"v"}"#.into(),
             retry: 0,
         };
-        let event = |n: usize, item: Item| Entry::Item {
-            event: Event::numbered(n, "run_1", 1_700_000_000_000 + n as u64, item),
-            keyed: n == 4,
+        let event = |n: usize, item: Item| Event::numbered(n, "run_1", 0, item);
+        let logged = |n: usize, item: Item| Entry::Event {
+            event: event(n, item),
+            keyed: n == 6,
+        };
+        let said = |role: Role, content: &str, calls: u32| Item::Message {
+            role,
+            content: Some(content.into()),
+            iteration: u32::from(role == Role::Assistant),
+            calls,
         };
         let deps: Map<String, Value> = serde_json::from_str(r#"{"counters":{"v":1}}"#).unwrap();
         let entries = vec![
             Entry::Deps { deps },
-            Entry::Message {
-                message: Message::System {
-                    content: "be brief".into(),
-                },
-            },
-            Entry::Message {
-                message: Message::User {
-                    content: "count".into(),
-                },
-            },
-            event(1, Item::RunStarted { model: "m".into() }),
-            event(
-                2,
-                Item::Message {
-                    role: Role::User,
-                    content: Some("count".into()),
-                    iteration: 0,
-                },
-            ),
-            Entry::Message {
-                message: Message::Assistant {
-                    content: Some("calling".into()),
-                    tool_calls: vec![call.clone()],
-                },
-            },
-            event(
-                3,
+            logged(1, said(Role::System, "be brief", 0)),
+            logged(2, said(Role::User, "count", 0)),
+            logged(3, Item::RunStarted { model: "m".into() }),
+            logged(4, said(Role::Assistant, "calling", 1)),
+            logged(
+                5,
                 Item::FunctionCall {
                     call: call.clone(),
                     iteration: 1,
                 },
             ),
-            event(
-                4,
+            logged(
+                6,
                 Item::FunctionCallOutput {
                     call_id: "c1".into(),
                     name: "increment".into(),
@@ -474,8 +556,8 @@ mod tests {
                     },
                 },
             ),
-            event(
-                5,
+            logged(
+                7,
                 Item::ContextUpdate {
                     call_id: "c1".into(),
                     ops: vec![
@@ -495,23 +577,15 @@ mod tests {
                     ],
                 },
             ),
-            Entry::Message {
-                message: Message::Tool {
-                    call_id: "c1".into(),
-                    name: "increment".into(),
-                    content: "Error (failed): no".into(),
-                    is_error: true,
-                },
-            },
-            event(
-                6,
+            logged(
+                8,
                 Item::Error {
                     kind: ErrorKind::ModelError,
                     message: "the model failed".into(),
                 },
             ),
-            event(
-                7,
+            logged(
+                9,
                 Item::RunEnded {
                     outcome: Outcome::Failed(ErrorKind::ModelError),
                     iterations: 1,
@@ -526,16 +600,49 @@ mod tests {
                 },
                 iteration: 1,
             },
+            Entry::Message {
+                message: Message::Assistant {
+                    content: Some("calling".into()),
+                    tool_calls: vec![call],
+                },
+            },
+            Entry::Item {
+                event: Event::numbered(
+                    10,
+                    "run_1",
+                    1_600_000_000_000,
+                    said(Role::User, "again", 0),
+                ),
+                keyed: false,
+            },
         ];
         entries
             .into_iter()
             .zip(1..)
-            .map(|(entry, seq)| Record {
-                seq,
-                at_ms: 1_700_000_000_000 + seq,
-                entry,
-            })
+            .map(|(entry, seq)| Record::new(seq, 1_700_000_000_000 + seq, entry))
             .collect()
+    }
+
+    /// Format 2's items say the messages the model sees: the prompt, the
+    /// turn with the call it asked for, and the call's output.
+    #[test]
+    fn the_items_say_the_messages() {
+        let folded = crate::journal::Folded::fold(&one_of_each()[..10]).unwrap();
+        let roles: Vec<&str> = folded
+            .transcript
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::System { .. } => "system",
+                Message::User { .. } => "user",
+                Message::Assistant { tool_calls, .. } if tool_calls.len() == 1 => "assistant+1",
+                Message::Assistant { .. } => "assistant",
+                Message::Tool { is_error: true, .. } => "tool error",
+                Message::Tool { .. } => "tool",
+            })
+            .collect();
+        assert_eq!(roles, ["system", "user", "assistant+1", "tool error"]);
+        assert_eq!(folded.transcript.items.len(), 9);
     }
 
     /// The records' JSON is the committed sample of format
@@ -545,7 +652,7 @@ mod tests {
     /// bumps the format.)
     #[test]
     fn records_are_written_as_the_committed_sample_of_their_format() {
-        assert_eq!(RECORD_FORMAT, 1, "a new format needs its own sample");
+        assert_eq!(RECORD_FORMAT, 2, "a new format needs its own sample");
         let sample = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/src/journal/testdata/records.jsonl"

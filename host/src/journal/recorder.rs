@@ -1,13 +1,15 @@
-//! Recording a conversation as it goes: items and messages, committed
-//! through the conversation's sink; and the one way a tool call is
-//! recorded, for the agent loop and a session's direct calls alike.
+//! Recording a conversation as it goes: its items (the messages the
+//! model sees are rebuilt from them), committed through the
+//! conversation's sink; and the one way a tool call is recorded, for the
+//! agent loop and a session's direct calls alike.
 
 use std::time::Duration;
 
-use super::conversation::{CallEnd, Captured, Message};
-use super::record::{CallStatus, Entry, Event, Item, Transcript, now_ms};
+use super::conversation::{CallEnd, Captured};
+use super::record::{CallStatus, Entry, Event, Item, Role, now_ms};
 use super::secrets;
 use super::sink::{Conversation, Sink, StoreError};
+use super::transcript::Transcript;
 use crate::context::{ContextRules, RunContext};
 use crate::spec::ToolCall;
 
@@ -37,7 +39,7 @@ pub(crate) struct Recorder<'c> {
     /// asked, so that a recorder nobody asks (a session's direct call)
     /// serializes nothing to count.
     uncounted: usize,
-    /// Whether the items it records are a keyed call's ([`Entry::Item`]'s
+    /// Whether the items it records are a keyed call's ([`Entry::Event`]'s
     /// `keyed`).
     keyed: bool,
 }
@@ -99,7 +101,7 @@ impl<'c> Recorder<'c> {
         );
         self.uncounted += 1;
         if self.sink.is_some() {
-            self.pending.push(Entry::Item {
+            self.pending.push(Entry::Event {
                 event: event.clone(),
                 keyed: self.keyed,
             });
@@ -107,17 +109,36 @@ impl<'c> Recorder<'c> {
         if let Some(unsent) = &mut self.unsent {
             unsent.push(event.clone());
         }
-        self.transcript.items.push(event);
+        self.transcript.push_event(event);
     }
 
-    /// Appends `message` to the conversation the model sees.
-    pub(crate) fn push_message(&mut self, message: Message) {
-        if self.sink.is_some() {
-            self.pending.push(Entry::Message {
-                message: message.clone(),
+    /// Records a model turn: its text and the calls it asked for, whose
+    /// items are their intents (recorded here, before any of them runs;
+    /// each is counted in `usage.tool_calls` when the loop reaches it,
+    /// [`Recorder::count_call`]).
+    pub(crate) fn model_turn(
+        &mut self,
+        content: Option<String>,
+        calls: &[ToolCall],
+        iteration: u32,
+    ) {
+        self.record(Item::Message {
+            role: Role::Assistant,
+            content,
+            iteration,
+            calls: u32::try_from(calls.len()).unwrap_or(u32::MAX),
+        });
+        for call in calls {
+            self.record(Item::FunctionCall {
+                call: call.clone(),
+                iteration,
             });
         }
-        self.transcript.messages.push(message);
+    }
+
+    /// Counts a call in `usage.tool_calls` (the tool sees itself counted).
+    pub(crate) fn count_call(&mut self) {
+        self.ctx.usage.tool_calls = self.ctx.usage.tool_calls.saturating_add(1);
     }
 
     /// Commits what was recorded since the last commit (with the usage
@@ -131,28 +152,28 @@ impl<'c> Recorder<'c> {
         Ok(self.unsent.as_mut().map(std::mem::take).unwrap_or_default())
     }
 
-    /// Records that `call` was asked for, before it runs (its intent), and
-    /// counts it in `usage.tool_calls`.
+    /// Records that `call` was asked for outside a model turn (a direct
+    /// call), before it runs (its intent), and counts it in
+    /// `usage.tool_calls`. No model is told how it ends.
     pub(crate) fn call_asked(&mut self, call: &ToolCall, iteration: u32) {
         self.record(Item::FunctionCall {
             call: call.clone(),
             iteration,
         });
-        self.ctx.usage.tool_calls = self.ctx.usage.tool_calls.saturating_add(1);
+        self.count_call();
     }
 
     /// Records how `call` ended, after `took`: its output item (the result
     /// or the failure text, the failure's kind, what the guest wrote), then
     /// the ops it applied (less hidden and secret-looking keys, under
-    /// `rules`; none recorded when none is left), then, when the model
-    /// waits for it, the tool message.
+    /// `rules`; none recorded when none is left). The output of a call the
+    /// model asked for is its tool message.
     pub(crate) fn call_ended(
         &mut self,
         call: &ToolCall,
         ended: CallEnd<'_>,
         took: Duration,
         rules: &ContextRules,
-        model_waits: bool,
     ) -> CallStatus {
         let (status, output, error_kind, guest, ops) = match ended {
             CallEnd::Rejected => (
@@ -194,7 +215,7 @@ impl<'c> Recorder<'c> {
             call_id: call.id.clone(),
             name: call.name.clone(),
             status,
-            output: output.clone(),
+            output,
             error_kind,
             duration_us: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
             guest,
@@ -203,14 +224,6 @@ impl<'c> Recorder<'c> {
             self.record(Item::ContextUpdate {
                 call_id: call.id.clone(),
                 ops,
-            });
-        }
-        if model_waits {
-            self.push_message(Message::Tool {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                content: output,
-                is_error: status != CallStatus::Completed,
             });
         }
         status

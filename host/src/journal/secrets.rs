@@ -166,7 +166,7 @@ pub fn scrub_ops(ops: &[ContextOp], rules: &ContextRules) -> Vec<ContextOp> {
 pub fn scrub_record(mut record: Record, rules: &ContextRules) -> Record {
     match &mut record.entry {
         Entry::Deps { deps } => *deps = scrub_deps(deps, rules),
-        Entry::Item { event, .. } => scrub_event(event, rules),
+        Entry::Event { event, .. } | Entry::Item { event, .. } => scrub_event(event, rules),
         Entry::Message { .. } | Entry::Usage { .. } => {}
     }
     record

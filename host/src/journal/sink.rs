@@ -9,7 +9,8 @@ use crate::context::RunContext;
 use crate::kind::ErrorKind;
 use futures::future::BoxFuture;
 
-use super::record::{Entry, Transcript};
+use super::record::Entry;
+use super::transcript::Transcript;
 
 /// The write side of a durable conversation: a leased session's journal.
 ///

@@ -20,7 +20,8 @@ use serde_json::{Map, Value};
 
 use super::conversation::Message;
 use super::fold::{FoldError, Folded, open_call_positions, open_calls};
-use super::record::{Entry, Event, Record, Transcript};
+use super::record::{Entry, Event, Record};
+use super::transcript::Transcript;
 use crate::context::Usage;
 
 /// The snapshot format this version writes and reads.
@@ -120,11 +121,11 @@ impl Folded {
     pub fn from_snapshot(snapshot: Snapshot) -> Self {
         Folded {
             deps: snapshot.deps,
-            transcript: Transcript {
-                messages: snapshot.messages,
-                items: snapshot.open,
-                items_folded: snapshot.items_folded,
-            },
+            transcript: Transcript::resumed(
+                snapshot.messages,
+                snapshot.open,
+                snapshot.items_folded,
+            ),
             usage: snapshot.usage,
             iteration: snapshot.iteration,
         }
@@ -285,7 +286,7 @@ mod tests {
             .into_iter()
             .zip(1..)
             .map(|(mut entry, seq)| {
-                if let Entry::Item { event, .. } = &mut entry {
+                if let Some(event) = entry.event_mut() {
                     items += 1;
                     event.id = format!("item_{items}");
                 }

@@ -26,13 +26,15 @@ use serde_json::{Map, Value};
 use super::store::{Owner, Page, SessionHeader, SessionStore, StoredSession};
 use crate::context::{ContextRules, Usage};
 use crate::journal::Message;
-use crate::journal::{Entry, Event, Folded, Record, StoreError, secrets};
+use crate::journal::{Event, Folded, Record, StoreError, secrets};
 
-/// The export format this version writes and reads: 2 marks a keyed
-/// call's items (`"keyed": true` in their journal entries). Version 1 is
-/// read too, every call's items then taken as a keyed call's (a key found
-/// any earlier call with its id).
-pub const EXPORT_VERSION: u64 = 2;
+/// The export format this version writes and reads: 3 holds journals
+/// of record format 2 (items only, `"entry": "event"`; an older Airlock
+/// refuses the version instead of misreading them); 2 marked a keyed
+/// call's items (`"keyed": true` in their journal entries). Versions 1
+/// and 2 are read too; in version 1 every call's items are taken as a
+/// keyed call's (a key found any earlier call with its id).
+pub const EXPORT_VERSION: u64 = 3;
 
 /// A session as a versioned JSON document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,6 +186,9 @@ pub struct JournalPages<'a> {
     /// When its last record was committed, as read before its first page.
     pub updated_at_ms: u64,
     state: Folded,
+    /// The messages and items of the last page read.
+    said: Vec<Message>,
+    logged: Vec<Event>,
     last: u64,
     done: bool,
 }
@@ -211,6 +216,8 @@ impl<'a> JournalPages<'a> {
             header: first.header,
             updated_at_ms: first.updated_at_ms,
             state: Folded::default(),
+            said: Vec::new(),
+            logged: Vec::new(),
             last: 0,
             done: false,
         })
@@ -243,13 +250,24 @@ impl<'a> JournalPages<'a> {
                 session_id: session_id.clone(),
                 problem: e.to_string(),
             })?;
-        self.state.transcript = Default::default();
+        // What this page said; the fold goes on from where it stands.
+        self.said = std::mem::take(&mut self.state.transcript.messages);
+        self.logged = std::mem::take(&mut self.state.transcript.items);
         self.done = (records.len() as u64) < EXPORT_PAGE;
         match records.last() {
             Some(record) => self.last = record.seq,
             None => return Ok(None),
         }
         Ok(Some(records))
+    }
+
+    /// The messages and the items of the last page read (what its
+    /// records say), taken.
+    pub fn take_said(&mut self) -> (Vec<Message>, Vec<Event>) {
+        (
+            std::mem::take(&mut self.said),
+            std::mem::take(&mut self.logged),
+        )
     }
 
     /// The fold of the pages read so far (deps, usage, iteration; no
@@ -299,11 +317,13 @@ pub async fn write_export(
         for record in &records {
             let comma = if record.seq == 1 { "" } else { "," };
             writeln!(out, "{comma}{}", json_line(record)?)?;
-            match &record.entry {
-                Entry::Message { message } => messages.push_json(message)?,
-                Entry::Item { event, .. } => items.push_json(event)?,
-                _ => {}
-            }
+        }
+        let (said, logged) = pages.take_said();
+        for message in &said {
+            messages.push_json(message)?;
+        }
+        for event in &logged {
+            items.push_json(event)?;
         }
     }
     writeln!(out, "],")?;

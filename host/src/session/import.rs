@@ -169,7 +169,7 @@ fn read_version(input: &mut (impl Read + Seek)) -> Result<u64, ImportError> {
         // Found: the rest is read by the second pass.
         (_, Some(found)) => match found.as_u64() {
             None => Err(ImportError::MissingVersion),
-            Some(version @ (1 | EXPORT_VERSION)) => Ok(version),
+            Some(version @ 1..=EXPORT_VERSION) => Ok(version),
             Some(other) => Err(ImportError::UnsupportedVersion(other)),
         },
         (Ok(()), None) => Err(ImportError::MissingVersion),
@@ -277,12 +277,13 @@ impl Journal<'_> {
             .fold_owned(self.next, vec![record])
             .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
         self.next += 1;
-        let transcript = std::mem::take(&mut self.state.transcript);
-        for message in &transcript.messages {
-            self.messages.add(message);
+        // What this record said; the fold (its rebuild of the messages
+        // among it) goes on from where it stands.
+        for message in std::mem::take(&mut self.state.transcript.messages) {
+            self.messages.add(&message);
         }
-        for event in &transcript.items {
-            self.items.add(event);
+        for event in std::mem::take(&mut self.state.transcript.items) {
+            self.items.add(&event);
         }
         Ok(())
     }

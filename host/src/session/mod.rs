@@ -6,12 +6,13 @@
 //! ([`crate::Agent::run_session`]) and the session's own direct calls
 //! ([`Session::call`]) record through the journal's one recorder:
 //!
-//! - the prompt, and each model reply, as one commit each;
-//! - a tool call's intent before the call runs (a direct call of a tool
+//! - the prompt, and each model reply with the calls it asks for (their
+//!   intents), as one commit each;
+//! - a direct call's intent before the call runs (a direct call of a tool
 //!   that cannot have effects outside the sandbox, and is not keyed, skips
 //!   this commit: its intent goes with its output);
-//! - the call's output item, its ops and (for the model) the tool message
-//!   together, in one commit, after it ends.
+//! - a call's output item and its ops together, in one commit, after it
+//!   ends (the output of a call the model asked for is its tool message).
 //!
 //! So there is never a committed output without its ops or the reverse; a
 //! process killed mid-call leaves an intent without an output, and the
@@ -461,12 +462,8 @@ impl Session {
     /// it again adds nothing.
     pub async fn patch_unanswered(&mut self) -> Result<(), StoreError> {
         let entries = patch_entries(&self.transcript, self.ctx.run_id(), now_ms());
-        for entry in &entries {
-            match entry {
-                Entry::Item { event, .. } => self.transcript.items.push(event.clone()),
-                Entry::Message { message } => self.transcript.messages.push(message.clone()),
-                Entry::Deps { .. } | Entry::Usage { .. } => {}
-            }
+        for event in entries.iter().filter_map(Entry::event) {
+            self.transcript.push_event(event.clone());
         }
         self.commit(entries).await
     }
@@ -505,10 +502,7 @@ impl Session {
         let records = self.writer.call_records(call_id).await?;
         Ok(records
             .into_iter()
-            .filter_map(|r| match r.entry {
-                Entry::Item { event, .. } => Some(event),
-                _ => None,
-            })
+            .filter_map(|r| r.entry.event().cloned())
             .collect())
     }
 

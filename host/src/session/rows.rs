@@ -207,11 +207,7 @@ pub(crate) fn decode_records(
             if row.call_id.is_some() {
                 entry.mark_keyed();
             }
-            Ok(Record {
-                seq: row.seq,
-                at_ms: row.at_ms,
-                entry,
-            })
+            Ok(Record::new(row.seq, row.at_ms, entry))
         })
         .collect()
 }

@@ -156,11 +156,7 @@ impl Writer {
         let records: Vec<Record> = entries
             .into_iter()
             .zip(self.head + 1..)
-            .map(|(entry, seq)| Record {
-                seq,
-                at_ms: now,
-                entry,
-            })
+            .map(|(entry, seq)| Record::committed(seq, now, entry))
             .collect();
         let last = self.head + records.len() as u64;
         if matches!(self.holding, Holding::Unborn(_)) {

@@ -22,9 +22,10 @@ async fn unanswered_calls_are_patched_once_with_the_exact_text(backend: Backend)
         .cancel_token(cancel.clone())
         .events(events);
     let watcher = tokio::spawn(async move {
-        // Cancel once the spin call's intent is committed.
+        // Cancel once the call before the spinning one has ended (every
+        // intent was committed with the model's turn).
         while let Some(event) = seen.recv().await {
-            if matches!(&event.item, Item::FunctionCall { call, .. } if call.id == "c2") {
+            if matches!(&event.item, Item::FunctionCallOutput { call_id, .. } if call_id == "c1") {
                 cancel.cancel();
             }
         }

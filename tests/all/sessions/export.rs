@@ -43,7 +43,7 @@ async fn every_field_round_trips_through_the_store_and_an_export(backend: Backen
     // Export, parse, import into another store: the same session.
     let stored = store.read(Some("alice"), "trip").await.unwrap();
     let export = SessionExport::new(&stored, &ContextRules::default()).unwrap();
-    assert_eq!(export.version, 2);
+    assert_eq!(export.version, 3);
     assert_eq!(&export.deps, live.deps());
     assert_eq!(export.usage, live.usage);
     assert_eq!(export.messages, transcript.messages);
@@ -89,7 +89,7 @@ async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend)
         (Some(json!(-1)), "missing or invalid version field"),
         (Some(json!(1.5)), "missing or invalid version field"),
         (Some(json!(null)), "missing or invalid version field"),
-        (Some(json!(3)), "unsupported version: 3"),
+        (Some(json!(4)), "unsupported version: 4"),
         (Some(json!(0)), "unsupported version: 0"),
     ] {
         let error = export_of(&with_version(version.clone())).unwrap_err();
@@ -566,7 +566,7 @@ async fn a_large_session_exports_and_imports_in_bounded_memory() {
     let shown = capped(&["sessions", "show", "big", "--json"]);
     assert!(shown.status.success(), "{}", stderr(&shown));
     assert!(shown.stdout.len() > (128 << 20), "{}", shown.stdout.len());
-    assert!(shown.stdout.starts_with(b"{\"version\": 2,"));
+    assert!(shown.stdout.starts_with(b"{\"version\": 3,"));
     let end = String::from_utf8_lossy(&shown.stdout[shown.stdout.len() - 400..]).into_owned();
     assert!(end.contains("\"deps\": {\"counters\":{\"n\":1}}"), "{end}");
     assert!(end.trim_end().ends_with("\"ok\": true\n}"), "{end}");
@@ -588,7 +588,7 @@ async fn a_large_session_exports_and_imports_in_bounded_memory() {
     let mut file = std::fs::File::open(&output).unwrap();
     let mut head = [0u8; 16];
     file.read_exact(&mut head).unwrap();
-    assert!(head.starts_with(b"{\"version\": 2,"), "{head:?}");
+    assert!(head.starts_with(b"{\"version\": 3,"), "{head:?}");
     file.seek(std::io::SeekFrom::End(-400)).unwrap();
     let mut tail = String::new();
     file.read_to_string(&mut tail).unwrap();

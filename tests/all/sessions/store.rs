@@ -2,15 +2,110 @@
 
 use super::*;
 
-/// A store written by an earlier schema (SQLite: 1 and 2; Postgres: 1)
+/// A store written by the Airlock before its journal kept one record per
+/// fact (`tests/data/format1`: schema 3 and format-1 records, made by that
+/// version's `airlock run --session demo` and `airlock call --session
+/// demo`, with that version's export of the session beside it) opens and
+/// migrates (schema 4, its records as they were), and exports the same
+/// session: the same journal, messages, items, deps, usage and iteration.
+/// A run then goes on after it in format 2, and the model's history holds
+/// both.
+#[test]
+fn a_store_written_before_format_2_migrates_and_exports_the_same() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = root().join("tests/data/format1");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    std::fs::copy(fixture.join("sessions.db"), &db).unwrap();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let store = path(&db);
+    let export = || {
+        let out = sessions(store, &["export", "demo"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout_json(&out)
+    };
+    let text = std::fs::read_to_string(fixture.join("demo.export.json")).unwrap();
+    let before: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(before["version"], 2);
+
+    let after = export();
+    assert_eq!(after["version"], 3);
+    for field in [
+        "session_id",
+        "user_id",
+        "created_at_ms",
+        "updated_at_ms",
+        "metadata",
+        "journal",
+        "messages",
+        "items",
+        "deps",
+        "usage",
+        "iteration",
+    ] {
+        assert_eq!(after[field], before[field], "{field}");
+    }
+    let schema: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(schema, 4);
+
+    // A run after it: format-2 records follow the format-1 ones, and the
+    // messages the model is sent are the old ones and the new run's.
+    let out = run_vowels(store, "demo", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let again = export();
+    let (old, all) = (
+        before["journal"].as_array().unwrap(),
+        again["journal"].as_array().unwrap(),
+    );
+    assert_eq!(&all[..old.len()], &old[..]);
+    let entries: Vec<&str> = all[old.len()..]
+        .iter()
+        .map(|record| record["entry"].as_str().unwrap())
+        .collect();
+    assert!(entries.contains(&"event"), "{entries:?}");
+    assert!(
+        entries
+            .iter()
+            .all(|e| ["event", "usage", "deps"].contains(e)),
+        "new records say each fact once: {entries:?}"
+    );
+    let (said, says) = (
+        before["messages"].as_array().unwrap(),
+        again["messages"].as_array().unwrap(),
+    );
+    assert_eq!(&says[..said.len()], &said[..]);
+    assert_eq!(
+        says[said.len()],
+        json!({"role": "user", "content": "Count the vowels of 'elephant'."})
+    );
+    assert_eq!(
+        says.len(),
+        2 * said.len(),
+        "the same run again, told the same way"
+    );
+    assert_eq!(again["deps"]["counters"], json!({"direct": 1, "vowels": 6}));
+
+    // The document imports elsewhere: its journal folds to what it says.
+    let file = dir.path().join("demo.json");
+    std::fs::write(&file, again.to_string()).unwrap();
+    let other = dir.path().join("other.db");
+    let out = sessions(path(&other), &["import", path(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A store written by an earlier schema (SQLite: 1, 2 and 3; Postgres: 1
+/// and 2)
 /// is migrated when opened: every session keeps its owner, journal and
 /// deps (two users' sessions of the same id stay apart), the calls
 /// already journaled are indexed, so a keyed retry of one is still found
 /// once a snapshot hides it, and the migrated store takes new calls.
 async fn an_earlier_schema_is_migrated_and_its_calls_indexed(backend: Backend) {
     let versions: &[u32] = match backend {
-        Backend::Sqlite => &[1, 2],
-        Backend::Postgres => &[1],
+        Backend::Sqlite => &[1, 2, 3],
+        Backend::Postgres => &[1, 2],
     };
     for &version in versions {
         let db = TestStore::new(backend, &format!("migrate{version}")).await;

@@ -61,8 +61,12 @@ use crate::journal::{Record, StoreError};
 use commit::Committer;
 use sql::{big, describe};
 
-/// The schema this version writes (`airlock_schema.version`).
-const SCHEMA_VERSION: i32 = 2;
+/// The schema this version writes (`airlock_schema.version`): 3 holds
+/// journals of record format 2 (`journal::RECORD_FORMAT`: items only)
+/// beside format-1 records written before, which stay as they are. The
+/// tables are version 2's: 3 is there so that an older Airlock refuses the
+/// store instead of misreading its new records.
+const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock key under which the schema is migrated (any constant
 /// no other program uses: "airlock" in ASCII).

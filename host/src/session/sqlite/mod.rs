@@ -48,10 +48,14 @@ use sql::{Failure, failure, insert_records, lock, not_a_store};
 
 /// The schema this version writes (`PRAGMA user_version`): 2 added
 /// `records.call_id` (indexed), `snapshots` and `sessions.ephemeral`; 3
-/// keys sessions by an integer `sid` and keeps records in append order.
-const SCHEMA_VERSION: i64 = 3;
+/// keys sessions by an integer `sid` and keeps records in append order;
+/// 4 holds journals of record format 2 (`journal::RECORD_FORMAT`: items
+/// only), beside format-1 records written before, which stay as they are.
+/// The tables are schema 3's: 4 is there so that an older Airlock refuses
+/// the store instead of misreading its new records.
+const SCHEMA_VERSION: i64 = 4;
 
-/// The tables and indexes of schema 3.
+/// The tables and indexes of schema 3 (and 4).
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS sessions (
         sid INTEGER PRIMARY KEY AUTOINCREMENT,
