@@ -130,7 +130,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         out,
         "What a session's journal costs. A tool call outside the loop (`Session::call`, as `airlock call --session` \
          and MCP make it) commits twice: its intent before it runs, its output and ops after. An agent turn \
-         commits three times: the model's reply, the call's intent, its output. Median of {n} calls; best of {runs} \
+         commits twice: the model's reply with the call it asks for (its intent), then the call's output. Median of {n} calls; best of {runs} \
          runs of {turns} scripted turns. Store files on the repository's disk (`target/`).\n"
     )
     .unwrap();
