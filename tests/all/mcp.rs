@@ -1258,3 +1258,70 @@ async fn requests_from_origins_not_allowed_are_refused_over_http() {
         );
     }
 }
+
+/// The HTTP server asks clients for no credentials, so it listens where
+/// other machines can reach it only when told so: a non-loopback
+/// `--listen` is refused at start, saying why and what to do, with no
+/// tool loaded; with `--allow-unauthenticated` it serves there (and
+/// answers a call over loopback); on stdio the flag is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_other_machines_can_reach_needs_to_be_allowed() {
+    use std::io::BufRead;
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let out = airlock_command(&["mcp", "--transport", "http", "--listen", listen], &[])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{listen}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("--listen {listen}"))
+                && stderr.contains("no credentials")
+                && stderr.contains("--allow-unauthenticated"),
+            "{stderr}"
+        );
+    }
+    let out = airlock_command(&["mcp", "--allow-unauthenticated"], &[])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let tool = guest("stateful");
+    let mut server = airlock_command(
+        &[
+            "mcp",
+            "--transport",
+            "http",
+            "--listen",
+            "0.0.0.0:0",
+            "--allow-unauthenticated",
+            "--tool",
+            tool.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = server.stderr.take().unwrap();
+    let url = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .map(str::to_owned)
+        })
+        .expect("the server says where it listens");
+    let port = url
+        .trim_start_matches("http://0.0.0.0:")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let client = http_client(&format!("http://127.0.0.1:{port}/mcp")).await;
+    let result = call(client.peer(), "increment", json!({"name": "x"})).await;
+    assert_ne!(result.is_error, Some(true), "{}", text(&result));
+    drop(client);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

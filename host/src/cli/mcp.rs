@@ -61,6 +61,13 @@ pub struct McpArgs {
     /// served.
     #[arg(long = "allow-origin", value_name = "ORIGIN", value_parser = allowed_origin)]
     allow_origins: Vec<String>,
+    /// Over HTTP, listen on an address other machines can reach although
+    /// the server asks clients for no credentials: whoever reaches it calls
+    /// every tool with the policy's grants. Only behind something that
+    /// authenticates (a reverse proxy) or on a network you trust. Without
+    /// it, such a `--listen` is refused.
+    #[arg(long)]
+    allow_unauthenticated: bool,
     #[command(flatten)]
     session: SessionFlags,
 }
@@ -119,6 +126,29 @@ pub async fn run(args: McpArgs) -> ExitCode {
             return Err(Failure::input(
                 "usage",
                 "--allow-origin is for --transport http; a stdio client is no browser",
+            ));
+        }
+        if args.transport == Transport::Stdio && args.allow_unauthenticated {
+            return Err(Failure::input(
+                "usage",
+                "--allow-unauthenticated is for --transport http; a stdio server is its client's \
+                 own process",
+            ));
+        }
+        if args.transport == Transport::Http
+            && !args.listen.ip().is_loopback()
+            && !args.allow_unauthenticated
+        {
+            return Err(Failure::input(
+                "usage",
+                format!(
+                    "--listen {}: other machines could reach this address, and the server asks \
+                     clients for no credentials: anyone who reaches it would call every tool with \
+                     the policy's grants. Listen on a loopback address (127.0.0.1, [::1]), or put \
+                     the server behind something that authenticates and pass \
+                     --allow-unauthenticated",
+                    args.listen
+                ),
             ));
         }
         if args.transport == Transport::Stdio && args.idle_timeout.is_some() {
