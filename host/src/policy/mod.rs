@@ -49,8 +49,13 @@
 //! when the policy loads (for `airlock inspect`); a call that needs it then
 //! fails with `grant_unavailable`.
 //!
-//! A policy is plain data: each grant parses its own piece
-//! ([`crate::sandbox::grants`]), and [`crate::tools`] reads the result.
+//! A policy is plain data, parsed and checked here and nothing more: each
+//! grant parses its own piece ([`grants`]), limits are checked against the
+//! host's ceilings ([`limits`]), a tool named by reference keeps its
+//! reference and trusted keys ([`OciTool`]). Nothing here runs a tool or
+//! reaches a registry: the sandbox serves the grants to calls, and
+//! [`crate::oci::Resolver::resolve_policy`] pulls what the references
+//! name.
 
 pub mod grants;
 pub(crate) mod keys;
