@@ -1325,3 +1325,109 @@ async fn a_listen_other_machines_can_reach_needs_to_be_allowed() {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// `--tls-cert`/`--tls-key`: the server speaks HTTPS with the operator's
+/// certificate; a client that trusts its CA initializes and calls a tool,
+/// plain HTTP to the same port gets no MCP answer, and a key that is not
+/// one is refused at start, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_serves_with_the_operators_certificate() {
+    use crate::support::mcp::RawHttp;
+    use crate::support::tls::make_ca;
+    let dir = tempfile::tempdir().unwrap();
+    make_ca(dir.path(), "mcp", true);
+    let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
+    let tool = guest("stateful");
+    let db = dir.path().join("tls.db");
+    let server = serve_http_with(&[
+        "--tool",
+        tool.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(
+        server.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    let url = server.url.replace("127.0.0.1", "localhost");
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(dir.path().join("mcp-ca.pem")).unwrap();
+    for cert in rustls_pemfile_certs(&ca) {
+        roots.add(cert).unwrap();
+    }
+    let mut client = RawHttp::trusting(&url, roots);
+    let answer = client
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "tls", "version": "1"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    client.session = Some(
+        answer.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned(),
+    );
+    drop(answer);
+    client
+        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await
+        .unwrap();
+    let answer = client
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "increment", "arguments": {"name": "tls"}}}))
+        .await
+        .unwrap();
+    let text = answer.text().await.unwrap();
+    assert!(text.contains(r#"\"value\":1"#), "{text}");
+
+    // The same port over plain HTTP: no MCP answer.
+    let plain = RawHttp::new(&url.replace("https://", "http://"));
+    let refused = plain
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}))
+        .await;
+    assert!(
+        refused.as_ref().map_or(true, |r| r.status() != 200),
+        "{refused:?}"
+    );
+    drop(server);
+
+    // A key that is not one is refused at start, naming the file.
+    let bogus = dir.path().join("bogus.key");
+    std::fs::write(&bogus, "not a key\n").unwrap();
+    let out = airlock_command(
+        &[
+            "mcp",
+            "--transport",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            bogus.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bogus.key"), "{stderr}");
+}
+
+/// The certificates of a PEM file.
+fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+}

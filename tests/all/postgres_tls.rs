@@ -4,7 +4,6 @@
 //! when asked, refused when the certificate is not the one trusted, and
 //! the server itself reports the connections encrypted.
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,91 +14,8 @@ use airlock::session::{PostgresStore, Session, SessionOptions, SessionStore, Sto
 use serde_json::Value;
 
 use crate::support::stores::{TestStore, admin, postgres_server};
+use crate::support::tls::make_ca;
 use crate::support::{airlock_with_env, host};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`NAME-ca.pem`) and, when `server`, a certificate for `localhost`
-/// signed by it (`server.pem`, `server.key`).
-fn make_ca(dir: &Path, name: &str, server: bool) {
-    let ca = format!("{name}-ca");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{ca}.key"),
-            "-out",
-            &format!("{ca}.pem"),
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN=Airlock test {name} CA"),
-        ],
-    );
-    if !server {
-        return;
-    }
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-}
 
 /// Puts the server's TLS settings back as they were when dropped.
 struct ServerCertificate;

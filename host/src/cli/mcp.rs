@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -68,6 +68,13 @@ pub struct McpArgs {
     /// it, such a `--listen` is refused.
     #[arg(long)]
     allow_unauthenticated: bool,
+    /// Over HTTP, serve HTTPS with this certificate chain (PEM, the
+    /// server's certificate first); needs `--tls-key`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     #[command(flatten)]
     session: SessionFlags,
 }
@@ -128,6 +135,12 @@ pub async fn run(args: McpArgs) -> ExitCode {
                 "--allow-origin is for --transport http; a stdio client is no browser",
             ));
         }
+        if args.transport == Transport::Stdio && args.tls_cert.is_some() {
+            return Err(Failure::input(
+                "usage",
+                "--tls-cert and --tls-key are for --transport http",
+            ));
+        }
         if args.transport == Transport::Stdio && args.allow_unauthenticated {
             return Err(Failure::input(
                 "usage",
@@ -158,6 +171,11 @@ pub async fn run(args: McpArgs) -> ExitCode {
                  its client's connection",
             ));
         }
+        // The certificate is checked before any tool is loaded.
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+            _ => None,
+        };
         let loaded = load(&args.config, &args.tools, &args.registry).await?;
         let tools = ToolSet::new(Arc::new(loaded.host));
         let reloader = tokio::spawn(reload_on_change(
@@ -172,7 +190,7 @@ pub async fn run(args: McpArgs) -> ExitCode {
         let retention = loaded.retention;
         let served = match args.transport {
             Transport::Stdio => serve_stdio(&args, tools, &retention).await,
-            Transport::Http => serve_http(&args, tools, &retention).await,
+            Transport::Http => serve_http(&args, tls, tools, &retention).await,
         };
         reloader.abort();
         served
@@ -228,6 +246,7 @@ async fn serve_stdio(
 
 async fn serve_http(
     args: &McpArgs,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     tools: Arc<ToolSet>,
     retention: &Retention,
 ) -> Result<(), Failure> {
@@ -262,6 +281,7 @@ async fn serve_http(
         config,
         args.idle_timeout.unwrap_or(KEEP_ALIVE),
     ));
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
@@ -269,14 +289,14 @@ async fn serve_http(
         .local_addr()
         .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
     print_note(&format!(
-        "serving {count} tools over MCP at http://{bound}/mcp (sessions in {location})"
+        "serving {count} tools over MCP at {scheme}://{bound}/mcp (sessions in {location})"
     ));
     // Connections are accepted by a task of the runtime, not by this
     // future (which `main` blocks on, on a thread of its own): a
     // connection's task, spawned from a worker, starts on that worker, and
     // no other thread is woken for it. rmcp's own client opens a connection
     // for every request.
-    let _accepting = AbortOnDrop(Some(tokio::spawn(accept(listener, service))));
+    let _accepting = AbortOnDrop(Some(tokio::spawn(accept(listener, tls, service))));
     // Ends the server on Ctrl-C, or at once if that signal cannot be
     // listened for.
     let _ = tokio::signal::ctrl_c().await;
@@ -287,9 +307,45 @@ async fn serve_http(
 /// How long the HTTP server waits after failing to accept a connection.
 const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long a client has to finish its TLS handshake.
+const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The acceptor of `--tls-cert`/`--tls-key`: rustls with its safe
+/// defaults (TLS 1.2 and 1.3), HTTP/1.1 offered by ALPN. An error names
+/// the file at fault.
+fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Failure> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |file: &Path, problem: String| {
+        Failure::input("tls", format!("{}: {problem}", file.display()))
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad(cert, format!("cannot read a PEM certificate chain: {e}")))?;
+    if chain.is_empty() {
+        return Err(bad(cert, "holds no certificate".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| bad(key, format!("cannot read a PEM private key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Failure::input("tls", format!("TLS configuration: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .map_err(|e| bad(key, format!("does not go with {}: {e}", cert.display())))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
 /// Accepts MCP connections on `listener` and serves each in a task of its
-/// own, until aborted.
-async fn accept(listener: tokio::net::TcpListener, service: Arc<McpHttpService>) {
+/// own (over TLS when `tls` is given: a client that does not finish its
+/// handshake in [`TLS_HANDSHAKE`] is dropped), until aborted.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    service: Arc<McpHttpService>,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -308,37 +364,53 @@ async fn accept(listener: tokio::net::TcpListener, service: Arc<McpHttpService>)
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on an MCP connection");
         }
         let service = Arc::clone(&service);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let handler = hyper::service::service_fn(move |request: hyper::Request<_>| {
-                let service = Arc::clone(&service);
-                async move {
-                    if request.uri().path() != "/mcp" {
-                        return Ok::<_, Infallible>(not_found());
-                    }
-                    let delete = request.method() == hyper::Method::DELETE;
-                    let mut response = service
-                        .handle(request)
-                        .await
-                        .map(http_body_util::Either::Left);
-                    // A session ended by DELETE: rmcp answers 202, which
-                    // clients read as a failure (the MCP Python SDK logs
-                    // "Session termination failed: 202"); a success with
-                    // nothing to say is 204. Its Airlock session's lease
-                    // ends as the MCP session's server is dropped.
-                    if delete && response.status() == hyper::StatusCode::ACCEPTED {
-                        *response.status_mut() = hyper::StatusCode::NO_CONTENT;
-                    }
-                    Ok(response)
-                }
-            });
-            let io = wasmtime_wasi_http::io::TokioIo::new(stream);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, handler)
-                .await
-            {
-                tracing::debug!(error = %e, "an MCP connection ended");
+            match tls {
+                None => serve_connection(stream, service).await,
+                Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, service).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, "a TLS handshake failed"),
+                    Err(_) => tracing::debug!("a TLS handshake took too long"),
+                },
             }
         });
+    }
+}
+
+/// Serves MCP requests on one connection until it ends.
+async fn serve_connection<S>(stream: S, service: Arc<McpHttpService>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let handler = hyper::service::service_fn(move |request: hyper::Request<_>| {
+        let service = Arc::clone(&service);
+        async move {
+            if request.uri().path() != "/mcp" {
+                return Ok::<_, Infallible>(not_found());
+            }
+            let delete = request.method() == hyper::Method::DELETE;
+            let mut response = service
+                .handle(request)
+                .await
+                .map(http_body_util::Either::Left);
+            // A session ended by DELETE: rmcp answers 202, which
+            // clients read as a failure (the MCP Python SDK logs
+            // "Session termination failed: 202"); a success with
+            // nothing to say is 204. Its Airlock session's lease
+            // ends as the MCP session's server is dropped.
+            if delete && response.status() == hyper::StatusCode::ACCEPTED {
+                *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+            }
+            Ok(response)
+        }
+    });
+    let io = wasmtime_wasi_http::io::TokioIo::new(stream);
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, handler)
+        .await
+    {
+        tracing::debug!(error = %e, "an MCP connection ended");
     }
 }
 

@@ -234,7 +234,10 @@ pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
                 panic!("the server ended before saying where it listens: {before:?}")
             })
             .unwrap();
-        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+        if let Some(url) = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+        {
             break url.to_owned();
         }
         before.push(line);
@@ -266,12 +269,18 @@ impl RawHttp {
     /// A client of the server at `url`, not yet initialized.
     pub fn new(url: &str) -> Self {
         // Plain HTTP on loopback; reqwest still wants a TLS provider named.
+        Self::trusting(url, rustls::RootCertStore::empty())
+    }
+
+    /// A client of the server at `url` (HTTPS) whose certificate chains
+    /// to one of `roots`.
+    pub fn trusting(url: &str, roots: rustls::RootCertStore) -> Self {
         let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_root_certificates(roots)
         .with_no_client_auth();
         let http = reqwest::Client::builder()
             .use_preconfigured_tls(tls)

@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod model_server;
 pub mod registry;
 pub mod stores;
+pub mod tls;
 
 use airlock::context::ContextRules;
 use airlock::{
