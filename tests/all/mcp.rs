@@ -1360,27 +1360,7 @@ async fn https_serves_with_the_operators_certificate() {
     for cert in rustls_pemfile_certs(&ca) {
         roots.add(cert).unwrap();
     }
-    let mut client = RawHttp::trusting(&url, roots);
-    let answer = client
-        .post(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "tls", "version": "1"}}}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
-    client.session = Some(
-        answer.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned(),
-    );
-    drop(answer);
-    client
-        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await
-        .unwrap();
+    let client = RawHttp::trusting(&url, roots).initialize().await;
     let answer = client
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                      "params": {"name": "increment", "arguments": {"name": "tls"}}}))

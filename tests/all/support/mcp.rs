@@ -293,10 +293,14 @@ impl RawHttp {
         }
     }
 
-    /// Initializes an MCP session (initialize, then initialized).
+    /// A client of the server at `url`, with an MCP session initialized.
     pub async fn initialized(url: &str) -> Self {
-        let mut client = Self::new(url);
-        let answer = client
+        Self::new(url).initialize().await
+    }
+
+    /// Initializes an MCP session (initialize, then initialized).
+    pub async fn initialize(mut self) -> Self {
+        let answer = self
             .post(
                 serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                 "protocolVersion": "2025-06-18", "capabilities": {},
@@ -304,13 +308,14 @@ impl RawHttp {
             )
             .await
             .unwrap();
+        assert_eq!(answer.status(), 200, "initialize");
         let id = answer.headers()["mcp-session-id"].to_str().unwrap();
-        client.session = Some(id.to_owned());
+        self.session = Some(id.to_owned());
         drop(answer);
         let initialized =
             serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        client.post(initialized).await.unwrap();
-        client
+        self.post(initialized).await.unwrap();
+        self
     }
 
     /// POSTs `message`, in the session once there is one.
