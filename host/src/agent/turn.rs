@@ -125,15 +125,14 @@ impl<'a, 'c> Run<'a, 'c> {
     /// effectful grant unless marked idempotent) starts at once against
     /// the deps as the turn began, seeing the usage and retry count it would
     /// see in order; at most `max_parallel` run together. Then, in order,
-    /// each call is settled: its intent committed (as in sequential mode),
-    /// then a speculative one whose reads (through `get`, `keys`, `retry`)
-    /// no earlier call of the turn changed is taken as it ran, its ops
-    /// checked against the deps as they are now; one that read a changed
-    /// key runs again now. Any other call runs in its turn, once every
-    /// earlier call has committed, as in sequential mode. The deps,
-    /// results, events and commits are those of the sequential run; only a
-    /// speculative call may have started before its intent was committed
-    /// (it has no effect to recover from, or is idempotent).
+    /// each call is settled: a speculative one whose reads (through `get`,
+    /// `keys`, `retry`) no earlier call of the turn changed is taken as it
+    /// ran, its ops checked against the deps as they are now; one that
+    /// read a changed key runs again now. Any other call runs in its turn,
+    /// once every earlier call has committed, as in sequential mode. Every
+    /// call's intent was committed with the model's turn, before any of
+    /// them started. The deps, results, events and commits are those of
+    /// the sequential run.
     async fn run_turn(&mut self, calls: &[ToolCall]) -> Result<(), RunError> {
         let turn = self.agent.options.turn;
         let parallel = turn.parallel && turn.max_parallel >= 2 && calls.len() >= 2;

@@ -352,6 +352,14 @@ impl Entry {
         }
     }
 
+    /// [`Entry::event`], taken.
+    pub fn into_event(self) -> Option<Event> {
+        match self {
+            Entry::Event { event, .. } | Entry::Item { event, .. } => Some(event),
+            _ => None,
+        }
+    }
+
     /// [`Entry::event`], to change.
     pub fn event_mut(&mut self) -> Option<&mut Event> {
         match self {

@@ -80,6 +80,16 @@ impl Transcript {
         self.messages.push(message);
     }
 
+    /// Takes the messages and items held, the rebuild of the messages going
+    /// on from where it stands: for a fold that hands on what each record
+    /// or page said (an export, an import) instead of holding it all.
+    pub(crate) fn take_said(&mut self) -> (Vec<Message>, Vec<Event>) {
+        (
+            std::mem::take(&mut self.messages),
+            std::mem::take(&mut self.items),
+        )
+    }
+
     /// The number the next item of the log gets (`item_<n>`).
     pub fn next_item(&self) -> usize {
         usize::try_from(self.items_folded)

@@ -185,10 +185,8 @@ pub struct JournalPages<'a> {
     pub header: SessionHeader,
     /// When its last record was committed, as read before its first page.
     pub updated_at_ms: u64,
+    /// The fold so far; its transcript holds what the last page said.
     state: Folded,
-    /// The messages and items of the last page read.
-    said: Vec<Message>,
-    logged: Vec<Event>,
     last: u64,
     done: bool,
 }
@@ -216,8 +214,6 @@ impl<'a> JournalPages<'a> {
             header: first.header,
             updated_at_ms: first.updated_at_ms,
             state: Folded::default(),
-            said: Vec::new(),
-            logged: Vec::new(),
             last: 0,
             done: false,
         })
@@ -229,6 +225,8 @@ impl<'a> JournalPages<'a> {
         if self.done {
             return Ok(None);
         }
+        // What the previous page said, if nobody took it.
+        self.state.transcript.take_said();
         let session_id = &self.header.session_id;
         let page = self
             .store
@@ -250,9 +248,6 @@ impl<'a> JournalPages<'a> {
                 session_id: session_id.clone(),
                 problem: e.to_string(),
             })?;
-        // What this page said; the fold goes on from where it stands.
-        self.said = std::mem::take(&mut self.state.transcript.messages);
-        self.logged = std::mem::take(&mut self.state.transcript.items);
         self.done = (records.len() as u64) < EXPORT_PAGE;
         match records.last() {
             Some(record) => self.last = record.seq,
@@ -264,10 +259,7 @@ impl<'a> JournalPages<'a> {
     /// The messages and the items of the last page read (what its
     /// records say), taken.
     pub fn take_said(&mut self) -> (Vec<Message>, Vec<Event>) {
-        (
-            std::mem::take(&mut self.said),
-            std::mem::take(&mut self.logged),
-        )
+        self.state.transcript.take_said()
     }
 
     /// The fold of the pages read so far (deps, usage, iteration; no

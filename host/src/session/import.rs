@@ -277,13 +277,12 @@ impl Journal<'_> {
             .fold_owned(self.next, vec![record])
             .map_err(|e| ImportError::Inconsistent(format!("journal {e}")))?;
         self.next += 1;
-        // What this record said; the fold (its rebuild of the messages
-        // among it) goes on from where it stands.
-        for message in std::mem::take(&mut self.state.transcript.messages) {
-            self.messages.add(&message);
+        let (said, logged) = self.state.transcript.take_said();
+        for message in &said {
+            self.messages.add(message);
         }
-        for event in std::mem::take(&mut self.state.transcript.items) {
-            self.items.add(&event);
+        for event in &logged {
+            self.items.add(event);
         }
         Ok(())
     }

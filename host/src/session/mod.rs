@@ -502,7 +502,7 @@ impl Session {
         let records = self.writer.call_records(call_id).await?;
         Ok(records
             .into_iter()
-            .filter_map(|r| r.entry.event().cloned())
+            .filter_map(|r| r.entry.into_event())
             .collect())
     }
 

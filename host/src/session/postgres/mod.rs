@@ -234,7 +234,7 @@ impl PostgresStore {
                 .read_only(true)
                 .start()
                 .await?;
-            let session = read_session(&tx, (&owner, session_id), span).await?;
+            let session = read_session(&tx, &owner, session_id, span).await?;
             tx.commit().await?;
             Ok(session)
         })
@@ -454,7 +454,8 @@ async fn lock_lease(
 /// transaction, or the pool's connection for a read on its own).
 async fn read_session(
     tx: &impl GenericClient,
-    (owner, session_id): (&str, &str),
+    owner: &str,
+    session_id: &str,
     span: Span,
 ) -> Result<StoredSession, Failure> {
     let statement = tx
@@ -612,7 +613,7 @@ impl SessionStore for PostgresStore {
                         .into());
                 }
             };
-            let session = read_session(&tx, (&owner, session_id), Span::FromSnapshot).await?;
+            let session = read_session(&tx, &owner, session_id, Span::FromSnapshot).await?;
             tx.commit().await?;
             Ok(Leased {
                 lease: Lease {

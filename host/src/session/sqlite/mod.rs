@@ -647,10 +647,9 @@ impl SessionStore for SqliteStore {
     fn insert<'a>(
         &'a self,
         header: &'a SessionHeader,
-        records: Box<dyn RecordPages>,
+        mut records: Box<dyn RecordPages>,
         updated_at_ms: u64,
     ) -> Reply<'a, ()> {
-        let mut records = records;
         let new = NewSession::of(header, &[]);
         // On the store's blocking thread, holding the file's write lock
         // until the last page is in: other writers wait (`BUSY_TIMEOUT`).
