@@ -9,7 +9,9 @@
 # packages (the committed npm lock), Debian's clang/wasi-libc, Debian's
 # PostgreSQL server for the tests of the shared session store, and Debian's
 # OCI registry (the CNCF distribution server), htpasswd and skopeo for the
-# tests of tools pulled from registries.
+# tests of tools pulled from registries; for the tests of HTTP MCP's
+# OAuth, authlib and Flask (the tests' authorization server) and the MCP
+# Python SDK (their client), pinned in tests/oauth/requirements.txt.
 
 CARGO        ?= cargo
 GUEST_TARGET := wasm32-wasip2
@@ -33,7 +35,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench peers setup postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools vendor-check build build-host build-bin lint test demo
+.PHONY: all bench peers setup oauth-packages postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools vendor-check build build-host build-bin lint test demo
 
 all: build
 
@@ -69,6 +71,15 @@ $(GUESTS)/python-typed.wasm: guest-examples/python/typed/app.py guest-examples/p
 	$(COMPONENTIZE_PY) -d guest-examples/typed/wit -w typed componentize -p guest-examples/python/typed app -o $@
 
 guests-python: $(GUESTS)/python-stateful.wasm $(GUESTS)/python-typed.wasm
+
+# --- The OAuth tests' authorization server and MCP client, in the venv ---
+OAUTH_STAMP := $(VENV)/.oauth-packages
+
+oauth-packages: $(OAUTH_STAMP)
+
+$(OAUTH_STAMP): tests/oauth/requirements.txt | $(VENV)/bin/python
+	$(VENV)/bin/pip install --quiet -r tests/oauth/requirements.txt
+	@touch $@
 
 # --- JavaScript: componentize-js from npm (package-lock.json pinned) ---
 # `npm install --no-save` installs exactly the committed lock. `npm ci`
@@ -286,7 +297,7 @@ registry-stop:
 WITH_POSTGRES := pg_virtualenv -t -o max_connections=200 sh -c
 PG_URL        := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
-test: build lint vendor-check postgres registry-server
+test: build lint vendor-check postgres registry-server oauth-packages
 	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" AIRLOCK_SHIPPED_BIN="$(CURDIR)/$(SHIPPED)" \
 	  exec $(CARGO) test --features test-hooks'
 	$(CARGO) build --bin airlock
@@ -307,7 +318,7 @@ peers: setup
 	  --target wasm32-unknown-unknown --target-dir ../$(PEERS_DIR)
 	cd peers && $(CARGO) build --locked --release -p peers-harness --target-dir ../$(PEERS_DIR)
 
-bench: guests postgres registry-server peers
+bench: guests postgres registry-server oauth-packages peers
 	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" \
 	  AIRLOCK_PEERS_HARNESS="$(CURDIR)/$(PEERS_HARNESS)" AIRLOCK_PEERS_PLUGIN="$(CURDIR)/$(PEERS_PLUGIN)" \
 	  exec $(CARGO) bench --bench airlock --features bench'

@@ -134,7 +134,7 @@ async fn the_store_speaks_tls_to_postgres_and_verifies_the_server() {
     .unwrap();
     let call = airlock::ToolCall::new("increment", r#"{"name":"x"}"#);
     session
-        .call(host().await, &call, &CancelToken::new())
+        .call(host().await, &call, &CancelToken::new(), None)
         .await
         .unwrap();
     session.close().await.unwrap();

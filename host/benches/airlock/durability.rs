@@ -97,7 +97,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                 .unwrap();
                 let cancel = airlock::sandbox::CancelToken::new();
                 let took = median(n, async || {
-                    session.call(&host, &call, &cancel).await.unwrap();
+                    session.call(&host, &call, &cancel, None).await.unwrap();
                 })
                 .await;
                 session.close().await.unwrap();

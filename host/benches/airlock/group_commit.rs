@@ -93,14 +93,17 @@ async fn make_calls(
                 match path {
                     Path::Grouped => {
                         let call = ToolCall::new("increment", r#"{"name":"n"}"#);
-                        session.call(&host, &call, &cancel).await.unwrap();
+                        session.call(&host, &call, &cancel, None).await.unwrap();
                     }
                     Path::Old => {
                         let call = ToolCall {
                             id: format!("c{i}"),
                             ..ToolCall::new("increment", r#"{"name":"n"}"#)
                         };
-                        session.call_once(&host, &call, &cancel).await.unwrap();
+                        session
+                            .call_once(&host, &call, &cancel, None)
+                            .await
+                            .unwrap();
                     }
                 }
             }

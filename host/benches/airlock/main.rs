@@ -16,6 +16,7 @@
 )]
 
 mod agent_loop;
+mod auth;
 mod cold_start;
 mod concurrency;
 mod deps_size;
@@ -116,7 +117,8 @@ fn main() {
                 true oci,
                 true session_age,
                 true group_commit,
-                false export_memory
+                false export_memory,
+                false auth
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

@@ -116,7 +116,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                 },
                 async || {
                     batch(size, async || {
-                        session.call(&host, &call, &cancel).await.unwrap();
+                        session.call(&host, &call, &cancel, None).await.unwrap();
                     })
                     .await
                 },

@@ -44,6 +44,7 @@ fn journal(records: u64) -> Vec<Record> {
                 ..ToolCall::new("increment", r#"{"name":"x"}"#)
             },
             iteration: 0,
+            by: None,
         }));
         entries.push(item(Item::FunctionCallOutput {
             call_id: id.clone(),
@@ -103,7 +104,7 @@ async fn request(host: &Host, store: &Arc<dyn SessionStore>, id: &str, every: u6
         ..ToolCall::new("increment", r#"{"name":"y"}"#)
     };
     session
-        .call_once(host, &call, &airlock::sandbox::CancelToken::new())
+        .call_once(host, &call, &airlock::sandbox::CancelToken::new(), None)
         .await
         .unwrap();
     session.close().await.unwrap();
@@ -160,7 +161,7 @@ async fn calls_with_snapshots(
     let cancel = airlock::sandbox::CancelToken::new();
     let started = Instant::now();
     for _ in 0..calls {
-        session.call(host, &call, &cancel).await.unwrap();
+        session.call(host, &call, &cancel, None).await.unwrap();
     }
     let took = started.elapsed() / calls as u32;
     session.close().await.unwrap();

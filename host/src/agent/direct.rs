@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::journal::recorder::Recorder;
-use crate::journal::{CallStatus, Conversation, Event, Item, StoreError};
+use crate::journal::{CallStatus, CalledBy, Conversation, Event, Item, StoreError};
 use crate::sandbox::CancelToken;
 use crate::session::Session;
 use crate::tools::{CallFailure, CallOutcome, Host, ToolCall, call_end, guest_output};
@@ -50,7 +50,8 @@ impl Session {
     /// and MCP), journaled as the loop journals a call: its intent, then
     /// its output item and ops (under `host`'s rules as they are now; no
     /// tool message, as no model waits for one). The call counts in
-    /// `usage.tool_calls` (and the tool sees itself counted).
+    /// `usage.tool_calls` (and the tool sees itself counted). `by` is who
+    /// asked, as their access token said, journaled with the intent.
     ///
     /// A call whose tool cannot have effects outside the sandbox (no
     /// effectful grant, or marked `idempotent`: the rule parallel turns
@@ -66,8 +67,9 @@ impl Session {
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
+        by: Option<&CalledBy>,
     ) -> Result<CallOutcome, SessionCallError> {
-        self.call_journaled(host, call, cancel, false).await
+        self.call_journaled(host, call, cancel, by, false).await
     }
 
     /// [`Session::call`], its items recorded as a keyed call's when
@@ -78,6 +80,7 @@ impl Session {
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
+        by: Option<&CalledBy>,
         keyed: bool,
     ) -> Result<CallOutcome, SessionCallError> {
         let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
@@ -85,7 +88,7 @@ impl Session {
         let started = Instant::now();
         let iteration = self.context().iteration;
         let mut recorder = Recorder::new(Conversation::from(&mut *self), false).keyed(keyed);
-        recorder.call_asked(call, iteration);
+        recorder.call_asked(call, iteration, by);
         if intent_first {
             recorder.commit().await?;
         }
@@ -123,6 +126,7 @@ impl Session {
         host: &Host,
         call: &ToolCall,
         cancel: &CancelToken,
+        by: Option<&CalledBy>,
     ) -> Result<CallOutcome, SessionCallError> {
         let events = self.keyed_call_items(&call.id).await?;
         match earlier_call(&events, call) {
@@ -130,7 +134,7 @@ impl Session {
             Earlier::Reused => Err(SessionCallError::IdReused {
                 call_id: call.id.clone(),
             }),
-            Earlier::None => self.call_journaled(host, call, cancel, true).await,
+            Earlier::None => self.call_journaled(host, call, cancel, by, true).await,
         }
     }
 }

@@ -16,7 +16,8 @@ use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 
-use airlock::mcp::http::{KEEP_ALIVE, McpHttpService};
+use airlock::mcp::auth::{Authenticator, METADATA_PATH};
+use airlock::mcp::http::{Access, KEEP_ALIVE, McpHttpService};
 use airlock::mcp::{McpServer, SessionOpener, ToolSet};
 use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
@@ -62,10 +63,11 @@ pub struct McpArgs {
     #[arg(long = "allow-origin", value_name = "ORIGIN", value_parser = allowed_origin)]
     allow_origins: Vec<String>,
     /// Over HTTP, listen on an address other machines can reach although
-    /// the server asks clients for no credentials: whoever reaches it calls
-    /// every tool with the policy's grants. Only behind something that
-    /// authenticates (a reverse proxy) or on a network you trust. Without
-    /// it, such a `--listen` is refused.
+    /// the server asks clients for no credentials (the policy has no
+    /// `[mcp.auth]`): whoever reaches it calls every tool with the
+    /// policy's grants. Only behind something that authenticates (a
+    /// reverse proxy) or on a network you trust. Without it, such a
+    /// `--listen` is refused.
     #[arg(long)]
     allow_unauthenticated: bool,
     /// Over HTTP, serve HTTPS with this certificate chain (PEM, the
@@ -148,20 +150,29 @@ pub async fn run(args: McpArgs) -> ExitCode {
                  own process",
             ));
         }
+        let policy = super::load_policy(args.config.as_deref())?;
+        let auth = policy.as_ref().and_then(|p| p.mcp.auth.clone());
         if args.transport == Transport::Http
             && !args.listen.ip().is_loopback()
             && !args.allow_unauthenticated
+            && auth.is_none()
         {
             return Err(Failure::input(
                 "usage",
                 format!(
                     "--listen {}: other machines could reach this address, and the server asks \
                      clients for no credentials: anyone who reaches it would call every tool with \
-                     the policy's grants. Listen on a loopback address (127.0.0.1, [::1]), or put \
-                     the server behind something that authenticates and pass \
-                     --allow-unauthenticated",
+                     the policy's grants. Give the policy an [mcp.auth] section (OAuth access \
+                     tokens), listen on a loopback address (127.0.0.1, [::1]), or put the server \
+                     behind something that authenticates and pass --allow-unauthenticated",
                     args.listen
                 ),
+            ));
+        }
+        if auth.is_some() && args.allow_unauthenticated {
+            return Err(Failure::input(
+                "usage",
+                "--allow-unauthenticated: the policy's [mcp.auth] asks every client for a token",
             ));
         }
         if args.transport == Transport::Stdio && args.idle_timeout.is_some() {
@@ -190,7 +201,21 @@ pub async fn run(args: McpArgs) -> ExitCode {
         let retention = loaded.retention;
         let served = match args.transport {
             Transport::Stdio => serve_stdio(&args, tools, &retention).await,
-            Transport::Http => serve_http(&args, tls, tools, &retention).await,
+            Transport::Http => {
+                let auth = match loaded.mcp.auth {
+                    None => None,
+                    Some(settings) => Some(Arc::new(
+                        Authenticator::new(settings)
+                            .await
+                            .map_err(|e| Failure::input("auth", e.to_string()))?,
+                    )),
+                };
+                let access = Access {
+                    auth,
+                    limits: loaded.mcp.limits,
+                };
+                serve_http(&args, tls, tools, &retention, access).await
+            }
         };
         reloader.abort();
         served
@@ -249,6 +274,7 @@ async fn serve_http(
     tls: Option<tokio_rustls::TlsAcceptor>,
     tools: Arc<ToolSet>,
     retention: &Retention,
+    access: Access,
 ) -> Result<(), Failure> {
     let host = tools.current();
     let store = args.session.store.open().await?;
@@ -280,6 +306,7 @@ async fn serve_http(
         opener,
         config,
         args.idle_timeout.unwrap_or(KEEP_ALIVE),
+        access,
     ));
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -386,7 +413,8 @@ where
     let handler = hyper::service::service_fn(move |request: hyper::Request<_>| {
         let service = Arc::clone(&service);
         async move {
-            if request.uri().path() != "/mcp" {
+            let path = request.uri().path();
+            if path != "/mcp" && !path.starts_with(METADATA_PATH) {
                 return Ok::<_, Infallible>(not_found());
             }
             let delete = request.method() == hyper::Method::DELETE;

@@ -677,11 +677,13 @@ async fn load_host(
 }
 
 /// A host with tools, and the files it was built from (a change to any of
-/// them is a reason to build it again), and the policy's retention.
+/// them is a reason to build it again), the policy's retention and its
+/// `[mcp]` settings.
 struct Tools {
     host: Host,
     files: Vec<PathBuf>,
     retention: Retention,
+    mcp: airlock::policy::McpSettings,
 }
 
 /// The environment variable `name` as a whole number of at least `min`;
@@ -735,6 +737,7 @@ async fn tools_host(
     let mut files = extra;
     files.extend(lock);
     let retention = policy.as_ref().map(|p| p.sessions).unwrap_or_default();
+    let mcp = policy.as_ref().map(|p| p.mcp.clone()).unwrap_or_default();
     if let Some(policy) = &policy {
         files.push(policy.source.clone());
         for tool in &policy.tools {
@@ -747,6 +750,7 @@ async fn tools_host(
         host,
         files,
         retention,
+        mcp,
     })
 }
 

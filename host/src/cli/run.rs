@@ -236,7 +236,9 @@ fn show_progress(event: &Event) {
             iteration,
             ..
         } => format!("[turn {iteration}] model: {}", one_line(text, 200)),
-        Item::FunctionCall { call, iteration } => format!(
+        Item::FunctionCall {
+            call, iteration, ..
+        } => format!(
             "[turn {iteration}] call {} {}",
             call.name,
             one_line(&call.arguments, 120)

@@ -311,8 +311,12 @@ fn describe_item(item: &Item) -> String {
             };
             format!("{who}: {}", one_line(content.as_deref().unwrap_or("")))
         }
-        Item::FunctionCall { call, .. } => {
-            format!("call {} {}", call.name, one_line(&call.arguments))
+        Item::FunctionCall { call, by, .. } => {
+            let by = by.as_ref().map_or(String::new(), |by| match &by.client {
+                Some(client) => format!(" (by {} with {client})", by.user),
+                None => format!(" (by {})", by.user),
+            });
+            format!("call {} {}{by}", call.name, one_line(&call.arguments))
         }
         Item::FunctionCallOutput {
             name,

@@ -36,7 +36,9 @@ mod transcript;
 
 pub use conversation::{CallEnd, Captured, CapturedLog, Message};
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
-pub use record::{CallStatus, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, now_ms};
+pub use record::{
+    CallStatus, CalledBy, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, now_ms,
+};
 pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE};
 pub use sink::{Conversation, Sink, StoreError};
 pub use snapshot::{SNAPSHOT_VERSION, Snapshot, SnapshotError};

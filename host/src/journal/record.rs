@@ -59,6 +59,16 @@ impl Event {
     }
 }
 
+/// Who asked for a call, as their access token said: never the token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalledBy {
+    /// The Airlock user (the token's subject or the policy's claim).
+    pub user: String,
+    /// The OAuth client the token was issued to, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -102,6 +112,11 @@ pub enum Item {
         call: ToolCall,
         /// The model request that asked for it.
         iteration: u32,
+        /// Who asked for a direct call over authenticated HTTP MCP (the
+        /// token's user and client); absent for the model's calls and for
+        /// callers no token names. Written only when present.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<CalledBy>,
     },
     /// How a tool call ended, and what the model is told.
     FunctionCallOutput {
@@ -542,6 +557,10 @@ mod tests {
                 Item::FunctionCall {
                     call: call.clone(),
                     iteration: 1,
+                    by: Some(CalledBy {
+                        user: "ann".into(),
+                        client: Some("ann-laptop".into()),
+                    }),
                 },
             ),
             logged(
@@ -692,6 +711,7 @@ mod tests {
                 retry: 3,
             },
             iteration: 2,
+            by: None,
         };
         let text = serde_json::to_string(&item).unwrap();
         assert_eq!(
@@ -699,7 +719,10 @@ mod tests {
             r#"{"type":"function_call","call_id":"c1","name":"increment","arguments":"{\"name\":\"v\"}","iteration":2}"#
         );
         let back: Item = serde_json::from_str(&text).unwrap();
-        let Item::FunctionCall { call, iteration } = back else {
+        let Item::FunctionCall {
+            call, iteration, ..
+        } = back
+        else {
             panic!("{back:?}")
         };
         assert_eq!((call.id.as_str(), call.retry, iteration), ("c1", 0, 2));

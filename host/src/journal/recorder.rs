@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::conversation::{CallEnd, Captured};
-use super::record::{CallStatus, Entry, Event, Item, Role, now_ms};
+use super::record::{CallStatus, CalledBy, Entry, Event, Item, Role, now_ms};
 use super::secrets;
 use super::sink::{Conversation, Sink, StoreError};
 use super::transcript::Transcript;
@@ -132,6 +132,7 @@ impl<'c> Recorder<'c> {
             self.record(Item::FunctionCall {
                 call: call.clone(),
                 iteration,
+                by: None,
             });
         }
     }
@@ -154,11 +155,13 @@ impl<'c> Recorder<'c> {
 
     /// Records that `call` was asked for outside a model turn (a direct
     /// call), before it runs (its intent), and counts it in
-    /// `usage.tool_calls`. No model is told how it ends.
-    pub(crate) fn call_asked(&mut self, call: &ToolCall, iteration: u32) {
+    /// `usage.tool_calls`, and who asked, when known. No model is told
+    /// how it ends.
+    pub(crate) fn call_asked(&mut self, call: &ToolCall, iteration: u32, by: Option<&CalledBy>) {
         self.record(Item::FunctionCall {
             call: call.clone(),
             iteration,
+            by: by.cloned(),
         });
         self.count_call();
     }

@@ -242,6 +242,7 @@ mod tests {
             id().prop_map(move |id| item(Item::FunctionCall {
                 call: call(id),
                 iteration: 1,
+                by: None,
             })),
             id().prop_map(move |call_id| item(Item::FunctionCallOutput {
                 call_id,

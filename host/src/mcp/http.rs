@@ -51,7 +51,10 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
+use super::limits::{Permit, UserLimiter};
 use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text, progress};
+use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
 
 tokio::task_local! {
@@ -70,6 +73,21 @@ struct InRequest {
     /// The request's answer, when it was answered directly and at once:
     /// sent as one JSON body rather than an event stream.
     answer: Option<ServerJsonRpcMessage>,
+    /// Who the request comes from, when its token said.
+    caller: Option<Caller>,
+    /// The user's place for the MCP session this request may create, for
+    /// [`Sessions::create_session`] to keep with it.
+    session_permit: Option<Permit>,
+}
+
+/// Who may use an HTTP server, and how much of it.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Checks every request's bearer token; `None` asks for none (every
+    /// request is the opener's user).
+    pub auth: Option<Arc<Authenticator>>,
+    /// What one user may use at once.
+    pub limits: UserLimits,
 }
 
 /// `airlock mcp`'s streamable HTTP service: each MCP session served by
@@ -78,6 +96,12 @@ struct InRequest {
 /// the module's documentation.
 pub struct McpHttpService {
     service: StreamableHttpService<Arc<McpServer>, Sessions>,
+    sessions: Arc<Sessions>,
+    tools: Arc<ToolSet>,
+    auth: Option<Arc<Authenticator>>,
+    limiter: Arc<UserLimiter>,
+    /// The user of a request no token names.
+    default_user: String,
 }
 
 impl std::fmt::Debug for McpHttpService {
@@ -98,17 +122,36 @@ impl McpHttpService {
     /// `allowed_origins` is refused (403) before anything runs, whatever
     /// `config` says about enforcing it: a browser page of another site
     /// never reaches the tools. A request without the header is served.
+    ///
+    /// With `access.auth`, every request needs a valid bearer token
+    /// (refused with 401 or 403 and a `WWW-Authenticate` challenge
+    /// otherwise, before anything runs); an MCP session belongs to the
+    /// user whose token created it, and a request of anyone else that
+    /// names it is answered as for a session that does not exist.
     pub fn new(
         tools: Arc<ToolSet>,
         opener: SessionOpener,
         config: StreamableHttpServerConfig,
         keep_alive: Duration,
+        access: Access,
     ) -> Self {
         let config = config.enforce_origin_validation();
-        let sessions = Arc::new(Sessions::new());
+        let default_user = opener.user().unwrap_or_default().to_owned();
+        let sessions = Arc::new(Sessions::new(default_user.clone()));
+        let limiter = UserLimiter::new(access.limits);
+        let (factory_tools, factory_limiter) = (Arc::clone(&tools), Arc::clone(&limiter));
         let service = StreamableHttpService::new(
             move || {
-                let server = Arc::new(McpServer::lazy(Arc::clone(&tools), opener.clone()));
+                let owner = IN_REQUEST
+                    .try_with(|now| now.borrow().caller.as_ref().map(|c| c.user.clone()))
+                    .ok()
+                    .flatten();
+                let server = Arc::new(McpServer::lazy(
+                    Arc::clone(&factory_tools),
+                    opener.clone(),
+                    owner,
+                    Some(Arc::clone(&factory_limiter)),
+                ));
                 // A server made for a request of the stateless revision
                 // (no session) is filed nowhere and served by rmcp alone.
                 let _ = IN_REQUEST
@@ -119,18 +162,95 @@ impl McpHttpService {
             config,
         );
         tokio::spawn(Sessions::expire(Arc::downgrade(&sessions), keep_alive));
-        Self { service }
+        Self {
+            service,
+            sessions,
+            tools,
+            auth: access.auth,
+            limiter,
+            default_user,
+        }
     }
 
-    /// Answers one HTTP request to the MCP endpoint.
+    /// Answers one HTTP request to the MCP endpoint, or, with
+    /// authentication on, for the protected resource metadata
+    /// ([`METADATA_PATH`], and that path followed by the endpoint's).
     pub async fn handle<B>(
         &self,
-        request: hyper::Request<B>,
+        mut request: hyper::Request<B>,
     ) -> hyper::Response<BoxBody<Bytes, Infallible>>
     where
         B: http_body::Body + Send + 'static,
         B::Error: std::fmt::Display,
     {
+        if let Some(auth) = &self.auth
+            && request.uri().path().starts_with(METADATA_PATH)
+        {
+            let scopes = self
+                .tools
+                .current()
+                .components()
+                .iter()
+                .flat_map(|c| c.scopes().iter().cloned())
+                .collect();
+            let body = auth.metadata(&scopes).to_string();
+            return text_response(hyper::StatusCode::OK, "application/json", body, None);
+        }
+        let caller = match &self.auth {
+            None => None,
+            Some(auth) => {
+                let header = request.headers().get(hyper::header::AUTHORIZATION);
+                match auth.authenticate(header).await {
+                    Ok(caller) => Some(caller),
+                    Err(refused) => return refusal(auth, &refused),
+                }
+            }
+        };
+        let user = caller
+            .as_ref()
+            .map_or(self.default_user.as_str(), |c| c.user.as_str());
+        let session = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok())
+            .map(SessionId::from);
+        let mut session_permit = None;
+        match &session {
+            // Another user's session is one this user does not have.
+            Some(id) if !self.sessions.owned_by(id, user) => {
+                return text_response(
+                    hyper::StatusCode::NOT_FOUND,
+                    "text/plain",
+                    "Not Found: Session not found",
+                    None,
+                );
+            }
+            Some(_) => {}
+            // A POST without a session starts one (rmcp refuses anything
+            // else that comes without).
+            None if request.method() == hyper::Method::POST => {
+                match self.limiter.open_session(user) {
+                    Ok(permit) => session_permit = Some(permit),
+                    Err(limit) => {
+                        return text_response(
+                            hyper::StatusCode::TOO_MANY_REQUESTS,
+                            "text/plain",
+                            limit.to_string(),
+                            None,
+                        );
+                    }
+                }
+            }
+            None => {}
+        }
+        if let Some(caller) = &caller {
+            request.extensions_mut().insert(caller.clone());
+        }
+        let now = InRequest {
+            caller,
+            session_permit,
+            ..InRequest::default()
+        };
         let served = async {
             let response = self.service.handle(request).await;
             match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
@@ -138,15 +258,48 @@ impl McpHttpService {
                 None => response,
             }
         };
-        IN_REQUEST.scope(RefCell::default(), served).await
+        IN_REQUEST.scope(RefCell::new(now), served).await
     }
+}
+
+/// The answer to a request whose token was refused: the status and
+/// challenge `auth` gives for `refused`, and what was wrong as text.
+fn refusal(
+    auth: &Authenticator,
+    refused: &AuthError,
+) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    let (status, challenge) = auth.challenge(refused);
+    tracing::debug!(%status, error = %refused, "an MCP request was refused");
+    let challenge = hyper::header::HeaderValue::from_str(&challenge).ok();
+    text_response(status, "text/plain", format!("{refused}\n"), challenge)
+}
+
+/// A response of `status` with `body` of type `kind`, and a
+/// `WWW-Authenticate` challenge when given.
+fn text_response(
+    status: hyper::StatusCode,
+    kind: &'static str,
+    body: impl Into<Bytes>,
+    challenge: Option<hyper::header::HeaderValue>,
+) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    use http_body_util::BodyExt;
+    let mut response = hyper::Response::new(http_body_util::Full::new(body.into()).boxed());
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(kind),
+    );
+    if let Some(challenge) = challenge {
+        headers.insert(hyper::header::WWW_AUTHENTICATE, challenge);
+    }
+    response
 }
 
 /// `answer` as a response of its own: one JSON body, its length known, so
 /// that the client reads it in one go (the protocol lets a server answer a
 /// request so instead of with an event stream).
 fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes, Infallible>> {
-    use http_body_util::BodyExt;
     let (status, kind, body) = match serde_json::to_vec(answer) {
         Ok(body) => (hyper::StatusCode::OK, "application/json", body),
         Err(e) => (
@@ -155,13 +308,7 @@ fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes
             format!("cannot write the answer: {e}").into_bytes(),
         ),
     };
-    let mut response = hyper::Response::new(http_body_util::Full::new(Bytes::from(body)).boxed());
-    *response.status_mut() = status;
-    let kind = hyper::header::HeaderValue::from_static(kind);
-    response
-        .headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, kind);
-    response
+    text_response(status, kind, body, None)
 }
 
 /// How long a session lives without a request, unless told otherwise
@@ -177,6 +324,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(300);
 struct Sessions {
     local: LocalSessionManager,
     known: Arc<Mutex<HashMap<SessionId, Known>>>,
+    /// The owner of a session no token's user created.
+    default_user: String,
 }
 
 /// What [`Sessions`] keeps of one session.
@@ -194,6 +343,10 @@ struct Known {
     running: HashMap<RequestId, CancelToken>,
     /// Its event streams open now ([`Sessions::held_open`]).
     streams: usize,
+    /// The user whose request created it: only their requests reach it.
+    owner: String,
+    /// Its place in its owner's count of open sessions.
+    _permit: Option<Permit>,
 }
 
 impl Known {
@@ -204,18 +357,27 @@ impl Known {
             last,
             running: HashMap::new(),
             streams: 0,
+            owner: String::new(),
+            _permit: None,
         }
     }
 }
 
 impl Sessions {
-    fn new() -> Self {
+    fn new(default_user: String) -> Self {
         let mut local = LocalSessionManager::default();
         local.session_config.keep_alive = None;
         Self {
             local,
             known: Arc::default(),
+            default_user,
         }
+    }
+
+    /// Whether session `id` is `user`'s, or unknown here (for rmcp to
+    /// answer as it does an unknown session).
+    fn owned_by(&self, id: &SessionId, user: &str) -> bool {
+        lock(&self.known).get(id).is_none_or(|k| k.owner == user)
     }
 
     /// Notes a request to session `id`; its server, if it has one.
@@ -298,16 +460,22 @@ impl Sessions {
         request: JsonRpcRequest<ClientRequest>,
     ) -> Result<Answer, JsonRpcRequest<ClientRequest>> {
         let meta = request.request.get_meta();
+        let caller = IN_REQUEST
+            .try_with(|now| now.borrow().caller.clone())
+            .ok()
+            .flatten();
         match &request.request {
             ClientRequest::ListToolsRequest(_) => {
-                let tools = ListToolsResult::with_all_items(server.tool_list());
+                let tools = ListToolsResult::with_all_items(server.tool_list(caller.as_ref()));
                 let result = ServerResult::ListToolsResult(tools);
                 Ok(Answer::Now(Box::new(ServerJsonRpcMessage::response(
                     result, request.id,
                 ))))
             }
             ClientRequest::CallToolRequest(call) if !server.asks_approval(&call.params.name) => {
-                Ok(self.call(id, server, &call.params, meta, &request.id).await)
+                Ok(self
+                    .call(id, server, &call.params, meta, &request.id, caller)
+                    .await)
             }
             _ => Err(request),
         }
@@ -324,6 +492,7 @@ impl Sessions {
         params: &CallToolRequestParams,
         meta: &RequestMetaObject,
         request: &RequestId,
+        caller: Option<Caller>,
     ) -> Answer {
         let cancel = CancelToken::new();
         let running = self.running(id, request, &cancel);
@@ -335,7 +504,7 @@ impl Sessions {
             async move {
                 let _running = running;
                 server
-                    .run_call(&name, arguments, &meta, &request, cancel)
+                    .run_call(&name, arguments, &meta, &request, cancel, caller.as_ref())
                     .await
             }
         };
@@ -496,12 +665,18 @@ impl SessionManager for Sessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let server = IN_REQUEST
-            .try_with(|now| now.borrow_mut().made.take())
-            .ok()
-            .flatten();
+        let (server, owner, permit) = IN_REQUEST
+            .try_with(|now| {
+                let mut now = now.borrow_mut();
+                let owner = now.caller.as_ref().map(|c| c.user.clone());
+                (now.made.take(), owner, now.session_permit.take())
+            })
+            .unwrap_or_default();
         let (id, transport) = self.local.create_session().await?;
-        lock(&self.known).insert(id.clone(), Known::new(server, Instant::now()));
+        let mut known = Known::new(server, Instant::now());
+        known.owner = owner.unwrap_or_else(|| self.default_user.clone());
+        known._permit = permit;
+        lock(&self.known).insert(id.clone(), known);
         Ok((id, transport))
     }
 
@@ -604,7 +779,7 @@ mod tests {
 
     #[test]
     fn a_session_idle_past_keep_alive_ends_unless_a_call_runs() {
-        let sessions = Sessions::new();
+        let sessions = Sessions::new(String::new());
         let start = Instant::now();
         let known = |last: Instant, running: bool| {
             let mut known = Known::new(None, last);
@@ -637,7 +812,7 @@ mod tests {
     /// request; once the stream is gone, its idle time counts from then.
     #[tokio::test]
     async fn a_session_with_an_open_stream_is_not_idle() {
-        let sessions = Sessions::new();
+        let sessions = Sessions::new(String::new());
         let start = Instant::now();
         let id = SessionId::from("listening");
         lock(&sessions.known).insert(id.clone(), Known::new(None, start));
@@ -658,7 +833,7 @@ mod tests {
     #[tokio::test]
     async fn the_idle_check_runs_with_any_keep_alive() {
         for keep_alive in [Duration::ZERO, Duration::from_nanos(1), KEEP_ALIVE] {
-            let sessions = Arc::new(Sessions::new());
+            let sessions = Arc::new(Sessions::new(String::new()));
             let expiring = tokio::spawn(Sessions::expire(Arc::downgrade(&sessions), keep_alive));
             drop(sessions);
             expiring.await.expect("the idle check does not panic");

@@ -18,7 +18,9 @@
 //! ([`ToolSet`]) can be replaced while serving; clients are told with
 //! `notifications/tools/list_changed`.
 
+pub mod auth;
 pub mod http;
+pub mod limits;
 
 use std::sync::Arc;
 
@@ -35,7 +37,11 @@ use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::agent::SessionCallError;
-use crate::journal::REJECTED_MESSAGE;
+use crate::journal::{CalledBy, REJECTED_MESSAGE};
+use crate::tools::CallError;
+
+use self::auth::Caller;
+use self::limits::UserLimiter;
 use crate::policy::Approval;
 use crate::sandbox::CancelToken;
 use crate::session::{Session, SessionError, SessionOptions, SessionStore};
@@ -81,12 +87,26 @@ impl SessionOpener {
         Self { store, options }
     }
 
-    /// Opens (or creates) session `id` (a fresh one when `None`), writing
-    /// no key `host`'s rules hide.
-    pub async fn open(&self, id: Option<String>, host: &Host) -> Result<Session, SessionError> {
+    /// Opens (or creates) session `id` (a fresh one when `None`) of
+    /// `user` (the opener's own when `None`), writing no key `host`'s
+    /// rules hide.
+    pub async fn open(
+        &self,
+        id: Option<String>,
+        user: Option<&str>,
+        host: &Host,
+    ) -> Result<Session, SessionError> {
         let mut options = self.options.clone();
         options.session_id = id;
+        if let Some(user) = user {
+            options.user_id = Some(user.to_owned());
+        }
         Session::open(Arc::clone(&self.store), options, host.context_rules()).await
+    }
+
+    /// The user whose sessions it opens when no caller names one.
+    pub fn user(&self) -> Option<&str> {
+        self.options.user_id.as_deref()
     }
 }
 
@@ -153,6 +173,11 @@ pub struct McpServer {
     /// Opens the server's session, and sessions named in a request's
     /// `_meta`; `None` refuses those.
     opener: Option<SessionOpener>,
+    /// Whose the server's session is, when a token said (its caller's,
+    /// over authenticated HTTP): the opener's user otherwise.
+    owner: Option<String>,
+    /// What each user may run at once; `None` counts nothing.
+    limiter: Option<Arc<UserLimiter>>,
 }
 
 impl McpServer {
@@ -163,16 +188,27 @@ impl McpServer {
             tools,
             session: OnceCell::new_with(Some(Arc::new(Mutex::new(session)))),
             opener: named,
+            owner: None,
+            limiter: None,
         }
     }
 
     /// Serves `host`'s tools on a session `opener` creates at the first
-    /// request that needs one (or the session a request's `_meta` names).
-    pub fn lazy(tools: Arc<ToolSet>, opener: SessionOpener) -> Self {
+    /// request that needs one (or the session a request's `_meta` names),
+    /// of `owner` (the opener's user when `None`); each user's calls
+    /// counted by `limiter`.
+    pub fn lazy(
+        tools: Arc<ToolSet>,
+        opener: SessionOpener,
+        owner: Option<String>,
+        limiter: Option<Arc<UserLimiter>>,
+    ) -> Self {
         Self {
             tools,
             session: OnceCell::new(),
             opener: Some(opener),
+            owner,
+            limiter,
         }
     }
 
@@ -181,9 +217,17 @@ impl McpServer {
         self.session.get().cloned()
     }
 
-    /// The session a request works on: the one its `_meta` names (leased
-    /// for this request), or the server's.
-    async fn session_for(&self, meta: &RequestMetaObject) -> Result<Working, String> {
+    /// The session a request of `caller` works on: the one its `_meta`
+    /// names (the caller's own, leased for this request), or the server's.
+    /// Another user's session is out of reach: a name is looked up among
+    /// the caller's sessions only, so one that is not theirs is unknown
+    /// (and created as theirs), whether or not another user has one so
+    /// named.
+    async fn session_for(
+        &self,
+        meta: &RequestMetaObject,
+        caller: Option<&Caller>,
+    ) -> Result<Working, String> {
         if let Some(named) = meta.get(SESSION_META_KEY) {
             let Some(id) = named.as_str() else {
                 return Err(format!(
@@ -195,8 +239,9 @@ impl McpServer {
                     "this server works on one session; _meta {SESSION_META_KEY:?} cannot name another"
                 ));
             };
+            let user = caller.map(|c| c.user.as_str());
             let session = opener
-                .open(Some(id.to_owned()), &self.tools.current())
+                .open(Some(id.to_owned()), user, &self.tools.current())
                 .await
                 .map_err(|e| e.to_string())?;
             return Ok(Working::Named(Arc::new(Mutex::new(session))));
@@ -206,7 +251,7 @@ impl McpServer {
             .get_or_try_init(|| async {
                 let opener = opener.ok_or("this server has no session")?;
                 let session = opener
-                    .open(None, &self.tools.current())
+                    .open(None, self.owner.as_deref(), &self.tools.current())
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok::<_, String>(Arc::new(Mutex::new(session)))
@@ -253,12 +298,13 @@ impl McpServer {
         }
     }
 
-    /// The tools as MCP lists them: name, description, the JSON Schema of
-    /// the arguments (as `describe` gave it).
-    fn tool_list(&self) -> Vec<Tool> {
-        self.tools
-            .current()
-            .tools()
+    /// The tools as MCP lists them to `caller` (those whose scopes its
+    /// token grants; all without a token): name, description, the JSON
+    /// Schema of the arguments (as `describe` gave it).
+    fn tool_list(&self, caller: Option<&Caller>) -> Vec<Tool> {
+        let host = self.tools.current();
+        host.tools()
+            .filter(|spec| may_call(&host, caller, &spec.name))
             .map(|spec| {
                 let schema = match &spec.parameters {
                     Value::Object(map) => map.clone(),
@@ -277,14 +323,19 @@ impl McpServer {
         call: ToolCall,
         keyed: bool,
         cancel: CancelToken,
+        caller: Option<&Caller>,
     ) -> CallToolResult {
         let mut session = session.handle().lock().await;
         let host = self.tools.current();
+        let by = caller.map(|c| CalledBy {
+            user: c.user.clone(),
+            client: c.client_id.clone(),
+        });
         let started = std::time::Instant::now();
         let result = if keyed {
-            session.call_once(&host, &call, &cancel).await
+            session.call_once(&host, &call, &cancel, by.as_ref()).await
         } else {
-            session.call(&host, &call, &cancel).await
+            session.call(&host, &call, &cancel, by.as_ref()).await
         };
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let answer = match result {
@@ -309,9 +360,11 @@ impl McpServer {
             .is_some_and(|c| c.approval() == Approval::Ask)
     }
 
-    /// A `tools/call` whose approval (if any) is given: on the session
-    /// `meta` names or the server's, keyed by `meta`'s call key or else
-    /// by the request's `id`.
+    /// A `tools/call` of `caller` whose approval (if any) is given: on the
+    /// session `meta` names or the server's, keyed by `meta`'s call key or
+    /// else by the request's `id`. A tool the caller's token may not call
+    /// is unknown to it, as one that does not exist; past one of the
+    /// user's limits nothing runs.
     async fn run_call(
         &self,
         name: &str,
@@ -319,22 +372,82 @@ impl McpServer {
         meta: &RequestMetaObject,
         id: &RequestId,
         cancel: CancelToken,
+        caller: Option<&Caller>,
     ) -> CallToolResult {
         let work = async {
+            if let Some(unknown) = self.unknown_to(caller, name) {
+                return Err(unknown);
+            }
             let key = call_key(meta)?;
-            let session = self.session_for(meta).await?;
+            let _permit = match &self.limiter {
+                None => None,
+                Some(limiter) => {
+                    let user = caller
+                        .map(|c| c.user.as_str())
+                        .or(self.owner.as_deref())
+                        .or(self.opener.as_ref().and_then(SessionOpener::user))
+                        .unwrap_or_default();
+                    Some(limiter.start_call(user).map_err(|e| e.to_string())?)
+                }
+            };
+            let session = self.session_for(meta, caller).await?;
             let call = ToolCall {
                 id: key.clone().unwrap_or_else(|| format!("mcp_{id}")),
                 name: name.to_owned(),
                 arguments,
                 retry: 0,
             };
-            let result = self.call(&session, call, key.is_some(), cancel).await;
+            let result = self
+                .call(&session, call, key.is_some(), cancel, caller)
+                .await;
             session.done().await;
             Ok::<_, String>(result)
         };
         work.await.unwrap_or_else(error_result)
     }
+}
+
+impl McpServer {
+    /// Why `caller` may not call tool `name`, as the error of a tool that
+    /// does not exist (naming only the tools it may call): its token lacks
+    /// a scope the tool needs. `None` when it may, and always without a
+    /// token (the host's own error answers a name it does not know).
+    fn unknown_to(&self, caller: Option<&Caller>, name: &str) -> Option<String> {
+        let host = self.tools.current();
+        if caller.is_none() || may_call(&host, caller, name) {
+            return None;
+        }
+        let available = host
+            .tool_names()
+            .into_iter()
+            .filter(|tool| may_call(&host, caller, tool))
+            .collect();
+        let unknown = CallError::UnknownTool {
+            name: name.to_owned(),
+            available,
+        };
+        Some(unknown.to_string())
+    }
+}
+
+/// Whether `caller` may see and call tool `name` of `host`: its token
+/// grants every scope the tool's policy entry needs (any tool, without a
+/// token).
+fn may_call(host: &Host, caller: Option<&Caller>, name: &str) -> bool {
+    match (caller, host.component_for(name)) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(caller), Some(component)) => caller.has_scopes(component.scopes()),
+    }
+}
+
+/// The caller a request's token named, as the HTTP layer left it in the
+/// request's extensions (rmcp passes the HTTP request's parts on).
+fn caller_of(context: &RequestContext<RoleServer>) -> Option<&Caller> {
+    context
+        .extensions
+        .get::<::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
 }
 
 /// A call's arguments as the tool gets them: a JSON object's text.
@@ -464,9 +577,11 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tool_list()))
+        Ok(ListToolsResult::with_all_items(
+            self.tool_list(caller_of(&context)),
+        ))
     }
 
     async fn call_tool(
@@ -474,6 +589,11 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A tool the caller may not call is unknown to it before anything
+        // else, its approval question included.
+        if let Some(unknown) = self.unknown_to(caller_of(&context), &request.name) {
+            return Ok(error_result(unknown).into());
+        }
         let arguments = arguments_text(request.arguments);
         if let Err(refused) = self.approve(&request.name, &arguments, &context).await {
             return Ok(error_result(refused).into());
@@ -485,7 +605,14 @@ impl ServerHandler for McpServer {
         // and no timer set for a call whose client sent no token.
         let cancel = CancelToken::new();
         let watch = watch(&context, &request.name, cancel.clone());
-        let call = self.run_call(&request.name, arguments, &context.meta, &context.id, cancel);
+        let call = self.run_call(
+            &request.name,
+            arguments,
+            &context.meta,
+            &context.id,
+            cancel,
+            caller_of(&context),
+        );
         let result = tokio::select! {
             biased;
             result = call => result,
@@ -519,7 +646,7 @@ impl ServerHandler for McpServer {
             ));
         }
         let session = self
-            .session_for(&context.meta)
+            .session_for(&context.meta, caller_of(&context))
             .await
             .map_err(|message| ErrorData::internal_error(message, None))?;
         let host = self.tools.current();

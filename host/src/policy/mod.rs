@@ -60,6 +60,7 @@
 pub mod grants;
 pub(crate) mod keys;
 pub mod limits;
+pub mod mcp;
 pub(crate) mod oci;
 pub(crate) mod reference;
 
@@ -78,6 +79,7 @@ use grants::{
 pub use keys::PublicKey;
 pub use limits::Limits;
 use limits::LimitsConfig;
+pub use mcp::{AuthSettings, McpSettings, UserLimits};
 use oci::{OciFile, VerifyFile};
 pub use oci::{OciSettings, OciTool, Resolved};
 pub use reference::{InvalidReference, Reference};
@@ -111,6 +113,11 @@ pub struct ToolConfig {
     /// grants (an HTTP GET-only fetcher): its calls may then run alongside
     /// earlier calls of the turn, and again if what they read changed.
     pub idempotent: bool,
+    /// OAuth scopes a caller over authenticated HTTP MCP needs for its
+    /// tools (`scopes = ["files:read"]`, all of them): a token without
+    /// one is not shown them and cannot call them. Nothing else checks
+    /// them (stdio, `airlock run`).
+    pub scopes: Vec<String>,
     /// Only these of the component's tools are offered (`functions =
     /// [...]`); `None` offers all. An entry names a tool as the component
     /// describes it, or a plain component's function by its name or as
@@ -162,6 +169,8 @@ pub struct Policy {
     pub oci: OciSettings,
     /// How long sessions are kept (`[sessions]`).
     pub sessions: Retention,
+    /// Serving MCP over HTTP: who may call, and how much (`[mcp]`).
+    pub mcp: McpSettings,
 }
 
 /// What the policy says about one component.
@@ -265,6 +274,13 @@ impl Policy {
                     .map_err(|m| at(Some(span), m))?
             }
         };
+        let mcp = match file.mcp {
+            None => McpSettings::default(),
+            Some(mcp) => {
+                let span = mcp.span();
+                mcp.into_inner().settings().map_err(|m| at(Some(span), m))?
+            }
+        };
         let mut tools = Vec::with_capacity(file.tools.len());
         for tool in file.tools {
             let span = tool.span();
@@ -310,6 +326,7 @@ impl Policy {
             turn,
             oci,
             sessions,
+            mcp,
         })
     }
 
@@ -340,6 +357,7 @@ impl Policy {
             turn: self.turn,
             oci: self.oci.clone(),
             sessions: self.sessions,
+            mcp: self.mcp.clone(),
         }
     }
 
@@ -407,6 +425,7 @@ struct PolicyFile {
     turn: Option<Spanned<TurnFile>>,
     sessions: Option<Spanned<crate::retention::RetentionFile>>,
     oci: Option<Spanned<OciFile>>,
+    mcp: Option<Spanned<mcp::McpFile>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -441,6 +460,8 @@ struct ToolFile {
     approval: Approval,
     #[serde(default)]
     idempotent: bool,
+    #[serde(default)]
+    scopes: Vec<String>,
     functions: Option<Spanned<Vec<String>>>,
     rename: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
@@ -665,6 +686,7 @@ impl ToolFile {
             config: ToolConfig {
                 approval: self.approval,
                 idempotent: self.idempotent,
+                scopes: self.scopes,
                 functions: self.functions.map(Spanned::into_inner),
                 rename,
                 limits,

@@ -137,11 +137,7 @@ impl Reference {
     /// `[::1]`): the only registries plain HTTP may reach, and only when
     /// asked.
     pub fn is_loopback(&self) -> bool {
-        let host = self.host();
-        host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+        super::grants::address::is_loopback_host(self.host())
     }
 }
 

@@ -134,6 +134,7 @@ pub struct LoadedComponent {
     grants: Arc<Grants>,
     rules: KeyRules,
     approval: Approval,
+    scopes: Vec<String>,
     idempotent: bool,
     specs: Vec<ToolSpec>,
     /// One compiled argument schema per Airlock tool, by name (a plain
@@ -222,6 +223,12 @@ impl LoadedComponent {
     /// Whether its calls need approval (the policy's setting).
     pub fn approval(&self) -> Approval {
         self.approval
+    }
+
+    /// The OAuth scopes a caller over authenticated HTTP MCP needs for
+    /// its tools (the policy's `scopes`).
+    pub fn scopes(&self) -> &[String] {
+        &self.scopes
     }
 
     /// Whether its calls may run speculatively, alongside earlier calls of

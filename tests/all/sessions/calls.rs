@@ -121,7 +121,7 @@ async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
     let mut session = open(&store, options(None, "direct")).await;
     let probe = airlock::ToolCall::new("read", "{}");
     let seen = session
-        .call(host().await, &probe, &CancelToken::new())
+        .call(host().await, &probe, &CancelToken::new(), None)
         .await
         .unwrap();
     assert_eq!(seen.result["usage"]["tool_calls"], 1);
@@ -130,6 +130,7 @@ async fn a_call_outside_the_loop_is_journaled_and_counted(backend: Backend) {
             host().await,
             &airlock::ToolCall::new("increment", r#"{"name":"x"}"#),
             &CancelToken::new(),
+            None,
         )
         .await
         .unwrap();
@@ -190,7 +191,9 @@ async fn a_call_journals_the_same_through_the_loop_and_a_direct_call(backend: Ba
             arguments: args.to_string(),
             retry: 0,
         };
-        let _ = direct.call(host().await, &call, &CancelToken::new()).await;
+        let _ = direct
+            .call(host().await, &call, &CancelToken::new(), None)
+            .await;
     }
     direct.close().await.unwrap();
 
@@ -448,7 +451,7 @@ async fn a_key_finds_keyed_calls_only_here_and_after_an_import(backend: Backend)
         ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
     };
     let first = session
-        .call(host().await, &unkeyed, &CancelToken::new())
+        .call(host().await, &unkeyed, &CancelToken::new(), None)
         .await
         .unwrap();
     assert_eq!(first.result["value"], 1);
@@ -536,19 +539,19 @@ async fn a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice(backend: B
 
     let before = store.appends();
     session
-        .call(host().await, &increment(), &CancelToken::new())
+        .call(host().await, &increment(), &CancelToken::new(), None)
         .await
         .unwrap();
     assert_eq!(commits(before), 1, "a pure call");
     let before = store.appends();
     session
-        .call(&effectful, &increment(), &CancelToken::new())
+        .call(&effectful, &increment(), &CancelToken::new(), None)
         .await
         .unwrap();
     assert_eq!(commits(before), 2, "an effectful call");
     let before = store.appends();
     session
-        .call_once(host().await, &increment(), &CancelToken::new())
+        .call_once(host().await, &increment(), &CancelToken::new(), None)
         .await
         .unwrap();
     assert_eq!(commits(before), 2, "a keyed call");

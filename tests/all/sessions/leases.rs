@@ -208,6 +208,7 @@ async fn a_lost_lease_commits_nothing_more(backend: Backend) {
             host().await,
             &airlock::ToolCall::new("increment", r#"{"name":"stale"}"#),
             &CancelToken::new(),
+            None,
         )
         .await
         .unwrap_err();

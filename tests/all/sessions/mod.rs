@@ -250,7 +250,7 @@ async fn keyed_increment(
         ..airlock::ToolCall::new("increment", json!({ "name": name }).to_string())
     };
     session
-        .call_once(host().await, &call, &CancelToken::new())
+        .call_once(host().await, &call, &CancelToken::new(), None)
         .await
 }
 
@@ -278,7 +278,7 @@ async fn keyed_increments_of(
             ..airlock::ToolCall::new("increment", r#"{"name":"x"}"#)
         };
         session
-            .call_once(host().await, &call, &CancelToken::new())
+            .call_once(host().await, &call, &CancelToken::new(), None)
             .await
             .unwrap();
     }

@@ -213,8 +213,14 @@ pub fn serve_http_with(args: &[&str]) -> HttpServer {
 
 /// [`serve_http_with`] with `env` set for the server.
 pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
+    serve_http_at("127.0.0.1:0", args, env)
+}
+
+/// `airlock mcp --transport http --listen ADDR` with `args`, and `env`
+/// set for the server.
+pub fn serve_http_at(listen: &str, args: &[&str], env: &[(&str, &str)]) -> HttpServer {
     use std::io::BufRead;
-    let mut all = vec!["mcp", "--transport", "http", "--listen", "127.0.0.1:0"];
+    let mut all = vec!["mcp", "--transport", "http", "--listen", listen];
     all.extend_from_slice(args);
     let mut child = airlock_command(&all, env)
         .stdin(std::process::Stdio::null())
@@ -263,6 +269,8 @@ pub struct RawHttp {
     pub url: String,
     /// The MCP session's id, once initialized.
     pub session: Option<String>,
+    /// The access token sent as `Authorization: Bearer`, if any.
+    pub bearer: Option<String>,
 }
 
 impl RawHttp {
@@ -275,22 +283,18 @@ impl RawHttp {
     /// A client of the server at `url` (HTTPS) whose certificate chains
     /// to one of `roots`.
     pub fn trusting(url: &str, roots: rustls::RootCertStore) -> Self {
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .build()
-            .unwrap();
         Self {
-            http,
+            http: super::tls::reqwest_client(roots),
             url: url.to_owned(),
             session: None,
+            bearer: None,
         }
+    }
+
+    /// This client, sending `token` with every request from now on.
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.bearer = Some(token.to_owned());
+        self
     }
 
     /// A client of the server at `url`, with an MCP session initialized.
@@ -331,6 +335,9 @@ impl RawHttp {
             .header("mcp-protocol-version", "2025-06-18");
         if let Some(id) = &self.session {
             request = request.header("mcp-session-id", id);
+        }
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
         }
         request.body(message.to_string()).send()
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 pub mod loopback;
 pub mod mcp;
 pub mod model_server;
+pub mod oauth;
 pub mod registry;
 pub mod stores;
 pub mod tls;

@@ -88,3 +88,19 @@ pub fn make_ca(dir: &Path, name: &str, server: bool) {
         ],
     );
 }
+
+/// A reqwest client (ring's rustls, which reqwest is built without a
+/// provider for) whose HTTPS trusts `roots` only; plain HTTP as usual.
+pub fn reqwest_client(roots: rustls::RootCertStore) -> reqwest::Client {
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .build()
+        .unwrap()
+}

@@ -39,6 +39,16 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
 /// brackets) names the non-public address `ip` explicitly: `host` is that
 /// address, or `localhost` and `ip` is loopback. What lets a grant, or a
 /// registry's reference, reach a private address.
+/// Whether `host`, as a URL writes it (`localhost`, `127.0.0.1`,
+/// `[::1]`, `::ffff:127.0.0.1`), names this machine.
+pub fn is_loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| canonical(ip).is_loopback())
+}
+
 pub(crate) fn names_address(host: &str, ip: IpAddr) -> bool {
     if host == "localhost" {
         return canonical(ip).is_loopback();

@@ -6,7 +6,7 @@
 //! ([`Grant::describe`], never a secret's value). How a call is given
 //! what a grant allows is the sandbox's (`crate::sandbox::grants`).
 
-mod address;
+pub(crate) mod address;
 mod dirs;
 mod env;
 mod http;
@@ -16,8 +16,8 @@ mod secrets;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use address::is_non_public;
 pub(crate) use address::{canonical, names_address};
+pub use address::{is_loopback_host, is_non_public};
 pub use dirs::{DirConfig, DirGrant, DirMode};
 pub use env::EnvGrant;
 pub use http::{

@@ -120,12 +120,7 @@ impl HostPattern {
     /// Whether the pattern names only this machine: `localhost` or a
     /// loopback address.
     pub(crate) fn is_loopback(&self) -> bool {
-        !self.wildcard
-            && (self.host == "localhost"
-                || self
-                    .host
-                    .parse::<IpAddr>()
-                    .is_ok_and(|ip| canonical(ip).is_loopback()))
+        !self.wildcard && super::address::is_loopback_host(&self.host)
     }
 
     /// Why no pattern of `allow` lets a request to `scheme://host:port`

@@ -1,0 +1,319 @@
+//! What a policy says about serving MCP over HTTP (`[mcp]`): the OAuth
+//! resource server that admits a request (`[mcp.auth]`, [`AuthSettings`])
+//! and what one user may use at once (`[mcp.limits]`, [`UserLimits`]).
+//! Data only: validating tokens and counting calls are `crate::mcp`'s.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Algorithms a token may be signed with: asymmetric only. An HMAC
+/// algorithm would let anyone holding the JWKS (it is public) sign tokens
+/// (the key-confusion attack), and `none` signs nothing.
+pub const ALGORITHMS: [&str; 9] = [
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+/// Algorithms accepted when the policy names none: what authorization
+/// servers sign access tokens with.
+pub const DEFAULT_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
+
+/// How far a token's `exp` and `nbf` may be off when the policy does not
+/// say (clock skew between the authorization server and this host).
+pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
+
+/// The shortest time between two fetches of the JWKS that a token with a
+/// key id the cached set lacks may cause, unless the policy says: a flood
+/// of tokens naming made-up keys fetches it at most this often.
+pub const DEFAULT_JWKS_REFETCH: Duration = Duration::from_secs(10);
+
+/// How long a fetched JWKS is used before it is fetched again (a key the
+/// server stopped publishing stops working by then at the latest),
+/// unless the policy says.
+pub const DEFAULT_JWKS_MAX_AGE: Duration = Duration::from_secs(300);
+
+/// The policy's `[mcp]` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpSettings {
+    /// Who may call over HTTP; `None` asks for no credentials.
+    pub auth: Option<AuthSettings>,
+    /// What one user may use at once.
+    pub limits: UserLimits,
+}
+
+/// `[mcp.auth]`: the server is an OAuth 2.1 resource server (the MCP
+/// authorization specification). Every HTTP request carries
+/// `Authorization: Bearer TOKEN`, a token the issuer signed for this
+/// server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthSettings {
+    /// The authorization server's issuer identifier: a token's `iss` must
+    /// be exactly this.
+    pub issuer: String,
+    /// This server's canonical URL (RFC 8707 resource indicator,
+    /// `https://mcp.example.com/mcp`): a token's `aud` must name it, and
+    /// the protected resource metadata says it.
+    pub audience: String,
+    /// Where the issuer publishes its signing keys (a JWK set); `None`
+    /// accepts only tokens the introspection endpoint vouches for.
+    pub jwks_url: Option<String>,
+    /// Algorithms a token may be signed with (from [`ALGORITHMS`]).
+    pub algorithms: Vec<String>,
+    /// Clock-skew allowance on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// The claim whose value is the Airlock user (`sub` unless told).
+    pub user_claim: String,
+    /// Scopes every request needs, whatever it calls.
+    pub scopes: Vec<String>,
+    /// Authorization servers the protected resource metadata names
+    /// (`[issuer]` unless told).
+    pub authorization_servers: Vec<String>,
+    /// The shortest time between two JWKS fetches an unknown key id causes.
+    pub jwks_refetch: Duration,
+    /// How long a fetched JWKS is used.
+    pub jwks_max_age: Duration,
+    /// RFC 7662 token introspection, for tokens that are not JWTs.
+    pub introspection: Option<Introspection>,
+}
+
+/// `[mcp.auth.introspection]`: where to ask whether an opaque token is
+/// active, and as whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Introspection {
+    /// The endpoint (RFC 7662).
+    pub url: String,
+    /// This server's client id at the authorization server.
+    pub client_id: String,
+    /// The environment variable holding its client secret (the policy
+    /// never holds the secret itself).
+    pub client_secret_env: String,
+}
+
+/// `[mcp.limits]`: what one user may use at once. `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserLimits {
+    /// Tool calls running at once.
+    pub concurrent_calls: Option<usize>,
+    /// Tool calls started in any minute.
+    pub calls_per_minute: Option<u32>,
+    /// MCP sessions open at once.
+    pub open_sessions: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpFile {
+    auth: Option<AuthFile>,
+    #[serde(default)]
+    limits: LimitsFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthFile {
+    issuer: String,
+    audience: String,
+    jwks_url: Option<String>,
+    algorithms: Option<Vec<String>>,
+    leeway_secs: Option<u64>,
+    user_claim: Option<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
+    authorization_servers: Option<Vec<String>>,
+    jwks_refetch_secs: Option<u64>,
+    jwks_max_age_secs: Option<u64>,
+    introspection: Option<IntrospectionFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IntrospectionFile {
+    url: String,
+    client_id: String,
+    client_secret_env: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    concurrent_calls: Option<usize>,
+    calls_per_minute: Option<u32>,
+    open_sessions: Option<usize>,
+}
+
+impl McpFile {
+    /// The settings, checked; an error names the key at fault.
+    pub(crate) fn settings(self) -> Result<McpSettings, String> {
+        let auth = self.auth.map(AuthFile::settings).transpose()?;
+        let limits = self.limits;
+        for (key, value) in [
+            ("concurrent_calls", limits.concurrent_calls),
+            (
+                "calls_per_minute",
+                limits.calls_per_minute.map(|n| n as usize),
+            ),
+            ("open_sessions", limits.open_sessions),
+        ] {
+            if value == Some(0) {
+                return Err(format!(
+                    "[mcp.limits] {key} must be at least 1 (leave it out for no limit)"
+                ));
+            }
+        }
+        Ok(McpSettings {
+            auth,
+            limits: UserLimits {
+                concurrent_calls: limits.concurrent_calls,
+                calls_per_minute: limits.calls_per_minute,
+                open_sessions: limits.open_sessions,
+            },
+        })
+    }
+}
+
+impl AuthFile {
+    fn settings(self) -> Result<AuthSettings, String> {
+        let url =
+            |key: &str, text: &str| check_url(text).map_err(|e| format!("[mcp.auth] {key}: {e}"));
+        url("issuer", &self.issuer)?;
+        url("audience", &self.audience)?;
+        if let Some(jwks) = &self.jwks_url {
+            url("jwks_url", jwks)?;
+        }
+        let algorithms = match self.algorithms {
+            None => DEFAULT_ALGORITHMS.iter().map(|a| (*a).to_owned()).collect(),
+            Some(list) if list.is_empty() => {
+                return Err("[mcp.auth] algorithms lists none".into());
+            }
+            Some(list) => list,
+        };
+        if let Some(bad) = algorithms
+            .iter()
+            .find(|a| !ALGORITHMS.contains(&a.as_str()))
+        {
+            return Err(format!(
+                "[mcp.auth] algorithms: {bad:?} is not accepted; use one of {} (never `none`, \
+                 never an HMAC algorithm: the JWKS is public)",
+                ALGORITHMS.join(", ")
+            ));
+        }
+        let introspection = match self.introspection {
+            None => None,
+            Some(i) => {
+                url("introspection.url", &i.url)?;
+                Some(Introspection {
+                    url: i.url,
+                    client_id: i.client_id,
+                    client_secret_env: i.client_secret_env,
+                })
+            }
+        };
+        if self.jwks_url.is_none() && introspection.is_none() {
+            return Err(
+                "[mcp.auth] needs `jwks_url` (to check signed tokens), `[mcp.auth.introspection]` \
+                 (to ask about opaque ones), or both"
+                    .into(),
+            );
+        }
+        let authorization_servers = self
+            .authorization_servers
+            .unwrap_or_else(|| vec![self.issuer.clone()]);
+        for server in &authorization_servers {
+            url("authorization_servers", server)?;
+        }
+        let user_claim = self.user_claim.unwrap_or_else(|| "sub".into());
+        if user_claim.is_empty() {
+            return Err("[mcp.auth] user_claim is empty".into());
+        }
+        Ok(AuthSettings {
+            issuer: self.issuer,
+            audience: self.audience,
+            jwks_url: self.jwks_url,
+            algorithms,
+            leeway: self.leeway_secs.map_or(DEFAULT_LEEWAY, Duration::from_secs),
+            user_claim,
+            scopes: self.scopes,
+            authorization_servers,
+            jwks_refetch: self
+                .jwks_refetch_secs
+                .map_or(DEFAULT_JWKS_REFETCH, Duration::from_secs),
+            jwks_max_age: self
+                .jwks_max_age_secs
+                .map_or(DEFAULT_JWKS_MAX_AGE, Duration::from_secs),
+            introspection,
+        })
+    }
+}
+
+/// An authorization server's URL: `https://…`, or `http://` to this
+/// machine only (a token or key fetched in the clear from elsewhere could
+/// be anyone's).
+fn check_url(text: &str) -> Result<(), String> {
+    let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+    let host = uri.host().unwrap_or_default();
+    match uri.scheme_str() {
+        Some("https") if !host.is_empty() => Ok(()),
+        Some("http") if super::grants::address::is_loopback_host(host) => Ok(()),
+        Some("http") => Err(format!(
+            "{text:?}: plain http is allowed only to this machine (localhost, 127.0.0.1, [::1]); \
+             use https"
+        )),
+        _ => Err(format!("{text:?} is not an https:// URL")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(text: &str) -> Result<McpSettings, String> {
+        let file: McpFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        file.settings()
+    }
+
+    #[test]
+    fn hmac_and_none_are_never_accepted() {
+        let base = "[auth]\nissuer = \"https://as.example\"\naudience = \"https://mcp.example/mcp\"\n\
+                    jwks_url = \"https://as.example/jwks\"\n";
+        for alg in ["HS256", "none", "HS512"] {
+            let err = settings(&format!("{base}algorithms = [\"{alg}\"]\n")).unwrap_err();
+            assert!(err.contains("is not accepted"), "{alg}: {err}");
+        }
+        let ok = settings(base).unwrap();
+        let auth = ok.auth.unwrap();
+        assert_eq!(auth.algorithms, DEFAULT_ALGORITHMS);
+        assert_eq!(auth.authorization_servers, ["https://as.example"]);
+        assert_eq!(auth.user_claim, "sub");
+    }
+
+    #[test]
+    fn keys_come_over_https_or_from_this_machine() {
+        let with = |jwks: &str| {
+            settings(&format!(
+                "[auth]\nissuer = \"https://as.example\"\naudience = \"https://mcp.example/mcp\"\n\
+                 jwks_url = \"{jwks}\"\n"
+            ))
+        };
+        assert!(with("http://127.0.0.1:9000/jwks").is_ok());
+        assert!(with("http://localhost:9000/jwks").is_ok());
+        let err = with("http://as.example/jwks").unwrap_err();
+        assert!(
+            err.contains("jwks_url") && err.contains("plain http"),
+            "{err}"
+        );
+        let none = settings(
+            "[auth]\nissuer = \"https://as.example\"\naudience = \"https://mcp.example/mcp\"\n",
+        )
+        .unwrap_err();
+        assert!(none.contains("needs `jwks_url`"), "{none}");
+    }
+
+    #[test]
+    fn a_zero_limit_is_refused_by_name() {
+        let err = settings("[limits]\ncalls_per_minute = 0\n").unwrap_err();
+        assert!(err.contains("calls_per_minute"), "{err}");
+        let ok = settings("[limits]\nconcurrent_calls = 2\n").unwrap();
+        assert_eq!(ok.limits.concurrent_calls, Some(2));
+        assert_eq!(ok.auth, None);
+    }
+}
