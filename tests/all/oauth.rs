@@ -581,3 +581,79 @@ async fn per_user_limits_hold_under_a_flood() {
         .unwrap();
     assert_eq!(deps(own, "ann")["counters"]["n"], 38);
 }
+
+/// A server that cannot check tokens does not start, and says why, naming
+/// the key or variable at fault; one that can may listen where other
+/// machines reach it, and asks them for a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_check_tokens_does_not_start() {
+    let auth = AuthServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let tool = format!("[[tool]]\npath = {:?}\n\n", guest("stateful"));
+    let start = |policy: String, args: &[&str], env: &[(&str, &str)]| {
+        let file = dir.path().join("airlock.toml");
+        std::fs::write(&file, policy).unwrap();
+        let mut all = vec!["mcp", "--transport", "http", "--config", file.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = crate::support::airlock_command(&all, env).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let audience = "http://127.0.0.1:8931/mcp";
+    let section = auth.auth_section(audience);
+    let unreachable = section.replace(
+        &format!("{}/jwks", auth.issuer),
+        &format!("http://{closed}/jwks"),
+    );
+    let (code, said) = start(format!("{tool}{unreachable}"), &[], &[]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("AIRLOCK_TEST_INTROSPECTION_SECRET"), "{said}");
+    let secret = [("AIRLOCK_TEST_INTROSPECTION_SECRET", "x")];
+    let (code, said) = start(format!("{tool}{unreachable}"), &[], &secret);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains(&format!("jwks_url http://{closed}/jwks")), "{said}");
+    let hmac = section.replace("scopes = [\"tools\"]", "algorithms = [\"HS256\"]");
+    let (code, said) = start(format!("{tool}{hmac}"), &[], &secret);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("airlock.toml:") && said.contains("\"HS256\" is not accepted"), "{said}");
+    let (code, said) = start(format!("{tool}{section}"), &["--allow-unauthenticated"], &secret);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("asks every client for a token"), "{said}");
+
+    // With [mcp.auth], an address other machines reach is served, by the
+    // name its audience gives it: a request without a token is refused, one
+    // with a token for it is served.
+    let public = "https://mcp.example.test/mcp";
+    let file = dir.path().join("airlock.toml");
+    std::fs::write(&file, format!("{tool}{}", auth.auth_section(public))).unwrap();
+    let server = crate::support::mcp::serve_http_at(
+        "0.0.0.0:0",
+        &["--config", file.to_str().unwrap()],
+        &secret,
+    );
+    let port = server.url.rsplit(':').next().unwrap().trim_end_matches("/mcp");
+    let local = format!("http://127.0.0.1:{port}/mcp");
+    let refused = RawHttp::new(&local)
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let token = auth.token(client("ann-laptop"), public).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let served = RawHttp::new(&local)
+        .http
+        .post(&local)
+        .bearer_auth(&token)
+        .header("host", "mcp.example.test")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(initialize.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+}

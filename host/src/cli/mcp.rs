@@ -296,6 +296,16 @@ async fn serve_http(
     // Host-header checks (DNS rebinding) allow loopback names, and the
     // address the server was told to listen on.
     config.allowed_hosts.push(args.listen.ip().to_string());
+    // With tokens, also the host clients name the server by: its audience's
+    // (a token for another resource is refused whatever its Host header).
+    if let Some(audience) = access
+        .auth
+        .as_ref()
+        .and_then(|a| a.settings().audience.parse::<http::Uri>().ok())
+        && let Some(host) = audience.host()
+    {
+        config.allowed_hosts.push(host.to_owned());
+    }
     // An `Origin` header must be one the operator allows (the service
     // enforces it); none is allowed unless named.
     let config = config.with_allowed_origins(args.allow_origins.iter().cloned());
