@@ -596,10 +596,19 @@ async fn a_server_that_cannot_check_tokens_does_not_start() {
     let start = |policy: String, args: &[&str], env: &[(&str, &str)]| {
         let file = dir.path().join("airlock.toml");
         std::fs::write(&file, policy).unwrap();
-        let mut all = vec!["mcp", "--transport", "http", "--config", file.to_str().unwrap()];
+        let mut all = vec![
+            "mcp",
+            "--transport",
+            "http",
+            "--config",
+            file.to_str().unwrap(),
+        ];
         all.extend_from_slice(args);
         let out = crate::support::airlock_command(&all, env).output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let audience = "http://127.0.0.1:8931/mcp";
     let section = auth.auth_section(audience);
@@ -613,12 +622,22 @@ async fn a_server_that_cannot_check_tokens_does_not_start() {
     let secret = [("AIRLOCK_TEST_INTROSPECTION_SECRET", "x")];
     let (code, said) = start(format!("{tool}{unreachable}"), &[], &secret);
     assert_eq!(code, Some(2), "{said}");
-    assert!(said.contains(&format!("jwks_url http://{closed}/jwks")), "{said}");
+    assert!(
+        said.contains(&format!("jwks_url http://{closed}/jwks")),
+        "{said}"
+    );
     let hmac = section.replace("scopes = [\"tools\"]", "algorithms = [\"HS256\"]");
     let (code, said) = start(format!("{tool}{hmac}"), &[], &secret);
     assert_eq!(code, Some(2), "{said}");
-    assert!(said.contains("airlock.toml:") && said.contains("\"HS256\" is not accepted"), "{said}");
-    let (code, said) = start(format!("{tool}{section}"), &["--allow-unauthenticated"], &secret);
+    assert!(
+        said.contains("airlock.toml:") && said.contains("\"HS256\" is not accepted"),
+        "{said}"
+    );
+    let (code, said) = start(
+        format!("{tool}{section}"),
+        &["--allow-unauthenticated"],
+        &secret,
+    );
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("asks every client for a token"), "{said}");
 
@@ -633,7 +652,12 @@ async fn a_server_that_cannot_check_tokens_does_not_start() {
         &["--config", file.to_str().unwrap()],
         &secret,
     );
-    let port = server.url.rsplit(':').next().unwrap().trim_end_matches("/mcp");
+    let port = server
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp");
     let local = format!("http://127.0.0.1:{port}/mcp");
     let refused = RawHttp::new(&local)
         .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))

@@ -100,8 +100,6 @@ pub struct McpHttpService {
     tools: Arc<ToolSet>,
     auth: Option<Arc<Authenticator>>,
     limiter: Arc<UserLimiter>,
-    /// The user of a request no token names.
-    default_user: String,
 }
 
 impl std::fmt::Debug for McpHttpService {
@@ -136,8 +134,7 @@ impl McpHttpService {
         access: Access,
     ) -> Self {
         let config = config.enforce_origin_validation();
-        let default_user = opener.user().unwrap_or_default().to_owned();
-        let sessions = Arc::new(Sessions::new(default_user.clone()));
+        let sessions = Arc::new(Sessions::new(opener.user().unwrap_or_default().to_owned()));
         let limiter = UserLimiter::new(access.limits);
         let (factory_tools, factory_limiter) = (Arc::clone(&tools), Arc::clone(&limiter));
         let service = StreamableHttpService::new(
@@ -168,7 +165,6 @@ impl McpHttpService {
             tools,
             auth: access.auth,
             limiter,
-            default_user,
         }
     }
 
@@ -183,9 +179,12 @@ impl McpHttpService {
         B: http_body::Body + Send + 'static,
         B::Error: std::fmt::Display,
     {
-        if let Some(auth) = &self.auth
-            && request.uri().path().starts_with(METADATA_PATH)
-        {
+        if request.uri().path().starts_with(METADATA_PATH) {
+            let Some(auth) = &self.auth else {
+                let none =
+                    "this server asks for no access token: it has no protected resource metadata\n";
+                return text_response(hyper::StatusCode::NOT_FOUND, "text/plain", none, None);
+            };
             let scopes = self
                 .tools
                 .current()
@@ -208,7 +207,7 @@ impl McpHttpService {
         };
         let user = caller
             .as_ref()
-            .map_or(self.default_user.as_str(), |c| c.user.as_str());
+            .map_or(self.sessions.default_user.as_str(), |c| c.user.as_str());
         let session = request
             .headers()
             .get("mcp-session-id")
