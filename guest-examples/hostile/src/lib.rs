@@ -13,7 +13,7 @@ wit_bindgen::generate!({
 });
 
 use airlock::tool::context::RunContext;
-use airlock::tool::log;
+use airlock::tool::{log, progress};
 use airlock::tool::types::{ContextOp, Entry, ToolError, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 
@@ -46,6 +46,9 @@ const ATTACKS: &[(&str, &str)] = &[
     ("flood_stdout", "Print to stdout without end."),
     ("flood_log", "Log without end."),
     ("flood_empty_log", "Log empty records without end."),
+    ("flood_progress", "Report progress without end."),
+    ("progress_nan", "Report progress that is not a number."),
+    ("progress_long_message", "Report progress with a 64 KiB message."),
     ("million_ops", "Return a million ops."),
     ("op_bytes_flood", "Return ops holding 4 MiB of values."),
     ("non_json_result", "Return a result that is not JSON."),
@@ -157,6 +160,20 @@ impl exports::airlock::tool::tool::Guest for Hostile {
             "flood_empty_log" => loop {
                 log::log(log::Level::Info, "");
             },
+            "flood_progress" => {
+                for done in 0u32.. {
+                    progress::report(f64::from(done), None, None);
+                }
+                ("{}".into(), pwned())
+            }
+            "progress_nan" => {
+                progress::report(f64::NAN, Some(100.0), None);
+                ("{}".into(), pwned())
+            }
+            "progress_long_message" => {
+                progress::report(1.0, None, Some(&"m".repeat(64 << 10)));
+                ("{}".into(), pwned())
+            }
             "million_ops" => (
                 "{}".into(),
                 (0..1_000_000)

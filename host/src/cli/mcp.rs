@@ -292,6 +292,13 @@ async fn serve_http(
     let _pruner = AbortOnDrop(pruner);
     let location = store.location();
     let opener = SessionOpener::new(store, args.session.options()?);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
     let mut config = StreamableHttpServerConfig::default();
     // Host-header checks (DNS rebinding) allow loopback names, and the
     // address the server was told to listen on.
@@ -307,8 +314,13 @@ async fn serve_http(
         config.allowed_hosts.push(host.to_owned());
     }
     // An `Origin` header must be one the operator allows (the service
-    // enforces it); none is allowed unless named.
-    let config = config.with_allowed_origins(args.allow_origins.iter().cloned());
+    // enforces it), or the server's own on this machine: a page at
+    // `http://localhost:PORT` can only come from whatever serves that port,
+    // this server, which serves no pages. Any other is refused unless named.
+    let own = ["127.0.0.1", "localhost", "[::1]"]
+        .map(|host| format!("{scheme}://{host}:{}", bound.port()));
+    let config =
+        config.with_allowed_origins(own.into_iter().chain(args.allow_origins.iter().cloned()));
     let stop = config.cancellation_token.clone();
     let count = host.tool_names().len();
     let service = Arc::new(McpHttpService::new(
@@ -318,13 +330,6 @@ async fn serve_http(
         args.idle_timeout.unwrap_or(KEEP_ALIVE),
         access,
     ));
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| Failure::input("listen", format!("--listen {}: {e}", args.listen)))?;
     print_note(&format!(
         "serving {count} tools over MCP at {scheme}://{bound}/mcp (sessions in {location})"
     ));

@@ -42,8 +42,8 @@ use futures::{SinkExt, Stream, StreamExt, stream};
 use http_body_util::combinators::BoxBody;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientNotification,
-    ClientRequest, GetMeta, JsonRpcRequest, ListToolsResult, Notification, RequestId,
-    RequestMetaObject, ServerJsonRpcMessage, ServerNotification, ServerResult,
+    ClientRequest, GetMeta, JsonRpcRequest, ListToolsResult, RequestId, RequestMetaObject,
+    ServerJsonRpcMessage, ServerNotification, ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{
@@ -53,7 +53,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
-use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text, progress};
+use super::relay::Relay;
+use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text};
 use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
 
@@ -480,10 +481,12 @@ impl Sessions {
         }
     }
 
-    /// Runs call `request` of session `id` in this request's task. One
-    /// that runs past [`PROGRESS_EVERY`] with a progress token goes on in a
-    /// task of its own, which reports its progress each second until it
-    /// ends.
+    /// Runs call `request` of session `id` in this request's task,
+    /// answered with one JSON body. One that reports something its client
+    /// asked to hear (progress, with a progress token; log records, at the
+    /// session's level), or runs past [`PROGRESS_EVERY`] with a progress
+    /// token, goes on in a task of its own and answers with an event
+    /// stream: what it reports ([`Relay`]), then its result.
     async fn call(
         &self,
         id: &SessionId,
@@ -493,10 +496,13 @@ impl Sessions {
         request: &RequestId,
         caller: Option<Caller>,
     ) -> Answer {
-        let cancel = CancelToken::new();
-        let running = self.running(id, request, &cancel);
-        let token = meta.get_progress_token();
         let tool = params.name.to_string();
+        let relay = Relay::new(&tool, meta.get_progress_token(), &server.log_threshold);
+        let (relay, cancel) = match relay {
+            Some((relay, cancel)) => (Some(relay), cancel),
+            None => (None, CancelToken::new()),
+        };
+        let running = self.running(id, request, &cancel);
         let work = {
             let (name, arguments) = (tool.clone(), arguments_text(params.arguments.clone()));
             let (meta, request) = (meta.clone(), request.clone());
@@ -513,37 +519,51 @@ impl Sessions {
             let result = ServerResult::from(CallToolResponse::from(result));
             Box::new(ServerJsonRpcMessage::response(result, request.clone()))
         };
-        let Some(token) = token else {
+        let Some(mut relay) = relay else {
             return Answer::Now(answer(work.await));
         };
-        tokio::select! {
-            biased;
-            result = &mut work => return Answer::Now(answer(result)),
-            () = tokio::time::sleep(PROGRESS_EVERY) => {}
-        }
-        let (mut sender, receiver) = futures::channel::mpsc::channel(4);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(PROGRESS_EVERY);
-            for seconds in 1u32.. {
-                tokio::select! {
-                    biased;
-                    result = &mut work => {
-                        let answer = ServerSseMessage::from_message(*answer(result));
-                        // A client gone has nothing to be told.
-                        let _ = sender.send(answer).await;
-                        return;
+        let second = tokio::time::sleep(PROGRESS_EVERY);
+        let mut second = std::pin::pin!(second);
+        let first = loop {
+            tokio::select! {
+                biased;
+                result = &mut work => {
+                    let rest = relay.rest();
+                    if rest.is_empty() {
+                        return Answer::Now(answer(result));
                     }
-                    _ = tick.tick() => {
-                        let note = ServerNotification::ProgressNotification(Notification::new(
-                            progress(&token, &tool, seconds),
-                        ));
-                        let note = ServerJsonRpcMessage::notification(note);
-                        // A client that reads no faster than once a second
-                        // misses a report; the call goes on.
-                        let _ = sender.try_send(ServerSseMessage::from_message(note));
+                    let (mut sender, receiver) = futures::channel::mpsc::channel(rest.len() + 1);
+                    for note in rest {
+                        let _ = sender.try_send(event(note));
+                    }
+                    let _ = sender.try_send(ServerSseMessage::from_message(*answer(result)));
+                    return Answer::Later(receiver);
+                }
+                Some(happened) = relay.next() => {
+                    let notes = relay.relay(happened);
+                    if !notes.is_empty() {
+                        break notes;
                     }
                 }
+                () = &mut second, if relay.has_token() => break relay.tick().into_iter().collect(),
             }
+        };
+        let (mut sender, receiver) = futures::channel::mpsc::channel(RELAYED);
+        tokio::spawn(async move {
+            for note in first {
+                let _ = sender.try_send(event(note));
+            }
+            // A client that reads slower than the call reports misses
+            // reports; the call goes on, never waiting on its client.
+            let relayed = |note| {
+                let _ = sender.try_send(event(note));
+                std::future::ready(())
+            };
+            let result = relay.run(work, relayed).await;
+            // A client gone has nothing to be told.
+            let _ = sender
+                .send(ServerSseMessage::from_message(*answer(result)))
+                .await;
         });
         Answer::Later(receiver)
     }
@@ -560,6 +580,15 @@ impl Sessions {
             request: request.clone(),
         }
     }
+}
+
+/// How many notifications of a call may wait for a slow client before the
+/// next are dropped.
+const RELAYED: usize = 64;
+
+/// `note` as an event of a call's stream.
+fn event(note: ServerNotification) -> ServerSseMessage {
+    ServerSseMessage::from_message(ServerJsonRpcMessage::notification(note))
 }
 
 /// A directly answered request's answer.

@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod http;
 pub mod limits;
+pub mod relay;
 
 use std::sync::Arc;
 
@@ -42,6 +43,7 @@ use crate::tools::CallError;
 
 use self::auth::Caller;
 use self::limits::UserLimiter;
+use self::relay::{LogThreshold, Relay};
 use crate::policy::Approval;
 use crate::sandbox::CancelToken;
 use crate::session::{Session, SessionError, SessionOptions, SessionStore};
@@ -178,6 +180,9 @@ pub struct McpServer {
     owner: Option<String>,
     /// What each user may run at once; `None` counts nothing.
     limiter: Option<Arc<UserLimiter>>,
+    /// The least level of the tools' log records its client hears
+    /// (`logging/setLevel`).
+    log_threshold: LogThreshold,
 }
 
 impl McpServer {
@@ -190,6 +195,7 @@ impl McpServer {
             opener: named,
             owner: None,
             limiter: None,
+            log_threshold: LogThreshold::new(),
         }
     }
 
@@ -209,6 +215,7 @@ impl McpServer {
             opener: Some(opener),
             owner,
             limiter,
+            log_threshold: LogThreshold::new(),
         }
     }
 
@@ -341,6 +348,8 @@ impl McpServer {
         let answer = match result {
             Ok(outcome) => match outcome.result {
                 Value::Object(_) => CallToolResult::structured(outcome.result),
+                // A string is the text itself, not its JSON.
+                Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
                 other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
             },
             Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure)),
@@ -483,46 +492,15 @@ impl Working {
     }
 }
 
-/// Watches a call for its client: cancels `cancel` when the client cancels
-/// the request, and sends a progress notification each
-/// [`PROGRESS_EVERY`] it runs when the request carries a progress token
-/// (a call that ends within the first sends none). Never ends; the call's
-/// future is raced against it.
+/// Cancels `cancel` when the client cancels the request. Never ends; the
+/// call's future is raced against it.
 async fn watch(
     context: &RequestContext<RoleServer>,
-    tool: &str,
     cancel: CancelToken,
 ) -> std::convert::Infallible {
-    let client_cancel = context.ct.clone();
-    let cancelled = async move {
-        client_cancel.cancelled().await;
-        cancel.cancel();
-        std::future::pending().await
-    };
-    let Some(token) = context.meta.get_progress_token() else {
-        return cancelled.await;
-    };
-    let progress = async {
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        // The first tick is now; the first report comes a second in.
-        tick.tick().await;
-        for seconds in 1u32.. {
-            tick.tick().await;
-            if context
-                .peer
-                .notify_progress(progress(&token, tool, seconds))
-                .await
-                .is_err()
-            {
-                tracing::debug!("cannot send a progress notification");
-            }
-        }
-        std::future::pending().await
-    };
-    tokio::select! {
-        never = cancelled => never,
-        never = progress => never,
-    }
+    context.ct.cancelled().await;
+    cancel.cancel();
+    std::future::pending().await
 }
 
 /// Call `tool`'s progress report after `seconds` of running.
@@ -554,8 +532,12 @@ fn error_result(text: String) -> CallToolResult {
 }
 
 impl ServerHandler for McpServer {
+    // Logging is deprecated by SEP-2577 for later revisions; the 2025-06-18
+    // and 2025-11-25 revisions this server speaks have it.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_resources()
@@ -568,6 +550,18 @@ impl ServerHandler for McpServer {
                 .into(),
         );
         info
+    }
+
+    /// The least level of the tools' log records this session's client
+    /// hears from now on (none before it asks).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_threshold.set(request.level);
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -600,11 +594,20 @@ impl ServerHandler for McpServer {
         }
         // The client's cancellation stops the tool through its epoch
         // deadline, as Ctrl-C does for `airlock run`. A client that sent a
-        // progress token hears from the call after each second it runs.
-        // Both are watched in this request's own task: no task is spawned
-        // and no timer set for a call whose client sent no token.
-        let cancel = CancelToken::new();
-        let watch = watch(&context, &request.name, cancel.clone());
+        // progress token, or set a log level, hears what the call reports
+        // ([`relay`]). All of it is watched in this request's own task: no
+        // task is spawned and no timer set for a call whose client asked
+        // for nothing.
+        let relay = Relay::new(
+            &request.name,
+            context.meta.get_progress_token(),
+            &self.log_threshold,
+        );
+        let (mut relay, cancel) = match relay {
+            Some((relay, cancel)) => (Some(relay), cancel),
+            None => (None, CancelToken::new()),
+        };
+        let watch = watch(&context, cancel.clone());
         let call = self.run_call(
             &request.name,
             arguments,
@@ -613,9 +616,21 @@ impl ServerHandler for McpServer {
             cancel,
             caller_of(&context),
         );
+        let relayed = async {
+            let Some(relay) = &mut relay else {
+                return call.await;
+            };
+            let peer = &context.peer;
+            let send = |note| async move {
+                if peer.send_notification(note).await.is_err() {
+                    tracing::debug!("cannot send a notification about a call");
+                }
+            };
+            relay.run(call, send).await
+        };
         let result = tokio::select! {
             biased;
-            result = call => result,
+            result = relayed => result,
             never = watch => match never {},
         };
         Ok(result.into())

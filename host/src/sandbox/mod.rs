@@ -310,21 +310,92 @@ fn start_epoch_ticker(engine: &Engine) {
 /// A cancelled call stops within one epoch tick if it is running wasm
 /// (the epoch callback checks the token), and at once if it is waiting on
 /// the host (the call races the token).
+///
+/// The token is also how the caller hears from the call while it runs: a
+/// token made with [`CancelToken::observed`] hands each [`CallEvent`] to
+/// its observer as it happens.
 #[derive(Debug, Clone, Default)]
 pub struct CancelToken {
     inner: Arc<CancelState>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct CancelState {
     cancelled: AtomicBool,
     notify: Notify,
+    observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
 }
+
+impl std::fmt::Debug for CancelState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelState")
+            .field("cancelled", &self.cancelled)
+            .field("observed", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a running call tells its caller as it happens (besides what it
+/// returns): nothing of it is journaled or changes the call's outcome.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum CallEvent {
+    /// A record of the `log` interface (also kept in the call's output).
+    Log(LogRecord),
+    /// A `progress.report`: `done` of `total`, and a message.
+    Progress {
+        /// How far: finite, not negative.
+        done: f64,
+        /// Out of how much, when known: finite, not negative.
+        total: Option<f64>,
+        /// What is happening now (at most [`MAX_PROGRESS_MESSAGE`] bytes).
+        message: Option<String>,
+    },
+}
+
+/// A guest broke a rule of an import it called (a progress report past its
+/// bounds): the call fails with this message as its trap's.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ImportMisused(pub(crate) String);
+
+/// The most `progress.report`s one call may make; the next fails it.
+pub const MAX_PROGRESS_REPORTS: u32 = 1000;
+
+/// The longest message of a progress report, in bytes; a longer one fails
+/// the call.
+pub const MAX_PROGRESS_MESSAGE: usize = 1024;
 
 impl CancelToken {
     /// A token that is not cancelled.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A token that is not cancelled, whose call hands each event to
+    /// `observer` as it happens. The observer runs on the thread running
+    /// the call, inside it: it must not block (hand the event on, through
+    /// a channel, to whoever waits for it).
+    pub fn observed(observer: impl Fn(CallEvent) + Send + Sync + 'static) -> Self {
+        Self {
+            inner: Arc::new(CancelState {
+                observer: Some(Box::new(observer)),
+                ..CancelState::default()
+            }),
+        }
+    }
+
+    /// Hands `event` to the observer, if there is one.
+    pub(crate) fn report(&self, event: CallEvent) {
+        if let Some(observer) = &self.inner.observer {
+            observer(event);
+        }
+    }
+
+    /// Whether an observer hears the call's events (what is reported
+    /// costs nothing more otherwise).
+    pub(crate) fn is_observed(&self) -> bool {
+        self.inner.observer.is_some()
     }
 
     /// Cancels every clone, for good.
@@ -374,6 +445,8 @@ pub struct CallState {
     fuel: Option<u64>,
     /// Epoch ticks this call has run through.
     ticks: u32,
+    /// Progress reports this call has made.
+    pub(crate) progress_reports: u32,
 }
 
 impl std::fmt::Debug for CallState {
@@ -429,6 +502,7 @@ impl CallState {
             _admitted: admitted,
             fuel: limits.fuel,
             ticks: 0,
+            progress_reports: 0,
         })
     }
 

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use wasmtime::component::{HasSelf, Linker, Resource};
 
 use crate::context::{Deps, KeyRules, RunContext, Usage};
-use crate::sandbox::{CallState, LogLevel, LogRecord};
+use crate::sandbox::{
+    CallEvent, CallState, ImportMisused, LogLevel, LogRecord, MAX_PROGRESS_MESSAGE,
+    MAX_PROGRESS_REPORTS,
+};
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -18,7 +21,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-use self::airlock::tool::{context, log, types};
+use self::airlock::tool::{context, log, progress, types};
 
 /// What a tool can see of the run context during one call.
 ///
@@ -116,10 +119,11 @@ impl ContextView {
     }
 }
 
-/// Adds the `context` and `log` imports to `linker`.
+/// Adds the `context`, `log` and `progress` imports to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     context::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     log::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
+    progress::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     Ok(())
 }
 
@@ -229,8 +233,51 @@ impl log::Host for CallState {
             log::Level::Warn => LogLevel::Warn,
             log::Level::Error => LogLevel::Error,
         };
-        self.log
-            .push(LogRecord { level, message })
-            .map_err(wasmtime::Error::new)
+        let record = LogRecord { level, message };
+        let observed = self.cancel.is_observed().then(|| record.clone());
+        self.log.push(record).map_err(wasmtime::Error::new)?;
+        if let Some(record) = observed {
+            self.cancel.report(CallEvent::Log(record));
+        }
+        Ok(())
+    }
+}
+
+impl progress::Host for CallState {
+    /// Checks the report against the call's bounds (a report past them
+    /// fails the call) and hands it to the caller's observer.
+    fn report(
+        &mut self,
+        done: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> wasmtime::Result<()> {
+        let misused = |why: String| Err(wasmtime::Error::new(ImportMisused(why)));
+        self.progress_reports += 1;
+        if self.progress_reports > MAX_PROGRESS_REPORTS {
+            return misused(format!(
+                "the tool reported progress more than {MAX_PROGRESS_REPORTS} times in one call"
+            ));
+        }
+        let usable = |n: f64| n.is_finite() && n >= 0.0;
+        if !usable(done) || !total.is_none_or(usable) {
+            return misused(format!(
+                "the tool reported progress that is not a number of at least 0 (done {done}, total {total:?})"
+            ));
+        }
+        if let Some(text) = &message
+            && text.len() > MAX_PROGRESS_MESSAGE
+        {
+            return misused(format!(
+                "the tool's progress message is {} bytes, over {MAX_PROGRESS_MESSAGE}",
+                text.len()
+            ));
+        }
+        self.cancel.report(CallEvent::Progress {
+            done,
+            total,
+            message,
+        });
+        Ok(())
     }
 }

@@ -18,8 +18,8 @@ use super::{
 };
 use crate::context::{JsonType, OpKind, ParsedOutput, RunContext, WireOp, parse_output};
 use crate::sandbox::{
-    CallState, CancelToken, Grants, GuestOutput, Limits, OutputLimitExceeded, ResourceHit, Stop,
-    ToolGate, until,
+    CallState, CancelToken, Grants, GuestOutput, ImportMisused, Limits, OutputLimitExceeded,
+    ResourceHit, Stop, ToolGate, until,
 };
 
 /// A call that ran without changing the context ([`Host::run_only`]).
@@ -630,6 +630,12 @@ pub(super) fn classify(
     {
         return CallError::ResourceLimit {
             limit: limits.max_host_resources,
+        };
+    }
+    if let Some(misused) = find::<ImportMisused>(&error) {
+        return CallError::Trap {
+            message: misused.to_string(),
+            stderr: crate::text::tail(&store.data().stderr.text(), STDERR_TAIL_BYTES),
         };
     }
     if find::<wasmtime::PoolConcurrencyLimitError>(&error).is_some() {

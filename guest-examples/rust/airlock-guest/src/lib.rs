@@ -226,6 +226,13 @@ pub fn log(level: LogLevel, message: &str) {
     bindings::airlock::tool::log::log(level, message);
 }
 
+/// Reports how far this call has come: `done` of `total` (when known),
+/// and what is happening now. A client that asked for progress hears it
+/// as it happens; at most 1,000 reports a call.
+pub fn progress(done: f64, total: Option<f64>, message: Option<&str>) {
+    bindings::airlock::tool::progress::report(done, total, message);
+}
+
 #[doc(hidden)]
 pub fn describe<T: Tool>() -> Vec<wit::ToolSpec> {
     T::describe()
