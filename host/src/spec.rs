@@ -99,3 +99,83 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
         .build(schema)
         .map_err(|e| e.to_string())
 }
+
+/// A block a call showed beside its result (the `show` import, since the
+/// contract's 0.1.1): kept with the call's output when it succeeds,
+/// journaled with it, and sent to an MCP client as a content block of the
+/// result. Bytes are base64 (standard, padded), as MCP carries them.
+///
+/// Invariant, once a host accepted it: an image's or audio's bytes are of
+/// the kind its MIME type names, and a URI's scheme is one the tool may
+/// use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Shown {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    Image {
+        /// Its bytes, base64.
+        data: String,
+        /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+        mime_type: String,
+    },
+    /// A sound.
+    Audio {
+        /// Its bytes, base64.
+        data: String,
+        /// `audio/wav`, `audio/mpeg`, `audio/ogg` or `audio/flac`.
+        mime_type: String,
+    },
+    /// A pointer to a resource.
+    ResourceLink {
+        /// Where it is.
+        uri: String,
+        /// What it is called.
+        name: String,
+        /// What it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// Its type.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    /// A resource, contents included: `text` or `blob` (base64).
+    Resource {
+        /// Where it is.
+        uri: String,
+        /// Its type.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// Its text, for a text resource.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// Its bytes, base64, for a binary one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        blob: Option<String>,
+    },
+}
+
+impl Shown {
+    /// What it is, in a few words, for a reader that cannot see it (a
+    /// model whose provider takes only text): `an image (image/png, 67
+    /// bytes)`.
+    pub fn describe(&self) -> String {
+        let bytes = |data: &str| data.len() / 4 * 3;
+        match self {
+            Shown::Text { text } => format!("text ({} bytes)", text.len()),
+            Shown::Image { data, mime_type } => {
+                format!("an image ({mime_type}, about {} bytes)", bytes(data))
+            }
+            Shown::Audio { data, mime_type } => {
+                format!("audio ({mime_type}, about {} bytes)", bytes(data))
+            }
+            Shown::ResourceLink { uri, .. } => format!("a link to {uri}"),
+            Shown::Resource { uri, .. } => format!("the resource {uri}"),
+        }
+    }
+}

@@ -1013,3 +1013,26 @@ async fn progress_past_its_bounds_fails_the_call_alone() {
         assert!(message.contains(said), "{attack_name}: {message}");
     }
 }
+
+/// `show` is checked block by block: bytes that are not what their MIME
+/// type says, more than the call's result bytes, more than 32 blocks, or a
+/// URI scheme the policy does not allow fail the call alone, no op
+/// applied, and the host serves the next call with deps as they were.
+#[tokio::test]
+async fn what_a_tool_shows_past_its_rules_fails_the_call_alone() {
+    for (attack_name, said) in [
+        (
+            "show_mislabelled",
+            "labelled image/jpeg whose bytes are not image/jpeg",
+        ),
+        ("show_huge", "max_result_bytes"),
+        ("show_many", "more than 32 blocks"),
+        ("show_file_link", "a file: URI"),
+    ] {
+        let err = attack(attack_name).await;
+        let CallError::Trap { message, .. } = &err else {
+            panic!("{attack_name}: expected a trap, got {err}");
+        };
+        assert!(message.contains(said), "{attack_name}: {message}");
+    }
+}

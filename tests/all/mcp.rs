@@ -1422,11 +1422,11 @@ fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'st
 async fn the_official_conformance_suite_passes_but_for_the_listed_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("airlock.toml");
-    std::fs::write(
-        &policy,
-        format!("[[tool]]\npath = {:?}\n", guest("everything")),
-    )
-    .unwrap();
+    let tool = format!(
+        "[[tool]]\npath = {:?}\nuri_schemes = [\"test\"]\n",
+        guest("everything")
+    );
+    std::fs::write(&policy, tool).unwrap();
     let store = dir.path().join("sessions.db");
     let server = serve_http(policy.to_str().unwrap(), store.to_str().unwrap());
     let suite = crate::support::root().join("tests/conformance");
@@ -1453,4 +1453,127 @@ async fn the_official_conformance_suite_passes_but_for_the_listed_scenarios() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(summary.contains("Baseline check passed"), "{summary}");
+}
+
+/// What a tool shows beside its result reaches an MCP client as content
+/// blocks after the result's text; it is journaled with the call, so a
+/// keyed retry answers with the same blocks without running the tool; and
+/// the model of `airlock run` is told, in text, what was shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shown_content_is_sent_journaled_and_named_to_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("sessions.db");
+    let everything = guest("everything");
+    let server = serve_http_with(&[
+        "--tool",
+        everything.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    let client = RawHttp::initialized(&server.url).await;
+    let keyed = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "test_image_content", "arguments": {}, "_meta": {"airlock/call": "picture-1"}}});
+    let content = |answer: Value| answer["result"]["content"].clone();
+    let first: Value = client
+        .post(keyed.clone())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let first = content(first);
+    assert_eq!(
+        first[0],
+        json!({"type": "text", "text": "A red pixel."}),
+        "{first}"
+    );
+    assert_eq!(first[1]["type"], "image", "{first}");
+    assert_eq!(first[1]["mimeType"], "image/png");
+    assert!(
+        first[1]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("iVBORw0KGgo"),
+        "{first}"
+    );
+    let again: Value = client.post(keyed).await.unwrap().json().await.unwrap();
+    assert_eq!(content(again), first, "the retry answers from the journal");
+    drop(client);
+    drop(server);
+    let shown = crate::support::airlock(&[
+        "sessions",
+        "list",
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+    ]);
+    let listed: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let id = listed["sessions"][0]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let export = crate::support::airlock(&[
+        "sessions",
+        "show",
+        &id,
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+    ]);
+    let export: Value = serde_json::from_slice(&export.stdout).unwrap();
+    let outputs: Vec<&Value> = export["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["event"]["type"] == "function_call_output")
+        .collect();
+    assert_eq!(outputs.len(), 1, "ran once: {export}");
+    assert_eq!(outputs[0]["event"]["shown"][0]["type"], "image", "{export}");
+
+    // In the agent loop the model reads a line naming the image.
+    let script = dir.path().join("turns.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"name": "test_image_content", "arguments": {}}]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let run = crate::support::airlock(&[
+        "run",
+        "--tool",
+        everything.to_str().unwrap(),
+        "--script",
+        script.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+        "--session",
+        "pictures",
+        "show me",
+    ]);
+    assert!(run.status.success(), "{run:?}");
+    let export = crate::support::airlock(&[
+        "sessions",
+        "show",
+        "pictures",
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+    ]);
+    let export: Value = serde_json::from_slice(&export.stdout).unwrap();
+    let told = export["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        told.starts_with("\"A red pixel.\"\n[the tool also showed its user an image (image/png"),
+        "{told}"
+    );
 }

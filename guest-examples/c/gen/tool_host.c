@@ -45,6 +45,11 @@ extern void __wasm_import_airlock_tool_log_log(int32_t, uint8_t *, size_t);
 __attribute__((__import_module__("airlock:tool/progress@0.1.1"), __import_name__("report")))
 extern void __wasm_import_airlock_tool_progress_report(double, int32_t, double, int32_t, uint8_t *, size_t);
 
+// Imported Functions from `airlock:tool/show@0.1.1`
+
+__attribute__((__import_module__("airlock:tool/show@0.1.1"), __import_name__("show")))
+extern void __wasm_import_airlock_tool_show_show(int32_t, uint8_t *, size_t, uint8_t *, uint8_t *, size_t, uint8_t *, uint8_t *, size_t, uint8_t *, size_t);
+
 // Exported Functions from `airlock:tool/tool@0.1.1`
 
 __attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#describe")))
@@ -280,6 +285,72 @@ void tool_host_option_f64_free(tool_host_option_f64_t *ptr) {
   }
 }
 
+void tool_host_list_u8_free(tool_host_list_u8_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    uint8_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void airlock_tool_show_media_free(airlock_tool_show_media_t *ptr) {
+  tool_host_list_u8_free(&ptr->data);
+  tool_host_string_free(&ptr->mime_type);
+}
+
+void airlock_tool_show_resource_link_free(airlock_tool_show_resource_link_t *ptr) {
+  tool_host_string_free(&ptr->uri);
+  tool_host_string_free(&ptr->name);
+  tool_host_option_string_free(&ptr->description);
+  tool_host_option_string_free(&ptr->mime_type);
+}
+
+void airlock_tool_show_resource_body_free(airlock_tool_show_resource_body_t *ptr) {
+  switch ((int32_t) ptr->tag) {
+    case 0: {
+      tool_host_string_free(&ptr->val.text);
+      break;
+    }
+    case 1: {
+      tool_host_list_u8_free(&ptr->val.blob);
+      break;
+    }
+  }
+}
+
+void airlock_tool_show_embedded_resource_free(airlock_tool_show_embedded_resource_t *ptr) {
+  tool_host_string_free(&ptr->uri);
+  tool_host_option_string_free(&ptr->mime_type);
+  airlock_tool_show_resource_body_free(&ptr->body);
+}
+
+void airlock_tool_show_block_free(airlock_tool_show_block_t *ptr) {
+  switch ((int32_t) ptr->tag) {
+    case 0: {
+      tool_host_string_free(&ptr->val.text);
+      break;
+    }
+    case 1: {
+      airlock_tool_show_media_free(&ptr->val.image);
+      break;
+    }
+    case 2: {
+      airlock_tool_show_media_free(&ptr->val.audio);
+      break;
+    }
+    case 3: {
+      airlock_tool_show_resource_link_free(&ptr->val.link);
+      break;
+    }
+    case 4: {
+      airlock_tool_show_embedded_resource_free(&ptr->val.embedded);
+      break;
+    }
+  }
+}
+
 void exports_airlock_tool_tool_json_free(exports_airlock_tool_tool_json_t *ptr) {
   airlock_tool_types_json_free(ptr);
 }
@@ -497,6 +568,156 @@ void airlock_tool_progress_report(double done, double *maybe_total, tool_host_st
     option6 = 0;
   }
   __wasm_import_airlock_tool_progress_report(done, option, option1, option4, option5, option6);
+}
+
+void airlock_tool_show_show(airlock_tool_show_block_t *block) {
+  int32_t variant22;
+  uint8_t * variant23;
+  size_t variant24;
+  uint8_t * variant25;
+  uint8_t * variant26;
+  size_t variant27;
+  uint8_t * variant28;
+  uint8_t * variant29;
+  size_t variant30;
+  uint8_t * variant31;
+  size_t variant32;
+  switch ((int32_t) (*block).tag) {
+    case 0: {
+      const tool_host_string_t *payload = &(*block).val.text;
+      variant22 = 0;
+      variant23 = (uint8_t *) (*payload).ptr;
+      variant24 = (*payload).len;
+      variant25 = 0;
+      variant26 = 0;
+      variant27 = 0;
+      variant28 = 0;
+      variant29 = 0;
+      variant30 = 0;
+      variant31 = 0;
+      variant32 = 0;
+      break;
+    }
+    case 1: {
+      const airlock_tool_show_media_t *payload0 = &(*block).val.image;
+      variant22 = 1;
+      variant23 = (uint8_t *) ((*payload0).data).ptr;
+      variant24 = ((*payload0).data).len;
+      variant25 = (uint8_t *) ((*payload0).mime_type).ptr;
+      variant26 = (uint8_t *) ((*payload0).mime_type).len;
+      variant27 = 0;
+      variant28 = 0;
+      variant29 = 0;
+      variant30 = 0;
+      variant31 = 0;
+      variant32 = 0;
+      break;
+    }
+    case 2: {
+      const airlock_tool_show_media_t *payload1 = &(*block).val.audio;
+      variant22 = 2;
+      variant23 = (uint8_t *) ((*payload1).data).ptr;
+      variant24 = ((*payload1).data).len;
+      variant25 = (uint8_t *) ((*payload1).mime_type).ptr;
+      variant26 = (uint8_t *) ((*payload1).mime_type).len;
+      variant27 = 0;
+      variant28 = 0;
+      variant29 = 0;
+      variant30 = 0;
+      variant31 = 0;
+      variant32 = 0;
+      break;
+    }
+    case 3: {
+      const airlock_tool_show_resource_link_t *payload2 = &(*block).val.link;
+      int32_t option;
+      uint8_t * option5;
+      size_t option6;
+      if (((*payload2).description).is_some) {
+        const tool_host_string_t *payload4 = &((*payload2).description).val;
+        option = 1;
+        option5 = (uint8_t *) (*payload4).ptr;
+        option6 = (*payload4).len;
+      } else {
+        option = 0;
+        option5 = 0;
+        option6 = 0;
+      }
+      int32_t option9;
+      uint8_t * option10;
+      size_t option11;
+      if (((*payload2).mime_type).is_some) {
+        const tool_host_string_t *payload8 = &((*payload2).mime_type).val;
+        option9 = 1;
+        option10 = (uint8_t *) (*payload8).ptr;
+        option11 = (*payload8).len;
+      } else {
+        option9 = 0;
+        option10 = 0;
+        option11 = 0;
+      }
+      variant22 = 3;
+      variant23 = (uint8_t *) ((*payload2).uri).ptr;
+      variant24 = ((*payload2).uri).len;
+      variant25 = (uint8_t *) ((*payload2).name).ptr;
+      variant26 = (uint8_t *) ((*payload2).name).len;
+      variant27 = option;
+      variant28 = option5;
+      variant29 = (uint8_t *) option6;
+      variant30 = option9;
+      variant31 = option10;
+      variant32 = option11;
+      break;
+    }
+    case 4: {
+      const airlock_tool_show_embedded_resource_t *payload12 = &(*block).val.embedded;
+      int32_t option15;
+      uint8_t * option16;
+      size_t option17;
+      if (((*payload12).mime_type).is_some) {
+        const tool_host_string_t *payload14 = &((*payload12).mime_type).val;
+        option15 = 1;
+        option16 = (uint8_t *) (*payload14).ptr;
+        option17 = (*payload14).len;
+      } else {
+        option15 = 0;
+        option16 = 0;
+        option17 = 0;
+      }
+      int32_t variant;
+      uint8_t * variant20;
+      size_t variant21;
+      switch ((int32_t) ((*payload12).body).tag) {
+        case 0: {
+          const tool_host_string_t *payload18 = &((*payload12).body).val.text;
+          variant = 0;
+          variant20 = (uint8_t *) (*payload18).ptr;
+          variant21 = (*payload18).len;
+          break;
+        }
+        case 1: {
+          const tool_host_list_u8_t *payload19 = &((*payload12).body).val.blob;
+          variant = 1;
+          variant20 = (uint8_t *) (*payload19).ptr;
+          variant21 = (*payload19).len;
+          break;
+        }
+      }
+      variant22 = 4;
+      variant23 = (uint8_t *) ((*payload12).uri).ptr;
+      variant24 = ((*payload12).uri).len;
+      variant25 = (uint8_t *) option15;
+      variant26 = option16;
+      variant27 = option17;
+      variant28 = (uint8_t *) variant;
+      variant29 = variant20;
+      variant30 = variant21;
+      variant31 = 0;
+      variant32 = 0;
+      break;
+    }
+  }
+  __wasm_import_airlock_tool_show_show(variant22, variant23, variant24, variant25, variant26, variant27, variant28, variant29, variant30, variant31, variant32);
 }
 
 __attribute__((__export_name__("airlock:tool/tool@0.1.1#describe")))

@@ -159,6 +159,68 @@ typedef struct {
   double val;
 } tool_host_option_f64_t;
 
+typedef struct {
+  uint8_t *ptr;
+  size_t len;
+} tool_host_list_u8_t;
+
+// Bytes of a kind its MIME type names.
+typedef struct airlock_tool_show_media_t {
+  tool_host_list_u8_t   data;
+  // `image/png`, `image/jpeg`, `image/gif` or `image/webp` for an
+  // image; `audio/wav`, `audio/mpeg`, `audio/ogg` or `audio/flac`
+  // for audio. The bytes must be of that kind (the host reads their
+  // first bytes).
+  tool_host_string_t   mime_type;
+} airlock_tool_show_media_t;
+
+// A pointer to a resource the client may fetch.
+typedef struct airlock_tool_show_resource_link_t {
+  // A URI whose scheme the operator allows this tool (`https`
+  // unless the policy's `uri_schemes` says otherwise).
+  tool_host_string_t   uri;
+  tool_host_string_t   name;
+  tool_host_option_string_t   description;
+  tool_host_option_string_t   mime_type;
+} airlock_tool_show_resource_link_t;
+
+// A resource's contents.
+typedef struct airlock_tool_show_resource_body_t {
+  uint8_t tag;
+  union {
+    tool_host_string_t     text;
+    tool_host_list_u8_t     blob;
+  } val;
+} airlock_tool_show_resource_body_t;
+
+#define AIRLOCK_TOOL_SHOW_RESOURCE_BODY_TEXT 0
+#define AIRLOCK_TOOL_SHOW_RESOURCE_BODY_BLOB 1
+
+// A resource, contents included.
+typedef struct airlock_tool_show_embedded_resource_t {
+  // As a link's.
+  tool_host_string_t   uri;
+  tool_host_option_string_t   mime_type;
+  airlock_tool_show_resource_body_t   body;
+} airlock_tool_show_embedded_resource_t;
+
+typedef struct airlock_tool_show_block_t {
+  uint8_t tag;
+  union {
+    tool_host_string_t     text;
+    airlock_tool_show_media_t     image;
+    airlock_tool_show_media_t     audio;
+    airlock_tool_show_resource_link_t     link;
+    airlock_tool_show_embedded_resource_t     embedded;
+  } val;
+} airlock_tool_show_block_t;
+
+#define AIRLOCK_TOOL_SHOW_BLOCK_TEXT 0
+#define AIRLOCK_TOOL_SHOW_BLOCK_IMAGE 1
+#define AIRLOCK_TOOL_SHOW_BLOCK_AUDIO 2
+#define AIRLOCK_TOOL_SHOW_BLOCK_LINK 3
+#define AIRLOCK_TOOL_SHOW_BLOCK_EMBEDDED 4
+
 typedef airlock_tool_types_json_t exports_airlock_tool_tool_json_t;
 
 typedef airlock_tool_types_tool_spec_t exports_airlock_tool_tool_tool_spec_t;
@@ -218,6 +280,16 @@ extern void airlock_tool_log_log(airlock_tool_log_level_t level, tool_host_strin
 // may reach the client merged (the last one wins), except the last.
 extern void airlock_tool_progress_report(double done, double *maybe_total, tool_host_string_t *maybe_message);
 
+// Imported Functions from `airlock:tool/show@0.1.1`
+// Adds `block` after those the call showed before.
+// 
+// Checked at once; a block that breaks a rule fails the call: bytes
+// not of the kind their MIME type names, a URI without a scheme this
+// tool may use, more than 32 blocks, or more bytes in all than the
+// call's result may have (`max_result_bytes`, 1 MiB unless the
+// operator says).
+extern void airlock_tool_show_show(airlock_tool_show_block_t *block);
+
 // Exported Functions from `airlock:tool/tool@0.1.1`
 void exports_airlock_tool_tool_describe(exports_airlock_tool_tool_list_tool_spec_t *ret);
 bool exports_airlock_tool_tool_call(exports_airlock_tool_tool_borrow_run_context_t ctx, tool_host_string_t *name, exports_airlock_tool_tool_json_t *args, exports_airlock_tool_tool_tool_output_t *ret, exports_airlock_tool_tool_tool_error_t *err);
@@ -253,6 +325,18 @@ void airlock_tool_context_option_json_free(airlock_tool_context_option_json_t *p
 void tool_host_list_string_free(tool_host_list_string_t *ptr);
 
 void tool_host_option_f64_free(tool_host_option_f64_t *ptr);
+
+void tool_host_list_u8_free(tool_host_list_u8_t *ptr);
+
+void airlock_tool_show_media_free(airlock_tool_show_media_t *ptr);
+
+void airlock_tool_show_resource_link_free(airlock_tool_show_resource_link_t *ptr);
+
+void airlock_tool_show_resource_body_free(airlock_tool_show_resource_body_t *ptr);
+
+void airlock_tool_show_embedded_resource_free(airlock_tool_show_embedded_resource_t *ptr);
+
+void airlock_tool_show_block_free(airlock_tool_show_block_t *ptr);
 
 void exports_airlock_tool_tool_json_free(exports_airlock_tool_tool_json_t *ptr);
 

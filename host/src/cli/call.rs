@@ -141,6 +141,7 @@ fn print_success(
             "stdout": outcome.output.stdout,
             "stderr": outcome.output.stderr,
             "refusals": outcome.output.refusals,
+            "shown": outcome.output.shown,
             "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
         });
         if let (Some(stored), Value::Object(doc)) = (stored, &mut doc) {
@@ -175,6 +176,9 @@ fn print_success(
     }
     for why in &outcome.output.refusals {
         text.push_str(&format!("refused: {}\n", field(why)));
+    }
+    for shown in &outcome.output.shown {
+        text.push_str(&format!("shown:  {}\n", field(&shown.describe())));
     }
     text.push_str(&format!("deps:   {}", show_json(&deps)));
     if let Some(stored) = stored {

@@ -67,6 +67,10 @@ pub struct Captured {
     /// Written by the host, never by the tool.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refusals: Vec<String>,
+    /// What a completed call showed beside its result (`show`), as the
+    /// host checked it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shown: Vec<crate::spec::Shown>,
 }
 
 /// One record a tool logged.

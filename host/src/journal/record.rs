@@ -580,6 +580,18 @@ mod tests {
                         stdout: "out".into(),
                         stderr: "err".into(),
                         refusals: vec!["GET http://10.0.0.1/: not granted".into()],
+                        shown: vec![
+                            crate::spec::Shown::Image {
+                                data: "iVBORw0KGgo=".into(),
+                                mime_type: "image/png".into(),
+                            },
+                            crate::spec::Shown::Resource {
+                                uri: "https://example.com/r".into(),
+                                mime_type: Some("text/plain".into()),
+                                text: Some("r".into()),
+                                blob: None,
+                            },
+                        ],
                     },
                 },
             ),

@@ -39,6 +39,7 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::agent::SessionCallError;
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
+use crate::spec::Shown;
 use crate::tools::CallError;
 
 use self::auth::Caller;
@@ -346,12 +347,18 @@ impl McpServer {
         };
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let answer = match result {
-            Ok(outcome) => match outcome.result {
-                Value::Object(_) => CallToolResult::structured(outcome.result),
-                // A string is the text itself, not its JSON.
-                Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
-                other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
-            },
+            Ok(outcome) => {
+                let mut answer = match outcome.result {
+                    Value::Object(_) => CallToolResult::structured(outcome.result),
+                    // A string is the text itself, not its JSON.
+                    Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+                    other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
+                };
+                answer
+                    .content
+                    .extend(outcome.output.shown.into_iter().map(content_block));
+                answer
+            }
             Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure)),
             Err(e) => error_result(e.to_string()),
         };
@@ -457,6 +464,49 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Option<&Caller> {
         .extensions
         .get::<::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<Caller>())
+}
+
+/// A block a call showed, as an MCP content block.
+fn content_block(shown: Shown) -> ContentBlock {
+    match shown {
+        Shown::Text { text } => ContentBlock::text(text),
+        Shown::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        Shown::Audio { data, mime_type } => ContentBlock::audio(data, mime_type),
+        Shown::ResourceLink {
+            uri,
+            name,
+            description,
+            mime_type,
+        } => {
+            let mut link = Resource::new(uri, name);
+            if let Some(description) = description {
+                link = link.with_description(description);
+            }
+            if let Some(mime_type) = mime_type {
+                link = link.with_mime_type(mime_type);
+            }
+            ContentBlock::resource_link(link)
+        }
+        Shown::Resource {
+            uri,
+            mime_type,
+            text,
+            blob,
+        } => ContentBlock::resource(match (text, blob) {
+            (_, Some(blob)) => ResourceContents::BlobResourceContents {
+                uri,
+                mime_type,
+                blob,
+                meta: None,
+            },
+            (text, None) => ResourceContents::TextResourceContents {
+                uri,
+                mime_type,
+                text: text.unwrap_or_default(),
+                meta: None,
+            },
+        }),
+    }
 }
 
 /// A call's arguments as the tool gets them: a JSON object's text.

@@ -462,6 +462,7 @@ struct ToolFile {
     idempotent: bool,
     #[serde(default)]
     scopes: Vec<String>,
+    uri_schemes: Option<Spanned<Vec<String>>>,
     functions: Option<Spanned<Vec<String>>>,
     rename: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
@@ -661,6 +662,28 @@ impl ToolFile {
                 .map_err(|e| at(context_span.clone(), prefix(format!("context.write: {e}"))))?,
         };
 
+        let uri_schemes = match self.uri_schemes {
+            None => Vec::new(),
+            Some(schemes) => {
+                let span = schemes.span();
+                let schemes = schemes.into_inner();
+                let scheme = |s: &String| {
+                    s.starts_with(|c: char| c.is_ascii_alphabetic())
+                        && s.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+                };
+                if let Some(bad) = schemes.iter().find(|s| !scheme(s)) {
+                    return Err(at(
+                        Some(span),
+                        prefix(format!(
+                            "uri_schemes: {bad:?} is not a URI scheme (a letter, then letters, digits, `+`, `-` or `.`; no `:`)"
+                        )),
+                    ));
+                }
+                schemes
+            }
+        };
+
         let rename = match self.rename {
             None => BTreeMap::new(),
             Some(rename) => {
@@ -695,6 +718,7 @@ impl ToolFile {
                     env,
                     http,
                     secrets,
+                    uri_schemes,
                 },
                 access,
             },

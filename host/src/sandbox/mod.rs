@@ -20,6 +20,7 @@ pub mod complexity;
 pub mod grants;
 mod limits;
 mod output;
+pub(crate) mod shown;
 mod until;
 
 use std::sync::Arc;
@@ -447,6 +448,8 @@ pub struct CallState {
     ticks: u32,
     /// Progress reports this call has made.
     pub(crate) progress_reports: u32,
+    /// What it has shown beside its result.
+    pub(crate) shown: shown::ShownSoFar,
 }
 
 impl std::fmt::Debug for CallState {
@@ -503,6 +506,7 @@ impl CallState {
             fuel: limits.fuel,
             ticks: 0,
             progress_reports: 0,
+            shown: shown::ShownSoFar::new(limits.max_result_bytes, &grants.uri_schemes),
         })
     }
 
@@ -532,6 +536,7 @@ impl CallState {
             stdout: self.stdout.text(),
             stderr: self.stderr.text(),
             refusals: self.refusals.take(),
+            shown: self.shown.take(),
         }
     }
 }

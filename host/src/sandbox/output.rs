@@ -31,6 +31,9 @@ pub struct GuestOutput {
     /// call's request or connection limit). Written by the host, never by
     /// the guest; at most [`MAX_REFUSALS`].
     pub refusals: Vec<String>,
+    /// What it showed beside its result (the `show` import), checked;
+    /// journaled and sent on only for a call that completed.
+    pub shown: Vec<crate::spec::Shown>,
 }
 
 impl GuestOutput {
@@ -40,6 +43,7 @@ impl GuestOutput {
             && self.stdout.is_empty()
             && self.stderr.is_empty()
             && self.refusals.is_empty()
+            && self.shown.is_empty()
     }
 }
 

@@ -21,7 +21,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-use self::airlock::tool::{context, log, progress, types};
+use self::airlock::tool::{context, log, progress, show, types};
 
 /// What a tool can see of the run context during one call.
 ///
@@ -124,6 +124,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
     context::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     log::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     progress::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
+    show::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     Ok(())
 }
 
@@ -240,6 +241,36 @@ impl log::Host for CallState {
             self.cancel.report(CallEvent::Log(record));
         }
         Ok(())
+    }
+}
+
+impl show::Host for CallState {
+    /// Checks the block and keeps it with the call's output; a block that
+    /// breaks a rule fails the call.
+    fn show(&mut self, block: show::Block) -> wasmtime::Result<()> {
+        use crate::sandbox::shown::{Block, Body};
+        let block = match block {
+            show::Block::Text(text) => Block::Text(text),
+            show::Block::Image(media) => Block::Image(media.data, media.mime_type),
+            show::Block::Audio(media) => Block::Audio(media.data, media.mime_type),
+            show::Block::Link(link) => Block::Link {
+                uri: link.uri,
+                name: link.name,
+                description: link.description,
+                mime_type: link.mime_type,
+            },
+            show::Block::Embedded(resource) => Block::Embedded {
+                uri: resource.uri,
+                mime_type: resource.mime_type,
+                body: match resource.body {
+                    show::ResourceBody::Text(text) => Body::Text(text),
+                    show::ResourceBody::Blob(data) => Body::Blob(data),
+                },
+            },
+        };
+        self.shown
+            .push(block)
+            .map_err(|why| wasmtime::Error::new(ImportMisused(why)))
     }
 }
 

@@ -66,7 +66,11 @@ pub(crate) fn call_end(result: &Result<CallOutcome, CallFailure>) -> CallEnd<'_>
             text: failure_text(failure),
             kind: failure.kind(),
             cancelled: matches!(failure.error, CallError::Cancelled),
-            output: captured(&failure.output),
+            output: Captured {
+                // A failed call shows nothing.
+                shown: Vec::new(),
+                ..captured(&failure.output)
+            },
         },
     }
 }
@@ -85,6 +89,7 @@ fn captured(output: &GuestOutput) -> Captured {
         stdout: output.stdout.clone(),
         stderr: output.stderr.clone(),
         refusals: output.refusals.clone(),
+        shown: output.shown.clone(),
     }
 }
 
@@ -103,6 +108,7 @@ pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
         stdout: captured.stdout.clone(),
         stderr: captured.stderr.clone(),
         refusals: captured.refusals.clone(),
+        shown: captured.shown.clone(),
     }
 }
 

@@ -45,6 +45,9 @@ use bindings::airlock::tool::context::RunContext;
 use bindings::airlock::tool::types::{self as wit};
 
 pub use bindings::airlock::tool::log::Level as LogLevel;
+pub use bindings::airlock::tool::show::{
+    Block, EmbeddedResource, Media, ResourceBody, ResourceLink,
+};
 pub use bindings::airlock::tool::types::ToolError;
 pub use serde_json::{Map, Value, json};
 
@@ -231,6 +234,13 @@ pub fn log(level: LogLevel, message: &str) {
 /// as it happens; at most 1,000 reports a call.
 pub fn progress(done: f64, total: Option<f64>, message: Option<&str>) {
     bindings::airlock::tool::progress::report(done, total, message);
+}
+
+/// Shows `block` beside this call's result: text, an image, audio, a
+/// link or a resource. The host checks it at once (a block that breaks a
+/// rule fails the call) and keeps it only if the call succeeds.
+pub fn show(block: Block) {
+    bindings::airlock::tool::show::show(&block);
 }
 
 #[doc(hidden)]

@@ -9,16 +9,68 @@
 //!   that set a log level hears them as they are made).
 //! - `test_tool_with_progress {}`: progress 0, 50 and 100 of 100 (a
 //!   client that sent a progress token hears them as they are made).
+//! - `test_image_content {}`, `test_audio_content {}`,
+//!   `test_embedded_resource {}`, `test_multiple_content_types {}`: an
+//!   image (a 1×1 PNG), a sound (a short WAV), a resource
+//!   (`test://embedded-resource`: the policy allows the `test` scheme), and
+//!   text, an image and a resource, shown beside the result.
 
 use std::time::Duration;
 
-use airlock_guest::{Context, LogLevel, Output, Spec, Tool, ToolError, Value, json};
+use airlock_guest::{
+    Block, Context, EmbeddedResource, LogLevel, Media, Output, ResourceBody, Spec, Tool, ToolError,
+    Value, json,
+};
 
 /// How long the logging and progress tools wait between reports, so that
 /// a client sees them arrive while the call runs.
 const PAUSE: Duration = Duration::from_millis(50);
 
 struct Everything;
+
+/// A 1×1 red PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90, 0x77, 0x53,
+    0xDE, 0x00, 0x00, 0x00, 0x0C, 0x49, 0x44, 0x41, 0x54, 0x08, 0xD7, 0x63, 0xF8, 0xCF, 0xC0, 0x00,
+    0x00, 0x03, 0x01, 0x01, 0x00, 0x18, 0xDD, 0x8D, 0xB0, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E,
+    0x44, 0xAE, 0x42, 0x60, 0x82,
+];
+
+/// A WAV of 8 silent 8-bit samples at 8 kHz.
+fn wav() -> Vec<u8> {
+    let samples = [0x80u8; 8];
+    let mut wav = Vec::new();
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&(36 + samples.len() as u32).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    wav.extend_from_slice(&16u32.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    wav.extend_from_slice(&1u16.to_le_bytes()); // mono
+    wav.extend_from_slice(&8000u32.to_le_bytes());
+    wav.extend_from_slice(&8000u32.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes());
+    wav.extend_from_slice(&8u16.to_le_bytes());
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&(samples.len() as u32).to_le_bytes());
+    wav.extend_from_slice(&samples);
+    wav
+}
+
+fn image() -> Block {
+    Block::Image(Media {
+        data: PNG.to_vec(),
+        mime_type: "image/png".into(),
+    })
+}
+
+fn resource() -> Block {
+    Block::Embedded(EmbeddedResource {
+        uri: "test://embedded-resource".into(),
+        mime_type: Some("text/plain".into()),
+        body: ResourceBody::Text("This is an embedded resource content.".into()),
+    })
+}
 
 fn no_arguments() -> Value {
     json!({"type": "object", "properties": {}, "additionalProperties": false})
@@ -45,6 +97,18 @@ impl Tool for Everything {
             Spec::new(
                 "test_tool_with_progress",
                 "Reports progress 0, 50 and 100 of 100 while it runs.",
+                no_arguments(),
+            ),
+            Spec::new("test_image_content", "Shows an image.", no_arguments()),
+            Spec::new("test_audio_content", "Plays a short sound.", no_arguments()),
+            Spec::new(
+                "test_embedded_resource",
+                "Shows a resource, contents included.",
+                no_arguments(),
+            ),
+            Spec::new(
+                "test_multiple_content_types",
+                "Shows text, an image and a resource.",
                 no_arguments(),
             ),
         ]
@@ -80,6 +144,27 @@ impl Tool for Everything {
                     airlock_guest::progress(done, Some(100.0), Some(&format!("{done} of 100")));
                 }
                 Ok(Output::new(json!("Progress reported.")))
+            }
+            "test_image_content" => {
+                airlock_guest::show(image());
+                Ok(Output::new(json!("A red pixel.")))
+            }
+            "test_audio_content" => {
+                airlock_guest::show(Block::Audio(Media {
+                    data: wav(),
+                    mime_type: "audio/wav".into(),
+                }));
+                Ok(Output::new(json!("A moment of silence.")))
+            }
+            "test_embedded_resource" => {
+                airlock_guest::show(resource());
+                Ok(Output::new(json!("A resource.")))
+            }
+            "test_multiple_content_types" => {
+                airlock_guest::show(Block::Text("Text, an image and a resource:".into()));
+                airlock_guest::show(image());
+                airlock_guest::show(resource());
+                Ok(Output::new(json!("Three blocks.")))
             }
             other => Err(ToolError::InvalidArgs(format!("no tool {other}"))),
         }

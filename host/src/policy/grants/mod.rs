@@ -56,6 +56,10 @@ pub struct Grants {
     pub http: HttpGrant,
     /// Secrets the host adds to outgoing requests.
     pub secrets: Vec<SecretGrant>,
+    /// The URI schemes its shown links and resources may use (`show`);
+    /// empty: `https` only. Not access to anything: the client decides
+    /// what to fetch.
+    pub uri_schemes: Vec<String>,
 }
 
 impl Grants {
