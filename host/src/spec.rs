@@ -179,3 +179,36 @@ impl Shown {
         }
     }
 }
+
+/// A question a call asked the person it works for (the `ask` import),
+/// and how it was answered: journaled with the call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// What was asked.
+    pub message: String,
+    /// The JSON Schema the answer was to follow.
+    pub schema: Value,
+    /// How it was answered.
+    pub answer: Answer,
+}
+
+/// How a question was answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Answer {
+    /// Answered, with this content (a JSON object).
+    Accept {
+        /// The answer.
+        content: Value,
+    },
+    /// Refused.
+    Decline,
+    /// Dismissed.
+    Cancel,
+    /// Nobody could be asked.
+    Unavailable {
+        /// Why.
+        why: String,
+    },
+}

@@ -1036,3 +1036,20 @@ async fn what_a_tool_shows_past_its_rules_fails_the_call_alone() {
         assert!(message.contains(said), "{attack_name}: {message}");
     }
 }
+
+/// `ask` is bounded: more than 8 questions, or a schema that is not a JSON
+/// object, fails the call alone (whether or not anyone could be asked),
+/// no op applied, and the next call is served with deps as they were.
+#[tokio::test]
+async fn questions_past_their_bounds_fail_the_call_alone() {
+    for (attack_name, said) in [
+        ("ask_flood", "more than 8 questions"),
+        ("ask_bad_schema", "not a JSON object"),
+    ] {
+        let err = attack(attack_name).await;
+        let CallError::Trap { message, .. } = &err else {
+            panic!("{attack_name}: expected a trap, got {err}");
+        };
+        assert!(message.contains(said), "{attack_name}: {message}");
+    }
+}

@@ -490,6 +490,8 @@ struct AskingClient {
     answer: rmcp::model::ElicitationAction,
     asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     progress: std::sync::Arc<std::sync::Mutex<Vec<f64>>>,
+    /// The content of an accepting answer.
+    content: Option<Value>,
 }
 
 impl rmcp::ClientHandler for AskingClient {
@@ -507,7 +509,9 @@ impl rmcp::ClientHandler for AskingClient {
         if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
             self.asked.lock().unwrap().push(message);
         }
-        Ok(rmcp::model::ElicitResult::new(self.answer.clone()))
+        let mut answer = rmcp::model::ElicitResult::new(self.answer.clone());
+        answer.content = self.content.clone();
+        Ok(answer)
     }
 
     async fn on_progress(
@@ -540,6 +544,7 @@ async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
                 answer,
                 asked: Default::default(),
                 progress: Default::default(),
+                content: None,
             };
             let client = if over_http {
                 let transport =
@@ -1423,7 +1428,7 @@ async fn the_official_conformance_suite_passes_but_for_the_listed_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("airlock.toml");
     let tool = format!(
-        "[[tool]]\npath = {:?}\nuri_schemes = [\"test\"]\n",
+        "[[tool]]\npath = {:?}\nuri_schemes = [\"test\"]\nask = true\n",
         guest("everything")
     );
     std::fs::write(&policy, tool).unwrap();
@@ -1512,23 +1517,9 @@ async fn shown_content_is_sent_journaled_and_named_to_the_model() {
         .as_str()
         .unwrap()
         .to_owned();
-    let export = crate::support::airlock(&[
-        "sessions",
-        "show",
-        &id,
-        "--store",
-        store.to_str().unwrap(),
-        "--json",
-    ]);
-    let export: Value = serde_json::from_slice(&export.stdout).unwrap();
-    let outputs: Vec<&Value> = export["journal"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["event"]["type"] == "function_call_output")
-        .collect();
-    assert_eq!(outputs.len(), 1, "ran once: {export}");
-    assert_eq!(outputs[0]["event"]["shown"][0]["type"], "image", "{export}");
+    let outputs = journaled_outputs(&id, &store);
+    assert_eq!(outputs.len(), 1, "ran once: {outputs:?}");
+    assert_eq!(outputs[0]["shown"][0]["type"], "image", "{outputs:?}");
 
     // In the agent loop the model reads a line naming the image.
     let script = dir.path().join("turns.json");
@@ -1576,4 +1567,95 @@ async fn shown_content_is_sent_journaled_and_named_to_the_model() {
         told.starts_with("\"A red pixel.\"\n[the tool also showed its user an image (image/png"),
         "{told}"
     );
+}
+
+/// A tool whose policy says `ask = true` asks the client's user mid-call
+/// (`elicitation/create`) and gets the answer; question and answer are
+/// journaled with the call, and a keyed retry answers from the journal
+/// without asking again. Without `ask = true` nobody is asked, and the
+/// tool is told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_asks_its_user_mid_call_and_the_answer_is_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ask.db");
+    let everything = guest("everything");
+    for may_ask in [true, false] {
+        let policy = dir.path().join(format!("ask-{may_ask}.toml"));
+        std::fs::write(
+            &policy,
+            format!("[[tool]]\npath = {everything:?}\nask = {may_ask}\n"),
+        )
+        .unwrap();
+        let handler = AskingClient {
+            answer: rmcp::model::ElicitationAction::Accept,
+            asked: Default::default(),
+            progress: Default::default(),
+            content: Some(json!({"username": "ann", "email": "ann@example.com"})),
+        };
+        let session = format!("asking-{may_ask}");
+        let args = [
+            "--config",
+            policy.to_str().unwrap(),
+            "--store",
+            db.to_str().unwrap(),
+            "--session",
+            &session,
+        ];
+        let (client, _) = connect_with(handler.clone(), &args).await;
+        let keyed = serde_json::Map::from_iter([("airlock/call".to_owned(), json!("who-1"))]);
+        let question = json!({"message": "Who are you?"});
+        let text = |result: &CallToolResult| {
+            result.content[0]
+                .as_text()
+                .map(|t| t.text.clone())
+                .unwrap_or_default()
+        };
+        let first = call_with(&client, keyed.clone(), "test_elicitation", question.clone()).await;
+        if may_ask {
+            assert_eq!(
+                text(&first),
+                r#"Elicitation completed: action=accept, content={"username":"ann","email":"ann@example.com"}"#
+            );
+            assert_eq!(*handler.asked.lock().unwrap(), ["Who are you?"]);
+            let again = call_with(&client, keyed, "test_elicitation", question).await;
+            assert_eq!(text(&again), text(&first), "answered from the journal");
+            assert_eq!(handler.asked.lock().unwrap().len(), 1, "not asked again");
+        } else {
+            assert!(
+                text(&first).contains("action=unavailable")
+                    && text(&first).contains("does not let this tool ask its user"),
+                "{}",
+                text(&first)
+            );
+            assert!(handler.asked.lock().unwrap().is_empty());
+        }
+        client.cancel().await.unwrap();
+        let outputs = journaled_outputs(&session, &db);
+        assert_eq!(outputs.len(), 1, "{outputs:?}");
+        let asked = &outputs[0]["asked"][0];
+        assert_eq!(asked["message"], "Who are you?");
+        let action = if may_ask { "accept" } else { "unavailable" };
+        assert_eq!(asked["answer"]["action"], action, "{outputs:?}");
+    }
+}
+
+/// The `function_call_output` items of session `id` in `store`, as
+/// `airlock sessions show --json` gives its journal.
+fn journaled_outputs(id: &str, store: &Path) -> Vec<Value> {
+    let out = crate::support::airlock(&[
+        "sessions",
+        "show",
+        id,
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+    ]);
+    let export: Value = serde_json::from_slice(&out.stdout).unwrap();
+    export["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["event"].clone())
+        .filter(|event| event["type"] == "function_call_output")
+        .collect()
 }

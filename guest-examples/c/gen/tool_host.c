@@ -50,6 +50,11 @@ extern void __wasm_import_airlock_tool_progress_report(double, int32_t, double, 
 __attribute__((__import_module__("airlock:tool/show@0.1.1"), __import_name__("show")))
 extern void __wasm_import_airlock_tool_show_show(int32_t, uint8_t *, size_t, uint8_t *, uint8_t *, size_t, uint8_t *, uint8_t *, size_t, uint8_t *, size_t);
 
+// Imported Functions from `airlock:tool/ask@0.1.1`
+
+__attribute__((__import_module__("airlock:tool/ask@0.1.1"), __import_name__("ask-user")))
+extern void __wasm_import_airlock_tool_ask_ask_user(uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
+
 // Exported Functions from `airlock:tool/tool@0.1.1`
 
 __attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#describe")))
@@ -346,6 +351,23 @@ void airlock_tool_show_block_free(airlock_tool_show_block_t *ptr) {
     }
     case 4: {
       airlock_tool_show_embedded_resource_free(&ptr->val.embedded);
+      break;
+    }
+  }
+}
+
+void airlock_tool_ask_json_free(airlock_tool_ask_json_t *ptr) {
+  airlock_tool_types_json_free(ptr);
+}
+
+void airlock_tool_ask_answer_free(airlock_tool_ask_answer_t *ptr) {
+  switch ((int32_t) ptr->tag) {
+    case 0: {
+      airlock_tool_ask_json_free(&ptr->val.accept);
+      break;
+    }
+    case 3: {
+      tool_host_string_free(&ptr->val.unavailable);
       break;
     }
   }
@@ -718,6 +740,32 @@ void airlock_tool_show_show(airlock_tool_show_block_t *block) {
     }
   }
   __wasm_import_airlock_tool_show_show(variant22, variant23, variant24, variant25, variant26, variant27, variant28, variant29, variant30, variant31, variant32);
+}
+
+void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_ask_json_t *schema, airlock_tool_ask_answer_t *ret) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(3*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_airlock_tool_ask_ask_user((uint8_t *) (*message).ptr, (*message).len, (uint8_t *) (*schema).ptr, (*schema).len, ptr);
+  airlock_tool_ask_answer_t variant;
+  variant.tag = (int32_t) *((uint8_t*) (ptr + 0));
+  switch ((int32_t) variant.tag) {
+    case 0: {
+      variant.val.accept = (tool_host_string_t) { (uint8_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+    case 1: {
+      break;
+    }
+    case 2: {
+      break;
+    }
+    case 3: {
+      variant.val.unavailable = (tool_host_string_t) { (uint8_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+  }
+  *ret = variant;
 }
 
 __attribute__((__export_name__("airlock:tool/tool@0.1.1#describe")))

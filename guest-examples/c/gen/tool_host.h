@@ -221,6 +221,28 @@ typedef struct airlock_tool_show_block_t {
 #define AIRLOCK_TOOL_SHOW_BLOCK_LINK 3
 #define AIRLOCK_TOOL_SHOW_BLOCK_EMBEDDED 4
 
+typedef airlock_tool_types_json_t airlock_tool_ask_json_t;
+
+// How the person answered.
+typedef struct airlock_tool_ask_answer_t {
+  uint8_t tag;
+  union {
+    airlock_tool_ask_json_t     accept;
+    tool_host_string_t     unavailable;
+  } val;
+} airlock_tool_ask_answer_t;
+
+// They answered: a JSON object shaped by the question's schema.
+#define AIRLOCK_TOOL_ASK_ANSWER_ACCEPT 0
+// They said no.
+#define AIRLOCK_TOOL_ASK_ANSWER_DECLINE 1
+// They dismissed the question without answering.
+#define AIRLOCK_TOOL_ASK_ANSWER_CANCEL 2
+// Nobody can be asked, and why: the policy does not let this tool
+// ask, the client cannot ask its user, or the schema is not one
+// the client's protocol can carry.
+#define AIRLOCK_TOOL_ASK_ANSWER_UNAVAILABLE 3
+
 typedef airlock_tool_types_json_t exports_airlock_tool_tool_json_t;
 
 typedef airlock_tool_types_tool_spec_t exports_airlock_tool_tool_tool_spec_t;
@@ -290,6 +312,15 @@ extern void airlock_tool_progress_report(double done, double *maybe_total, tool_
 // operator says).
 extern void airlock_tool_show_show(airlock_tool_show_block_t *block);
 
+// Imported Functions from `airlock:tool/ask@0.1.1`
+// Asks `message`, wanting an answer shaped by `schema`: a JSON Schema
+// object of flat properties (`string`, `number`, `integer`,
+// `boolean`, enums; defaults allowed), MCP's elicitation subset.
+// 
+// At most 8 questions a call, `message` and `schema` at most 16 KiB
+// each, `schema` a JSON object; past these the call fails.
+extern void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_ask_json_t *schema, airlock_tool_ask_answer_t *ret);
+
 // Exported Functions from `airlock:tool/tool@0.1.1`
 void exports_airlock_tool_tool_describe(exports_airlock_tool_tool_list_tool_spec_t *ret);
 bool exports_airlock_tool_tool_call(exports_airlock_tool_tool_borrow_run_context_t ctx, tool_host_string_t *name, exports_airlock_tool_tool_json_t *args, exports_airlock_tool_tool_tool_output_t *ret, exports_airlock_tool_tool_tool_error_t *err);
@@ -337,6 +368,10 @@ void airlock_tool_show_resource_body_free(airlock_tool_show_resource_body_t *ptr
 void airlock_tool_show_embedded_resource_free(airlock_tool_show_embedded_resource_t *ptr);
 
 void airlock_tool_show_block_free(airlock_tool_show_block_t *ptr);
+
+void airlock_tool_ask_json_free(airlock_tool_ask_json_t *ptr);
+
+void airlock_tool_ask_answer_free(airlock_tool_ask_answer_t *ptr);
 
 void exports_airlock_tool_tool_json_free(exports_airlock_tool_tool_json_t *ptr);
 

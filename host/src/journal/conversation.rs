@@ -71,6 +71,9 @@ pub struct Captured {
     /// host checked it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shown: Vec<crate::spec::Shown>,
+    /// The questions the call asked its person, and the answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asked: Vec<crate::spec::Asked>,
 }
 
 /// One record a tool logged.

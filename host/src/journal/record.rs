@@ -592,6 +592,13 @@ mod tests {
                                 blob: None,
                             },
                         ],
+                        asked: vec![crate::spec::Asked {
+                            message: "who?".into(),
+                            schema: serde_json::json!({"type": "object"}),
+                            answer: crate::spec::Answer::Accept {
+                                content: serde_json::json!({"name": "ann"}),
+                            },
+                        }],
                     },
                 },
             ),

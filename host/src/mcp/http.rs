@@ -472,7 +472,7 @@ impl Sessions {
                     result, request.id,
                 ))))
             }
-            ClientRequest::CallToolRequest(call) if !server.asks_approval(&call.params.name) => {
+            ClientRequest::CallToolRequest(call) if !server.needs_client(&call.params.name) => {
                 Ok(self
                     .call(id, server, &call.params, meta, &request.id, caller)
                     .await)
@@ -497,11 +497,13 @@ impl Sessions {
         caller: Option<Caller>,
     ) -> Answer {
         let tool = params.name.to_string();
-        let relay = Relay::new(&tool, meta.get_progress_token(), &server.log_threshold);
-        let (relay, cancel) = match relay {
-            Some((relay, cancel)) => (Some(relay), cancel),
-            None => (None, CancelToken::new()),
-        };
+        // A tool that may ask its person never comes here (see `answer`).
+        let (relay, cancel) = Relay::new(
+            &tool,
+            meta.get_progress_token(),
+            &server.log_threshold,
+            None,
+        );
         let running = self.running(id, request, &cancel);
         let work = {
             let (name, arguments) = (tool.clone(), arguments_text(params.arguments.clone()));

@@ -39,7 +39,8 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::agent::SessionCallError;
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
-use crate::spec::Shown;
+use crate::sandbox::Asker;
+use crate::spec::{Answer, Asked, Shown};
 use crate::tools::CallError;
 
 use self::auth::Caller;
@@ -367,13 +368,27 @@ impl McpServer {
     }
 
     /// Whether a call of tool `name` asks the client's user first
-    /// (`approval = "ask"`). Over HTTP a call that does not is answered in
-    /// its request's own task ([`http`]).
+    /// (`approval = "ask"`).
     fn asks_approval(&self, name: &str) -> bool {
         self.tools
             .current()
             .component_for(name)
             .is_some_and(|c| c.approval() == Approval::Ask)
+    }
+
+    /// Whether tool `name` may ask its person mid-call (`ask = true`).
+    fn may_ask(&self, name: &str) -> bool {
+        self.tools
+            .current()
+            .component_for(name)
+            .is_some_and(|c| c.grants().ask_user)
+    }
+
+    /// Whether a call of tool `name` may need its client while it runs: to
+    /// approve it, or to answer its questions. Over HTTP a call that does
+    /// not is answered in its request's own task ([`http`]).
+    fn needs_client(&self, name: &str) -> bool {
+        self.asks_approval(name) || self.may_ask(name)
     }
 
     /// A `tools/call` of `caller` whose approval (if any) is given: on the
@@ -542,6 +557,55 @@ impl Working {
     }
 }
 
+/// Who answers a call's questions over MCP: the client's user, through
+/// `elicitation/create`, when the client declared it can ask.
+fn asker(context: &RequestContext<RoleServer>) -> Asker {
+    let can_ask = context
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.capabilities.elicitation.is_some());
+    let peer = context.peer.clone();
+    Arc::new(move |asked: Asked| {
+        let peer = peer.clone();
+        Box::pin(async move {
+            if !can_ask {
+                return Answer::Unavailable {
+                    why: "this client cannot ask its user (it declared no elicitation)".into(),
+                };
+            }
+            let schema: ElicitationSchema = match serde_json::from_value(asked.schema) {
+                Ok(schema) => schema,
+                Err(e) => {
+                    return Answer::Unavailable {
+                        why: format!(
+                            "the question's schema is not one MCP elicitation carries: {e}"
+                        ),
+                    };
+                }
+            };
+            let question = ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: asked.message,
+                requested_schema: schema,
+            };
+            match peer.create_elicitation(question).await {
+                Ok(answer) => match answer.action {
+                    ElicitationAction::Accept => Answer::Accept {
+                        content: answer
+                            .content
+                            .unwrap_or_else(|| Value::Object(Default::default())),
+                    },
+                    ElicitationAction::Decline => Answer::Decline,
+                    _ => Answer::Cancel,
+                },
+                Err(e) => Answer::Unavailable {
+                    why: format!("the client could not ask: {e}"),
+                },
+            }
+        })
+    })
+}
+
 /// Cancels `cancel` when the client cancels the request. Never ends; the
 /// call's future is raced against it.
 async fn watch(
@@ -648,15 +712,12 @@ impl ServerHandler for McpServer {
         // ([`relay`]). All of it is watched in this request's own task: no
         // task is spawned and no timer set for a call whose client asked
         // for nothing.
-        let relay = Relay::new(
+        let (mut relay, cancel) = Relay::new(
             &request.name,
             context.meta.get_progress_token(),
             &self.log_threshold,
+            self.may_ask(&request.name).then(|| asker(&context)),
         );
-        let (mut relay, cancel) = match relay {
-            Some((relay, cancel)) => (Some(relay), cancel),
-            None => (None, CancelToken::new()),
-        };
         let watch = watch(&context, cancel.clone());
         let call = self.run_call(
             &request.name,

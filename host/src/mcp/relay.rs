@@ -24,7 +24,7 @@ use rmcp::model::{
     ProgressToken, ServerNotification,
 };
 
-use crate::sandbox::{CallEvent, CancelToken, LogLevel};
+use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel};
 
 /// The least time between two progress notifications of one call.
 pub const PROGRESS_GAP: Duration = Duration::from_millis(10);
@@ -99,20 +99,21 @@ pub struct Relay {
 impl Relay {
     /// The relay of a call of `tool` whose request carries `token`, on a
     /// session whose client set `threshold`, and the cancel token the call
-    /// runs with (whose events it relays). `None` when the client asked
-    /// for none of them (the call then runs with a plain token).
+    /// runs with (whose events it relays, and whose questions `asker`
+    /// answers). No relay when the client asked for none of them.
     pub fn new(
         tool: &str,
         token: Option<ProgressToken>,
         threshold: &LogThreshold,
-    ) -> Option<(Self, CancelToken)> {
+        asker: Option<Asker>,
+    ) -> (Option<Self>, CancelToken) {
         let threshold = threshold.get();
         if token.is_none() && threshold.is_none() {
-            return None;
+            return (None, CancelToken::watched(None, asker));
         }
         let (sender, events) = tokio::sync::mpsc::unbounded_channel();
         let wanted_progress = token.is_some();
-        let cancel = CancelToken::observed(move |event| {
+        let observer = move |event: CallEvent| {
             let wanted = match &event {
                 CallEvent::Log(record) => {
                     threshold.is_some_and(|t| rank(level_of(record.level)) >= t)
@@ -124,7 +125,8 @@ impl Relay {
                 // what waits here.
                 let _ = sender.send(event);
             }
-        });
+        };
+        let cancel = CancelToken::watched(Some(Box::new(observer)), asker);
         let relay = Self {
             tool: tool.to_owned(),
             token,
@@ -135,7 +137,7 @@ impl Relay {
             seconds: 0,
             events,
         };
-        Some((relay, cancel))
+        (Some(relay), cancel)
     }
 
     /// The next event of the call, once there is one (`None` once the
@@ -267,9 +269,9 @@ mod tests {
     #[test]
     fn nothing_is_relayed_that_the_client_did_not_ask_for() {
         let threshold = LogThreshold::new();
-        assert!(Relay::new("t", None, &threshold).is_none());
+        assert!(Relay::new("t", None, &threshold, None).0.is_none());
         threshold.set(LoggingLevel::Warning);
-        let (mut relay, _) = Relay::new("t", None, &threshold).unwrap();
+        let mut relay = Relay::new("t", None, &threshold, None).0.unwrap();
         let info = CallEvent::Log(LogRecord {
             level: LogLevel::Info,
             message: "quiet".into(),
@@ -288,7 +290,7 @@ mod tests {
     fn close_reports_merge_and_the_last_one_always_goes_out() {
         let threshold = LogThreshold::new();
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-        let (mut relay, _) = Relay::new("t", Some(token), &threshold).unwrap();
+        let mut relay = Relay::new("t", Some(token), &threshold, None).0.unwrap();
         assert_eq!(relay.relay(report(0.0, Some(100.0))).len(), 1);
         assert!(relay.relay(report(50.0, Some(100.0))).is_empty(), "merged");
         assert!(relay.relay(report(60.0, Some(100.0))).is_empty(), "merged");

@@ -463,6 +463,8 @@ struct ToolFile {
     #[serde(default)]
     scopes: Vec<String>,
     uri_schemes: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    ask: bool,
     functions: Option<Spanned<Vec<String>>>,
     rename: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
@@ -719,6 +721,7 @@ impl ToolFile {
                     http,
                     secrets,
                     uri_schemes,
+                    ask_user: self.ask,
                 },
                 access,
             },

@@ -325,13 +325,29 @@ struct CancelState {
     cancelled: AtomicBool,
     notify: Notify,
     observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
+    asker: Option<Asker>,
 }
+
+/// Who answers a call's questions (the `ask` import): given the question,
+/// the answer, once the person gave it.
+pub type Asker = Arc<
+    dyn Fn(crate::spec::Asked) -> futures::future::BoxFuture<'static, crate::spec::Answer>
+        + Send
+        + Sync,
+>;
+
+/// The most questions one call may ask; the next fails it.
+pub const MAX_QUESTIONS: usize = 8;
+
+/// The longest question or schema, in bytes; a longer one fails the call.
+pub const MAX_QUESTION_BYTES: usize = 16 << 10;
 
 impl std::fmt::Debug for CancelState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CancelState")
             .field("cancelled", &self.cancelled)
             .field("observed", &self.observer.is_some())
+            .field("asks", &self.asker.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -378,12 +394,29 @@ impl CancelToken {
     /// the call, inside it: it must not block (hand the event on, through
     /// a channel, to whoever waits for it).
     pub fn observed(observer: impl Fn(CallEvent) + Send + Sync + 'static) -> Self {
+        Self::watched(Some(Box::new(observer)), None)
+    }
+
+    /// A token that is not cancelled, whose call's events go to
+    /// `observer` (see [`CancelToken::observed`]) and whose questions
+    /// `asker` answers (without one, a question is answered
+    /// [`Answer::Unavailable`](crate::spec::Answer::Unavailable)).
+    pub fn watched(
+        observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
+        asker: Option<Asker>,
+    ) -> Self {
         Self {
             inner: Arc::new(CancelState {
-                observer: Some(Box::new(observer)),
+                observer,
+                asker,
                 ..CancelState::default()
             }),
         }
+    }
+
+    /// Who answers the call's questions, if anyone.
+    pub(crate) fn asker(&self) -> Option<&Asker> {
+        self.inner.asker.as_ref()
     }
 
     /// Hands `event` to the observer, if there is one.
@@ -450,6 +483,10 @@ pub struct CallState {
     pub(crate) progress_reports: u32,
     /// What it has shown beside its result.
     pub(crate) shown: shown::ShownSoFar,
+    /// The questions it asked, and their answers.
+    pub(crate) asked: Vec<crate::spec::Asked>,
+    /// Whether its policy lets it ask its person (`ask = true`).
+    pub(crate) may_ask: bool,
 }
 
 impl std::fmt::Debug for CallState {
@@ -507,6 +544,8 @@ impl CallState {
             ticks: 0,
             progress_reports: 0,
             shown: shown::ShownSoFar::new(limits.max_result_bytes, &grants.uri_schemes),
+            asked: Vec::new(),
+            may_ask: grants.ask_user,
         })
     }
 
@@ -537,6 +576,7 @@ impl CallState {
             stderr: self.stderr.text(),
             refusals: self.refusals.take(),
             shown: self.shown.take(),
+            asked: std::mem::take(&mut self.asked),
         }
     }
 }

@@ -34,6 +34,9 @@ pub struct GuestOutput {
     /// What it showed beside its result (the `show` import), checked;
     /// journaled and sent on only for a call that completed.
     pub shown: Vec<crate::spec::Shown>,
+    /// The questions it asked its person (the `ask` import) and their
+    /// answers.
+    pub asked: Vec<crate::spec::Asked>,
 }
 
 impl GuestOutput {
@@ -44,6 +47,7 @@ impl GuestOutput {
             && self.stderr.is_empty()
             && self.refusals.is_empty()
             && self.shown.is_empty()
+            && self.asked.is_empty()
     }
 }
 

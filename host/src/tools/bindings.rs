@@ -14,14 +14,18 @@ use crate::sandbox::{
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "tool-host",
-    imports: { default: trappable },
+    imports: {
+        // A question waits for a person; everything else answers at once.
+        "airlock:tool/ask.ask-user": async | trappable,
+        default: trappable,
+    },
     exports: { default: async },
     with: {
         "airlock:tool/context.run-context": ContextView,
     },
 });
 
-use self::airlock::tool::{context, log, progress, show, types};
+use self::airlock::tool::{ask, context, log, progress, show, types};
 
 /// What a tool can see of the run context during one call.
 ///
@@ -125,6 +129,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
     log::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     progress::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     show::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
+    ask::add_to_linker::<CallState, HasSelf<CallState>>(linker, |state| state)?;
     Ok(())
 }
 
@@ -271,6 +276,60 @@ impl show::Host for CallState {
         self.shown
             .push(block)
             .map_err(|why| wasmtime::Error::new(ImportMisused(why)))
+    }
+}
+
+impl ask::Host for CallState {
+    /// Checks the question against the call's bounds (a question past them
+    /// fails the call), asks whoever answers for the call (when its policy
+    /// lets it ask), and keeps question and answer with the call's output.
+    async fn ask_user(&mut self, message: String, schema: String) -> wasmtime::Result<ask::Answer> {
+        use crate::sandbox::{MAX_QUESTION_BYTES, MAX_QUESTIONS};
+        use crate::spec::{Answer, Asked};
+        let misused = |why: String| Err(wasmtime::Error::new(ImportMisused(why)));
+        if self.asked.len() >= MAX_QUESTIONS {
+            return misused(format!(
+                "the tool asked more than {MAX_QUESTIONS} questions in one call"
+            ));
+        }
+        if message.len() > MAX_QUESTION_BYTES || schema.len() > MAX_QUESTION_BYTES {
+            return misused(format!(
+                "the tool's question or its schema is over {MAX_QUESTION_BYTES} bytes"
+            ));
+        }
+        let schema: serde_json::Value = match serde_json::from_str(&schema) {
+            Ok(schema @ serde_json::Value::Object(_)) => schema,
+            _ => {
+                return misused(
+                    "the tool's question has a schema that is not a JSON object".into(),
+                );
+            }
+        };
+        let mut asked = Asked {
+            message,
+            schema,
+            answer: Answer::Cancel,
+        };
+        asked.answer = if !self.may_ask {
+            Answer::Unavailable {
+                why: "the operator's policy does not let this tool ask its user (ask = true)"
+                    .into(),
+            }
+        } else if let Some(asker) = self.cancel.asker() {
+            asker(asked.clone()).await
+        } else {
+            Answer::Unavailable {
+                why: "nobody can be asked here: the call's caller takes no questions".into(),
+            }
+        };
+        let answer = match &asked.answer {
+            Answer::Accept { content } => ask::Answer::Accept(content.to_string()),
+            Answer::Decline => ask::Answer::Decline,
+            Answer::Cancel => ask::Answer::Cancel,
+            Answer::Unavailable { why } => ask::Answer::Unavailable(why.clone()),
+        };
+        self.asked.push(asked);
+        Ok(answer)
     }
 }
 

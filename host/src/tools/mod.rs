@@ -90,6 +90,7 @@ fn captured(output: &GuestOutput) -> Captured {
         stderr: output.stderr.clone(),
         refusals: output.refusals.clone(),
         shown: output.shown.clone(),
+        asked: output.asked.clone(),
     }
 }
 
@@ -109,6 +110,7 @@ pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
         stderr: captured.stderr.clone(),
         refusals: captured.refusals.clone(),
         shown: captured.shown.clone(),
+        asked: captured.asked.clone(),
     }
 }
 

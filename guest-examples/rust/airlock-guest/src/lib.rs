@@ -44,6 +44,7 @@ pub mod bindings {
 use bindings::airlock::tool::context::RunContext;
 use bindings::airlock::tool::types::{self as wit};
 
+pub use bindings::airlock::tool::ask::Answer;
 pub use bindings::airlock::tool::log::Level as LogLevel;
 pub use bindings::airlock::tool::show::{
     Block, EmbeddedResource, Media, ResourceBody, ResourceLink,
@@ -241,6 +242,15 @@ pub fn progress(done: f64, total: Option<f64>, message: Option<&str>) {
 /// rule fails the call) and keeps it only if the call succeeds.
 pub fn show(block: Block) {
     bindings::airlock::tool::show::show(&block);
+}
+
+/// Asks the person this call works for `message`, wanting an answer
+/// shaped by `schema` (a JSON Schema object of flat properties), and waits
+/// for the answer. The operator's policy must let the tool ask (`ask =
+/// true`); otherwise, and when nobody can be asked, the answer is
+/// [`Answer::Unavailable`] with why. At most 8 questions a call.
+pub fn ask_user(message: &str, schema: &Value) -> Answer {
+    bindings::airlock::tool::ask::ask_user(message, &schema.to_string())
 }
 
 #[doc(hidden)]

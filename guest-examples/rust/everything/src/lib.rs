@@ -14,12 +14,16 @@
 //!   image (a 1×1 PNG), a sound (a short WAV), a resource
 //!   (`test://embedded-resource`: the policy allows the `test` scheme), and
 //!   text, an image and a resource, shown beside the result.
+//! - `test_elicitation {message}`, `test_elicitation_sep1034_defaults {}`,
+//!   `test_elicitation_sep1330_enums {}`: ask the person a question (a
+//!   name and email; every primitive with a default; every kind of enum)
+//!   and say how they answered. The policy must say `ask = true`.
 
 use std::time::Duration;
 
 use airlock_guest::{
-    Block, Context, EmbeddedResource, LogLevel, Media, Output, ResourceBody, Spec, Tool, ToolError,
-    Value, json,
+    Answer, Block, Context, EmbeddedResource, LogLevel, Media, Output, ResourceBody, Spec, Tool,
+    ToolError, Value, json,
 };
 
 /// How long the logging and progress tools wait between reports, so that
@@ -55,6 +59,19 @@ fn wav() -> Vec<u8> {
     wav.extend_from_slice(&(samples.len() as u32).to_le_bytes());
     wav.extend_from_slice(&samples);
     wav
+}
+
+/// How the person answered, as the suite's tools say it.
+fn answered(answer: Answer) -> Output {
+    let (action, content) = match answer {
+        Answer::Accept(content) => ("accept", content),
+        Answer::Decline => ("decline", "{}".to_owned()),
+        Answer::Cancel => ("cancel", "{}".to_owned()),
+        Answer::Unavailable(why) => ("unavailable", json!(why).to_string()),
+    };
+    Output::new(json!(format!(
+        "Elicitation completed: action={action}, content={content}"
+    )))
 }
 
 fn image() -> Block {
@@ -99,6 +116,25 @@ impl Tool for Everything {
                 "Reports progress 0, 50 and 100 of 100 while it runs.",
                 no_arguments(),
             ),
+            Spec::new(
+                "test_elicitation",
+                "Asks the user for their name and email.",
+                json!({
+                    "type": "object",
+                    "properties": {"message": {"type": "string"}},
+                    "required": ["message"]
+                }),
+            ),
+            Spec::new(
+                "test_elicitation_sep1034_defaults",
+                "Asks a question whose every field has a default.",
+                no_arguments(),
+            ),
+            Spec::new(
+                "test_elicitation_sep1330_enums",
+                "Asks a question with every kind of enum.",
+                no_arguments(),
+            ),
             Spec::new("test_image_content", "Shows an image.", no_arguments()),
             Spec::new("test_audio_content", "Plays a short sound.", no_arguments()),
             Spec::new(
@@ -114,7 +150,7 @@ impl Tool for Everything {
         ]
     }
 
-    fn call(_ctx: &Context, name: &str, _args: &Value) -> Result<Output, ToolError> {
+    fn call(_ctx: &Context, name: &str, args: &Value) -> Result<Output, ToolError> {
         match name {
             "test_simple_text" => Ok(Output::new(json!(
                 "This is a simple text response for testing."
@@ -144,6 +180,59 @@ impl Tool for Everything {
                     airlock_guest::progress(done, Some(100.0), Some(&format!("{done} of 100")));
                 }
                 Ok(Output::new(json!("Progress reported.")))
+            }
+            "test_elicitation" => {
+                let message = airlock_guest::str_arg(args, "message")?;
+                let schema = json!({
+                    "type": "object",
+                    "properties": {
+                        "username": {"type": "string", "description": "Your name"},
+                        "email": {"type": "string", "description": "Your email address"}
+                    },
+                    "required": ["username", "email"]
+                });
+                Ok(answered(airlock_guest::ask_user(message, &schema)))
+            }
+            "test_elicitation_sep1034_defaults" => {
+                let schema = json!({
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "default": "John Doe"},
+                        "age": {"type": "integer", "default": 30},
+                        "score": {"type": "number", "default": 95.5},
+                        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                        "verified": {"type": "boolean", "default": true}
+                    }
+                });
+                Ok(answered(airlock_guest::ask_user(
+                    "Please review your details",
+                    &schema,
+                )))
+            }
+            "test_elicitation_sep1330_enums" => {
+                let schema = json!({
+                    "type": "object",
+                    "properties": {
+                        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                        "titledSingle": {"type": "string", "oneOf": [
+                            {"const": "value1", "title": "First Option"},
+                            {"const": "value2", "title": "Second Option"},
+                            {"const": "value3", "title": "Third Option"}
+                        ]},
+                        "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                            "enumNames": ["Option One", "Option Two", "Option Three"]},
+                        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                        "titledMulti": {"type": "array", "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"}
+                        ]}}
+                    }
+                });
+                Ok(answered(airlock_guest::ask_user(
+                    "Pick some options",
+                    &schema,
+                )))
             }
             "test_image_content" => {
                 airlock_guest::show(image());

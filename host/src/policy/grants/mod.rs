@@ -60,6 +60,8 @@ pub struct Grants {
     /// empty: `https` only. Not access to anything: the client decides
     /// what to fetch.
     pub uri_schemes: Vec<String>,
+    /// Whether its calls may ask the person they work for (`ask = true`).
+    pub ask_user: bool,
 }
 
 impl Grants {
