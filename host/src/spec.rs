@@ -212,3 +212,48 @@ pub enum Answer {
         why: String,
     },
 }
+
+/// A completion a call asked the model for (the `ask` import's
+/// `ask-model`), and the reply: journaled with the call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sampled {
+    /// What was asked.
+    pub request: SampleRequest,
+    /// What came back.
+    pub reply: SampleReply,
+}
+
+/// A request for a completion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleRequest {
+    /// The conversation, oldest first: `(role, text)`, the role `user` or
+    /// `assistant`.
+    pub messages: Vec<(String, String)>,
+    /// Instructions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The most tokens the reply may take.
+    pub max_tokens: u32,
+}
+
+/// How a request for a completion ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SampleReply {
+    /// The model answered.
+    Answered {
+        /// Its text.
+        text: String,
+        /// The model.
+        model: String,
+        /// Why it stopped, when said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<String>,
+    },
+    /// Nobody answered, and why.
+    Refused {
+        /// Why.
+        why: String,
+    },
+}

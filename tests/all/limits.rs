@@ -1037,14 +1037,16 @@ async fn what_a_tool_shows_past_its_rules_fails_the_call_alone() {
     }
 }
 
-/// `ask` is bounded: more than 8 questions, or a schema that is not a JSON
-/// object, fails the call alone (whether or not anyone could be asked),
+/// `ask` is bounded: more than 8 questions, a schema that is not a JSON
+/// object, or more requests for a completion than `sample` allows (4 when
+/// it allows none: refused requests count), fails the call alone (whether or not anyone could be asked),
 /// no op applied, and the next call is served with deps as they were.
 #[tokio::test]
 async fn questions_past_their_bounds_fail_the_call_alone() {
     for (attack_name, said) in [
         ("ask_flood", "more than 8 questions"),
         ("ask_bad_schema", "not a JSON object"),
+        ("sample_flood", "asked the model more than 4 times"),
     ] {
         let err = attack(attack_name).await;
         let CallError::Trap { message, .. } = &err else {

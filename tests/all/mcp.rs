@@ -492,13 +492,29 @@ struct AskingClient {
     progress: std::sync::Arc<std::sync::Mutex<Vec<f64>>>,
     /// The content of an accepting answer.
     content: Option<Value>,
+    /// The `max_tokens` of each request for a completion it answered.
+    sampled: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
 }
 
 impl rmcp::ClientHandler for AskingClient {
     fn get_info(&self) -> rmcp::model::ClientConfig {
         let mut config = rmcp::model::ClientConfig::default();
         config.capabilities.elicitation = Some(Default::default());
+        config.capabilities.sampling = Some(Default::default());
         config
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.sampled.lock().unwrap().push(request.max_tokens);
+        Ok(rmcp::model::CreateMessageResult::new(
+            rmcp::model::SamplingMessage::assistant_text("hello from the client's model"),
+            "test-model".into(),
+        ))
     }
 
     async fn create_elicitation(
@@ -545,6 +561,7 @@ async fn approval_asks_the_clients_user_and_long_calls_report_progress() {
                 asked: Default::default(),
                 progress: Default::default(),
                 content: None,
+                sampled: Default::default(),
             };
             let client = if over_http {
                 let transport =
@@ -1428,7 +1445,7 @@ async fn the_official_conformance_suite_passes_but_for_the_listed_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("airlock.toml");
     let tool = format!(
-        "[[tool]]\npath = {:?}\nuri_schemes = [\"test\"]\nask = true\n",
+        "[[tool]]\npath = {:?}\nuri_schemes = [\"test\"]\nask = true\nsample = {{}}\n",
         guest("everything")
     );
     std::fs::write(&policy, tool).unwrap();
@@ -1570,10 +1587,11 @@ async fn shown_content_is_sent_journaled_and_named_to_the_model() {
 }
 
 /// A tool whose policy says `ask = true` asks the client's user mid-call
-/// (`elicitation/create`) and gets the answer; question and answer are
-/// journaled with the call, and a keyed retry answers from the journal
-/// without asking again. Without `ask = true` nobody is asked, and the
-/// tool is told why.
+/// (`elicitation/create`) and gets the answer, and one with `sample = {
+/// max_tokens = 50 }` asks the client's model (`sampling/createMessage`,
+/// at most 50 tokens); questions and answers are journaled with the call,
+/// and a keyed retry answers from the journal without asking again.
+/// Without the policy's word nobody is asked, and the tool is told why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_asks_its_user_mid_call_and_the_answer_is_journaled() {
     let dir = tempfile::tempdir().unwrap();
@@ -1583,7 +1601,13 @@ async fn a_tool_asks_its_user_mid_call_and_the_answer_is_journaled() {
         let policy = dir.path().join(format!("ask-{may_ask}.toml"));
         std::fs::write(
             &policy,
-            format!("[[tool]]\npath = {everything:?}\nask = {may_ask}\n"),
+            if may_ask {
+                format!(
+                    "[[tool]]\npath = {everything:?}\nask = true\nsample = {{ max_tokens = 50 }}\n"
+                )
+            } else {
+                format!("[[tool]]\npath = {everything:?}\n")
+            },
         )
         .unwrap();
         let handler = AskingClient {
@@ -1591,6 +1615,7 @@ async fn a_tool_asks_its_user_mid_call_and_the_answer_is_journaled() {
             asked: Default::default(),
             progress: Default::default(),
             content: Some(json!({"username": "ann", "email": "ann@example.com"})),
+            sampled: Default::default(),
         };
         let session = format!("asking-{may_ask}");
         let args = [
@@ -1629,13 +1654,41 @@ async fn a_tool_asks_its_user_mid_call_and_the_answer_is_journaled() {
             );
             assert!(handler.asked.lock().unwrap().is_empty());
         }
+        let prompt = json!({"prompt": "Say hello"});
+        let sampled = call_with(&client, Default::default(), "test_sampling", prompt).await;
+        if may_ask {
+            assert_eq!(
+                text(&sampled),
+                "LLM response: hello from the client's model"
+            );
+            assert_eq!(
+                *handler.sampled.lock().unwrap(),
+                [50],
+                "the policy's max_tokens"
+            );
+        } else {
+            assert_eq!(sampled.is_error, Some(true));
+            assert!(
+                text(&sampled).contains("does not let this tool ask the model"),
+                "{}",
+                text(&sampled)
+            );
+            assert!(handler.sampled.lock().unwrap().is_empty());
+        }
         client.cancel().await.unwrap();
         let outputs = journaled_outputs(&session, &db);
-        assert_eq!(outputs.len(), 1, "{outputs:?}");
+        assert_eq!(outputs.len(), 2, "{outputs:?}");
         let asked = &outputs[0]["asked"][0];
         assert_eq!(asked["message"], "Who are you?");
         let action = if may_ask { "accept" } else { "unavailable" };
         assert_eq!(asked["answer"]["action"], action, "{outputs:?}");
+        let sample = &outputs[1]["sampled"][0];
+        assert_eq!(
+            sample["request"]["messages"],
+            json!([["user", "Say hello"]])
+        );
+        let outcome = if may_ask { "answered" } else { "refused" };
+        assert_eq!(sample["reply"]["outcome"], outcome, "{outputs:?}");
     }
 }
 

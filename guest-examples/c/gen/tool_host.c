@@ -55,6 +55,9 @@ extern void __wasm_import_airlock_tool_show_show(int32_t, uint8_t *, size_t, uin
 __attribute__((__import_module__("airlock:tool/ask@0.1.1"), __import_name__("ask-user")))
 extern void __wasm_import_airlock_tool_ask_ask_user(uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
+__attribute__((__import_module__("airlock:tool/ask@0.1.1"), __import_name__("ask-model")))
+extern void __wasm_import_airlock_tool_ask_ask_model(uint8_t *, size_t, int32_t, uint8_t *, size_t, int32_t, uint8_t *);
+
 // Exported Functions from `airlock:tool/tool@0.1.1`
 
 __attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#describe")))
@@ -370,6 +373,35 @@ void airlock_tool_ask_answer_free(airlock_tool_ask_answer_t *ptr) {
       tool_host_string_free(&ptr->val.unavailable);
       break;
     }
+  }
+}
+
+void airlock_tool_ask_said_free(airlock_tool_ask_said_t *ptr) {
+  tool_host_string_free(&ptr->text);
+}
+
+void airlock_tool_ask_reply_free(airlock_tool_ask_reply_t *ptr) {
+  tool_host_string_free(&ptr->text);
+  tool_host_string_free(&ptr->model);
+  tool_host_option_string_free(&ptr->stop_reason);
+}
+
+void airlock_tool_ask_list_said_free(airlock_tool_ask_list_said_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    airlock_tool_ask_said_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      airlock_tool_ask_said_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void airlock_tool_ask_result_reply_string_free(airlock_tool_ask_result_reply_string_t *ptr) {
+  if (!ptr->is_err) {
+    airlock_tool_ask_reply_free(&ptr->val.ok);
+  } else {
+    tool_host_string_free(&ptr->val.err);
   }
 }
 
@@ -766,6 +798,67 @@ void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_ask_jso
     }
   }
   *ret = variant;
+}
+
+bool airlock_tool_ask_ask_model(airlock_tool_ask_list_said_t *messages, tool_host_string_t *maybe_system, uint32_t max_tokens, airlock_tool_ask_reply_t *ret, tool_host_string_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(8*sizeof(void*))];
+  tool_host_option_string_t system;
+  system.is_some = maybe_system != NULL;if (maybe_system) {
+    system.val = *maybe_system;
+  }
+  int32_t option;
+  uint8_t * option1;
+  size_t option2;
+  if ((system).is_some) {
+    const tool_host_string_t *payload0 = &(system).val;
+    option = 1;
+    option1 = (uint8_t *) (*payload0).ptr;
+    option2 = (*payload0).len;
+  } else {
+    option = 0;
+    option1 = 0;
+    option2 = 0;
+  }
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_airlock_tool_ask_ask_model((uint8_t *) (*messages).ptr, (*messages).len, option, option1, option2, (int32_t) (max_tokens), ptr);
+  airlock_tool_ask_result_reply_string_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      tool_host_option_string_t option3;
+      switch ((int32_t) *((uint8_t*) (ptr + (5*sizeof(void*))))) {
+        case 0: {
+          option3.is_some = false;
+          break;
+        }
+        case 1: {
+          option3.is_some = true;
+          option3.val = (tool_host_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (6*sizeof(void*))))), (*((size_t*) (ptr + (7*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.ok = (airlock_tool_ask_reply_t) {
+        (tool_host_string_t) (tool_host_string_t) { (uint8_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) },
+        (tool_host_string_t) (tool_host_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (3*sizeof(void*))))), (*((size_t*) (ptr + (4*sizeof(void*))))) },
+        (tool_host_option_string_t) option3,
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      result.val.err = (tool_host_string_t) { (uint8_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
 }
 
 __attribute__((__export_name__("airlock:tool/tool@0.1.1#describe")))

@@ -243,6 +243,40 @@ typedef struct airlock_tool_ask_answer_t {
 // the client's protocol can carry.
 #define AIRLOCK_TOOL_ASK_ANSWER_UNAVAILABLE 3
 
+// Who said a message of a conversation for the model.
+typedef uint8_t airlock_tool_ask_speaker_t;
+
+#define AIRLOCK_TOOL_ASK_SPEAKER_USER 0
+#define AIRLOCK_TOOL_ASK_SPEAKER_ASSISTANT 1
+
+// One message of a conversation for the model.
+typedef struct airlock_tool_ask_said_t {
+  airlock_tool_ask_speaker_t   speaker;
+  tool_host_string_t   text;
+} airlock_tool_ask_said_t;
+
+// What the model answered.
+typedef struct airlock_tool_ask_reply_t {
+  tool_host_string_t   text;
+  // The model that answered, as its provider names it.
+  tool_host_string_t   model;
+  // Why it stopped (`endTurn`, `maxTokens`, …), when said.
+  tool_host_option_string_t   stop_reason;
+} airlock_tool_ask_reply_t;
+
+typedef struct {
+  airlock_tool_ask_said_t *ptr;
+  size_t len;
+} airlock_tool_ask_list_said_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    airlock_tool_ask_reply_t ok;
+    tool_host_string_t err;
+  } val;
+} airlock_tool_ask_result_reply_string_t;
+
 typedef airlock_tool_types_json_t exports_airlock_tool_tool_json_t;
 
 typedef airlock_tool_types_tool_spec_t exports_airlock_tool_tool_tool_spec_t;
@@ -320,6 +354,15 @@ extern void airlock_tool_show_show(airlock_tool_show_block_t *block);
 // At most 8 questions a call, `message` and `schema` at most 16 KiB
 // each, `schema` a JSON object; past these the call fails.
 extern void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_ask_json_t *schema, airlock_tool_ask_answer_t *ret);
+// Asks the model to continue `messages` (after `system`
+// instructions), in at most `max-tokens` tokens (the policy's
+// `max_tokens` when lower). `err` says why nobody answered: the policy
+// does not let this tool ask (`sample`), the client cannot, or it
+// declined.
+// 
+// At most the policy's `max_requests` a call (4 unless it says), and
+// 64 KiB of messages in all; past these the call fails.
+extern bool airlock_tool_ask_ask_model(airlock_tool_ask_list_said_t *messages, tool_host_string_t *maybe_system, uint32_t max_tokens, airlock_tool_ask_reply_t *ret, tool_host_string_t *err);
 
 // Exported Functions from `airlock:tool/tool@0.1.1`
 void exports_airlock_tool_tool_describe(exports_airlock_tool_tool_list_tool_spec_t *ret);
@@ -372,6 +415,14 @@ void airlock_tool_show_block_free(airlock_tool_show_block_t *ptr);
 void airlock_tool_ask_json_free(airlock_tool_ask_json_t *ptr);
 
 void airlock_tool_ask_answer_free(airlock_tool_ask_answer_t *ptr);
+
+void airlock_tool_ask_said_free(airlock_tool_ask_said_t *ptr);
+
+void airlock_tool_ask_reply_free(airlock_tool_ask_reply_t *ptr);
+
+void airlock_tool_ask_list_said_free(airlock_tool_ask_list_said_t *ptr);
+
+void airlock_tool_ask_result_reply_string_free(airlock_tool_ask_result_reply_string_t *ptr);
 
 void exports_airlock_tool_tool_json_free(exports_airlock_tool_tool_json_t *ptr);
 

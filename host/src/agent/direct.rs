@@ -18,8 +18,9 @@ use crate::tools::{CallFailure, CallOutcome, Host, ToolCall, call_end, guest_out
 #[non_exhaustive]
 pub enum SessionCallError {
     /// The call failed; its failure is committed, no op was applied.
+    /// (Boxed: a failure carries what the tool wrote, showed and asked.)
     #[error(transparent)]
-    Call(CallFailure),
+    Call(Box<CallFailure>),
     /// A commit failed: before the call ran (it did not run), or after
     /// (its ops are applied to the live deps but not stored).
     #[error("cannot save the session: {0}")]
@@ -102,7 +103,7 @@ impl Session {
             host.context_rules(),
         );
         recorder.commit().await?;
-        result.map_err(SessionCallError::Call)
+        result.map_err(|failure| SessionCallError::Call(Box::new(failure)))
     }
 
     /// [`Session::call`], at most once per call id: when this session

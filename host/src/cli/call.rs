@@ -85,7 +85,7 @@ async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitC
         .call(host, call, &CancelToken::new(), None)
         .await
         .map_err(|e| match e {
-            SessionCallError::Call(failure) => Failure::from(failure),
+            SessionCallError::Call(failure) => Failure::from(*failure),
             SessionCallError::Store(e) => Failure::from(e),
             other => Failure::input("internal", other.to_string()),
         });

@@ -74,6 +74,9 @@ pub struct Captured {
     /// The questions the call asked its person, and the answers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub asked: Vec<crate::spec::Asked>,
+    /// The completions the call asked the model for, and the replies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sampled: Vec<crate::spec::Sampled>,
 }
 
 /// One record a tool logged.

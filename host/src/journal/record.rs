@@ -592,6 +592,18 @@ mod tests {
                                 blob: None,
                             },
                         ],
+                        sampled: vec![crate::spec::Sampled {
+                            request: crate::spec::SampleRequest {
+                                messages: vec![("user".into(), "hi".into())],
+                                system: None,
+                                max_tokens: 10,
+                            },
+                            reply: crate::spec::SampleReply::Answered {
+                                text: "hello".into(),
+                                model: "m".into(),
+                                stop_reason: None,
+                            },
+                        }],
                         asked: vec![crate::spec::Asked {
                             message: "who?".into(),
                             schema: serde_json::json!({"type": "object"}),

@@ -497,11 +497,13 @@ impl Sessions {
         caller: Option<Caller>,
     ) -> Answer {
         let tool = params.name.to_string();
-        // A tool that may ask its person never comes here (see `answer`).
+        // A tool that may ask its person or the model never comes here
+        // (see `answer`).
         let (relay, cancel) = Relay::new(
             &tool,
             meta.get_progress_token(),
             &server.log_threshold,
+            None,
             None,
         );
         let running = self.running(id, request, &cancel);

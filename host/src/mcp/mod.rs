@@ -39,8 +39,8 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::agent::SessionCallError;
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
-use crate::sandbox::Asker;
-use crate::spec::{Answer, Asked, Shown};
+use crate::sandbox::{Asker, Sampler};
+use crate::spec::{Answer, Asked, SampleReply, SampleRequest, Shown};
 use crate::tools::CallError;
 
 use self::auth::Caller;
@@ -384,11 +384,19 @@ impl McpServer {
             .is_some_and(|c| c.grants().ask_user)
     }
 
+    /// Whether tool `name` may ask the model mid-call (`sample`).
+    fn may_sample(&self, name: &str) -> bool {
+        self.tools
+            .current()
+            .component_for(name)
+            .is_some_and(|c| c.grants().sampling.is_some())
+    }
+
     /// Whether a call of tool `name` may need its client while it runs: to
     /// approve it, or to answer its questions. Over HTTP a call that does
     /// not is answered in its request's own task ([`http`]).
     fn needs_client(&self, name: &str) -> bool {
-        self.asks_approval(name) || self.may_ask(name)
+        self.asks_approval(name) || self.may_ask(name) || self.may_sample(name)
     }
 
     /// A `tools/call` of `caller` whose approval (if any) is given: on the
@@ -606,6 +614,65 @@ fn asker(context: &RequestContext<RoleServer>) -> Asker {
     })
 }
 
+/// Who answers a call's requests for a completion over MCP: the client's
+/// model, through `sampling/createMessage`, when the client declared it
+/// can sample.
+// Sampling is deprecated by SEP-2577 for later revisions; the 2025-06-18
+// and 2025-11-25 revisions this server speaks have it.
+#[allow(deprecated)]
+fn sampler(context: &RequestContext<RoleServer>) -> Sampler {
+    use rmcp::model::{CreateMessageRequestParams, Role as McpRole, SamplingMessage};
+    let can_sample = context
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.capabilities.sampling.is_some());
+    let peer = context.peer.clone();
+    Arc::new(move |request: SampleRequest| {
+        let peer = peer.clone();
+        Box::pin(async move {
+            if !can_sample {
+                return SampleReply::Refused {
+                    why: "this client cannot ask its model (it declared no sampling)".into(),
+                };
+            }
+            let messages = request
+                .messages
+                .into_iter()
+                .map(|(role, text)| {
+                    let role = if role == "assistant" {
+                        McpRole::Assistant
+                    } else {
+                        McpRole::User
+                    };
+                    SamplingMessage::new(role, rmcp::model::SamplingMessageContentBlock::text(text))
+                })
+                .collect();
+            let mut params = CreateMessageRequestParams::new(messages, request.max_tokens);
+            params.system_prompt = request.system;
+            match peer.create_message(params).await {
+                Ok(reply) => {
+                    let text = reply
+                        .message
+                        .content
+                        .into_vec()
+                        .iter()
+                        .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    SampleReply::Answered {
+                        text,
+                        model: reply.model,
+                        stop_reason: reply.stop_reason,
+                    }
+                }
+                Err(e) => SampleReply::Refused {
+                    why: format!("the client's model did not answer: {e}"),
+                },
+            }
+        })
+    })
+}
+
 /// Cancels `cancel` when the client cancels the request. Never ends; the
 /// call's future is raced against it.
 async fn watch(
@@ -717,6 +784,7 @@ impl ServerHandler for McpServer {
             context.meta.get_progress_token(),
             &self.log_threshold,
             self.may_ask(&request.name).then(|| asker(&context)),
+            self.may_sample(&request.name).then(|| sampler(&context)),
         );
         let watch = watch(&context, cancel.clone());
         let call = self.run_call(

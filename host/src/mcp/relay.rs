@@ -24,7 +24,7 @@ use rmcp::model::{
     ProgressToken, ServerNotification,
 };
 
-use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel};
+use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Sampler};
 
 /// The least time between two progress notifications of one call.
 pub const PROGRESS_GAP: Duration = Duration::from_millis(10);
@@ -106,10 +106,11 @@ impl Relay {
         token: Option<ProgressToken>,
         threshold: &LogThreshold,
         asker: Option<Asker>,
+        sampler: Option<Sampler>,
     ) -> (Option<Self>, CancelToken) {
         let threshold = threshold.get();
         if token.is_none() && threshold.is_none() {
-            return (None, CancelToken::watched(None, asker));
+            return (None, CancelToken::watched(None, asker, sampler));
         }
         let (sender, events) = tokio::sync::mpsc::unbounded_channel();
         let wanted_progress = token.is_some();
@@ -126,7 +127,7 @@ impl Relay {
                 let _ = sender.send(event);
             }
         };
-        let cancel = CancelToken::watched(Some(Box::new(observer)), asker);
+        let cancel = CancelToken::watched(Some(Box::new(observer)), asker, sampler);
         let relay = Self {
             tool: tool.to_owned(),
             token,
@@ -269,9 +270,9 @@ mod tests {
     #[test]
     fn nothing_is_relayed_that_the_client_did_not_ask_for() {
         let threshold = LogThreshold::new();
-        assert!(Relay::new("t", None, &threshold, None).0.is_none());
+        assert!(Relay::new("t", None, &threshold, None, None).0.is_none());
         threshold.set(LoggingLevel::Warning);
-        let mut relay = Relay::new("t", None, &threshold, None).0.unwrap();
+        let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
         let info = CallEvent::Log(LogRecord {
             level: LogLevel::Info,
             message: "quiet".into(),
@@ -290,7 +291,9 @@ mod tests {
     fn close_reports_merge_and_the_last_one_always_goes_out() {
         let threshold = LogThreshold::new();
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-        let mut relay = Relay::new("t", Some(token), &threshold, None).0.unwrap();
+        let mut relay = Relay::new("t", Some(token), &threshold, None, None)
+            .0
+            .unwrap();
         assert_eq!(relay.relay(report(0.0, Some(100.0))).len(), 1);
         assert!(relay.relay(report(50.0, Some(100.0))).is_empty(), "merged");
         assert!(relay.relay(report(60.0, Some(100.0))).is_empty(), "merged");

@@ -465,6 +465,7 @@ struct ToolFile {
     uri_schemes: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     ask: bool,
+    sample: Option<Spanned<SampleFile>>,
     functions: Option<Spanned<Vec<String>>>,
     rename: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
@@ -483,6 +484,14 @@ struct ToolFile {
     secrets: Vec<Spanned<SecretConfig>>,
     limits: Option<Spanned<LimitsConfig>>,
     context: Option<Spanned<ToolContextFile>>,
+}
+
+/// `sample = { max_tokens, max_requests }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SampleFile {
+    max_tokens: Option<u32>,
+    max_requests: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -686,6 +695,29 @@ impl ToolFile {
             }
         };
 
+        let sampling = match self.sample {
+            None => None,
+            Some(sample) => {
+                let span = sample.span();
+                let sample = sample.into_inner();
+                let grant = crate::policy::grants::SampleGrant {
+                    max_tokens: sample
+                        .max_tokens
+                        .unwrap_or(crate::policy::grants::SampleGrant::DEFAULT.max_tokens),
+                    max_requests: sample
+                        .max_requests
+                        .unwrap_or(crate::policy::grants::SampleGrant::DEFAULT.max_requests),
+                };
+                if grant.max_tokens == 0 || grant.max_requests == 0 {
+                    return Err(at(
+                        Some(span),
+                        prefix("sample: max_tokens and max_requests must be at least 1 (leave `sample` out to allow none)".into()),
+                    ));
+                }
+                Some(grant)
+            }
+        };
+
         let rename = match self.rename {
             None => BTreeMap::new(),
             Some(rename) => {
@@ -722,6 +754,7 @@ impl ToolFile {
                     secrets,
                     uri_schemes,
                     ask_user: self.ask,
+                    sampling,
                 },
                 access,
             },

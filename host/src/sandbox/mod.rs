@@ -326,7 +326,22 @@ struct CancelState {
     notify: Notify,
     observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
     asker: Option<Asker>,
+    sampler: Option<Sampler>,
 }
+
+/// Who answers a call's requests for a completion (the `ask` import's
+/// `ask-model`): given the request, the reply, once the model gave it.
+pub type Sampler = Arc<
+    dyn Fn(
+            crate::spec::SampleRequest,
+        ) -> futures::future::BoxFuture<'static, crate::spec::SampleReply>
+        + Send
+        + Sync,
+>;
+
+/// The most bytes of messages one request for a completion may carry; a
+/// larger one fails the call.
+pub const MAX_SAMPLE_BYTES: usize = 64 << 10;
 
 /// Who answers a call's questions (the `ask` import): given the question,
 /// the answer, once the person gave it.
@@ -348,6 +363,7 @@ impl std::fmt::Debug for CancelState {
             .field("cancelled", &self.cancelled)
             .field("observed", &self.observer.is_some())
             .field("asks", &self.asker.is_some())
+            .field("samples", &self.sampler.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -394,24 +410,33 @@ impl CancelToken {
     /// the call, inside it: it must not block (hand the event on, through
     /// a channel, to whoever waits for it).
     pub fn observed(observer: impl Fn(CallEvent) + Send + Sync + 'static) -> Self {
-        Self::watched(Some(Box::new(observer)), None)
+        Self::watched(Some(Box::new(observer)), None, None)
     }
 
     /// A token that is not cancelled, whose call's events go to
-    /// `observer` (see [`CancelToken::observed`]) and whose questions
-    /// `asker` answers (without one, a question is answered
-    /// [`Answer::Unavailable`](crate::spec::Answer::Unavailable)).
+    /// `observer` (see [`CancelToken::observed`]), whose questions `asker`
+    /// answers (without one, a question is answered
+    /// [`Answer::Unavailable`](crate::spec::Answer::Unavailable)), and
+    /// whose requests for a completion `sampler` answers (without one,
+    /// they are refused).
     pub fn watched(
         observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
         asker: Option<Asker>,
+        sampler: Option<Sampler>,
     ) -> Self {
         Self {
             inner: Arc::new(CancelState {
                 observer,
                 asker,
+                sampler,
                 ..CancelState::default()
             }),
         }
+    }
+
+    /// Who answers the call's requests for a completion, if anyone.
+    pub(crate) fn sampler(&self) -> Option<&Sampler> {
+        self.inner.sampler.as_ref()
     }
 
     /// Who answers the call's questions, if anyone.
@@ -487,6 +512,10 @@ pub struct CallState {
     pub(crate) asked: Vec<crate::spec::Asked>,
     /// Whether its policy lets it ask its person (`ask = true`).
     pub(crate) may_ask: bool,
+    /// The completions it asked the model for, and the replies.
+    pub(crate) sampled: Vec<crate::spec::Sampled>,
+    /// What its policy lets it ask the model (`sample`).
+    pub(crate) sampling: Option<crate::policy::grants::SampleGrant>,
 }
 
 impl std::fmt::Debug for CallState {
@@ -546,6 +575,8 @@ impl CallState {
             shown: shown::ShownSoFar::new(limits.max_result_bytes, &grants.uri_schemes),
             asked: Vec::new(),
             may_ask: grants.ask_user,
+            sampled: Vec::new(),
+            sampling: grants.sampling,
         })
     }
 
@@ -577,6 +608,7 @@ impl CallState {
             refusals: self.refusals.take(),
             shown: self.shown.take(),
             asked: std::mem::take(&mut self.asked),
+            sampled: std::mem::take(&mut self.sampled),
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct GuestOutput {
     /// The questions it asked its person (the `ask` import) and their
     /// answers.
     pub asked: Vec<crate::spec::Asked>,
+    /// The completions it asked the model for and the replies.
+    pub sampled: Vec<crate::spec::Sampled>,
 }
 
 impl GuestOutput {
@@ -48,6 +50,7 @@ impl GuestOutput {
             && self.refusals.is_empty()
             && self.shown.is_empty()
             && self.asked.is_empty()
+            && self.sampled.is_empty()
     }
 }
 

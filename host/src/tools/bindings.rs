@@ -17,6 +17,7 @@ wasmtime::component::bindgen!({
     imports: {
         // A question waits for a person; everything else answers at once.
         "airlock:tool/ask.ask-user": async | trappable,
+        "airlock:tool/ask.ask-model": async | trappable,
         default: trappable,
     },
     exports: { default: async },
@@ -329,6 +330,85 @@ impl ask::Host for CallState {
             Answer::Unavailable { why } => ask::Answer::Unavailable(why.clone()),
         };
         self.asked.push(asked);
+        Ok(answer)
+    }
+
+    /// Checks the request against the policy's `sample` (one past its
+    /// `max_requests`, or past 64 KiB of messages, fails the call), asks
+    /// whoever answers for the call, and keeps request and reply with the
+    /// call's output.
+    async fn ask_model(
+        &mut self,
+        messages: Vec<ask::Said>,
+        system: Option<String>,
+        max_tokens: u32,
+    ) -> wasmtime::Result<Result<ask::Reply, String>> {
+        use crate::policy::grants::SampleGrant;
+        use crate::sandbox::MAX_SAMPLE_BYTES;
+        use crate::spec::{SampleReply, SampleRequest, Sampled};
+        let misused = |why: String| Err(wasmtime::Error::new(ImportMisused(why)));
+        let size = messages.iter().map(|m| m.text.len()).sum::<usize>()
+            + system.as_ref().map_or(0, String::len);
+        if size > MAX_SAMPLE_BYTES {
+            return misused(format!(
+                "the tool asked the model with more than {MAX_SAMPLE_BYTES} bytes of messages"
+            ));
+        }
+        // Refused requests count too: a tool denied the model cannot make
+        // the host keep a list without end.
+        let limit = self
+            .sampling
+            .map_or(SampleGrant::DEFAULT.max_requests, |g| g.max_requests);
+        if self.sampled.len() >= limit as usize {
+            return misused(format!(
+                "the tool asked the model more than {limit} times in one call (sample.max_requests)"
+            ));
+        }
+        let request = |max_tokens| SampleRequest {
+            messages: messages
+                .iter()
+                .map(|m| {
+                    let role = match m.speaker {
+                        ask::Speaker::User => "user",
+                        ask::Speaker::Assistant => "assistant",
+                    };
+                    (role.to_owned(), m.text.clone())
+                })
+                .collect(),
+            system: system.clone(),
+            max_tokens,
+        };
+        let reply = match self.sampling {
+            None => SampleReply::Refused {
+                why: "the operator's policy does not let this tool ask the model (sample)".into(),
+            },
+            Some(grant) => {
+                let request = request(max_tokens.min(grant.max_tokens));
+                match self.cancel.sampler() {
+                    Some(sampler) => sampler(request).await,
+                    None => SampleReply::Refused {
+                        why: "nobody can be asked here: the call's caller has no model for it"
+                            .into(),
+                    },
+                }
+            }
+        };
+        let answer = match &reply {
+            SampleReply::Answered {
+                text,
+                model,
+                stop_reason,
+            } => Ok(ask::Reply {
+                text: text.clone(),
+                model: model.clone(),
+                stop_reason: stop_reason.clone(),
+            }),
+            SampleReply::Refused { why } => Err(why.clone()),
+        };
+        self.sampled.push(Sampled {
+            request: request(max_tokens),
+            reply,
+        });
         Ok(answer)
     }
 }

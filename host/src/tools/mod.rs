@@ -91,6 +91,7 @@ fn captured(output: &GuestOutput) -> Captured {
         refusals: output.refusals.clone(),
         shown: output.shown.clone(),
         asked: output.asked.clone(),
+        sampled: output.sampled.clone(),
     }
 }
 
@@ -111,6 +112,7 @@ pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
         refusals: captured.refusals.clone(),
         shown: captured.shown.clone(),
         asked: captured.asked.clone(),
+        sampled: captured.sampled.clone(),
     }
 }
 

@@ -44,7 +44,7 @@ pub mod bindings {
 use bindings::airlock::tool::context::RunContext;
 use bindings::airlock::tool::types::{self as wit};
 
-pub use bindings::airlock::tool::ask::Answer;
+pub use bindings::airlock::tool::ask::{Answer, Reply, Said, Speaker};
 pub use bindings::airlock::tool::log::Level as LogLevel;
 pub use bindings::airlock::tool::show::{
     Block, EmbeddedResource, Media, ResourceBody, ResourceLink,
@@ -251,6 +251,17 @@ pub fn show(block: Block) {
 /// [`Answer::Unavailable`] with why. At most 8 questions a call.
 pub fn ask_user(message: &str, schema: &Value) -> Answer {
     bindings::airlock::tool::ask::ask_user(message, &schema.to_string())
+}
+
+/// Asks the model to continue `messages` (after `system` instructions), in
+/// at most `max_tokens` tokens. The operator's policy must let the tool
+/// ask (`sample = { … }`); `Err` says why nobody answered.
+pub fn ask_model(
+    messages: &[Said],
+    system: Option<&str>,
+    max_tokens: u32,
+) -> Result<Reply, String> {
+    bindings::airlock::tool::ask::ask_model(messages, system, max_tokens)
 }
 
 #[doc(hidden)]

@@ -18,12 +18,14 @@
 //!   `test_elicitation_sep1330_enums {}`: ask the person a question (a
 //!   name and email; every primitive with a default; every kind of enum)
 //!   and say how they answered. The policy must say `ask = true`.
+//! - `test_sampling {prompt}`: asks the model to answer `prompt` and says
+//!   what it said. The policy must say `sample = {}`.
 
 use std::time::Duration;
 
 use airlock_guest::{
-    Answer, Block, Context, EmbeddedResource, LogLevel, Media, Output, ResourceBody, Spec, Tool,
-    ToolError, Value, json,
+    Answer, Block, Context, EmbeddedResource, LogLevel, Media, Output, ResourceBody, Said, Speaker,
+    Spec, Tool, ToolError, Value, json,
 };
 
 /// How long the logging and progress tools wait between reports, so that
@@ -135,6 +137,15 @@ impl Tool for Everything {
                 "Asks a question with every kind of enum.",
                 no_arguments(),
             ),
+            Spec::new(
+                "test_sampling",
+                "Asks the model to answer a prompt.",
+                json!({
+                    "type": "object",
+                    "properties": {"prompt": {"type": "string"}},
+                    "required": ["prompt"]
+                }),
+            ),
             Spec::new("test_image_content", "Shows an image.", no_arguments()),
             Spec::new("test_audio_content", "Plays a short sound.", no_arguments()),
             Spec::new(
@@ -233,6 +244,19 @@ impl Tool for Everything {
                     "Pick some options",
                     &schema,
                 )))
+            }
+            "test_sampling" => {
+                let prompt = airlock_guest::str_arg(args, "prompt")?;
+                let said = [Said {
+                    speaker: Speaker::User,
+                    text: prompt.to_owned(),
+                }];
+                match airlock_guest::ask_model(&said, None, 100) {
+                    Ok(reply) => Ok(Output::new(json!(format!("LLM response: {}", reply.text)))),
+                    Err(why) => Err(ToolError::Failed(format!(
+                        "the model did not answer: {why}"
+                    ))),
+                }
             }
             "test_image_content" => {
                 airlock_guest::show(image());

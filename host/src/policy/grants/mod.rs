@@ -62,6 +62,27 @@ pub struct Grants {
     pub uri_schemes: Vec<String>,
     /// Whether its calls may ask the person they work for (`ask = true`).
     pub ask_user: bool,
+    /// What its calls may ask the model (`sample = { … }`); `None`:
+    /// nothing.
+    pub sampling: Option<SampleGrant>,
+}
+
+/// How much a call may ask the model (`sample = { max_tokens,
+/// max_requests }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleGrant {
+    /// The most tokens one reply may take (a request for more gets this).
+    pub max_tokens: u32,
+    /// The most requests one call may make; the next fails it.
+    pub max_requests: u32,
+}
+
+impl SampleGrant {
+    /// `sample = {}`: replies of up to 1,024 tokens, 4 a call.
+    pub const DEFAULT: SampleGrant = SampleGrant {
+        max_tokens: 1024,
+        max_requests: 4,
+    };
 }
 
 impl Grants {
