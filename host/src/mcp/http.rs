@@ -10,18 +10,25 @@
 //! version, the session id, the body's size) and its sessions, and answers the common requests itself,
 //! once rmcp has checked them, in the connection's task:
 //!
-//! - `tools/list`, and a `tools/call` whose tool needs no approval, are
-//!   answered with one JSON body (the protocol lets a server answer so
-//!   rather than with an event stream);
-//! - such a call that runs past a second with a progress token goes on in
-//!   a task of its own and answers with an event stream: a progress report
-//!   each second, then its result;
+//! - `tools/list`, and a `tools/call` whose tool needs nothing from its
+//!   client while it runs, are answered with one JSON body (the protocol
+//!   lets a server answer so rather than with an event stream);
+//! - such a call that reports what its client asked to hear (progress,
+//!   log records), or runs past a second with a progress token, goes on in
+//!   a task of its own and answers with an event stream: what it reports,
+//!   then its result;
 //! - a call whose client hangs up still runs to its end and commits; it
 //!   stops early only when the client cancels it
 //!   (`notifications/cancelled`), as over rmcp's path.
 //!
-//! Everything else (an approval asked of the client's user, resources, the
-//! session's own stream) goes through rmcp. A directly answered call's
+//! Everything else (a call that may need its client while it runs: an
+//! approval, a question for its user or its model; resources; the
+//! session's own stream) goes through rmcp.
+//!
+//! With [`Access::auth`], every request is admitted by its bearer token
+//! first ([`super::auth`]), and an MCP session is its creator's alone:
+//! another user naming it is answered as for a session that does not
+//! exist. A directly answered call's
 //! answer has no event id, so it cannot be resumed with `Last-Event-ID`: a
 //! client that lost it retries the call with its key
 //! ([`CALL_META_KEY`](super::CALL_META_KEY)) and gets the committed result.

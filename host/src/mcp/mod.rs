@@ -37,19 +37,16 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::agent::SessionCallError;
-use crate::journal::{CalledBy, REJECTED_MESSAGE};
-use crate::sandbox::{Asker, Sampler};
-use crate::spec::{Answer, Asked, SampleReply, SampleRequest, Shown};
-use crate::tools::CallError;
-
 use self::auth::Caller;
 use self::limits::UserLimiter;
 use self::relay::{LogThreshold, Relay};
+use crate::agent::SessionCallError;
+use crate::journal::{CalledBy, REJECTED_MESSAGE};
 use crate::policy::Approval;
-use crate::sandbox::CancelToken;
+use crate::sandbox::{Asker, CancelToken, Sampler};
 use crate::session::{Session, SessionError, SessionOptions, SessionStore};
-use crate::tools::{Host, ToolCall, failure_text};
+use crate::spec::{Answer, Asked, SampleReply, SampleRequest, Shown};
+use crate::tools::{CallError, Host, ToolCall, failure_text};
 
 /// The resource that shows the session's deps.
 pub const DEPS_URI: &str = "airlock://session/deps";
@@ -444,9 +441,7 @@ impl McpServer {
         };
         work.await.unwrap_or_else(error_result)
     }
-}
 
-impl McpServer {
     /// Why `caller` may not call tool `name`, as the error of a tool that
     /// does not exist (naming only the tools it may call): its token lacks
     /// a scope the tool needs. `None` when it may, and always without a
