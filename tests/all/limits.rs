@@ -1001,17 +1001,12 @@ async fn a_component_that_asks_the_compiler_for_too_much_is_refused_unbuilt() {
 /// call with deps as they were.
 #[tokio::test]
 async fn progress_past_its_bounds_fails_the_call_alone() {
-    for (attack_name, said) in [
+    traps_naming(&[
         ("flood_progress", "more than 1000 times"),
         ("progress_nan", "not a number"),
         ("progress_long_message", "over 1024"),
-    ] {
-        let err = attack(attack_name).await;
-        let CallError::Trap { message, .. } = &err else {
-            panic!("{attack_name}: expected a trap, got {err}");
-        };
-        assert!(message.contains(said), "{attack_name}: {message}");
-    }
+    ])
+    .await;
 }
 
 /// `show` is checked block by block: bytes that are not what their MIME
@@ -1020,7 +1015,7 @@ async fn progress_past_its_bounds_fails_the_call_alone() {
 /// applied, and the host serves the next call with deps as they were.
 #[tokio::test]
 async fn what_a_tool_shows_past_its_rules_fails_the_call_alone() {
-    for (attack_name, said) in [
+    traps_naming(&[
         (
             "show_mislabelled",
             "labelled image/jpeg whose bytes are not image/jpeg",
@@ -1028,26 +1023,29 @@ async fn what_a_tool_shows_past_its_rules_fails_the_call_alone() {
         ("show_huge", "max_result_bytes"),
         ("show_many", "more than 32 blocks"),
         ("show_file_link", "a file: URI"),
-    ] {
-        let err = attack(attack_name).await;
-        let CallError::Trap { message, .. } = &err else {
-            panic!("{attack_name}: expected a trap, got {err}");
-        };
-        assert!(message.contains(said), "{attack_name}: {message}");
-    }
+    ])
+    .await;
 }
 
 /// `ask` is bounded: more than 8 questions, a schema that is not a JSON
 /// object, or more requests for a completion than `sample` allows (4 when
-/// it allows none: refused requests count), fails the call alone (whether or not anyone could be asked),
-/// no op applied, and the next call is served with deps as they were.
+/// it allows none: refused requests count), fails the call alone (whether
+/// or not anyone could be asked), no op applied, and the next call is
+/// served with deps as they were.
 #[tokio::test]
 async fn questions_past_their_bounds_fail_the_call_alone() {
-    for (attack_name, said) in [
+    traps_naming(&[
         ("ask_flood", "more than 8 questions"),
         ("ask_bad_schema", "not a JSON object"),
         ("sample_flood", "asked the model more than 4 times"),
-    ] {
+    ])
+    .await;
+}
+
+/// Each attack of `cases` fails its call alone ([`attack`]) with a trap
+/// whose message says its `said`.
+async fn traps_naming(cases: &[(&str, &str)]) {
+    for (attack_name, said) in cases {
         let err = attack(attack_name).await;
         let CallError::Trap { message, .. } = &err else {
             panic!("{attack_name}: expected a trap, got {err}");
