@@ -968,3 +968,24 @@ fn long_help_and_readme_list_exit_codes_and_every_variable() {
         assert!(!names.contains(odd), "<{odd}> in a --help: {names:?}");
     }
 }
+
+/// `airlock call` shows what a tool reported while it ran: its progress
+/// reports, in order, in the text and in `--json`.
+#[test]
+fn call_shows_a_tools_progress() {
+    let everything = guest("everything");
+    let path = everything.to_str().unwrap();
+    let out = airlock(&["call", path, "test_tool_with_progress", "{}", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let done: Vec<f64> = doc["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["done"].as_f64().unwrap())
+        .collect();
+    assert_eq!(done, [0.0, 50.0, 100.0], "{doc}");
+    let out = airlock(&["call", path, "test_tool_with_progress", "{}"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("progress: 50 of 100: 50 of 100"), "{text}");
+}

@@ -142,6 +142,7 @@ fn print_success(
             "stderr": outcome.output.stderr,
             "refusals": outcome.output.refusals,
             "shown": outcome.output.shown,
+            "progress": outcome.output.progress,
             "duration_us": u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX),
         });
         if let (Some(stored), Value::Object(doc)) = (stored, &mut doc) {
@@ -176,6 +177,14 @@ fn print_success(
     }
     for why in &outcome.output.refusals {
         text.push_str(&format!("refused: {}\n", field(why)));
+    }
+    for report in &outcome.output.progress {
+        let total = report.total.map_or(String::new(), |t| format!(" of {t}"));
+        let message = report
+            .message
+            .as_deref()
+            .map_or(String::new(), |m| format!(": {}", field(m)));
+        text.push_str(&format!("progress: {}{total}{message}\n", report.done));
     }
     for shown in &outcome.output.shown {
         text.push_str(&format!("shown:  {}\n", field(&shown.describe())));

@@ -392,6 +392,23 @@ pub enum CallEvent {
 #[error("{0}")]
 pub(crate) struct ImportMisused(pub(crate) String);
 
+/// One `progress.report` of a call.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// How far: finite, not negative.
+    pub done: f64,
+    /// Out of how much, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What is happening now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+// Its numbers are finite (the host refuses any other), so equality is
+// an equivalence.
+impl Eq for Progress {}
+
 /// The most `progress.report`s one call may make; the next fails it.
 pub const MAX_PROGRESS_REPORTS: u32 = 1000;
 
@@ -505,7 +522,7 @@ pub struct CallState {
     /// Epoch ticks this call has run through.
     ticks: u32,
     /// Progress reports this call has made.
-    pub(crate) progress_reports: u32,
+    pub(crate) progress: Vec<Progress>,
     /// What it has shown beside its result.
     pub(crate) shown: shown::ShownSoFar,
     /// The questions it asked, and their answers.
@@ -571,7 +588,7 @@ impl CallState {
             _admitted: admitted,
             fuel: limits.fuel,
             ticks: 0,
-            progress_reports: 0,
+            progress: Vec::new(),
             shown: shown::ShownSoFar::new(limits.max_result_bytes, &grants.uri_schemes),
             asked: Vec::new(),
             may_ask: grants.ask_user,
@@ -609,6 +626,7 @@ impl CallState {
             shown: self.shown.take(),
             asked: std::mem::take(&mut self.asked),
             sampled: std::mem::take(&mut self.sampled),
+            progress: std::mem::take(&mut self.progress),
         }
     }
 }

@@ -39,6 +39,10 @@ pub struct GuestOutput {
     pub asked: Vec<crate::spec::Asked>,
     /// The completions it asked the model for and the replies.
     pub sampled: Vec<crate::spec::Sampled>,
+    /// Its progress reports, in order (at most
+    /// [`MAX_PROGRESS_REPORTS`](super::MAX_PROGRESS_REPORTS)); shown by
+    /// `airlock call`, never journaled.
+    pub progress: Vec<super::Progress>,
 }
 
 impl GuestOutput {
@@ -51,6 +55,7 @@ impl GuestOutput {
             && self.shown.is_empty()
             && self.asked.is_empty()
             && self.sampled.is_empty()
+            && self.progress.is_empty()
     }
 }
 

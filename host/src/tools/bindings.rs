@@ -423,8 +423,7 @@ impl progress::Host for CallState {
         message: Option<String>,
     ) -> wasmtime::Result<()> {
         let misused = |why: String| Err(wasmtime::Error::new(ImportMisused(why)));
-        self.progress_reports += 1;
-        if self.progress_reports > MAX_PROGRESS_REPORTS {
+        if self.progress.len() >= MAX_PROGRESS_REPORTS as usize {
             return misused(format!(
                 "the tool reported progress more than {MAX_PROGRESS_REPORTS} times in one call"
             ));
@@ -443,6 +442,11 @@ impl progress::Host for CallState {
                 text.len()
             ));
         }
+        self.progress.push(crate::sandbox::Progress {
+            done,
+            total,
+            message: message.clone(),
+        });
         self.cancel.report(CallEvent::Progress {
             done,
             total,

@@ -113,6 +113,8 @@ pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
         shown: captured.shown.clone(),
         asked: captured.asked.clone(),
         sampled: captured.sampled.clone(),
+        // Progress is not journaled.
+        progress: Vec::new(),
     }
 }
 
