@@ -678,12 +678,7 @@ impl ToolFile {
             Some(schemes) => {
                 let span = schemes.span();
                 let schemes = schemes.into_inner();
-                let scheme = |s: &String| {
-                    s.starts_with(|c: char| c.is_ascii_alphabetic())
-                        && s.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-                };
-                if let Some(bad) = schemes.iter().find(|s| !scheme(s)) {
+                if let Some(bad) = schemes.iter().find(|s| !grants::is_uri_scheme(s)) {
                     return Err(at(
                         Some(span),
                         prefix(format!(

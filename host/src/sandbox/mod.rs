@@ -527,12 +527,10 @@ pub struct CallState {
     pub(crate) shown: shown::ShownSoFar,
     /// The questions it asked, and their answers.
     pub(crate) asked: Vec<crate::spec::Asked>,
-    /// Whether its policy lets it ask its person (`ask = true`).
-    pub(crate) may_ask: bool,
     /// The completions it asked the model for, and the replies.
     pub(crate) sampled: Vec<crate::spec::Sampled>,
-    /// What its policy lets it ask the model (`sample`).
-    pub(crate) sampling: Option<crate::policy::grants::SampleGrant>,
+    /// What it is granted: what it may show, ask and sample too.
+    pub(crate) grants: Arc<Grants>,
 }
 
 impl std::fmt::Debug for CallState {
@@ -589,11 +587,10 @@ impl CallState {
             fuel: limits.fuel,
             ticks: 0,
             progress: Vec::new(),
-            shown: shown::ShownSoFar::new(limits.max_result_bytes, &grants.uri_schemes),
+            shown: shown::ShownSoFar::new(limits.max_result_bytes),
             asked: Vec::new(),
-            may_ask: grants.ask_user,
             sampled: Vec::new(),
-            sampling: grants.sampling,
+            grants: Arc::clone(grants),
         })
     }
 

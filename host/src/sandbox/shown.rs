@@ -10,6 +10,7 @@
 
 use base64::Engine;
 
+use crate::policy::grants::is_uri_scheme;
 use crate::spec::Shown;
 
 /// The most blocks one call may show.
@@ -51,23 +52,22 @@ pub(crate) struct ShownSoFar {
     blocks: Vec<Shown>,
     bytes: usize,
     max_bytes: usize,
-    /// The schemes its URIs may use (lower case); empty: [`DEFAULT_URI_SCHEMES`].
-    schemes: Vec<String>,
 }
 
 impl ShownSoFar {
-    /// Nothing shown yet; `max_bytes` in all, URIs of `schemes`.
-    pub(crate) fn new(max_bytes: usize, schemes: &[String]) -> Self {
+    /// Nothing shown yet; `max_bytes` in all.
+    pub(crate) fn new(max_bytes: usize) -> Self {
         Self {
             blocks: Vec::new(),
             bytes: 0,
             max_bytes,
-            schemes: schemes.iter().map(|s| s.to_ascii_lowercase()).collect(),
         }
     }
 
-    /// Checks `block` and keeps it; why not, when it breaks a rule.
-    pub(crate) fn push(&mut self, block: Block) -> Result<(), String> {
+    /// Checks `block` (its URIs against `schemes`, the tool's
+    /// `uri_schemes`; empty: [`DEFAULT_URI_SCHEMES`]) and keeps it; why
+    /// not, when it breaks a rule.
+    pub(crate) fn push(&mut self, block: Block, schemes: &[String]) -> Result<(), String> {
         if self.blocks.len() >= MAX_BLOCKS {
             return Err(format!(
                 "the tool showed more than {MAX_BLOCKS} blocks in one call"
@@ -129,7 +129,7 @@ impl ShownSoFar {
                 description,
                 mime_type,
             } => {
-                self.check_uri(&uri)?;
+                check_uri(&uri, schemes)?;
                 Shown::ResourceLink {
                     uri,
                     name,
@@ -142,7 +142,7 @@ impl ShownSoFar {
                 mime_type,
                 body,
             } => {
-                self.check_uri(&uri)?;
+                check_uri(&uri, schemes)?;
                 let (text, blob) = match body {
                     Body::Text(text) => (Some(text), None),
                     Body::Blob(data) => (None, Some(base64(&data))),
@@ -165,31 +165,30 @@ impl ShownSoFar {
         self.bytes = 0;
         std::mem::take(&mut self.blocks)
     }
+}
 
-    /// Refuses a URI without a scheme this tool may use.
-    fn check_uri(&self, uri: &str) -> Result<(), String> {
-        let scheme = uri
-            .split_once(':')
-            .map(|(scheme, _)| scheme)
-            .filter(|s| {
-                s.starts_with(|c: char| c.is_ascii_alphabetic())
-                    && s.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-            })
-            .ok_or_else(|| format!("the tool showed a URI without a scheme ({})", shorten(uri)))?
-            .to_ascii_lowercase();
-        let allowed = if self.schemes.is_empty() {
-            DEFAULT_URI_SCHEMES.contains(&scheme.as_str())
-        } else {
-            self.schemes.contains(&scheme)
-        };
-        if allowed {
-            Ok(())
-        } else {
-            Err(format!(
-                "the tool showed a {scheme}: URI, a scheme its policy does not allow (uri_schemes)"
-            ))
-        }
+/// Refuses a URI without a scheme of `schemes` (empty:
+/// [`DEFAULT_URI_SCHEMES`]); schemes compare without case.
+fn check_uri(uri: &str, schemes: &[String]) -> Result<(), String> {
+    let scheme = uri
+        .split_once(':')
+        .map(|(scheme, _)| scheme)
+        .filter(|s| is_uri_scheme(s))
+        .ok_or_else(|| format!("the tool showed a URI without a scheme ({})", shorten(uri)))?;
+    let allowed = if schemes.is_empty() {
+        DEFAULT_URI_SCHEMES
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(scheme))
+    } else {
+        schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme))
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(format!(
+            "the tool showed a {}: URI, a scheme its policy does not allow (uri_schemes)",
+            scheme.to_ascii_lowercase()
+        ))
     }
 }
 
@@ -262,22 +261,19 @@ mod tests {
 
     #[test]
     fn media_must_be_what_its_type_says() {
-        let mut shown = ShownSoFar::new(1 << 20, &[]);
-        assert!(
-            shown
-                .push(Block::Image(PNG.to_vec(), "image/png".into()))
-                .is_ok()
-        );
-        let err = shown
-            .push(Block::Image(PNG.to_vec(), "image/jpeg".into()))
-            .unwrap_err();
+        let mut shown = ShownSoFar::new(1 << 20);
+        let image = |kind: &str| Block::Image(PNG.to_vec(), kind.into());
+        assert!(shown.push(image("image/png"), &[]).is_ok());
+        let err = shown.push(image("image/jpeg"), &[]).unwrap_err();
         assert!(err.contains("not image/jpeg"), "{err}");
-        let err = shown
-            .push(Block::Image(PNG.to_vec(), "image/svg+xml".into()))
-            .unwrap_err();
+        let err = shown.push(image("image/svg+xml"), &[]).unwrap_err();
         assert!(err.contains("the types are"), "{err}");
         let wav = b"RIFF\0\0\0\0WAVEfmt ".to_vec();
-        assert!(shown.push(Block::Audio(wav, "audio/wave".into())).is_ok());
+        assert!(
+            shown
+                .push(Block::Audio(wav, "audio/wave".into()), &[])
+                .is_ok()
+        );
         assert_eq!(shown.take().len(), 2);
     }
 
@@ -289,35 +285,24 @@ mod tests {
             description: None,
             mime_type: None,
         };
-        let mut default = ShownSoFar::new(1 << 20, &[]);
-        assert!(default.push(link("https://example.com/a")).is_ok());
-        assert!(
-            default
-                .push(link("file:///etc/passwd"))
-                .unwrap_err()
-                .contains("file:")
-        );
-        assert!(
-            default
-                .push(link("no scheme"))
-                .unwrap_err()
-                .contains("without a scheme")
-        );
-        let mut test = ShownSoFar::new(1 << 20, &["Test".into()]);
-        assert!(test.push(link("test://x")).is_ok());
-        assert!(test.push(link("https://x")).is_err());
-        let mut small = ShownSoFar::new(10, &[]);
-        assert!(small.push(Block::Text("0123456789".into())).is_ok());
-        assert!(
-            small
-                .push(Block::Text("!".into()))
-                .unwrap_err()
-                .contains("max_result_bytes")
-        );
-        let mut many = ShownSoFar::new(1 << 20, &[]);
+        let mut shown = ShownSoFar::new(1 << 20);
+        assert!(shown.push(link("https://example.com/a"), &[]).is_ok());
+        let err = shown.push(link("file:///etc/passwd"), &[]).unwrap_err();
+        assert!(err.contains("file:"), "{err}");
+        let err = shown.push(link("no scheme"), &[]).unwrap_err();
+        assert!(err.contains("without a scheme"), "{err}");
+        let test = ["Test".to_owned()];
+        assert!(shown.push(link("test://x"), &test).is_ok());
+        assert!(shown.push(link("https://x"), &test).is_err());
+        let text = |t: &str| Block::Text(t.into());
+        let mut small = ShownSoFar::new(10);
+        assert!(small.push(text("0123456789"), &[]).is_ok());
+        let err = small.push(text("!"), &[]).unwrap_err();
+        assert!(err.contains("max_result_bytes"), "{err}");
+        let mut many = ShownSoFar::new(1 << 20);
         for _ in 0..MAX_BLOCKS {
-            many.push(Block::Text(String::new())).unwrap();
+            many.push(text(""), &[]).unwrap();
         }
-        assert!(many.push(Block::Text(String::new())).is_err());
+        assert!(many.push(text(""), &[]).is_err());
     }
 }

@@ -275,7 +275,7 @@ impl show::Host for CallState {
             },
         };
         self.shown
-            .push(block)
+            .push(block, &self.grants.uri_schemes)
             .map_err(|why| wasmtime::Error::new(ImportMisused(why)))
     }
 }
@@ -311,7 +311,7 @@ impl ask::Host for CallState {
             schema,
             answer: Answer::Cancel,
         };
-        asked.answer = if !self.may_ask {
+        asked.answer = if !self.grants.ask_user {
             Answer::Unavailable {
                 why: "the operator's policy does not let this tool ask its user (ask = true)"
                     .into(),
@@ -357,6 +357,7 @@ impl ask::Host for CallState {
         // Refused requests count too: a tool denied the model cannot make
         // the host keep a list without end.
         let limit = self
+            .grants
             .sampling
             .map_or(SampleGrant::DEFAULT.max_requests, |g| g.max_requests);
         if self.sampled.len() >= limit as usize {
@@ -378,7 +379,7 @@ impl ask::Host for CallState {
             system: system.clone(),
             max_tokens,
         };
-        let reply = match self.sampling {
+        let reply = match self.grants.sampling {
             None => SampleReply::Refused {
                 why: "the operator's policy does not let this tool ask the model (sample)".into(),
             },

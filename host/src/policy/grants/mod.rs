@@ -67,6 +67,15 @@ pub struct Grants {
     pub sampling: Option<SampleGrant>,
 }
 
+/// Whether `text` is a URI scheme (RFC 3986: a letter, then letters,
+/// digits, `+`, `-` or `.`).
+pub fn is_uri_scheme(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
 /// How much a call may ask the model (`sample = { max_tokens,
 /// max_requests }`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
