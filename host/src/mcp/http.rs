@@ -107,7 +107,9 @@ pub struct McpHttpService {
     sessions: Arc<Sessions>,
     tools: Arc<ToolSet>,
     auth: Option<Arc<Authenticator>>,
-    limiter: Arc<UserLimiter>,
+    /// Counts what each user uses; `None` when the policy sets no limit
+    /// (nothing is counted then).
+    limiter: Option<Arc<UserLimiter>>,
 }
 
 impl std::fmt::Debug for McpHttpService {
@@ -143,8 +145,9 @@ impl McpHttpService {
     ) -> Self {
         let config = config.enforce_origin_validation();
         let sessions = Arc::new(Sessions::new(opener.user().unwrap_or_default().to_owned()));
-        let limiter = UserLimiter::new(access.limits);
-        let (factory_tools, factory_limiter) = (Arc::clone(&tools), Arc::clone(&limiter));
+        let limiter =
+            (access.limits != UserLimits::default()).then(|| UserLimiter::new(access.limits));
+        let (factory_tools, factory_limiter) = (Arc::clone(&tools), limiter.clone());
         let service = StreamableHttpService::new(
             move || {
                 let owner = IN_REQUEST
@@ -155,7 +158,7 @@ impl McpHttpService {
                     Arc::clone(&factory_tools),
                     opener.clone(),
                     owner,
-                    Some(Arc::clone(&factory_limiter)),
+                    factory_limiter.clone(),
                 ));
                 // A server made for a request of the stateless revision
                 // (no session) is filed nowhere and served by rmcp alone.
@@ -235,8 +238,10 @@ impl McpHttpService {
             Some(_) => {}
             // A POST without a session starts one (rmcp refuses anything
             // else that comes without).
-            None if request.method() == hyper::Method::POST => {
-                match self.limiter.open_session(user) {
+            None if request.method() == hyper::Method::POST
+                && let Some(limiter) = &self.limiter =>
+            {
+                match limiter.open_session(user) {
                     Ok(permit) => session_permit = Some(permit),
                     Err(limit) => {
                         return text_response(

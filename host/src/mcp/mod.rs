@@ -266,18 +266,14 @@ impl McpServer {
             .map(|s| Working::Shared(Arc::clone(s)))
     }
 
-    /// Asks the client's user about a call of an `approval = "ask"` tool
-    /// (MCP elicitation). `Err` is the tool result's text: the loop's
-    /// rejection message, and why when the client could not ask.
+    /// Asks the client's user about a call of tool `name`, an `approval =
+    /// "ask"` tool (MCP elicitation). `Err` is the tool result's text: the
+    /// loop's rejection message, and why when the client could not ask.
     async fn approve(
-        &self,
         name: &str,
         arguments: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), String> {
-        if !self.asks_approval(name) {
-            return Ok(());
-        }
         let can_ask = context
             .peer
             .peer_info()
@@ -364,36 +360,26 @@ impl McpServer {
         answer.with_meta(Some(rmcp::model::MetaObject(meta)))
     }
 
-    /// Whether a call of tool `name` asks the client's user first
-    /// (`approval = "ask"`).
-    fn asks_approval(&self, name: &str) -> bool {
-        self.tools
-            .current()
-            .component_for(name)
-            .is_some_and(|c| c.approval() == Approval::Ask)
-    }
-
-    /// Whether tool `name` may ask its person mid-call (`ask = true`).
-    fn may_ask(&self, name: &str) -> bool {
-        self.tools
-            .current()
-            .component_for(name)
-            .is_some_and(|c| c.grants().ask_user)
-    }
-
-    /// Whether tool `name` may ask the model mid-call (`sample`).
-    fn may_sample(&self, name: &str) -> bool {
-        self.tools
-            .current()
-            .component_for(name)
-            .is_some_and(|c| c.grants().sampling.is_some())
+    /// What a call of tool `name` needs of its client while it runs
+    /// (nothing for a tool the host does not have). One look at the tools.
+    fn needs(&self, name: &str) -> Needs {
+        let host = self.tools.current();
+        let Some(component) = host.component_for(name) else {
+            return Needs::default();
+        };
+        Needs {
+            approval: component.approval() == Approval::Ask,
+            person: component.grants().ask_user,
+            model: component.grants().sampling.is_some(),
+        }
     }
 
     /// Whether a call of tool `name` may need its client while it runs: to
     /// approve it, or to answer its questions. Over HTTP a call that does
     /// not is answered in its request's own task ([`http`]).
     fn needs_client(&self, name: &str) -> bool {
-        self.asks_approval(name) || self.may_ask(name) || self.may_sample(name)
+        let needs = self.needs(name);
+        needs.approval || needs.person || needs.model
     }
 
     /// A `tools/call` of `caller` whose approval (if any) is given: on the
@@ -447,8 +433,9 @@ impl McpServer {
     /// a scope the tool needs. `None` when it may, and always without a
     /// token (the host's own error answers a name it does not know).
     fn unknown_to(&self, caller: Option<&Caller>, name: &str) -> Option<String> {
+        caller?;
         let host = self.tools.current();
-        if caller.is_none() || may_call(&host, caller, name) {
+        if may_call(&host, caller, name) {
             return None;
         }
         let available = host
@@ -462,6 +449,17 @@ impl McpServer {
         };
         Some(unknown.to_string())
     }
+}
+
+/// What a call needs of its client while it runs ([`McpServer::needs`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Needs {
+    /// Approval first (`approval = "ask"`).
+    approval: bool,
+    /// Answers from its person (`ask = true`).
+    person: bool,
+    /// Completions from its model (`sample`).
+    model: bool,
 }
 
 /// Whether `caller` may see and call tool `name` of `host`: its token
@@ -765,7 +763,10 @@ impl ServerHandler for McpServer {
             return Ok(error_result(unknown).into());
         }
         let arguments = arguments_text(request.arguments);
-        if let Err(refused) = self.approve(&request.name, &arguments, &context).await {
+        let needs = self.needs(&request.name);
+        if needs.approval
+            && let Err(refused) = Self::approve(&request.name, &arguments, &context).await
+        {
             return Ok(error_result(refused).into());
         }
         // The client's cancellation stops the tool through its epoch
@@ -778,8 +779,8 @@ impl ServerHandler for McpServer {
             &request.name,
             context.meta.get_progress_token(),
             &self.log_threshold,
-            self.may_ask(&request.name).then(|| asker(&context)),
-            self.may_sample(&request.name).then(|| sampler(&context)),
+            needs.person.then(|| asker(&context)),
+            needs.model.then(|| sampler(&context)),
         );
         let watch = watch(&context, cancel.clone());
         let call = self.run_call(
