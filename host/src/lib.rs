@@ -132,5 +132,8 @@ pub use kind::ErrorKind;
 pub use policy::{Approval, Policy, ToolConfig};
 pub use sandbox::{CompileCache, GuestOutput, Limits};
 pub use session::{Session, SessionOptions, SessionStore, SqliteStore};
-pub use spec::{Answer, Asked, SampleReply, SampleRequest, Sampled, Shown, ToolSpec};
+pub use spec::{
+    Answer, Asked, Prompt, PromptArgument, PromptSpec, ResourceSpec, Role, SampleReply,
+    SampleRequest, Sampled, Shown, ToolSpec,
+};
 pub use tools::{CallError, CallFailure, CallOutcome, Host, HostBuilder, LoadError, ToolCall};

@@ -257,3 +257,81 @@ pub enum SampleReply {
         why: String,
     },
 }
+
+/// The most resources (fixed URIs and templates together) or prompts one
+/// component may offer.
+pub const MAX_OFFERS: usize = 256;
+
+/// A resource a component offers (WIT `resources.resource-spec`): a fixed
+/// URI, or a URI template when [`ResourceSpec::is_template`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSpec {
+    /// The URI or template (`notes://day/{date}`).
+    pub uri: String,
+    /// A short name.
+    pub name: String,
+    /// A title for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+impl ResourceSpec {
+    /// Whether the URI is a template (it has a `{variable}`).
+    pub fn is_template(&self) -> bool {
+        self.uri.contains('{')
+    }
+}
+
+/// A prompt a component offers (WIT `prompts.prompt-spec`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptSpec {
+    /// Its name, unique among the host's prompts.
+    pub name: String,
+    /// A title for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its arguments, in order.
+    pub arguments: Vec<PromptArgument>,
+}
+
+/// One argument of a prompt (a string).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptArgument {
+    /// Its name.
+    pub name: String,
+    /// What it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Whether a `get` must give it.
+    pub required: bool,
+}
+
+/// Who says a message of a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The person.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// A prompt as a component filled it in (WIT `prompts.prompt`), its
+/// content checked as [`Shown`] blocks are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// What it is, as filled in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The conversation it starts.
+    pub messages: Vec<(Role, Shown)>,
+}

@@ -569,7 +569,7 @@ fn inspect_lists_tools_and_imports() {
     let out = airlock(&["inspect", path(&stateful)]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("increment  Add 1 to the counter"), "{text}");
-    assert!(text.contains("airlock:tool/context@0.1.1"), "{text}");
+    assert!(text.contains("airlock:tool/context@0.1.2"), "{text}");
 }
 
 /// `airlock run` of the demo: the stateful tool, the vowels script, the

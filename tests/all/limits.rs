@@ -1053,3 +1053,101 @@ async fn traps_naming(cases: &[(&str, &str)]) {
         assert!(message.contains(said), "{attack_name}: {message}");
     }
 }
+
+/// What a component offers beside its tools is bounded like a call's
+/// result: a read, a prompt or a completion that breaks a rule (too many
+/// contents or messages, too many bytes, a URI scheme the policy does not
+/// allow, an image whose bytes are not what its type says, too many or
+/// too long completions, a trap, a spin) fails alone with an error naming
+/// the rule, deps are unchanged, and the host serves the next call.
+#[tokio::test]
+async fn resources_prompts_and_completions_that_break_a_rule_fail_alone() {
+    use airlock::sandbox::CancelToken;
+    use airlock::tools::{Completing, ServeError};
+    use std::collections::BTreeMap;
+    let host = hostile_host().await;
+    let mut ctx = RunContext::from_value(json!({"secret_plan": [1, 2, 3]})).unwrap();
+    let before = snapshot(&ctx);
+    let cancel = CancelToken::new();
+    let read = |name: &str| {
+        let uri = format!("https://hostile.example/{name}");
+        let (host, ctx, cancel) = (host, ctx.clone(), cancel.clone());
+        async move { host.read_resource(&ctx, &uri, &cancel).await.unwrap_err() }
+    };
+    let refused = |err: ServeError| match err {
+        ServeError::Call(CallError::InvalidResult(why)) => why,
+        other => panic!("expected a refused result, got {other}"),
+    };
+    let why = refused(read("flood").await);
+    assert!(why.contains("more than 32 blocks"), "{why}");
+    let why = refused(read("huge").await);
+    assert!(why.contains("max_result_bytes"), "{why}");
+    let why = refused(read("file").await);
+    assert!(
+        why.contains("file: URI") && why.contains("uri_schemes"),
+        "{why}"
+    );
+    let err = read("trap").await;
+    assert!(
+        matches!(&err, ServeError::Call(CallError::Trap { stderr, .. })
+            if stderr.contains("hostile resource panicked on purpose")),
+        "{err}"
+    );
+    let err = read("spin").await;
+    assert!(
+        matches!(err, ServeError::Call(CallError::Timeout { .. })),
+        "{err}"
+    );
+    let err = read("nothing-here").await;
+    assert!(matches!(err, ServeError::UnknownResource { .. }), "{err}");
+    assert_host_still_serves(host, &mut ctx, &before).await;
+
+    let none = BTreeMap::new();
+    let prompt = |name: &'static str| {
+        let (host, ctx, cancel, none) = (host, ctx.clone(), cancel.clone(), none.clone());
+        async move {
+            host.get_prompt(&ctx, name, &none, &cancel)
+                .await
+                .unwrap_err()
+        }
+    };
+    let why = refused(prompt("mislabelled_image").await);
+    assert!(why.contains("whose bytes are not image/png"), "{why}");
+    let why = refused(prompt("flood_messages").await);
+    assert!(why.contains("more than 32 blocks"), "{why}");
+    let mut unknown = BTreeMap::new();
+    unknown.insert("y".to_owned(), "1".to_owned());
+    let err = host
+        .get_prompt(&ctx, "flood_messages", &unknown, &cancel)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ServeError::BadRequest(m) if m.contains("no argument \"y\"")),
+        "{err}"
+    );
+
+    let why = refused(
+        host.complete(
+            &ctx,
+            Completing::Prompt("flood_messages"),
+            "x",
+            "",
+            &none,
+            &cancel,
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(why.contains("4096 bytes") && why.contains("1024"), "{why}");
+    let template = Completing::Template("https://hostile.example/t/{x}");
+    let why = refused(
+        host.complete(&ctx, template, "x", "", &none, &cancel)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        why.contains("1000 completions") && why.contains("100"),
+        "{why}"
+    );
+    assert_host_still_serves(host, &mut ctx, &before).await;
+}

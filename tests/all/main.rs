@@ -19,6 +19,7 @@ mod http;
 mod isolation;
 mod limits;
 mod mcp;
+mod mcp_offers;
 mod oauth;
 mod oci;
 mod oci_trust;

@@ -1082,7 +1082,7 @@ fn components_cross_with_another_registry_client() {
     assert_eq!(config["os"], "wasip2");
     assert_eq!(config["layerDigests"][0], manifest["layers"][0]["digest"]);
     let exports = config["component"]["exports"].to_string();
-    assert!(exports.contains("airlock:tool/tool@0.1.1"), "{config}");
+    assert!(exports.contains("airlock:tool/tool@0.1.2"), "{config}");
 
     // Written as an OCI layout the way wkg writes one, pushed by skopeo,
     // pulled and run by Airlock.

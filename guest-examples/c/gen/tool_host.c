@@ -3,64 +3,64 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `airlock:tool/context@0.1.1`
+// Imported Functions from `airlock:tool/context@0.1.2`
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.run-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.run-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_run_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.session-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.session-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_session_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.user-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.user-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_user_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.tool-call-id")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.tool-call-id")))
 extern void __wasm_import_airlock_tool_context_method_run_context_tool_call_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.retry")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.retry")))
 extern int32_t __wasm_import_airlock_tool_context_method_run_context_retry(int32_t);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.iteration")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.iteration")))
 extern int32_t __wasm_import_airlock_tool_context_method_run_context_iteration(int32_t);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.usage")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.usage")))
 extern void __wasm_import_airlock_tool_context_method_run_context_usage(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.get")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.get")))
 extern void __wasm_import_airlock_tool_context_method_run_context_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.keys")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.keys")))
 extern void __wasm_import_airlock_tool_context_method_run_context_keys(int32_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[method]run-context.metadata")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[method]run-context.metadata")))
 extern void __wasm_import_airlock_tool_context_method_run_context_metadata(int32_t, uint8_t *, size_t, uint8_t *);
 
-// Imported Functions from `airlock:tool/log@0.1.1`
+// Imported Functions from `airlock:tool/log@0.1.2`
 
-__attribute__((__import_module__("airlock:tool/log@0.1.1"), __import_name__("log")))
+__attribute__((__import_module__("airlock:tool/log@0.1.2"), __import_name__("log")))
 extern void __wasm_import_airlock_tool_log_log(int32_t, uint8_t *, size_t);
 
-// Imported Functions from `airlock:tool/progress@0.1.1`
+// Imported Functions from `airlock:tool/progress@0.1.2`
 
-__attribute__((__import_module__("airlock:tool/progress@0.1.1"), __import_name__("report")))
+__attribute__((__import_module__("airlock:tool/progress@0.1.2"), __import_name__("report")))
 extern void __wasm_import_airlock_tool_progress_report(double, int32_t, double, int32_t, uint8_t *, size_t);
 
-// Imported Functions from `airlock:tool/show@0.1.1`
+// Imported Functions from `airlock:tool/show@0.1.2`
 
-__attribute__((__import_module__("airlock:tool/show@0.1.1"), __import_name__("show")))
+__attribute__((__import_module__("airlock:tool/show@0.1.2"), __import_name__("show")))
 extern void __wasm_import_airlock_tool_show_show(int32_t, uint8_t *, size_t, uint8_t *, uint8_t *, size_t, uint8_t *, uint8_t *, size_t, uint8_t *, size_t);
 
-// Imported Functions from `airlock:tool/ask@0.1.1`
+// Imported Functions from `airlock:tool/ask@0.1.2`
 
-__attribute__((__import_module__("airlock:tool/ask@0.1.1"), __import_name__("ask-user")))
+__attribute__((__import_module__("airlock:tool/ask@0.1.2"), __import_name__("ask-user")))
 extern void __wasm_import_airlock_tool_ask_ask_user(uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("airlock:tool/ask@0.1.1"), __import_name__("ask-model")))
+__attribute__((__import_module__("airlock:tool/ask@0.1.2"), __import_name__("ask-model")))
 extern void __wasm_import_airlock_tool_ask_ask_model(uint8_t *, size_t, int32_t, uint8_t *, size_t, int32_t, uint8_t *);
 
-// Exported Functions from `airlock:tool/tool@0.1.1`
+// Exported Functions from `airlock:tool/tool@0.1.2`
 
-__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#describe")))
+__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.2#describe")))
 void __wasm_export_exports_airlock_tool_tool_describe_post_return(uint8_t * arg0) {
   size_t len = *((size_t*) (arg0 + sizeof(void*)));
   if (len > 0) {
@@ -82,7 +82,7 @@ void __wasm_export_exports_airlock_tool_tool_describe_post_return(uint8_t * arg0
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.1#call")))
+__attribute__((__weak__, __export_name__("cabi_post_airlock:tool/tool@0.1.2#call")))
 void __wasm_export_exports_airlock_tool_tool_call_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -250,7 +250,7 @@ void airlock_tool_context_json_free(airlock_tool_context_json_t *ptr) {
   airlock_tool_types_json_free(ptr);
 }
 
-__attribute__((__import_module__("airlock:tool/context@0.1.1"), __import_name__("[resource-drop]run-context")))
+__attribute__((__import_module__("airlock:tool/context@0.1.2"), __import_name__("[resource-drop]run-context")))
 extern void __wasm_import_airlock_tool_context_run_context_drop(int32_t handle);
 
 void airlock_tool_context_run_context_drop_own(airlock_tool_context_own_run_context_t handle) {
@@ -861,7 +861,7 @@ bool airlock_tool_ask_ask_model(airlock_tool_ask_list_said_t *messages, tool_hos
   }
 }
 
-__attribute__((__export_name__("airlock:tool/tool@0.1.1#describe")))
+__attribute__((__export_name__("airlock:tool/tool@0.1.2#describe")))
 uint8_t * __wasm_export_exports_airlock_tool_tool_describe(void) {
   exports_airlock_tool_tool_list_tool_spec_t ret;
   exports_airlock_tool_tool_describe(&ret);
@@ -871,7 +871,7 @@ uint8_t * __wasm_export_exports_airlock_tool_tool_describe(void) {
   return ptr;
 }
 
-__attribute__((__export_name__("airlock:tool/tool@0.1.1#call")))
+__attribute__((__export_name__("airlock:tool/tool@0.1.2#call")))
 uint8_t * __wasm_export_exports_airlock_tool_tool_call(int32_t arg, uint8_t * arg0, size_t arg1, uint8_t * arg2, size_t arg3) {
   tool_host_string_t arg4 = (tool_host_string_t) { (uint8_t*)(arg0), (arg1) };
   exports_airlock_tool_tool_json_t arg5 = (tool_host_string_t) { (uint8_t*)(arg2), (arg3) };

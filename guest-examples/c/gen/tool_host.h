@@ -300,7 +300,7 @@ typedef struct {
   } val;
 } exports_airlock_tool_tool_result_tool_output_tool_error_t;
 
-// Imported Functions from `airlock:tool/context@0.1.1`
+// Imported Functions from `airlock:tool/context@0.1.2`
 // Fresh for every run, never chosen by the caller.
 extern void airlock_tool_context_method_run_context_run_id(airlock_tool_context_borrow_run_context_t self, tool_host_string_t *ret);
 // The conversation this run belongs to; stable across its runs.
@@ -323,10 +323,10 @@ extern void airlock_tool_context_method_run_context_keys(airlock_tool_context_bo
 // An opaque string the embedder attached to the run.
 extern bool airlock_tool_context_method_run_context_metadata(airlock_tool_context_borrow_run_context_t self, tool_host_string_t *key, tool_host_string_t *ret);
 
-// Imported Functions from `airlock:tool/log@0.1.1`
+// Imported Functions from `airlock:tool/log@0.1.2`
 extern void airlock_tool_log_log(airlock_tool_log_level_t level, tool_host_string_t *message);
 
-// Imported Functions from `airlock:tool/progress@0.1.1`
+// Imported Functions from `airlock:tool/progress@0.1.2`
 // `done` of `total` (when known; the same unit, any you like), and
 // what is happening now. `done` should grow from report to report.
 // 
@@ -336,7 +336,7 @@ extern void airlock_tool_log_log(airlock_tool_log_level_t level, tool_host_strin
 // may reach the client merged (the last one wins), except the last.
 extern void airlock_tool_progress_report(double done, double *maybe_total, tool_host_string_t *maybe_message);
 
-// Imported Functions from `airlock:tool/show@0.1.1`
+// Imported Functions from `airlock:tool/show@0.1.2`
 // Adds `block` after those the call showed before.
 // 
 // Checked at once; a block that breaks a rule fails the call: bytes
@@ -346,7 +346,7 @@ extern void airlock_tool_progress_report(double done, double *maybe_total, tool_
 // operator says).
 extern void airlock_tool_show_show(airlock_tool_show_block_t *block);
 
-// Imported Functions from `airlock:tool/ask@0.1.1`
+// Imported Functions from `airlock:tool/ask@0.1.2`
 // Asks `message`, wanting an answer shaped by `schema`: a JSON Schema
 // object of flat properties (`string`, `number`, `integer`,
 // `boolean`, enums; defaults allowed), MCP's elicitation subset.
@@ -364,7 +364,7 @@ extern void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_
 // 64 KiB of messages in all; past these the call fails.
 extern bool airlock_tool_ask_ask_model(airlock_tool_ask_list_said_t *messages, tool_host_string_t *maybe_system, uint32_t max_tokens, airlock_tool_ask_reply_t *ret, tool_host_string_t *err);
 
-// Exported Functions from `airlock:tool/tool@0.1.1`
+// Exported Functions from `airlock:tool/tool@0.1.2`
 void exports_airlock_tool_tool_describe(exports_airlock_tool_tool_list_tool_spec_t *ret);
 bool exports_airlock_tool_tool_call(exports_airlock_tool_tool_borrow_run_context_t ctx, tool_host_string_t *name, exports_airlock_tool_tool_json_t *args, exports_airlock_tool_tool_tool_output_t *ret, exports_airlock_tool_tool_tool_error_t *err);
 

@@ -9,12 +9,13 @@
 
 wit_bindgen::generate!({
     path: "../../wit",
-    world: "tool-host",
+    world: "tool-server",
 });
 
 use airlock::tool::context::RunContext;
 use airlock::tool::types::{ContextOp, Entry, ToolError, ToolOutput, ToolSpec};
 use airlock::tool::{ask, log, progress, show};
+use exports::airlock::tool::{prompts, resources};
 use serde_json::{Value, json};
 
 struct Hostile;
@@ -438,6 +439,132 @@ fn scribble() -> Value {
 fn recurse(depth: u64) -> u64 {
     let frame = std::hint::black_box([depth; 64]);
     recurse(depth + 1) + frame[63]
+}
+
+/// Hostile resources (`https://hostile.example/NAME`): each read attacks
+/// the host in one way.
+const RESOURCES: &[(&str, &str)] = &[
+    ("flood", "1,000 contents (the limit is 32)."),
+    ("huge", "2 MiB of text (over the result's 1 MiB)."),
+    (
+        "file",
+        "Contents at file:///etc/passwd (a scheme the policy does not allow).",
+    ),
+    ("trap", "Panic while reading."),
+    ("spin", "Loop forever while reading."),
+];
+
+impl exports::airlock::tool::resources::Guest for Hostile {
+    fn describe() -> Vec<resources::ResourceSpec> {
+        RESOURCES
+            .iter()
+            .map(|(name, description)| resources::ResourceSpec {
+                uri: format!("https://hostile.example/{name}"),
+                name: (*name).to_owned(),
+                title: None,
+                description: Some((*description).to_owned()),
+                mime_type: None,
+            })
+            .chain(std::iter::once(resources::ResourceSpec {
+                uri: "https://hostile.example/t/{x}".into(),
+                name: "template".into(),
+                title: None,
+                description: Some("A template whose variable completes to 1,000 values.".into()),
+                mime_type: None,
+            }))
+            .collect()
+    }
+
+    fn read(
+        _ctx: &RunContext,
+        request: resources::Request,
+    ) -> Result<Vec<resources::Contents>, resources::ReadError> {
+        let text = |uri: &str, text: String| resources::Contents {
+            uri: uri.to_owned(),
+            mime_type: Some("text/plain".into()),
+            body: show::ResourceBody::Text(text),
+        };
+        let uri = request.uri.as_str();
+        match uri.rsplit('/').next().unwrap_or_default() {
+            "flood" => Ok((0..1000).map(|i| text(uri, i.to_string())).collect()),
+            "huge" => Ok(vec![text(uri, "x".repeat(2 << 20))]),
+            "file" => Ok(vec![text("file:///etc/passwd", "root".into())]),
+            "trap" => panic!("hostile resource panicked on purpose"),
+            "spin" => loop {
+                std::hint::spin_loop();
+            },
+            _ => Err(resources::ReadError::NotFound),
+        }
+    }
+
+    /// 1,000 values (the limit is 100).
+    fn complete(
+        _ctx: &RunContext,
+        _template: String,
+        _variable: String,
+        _value: String,
+        _resolved: Vec<(String, String)>,
+    ) -> Vec<String> {
+        (0..1000).map(|i| i.to_string()).collect()
+    }
+}
+
+/// Hostile prompts: each answer breaks a rule.
+impl exports::airlock::tool::prompts::Guest for Hostile {
+    fn describe() -> Vec<prompts::PromptSpec> {
+        let prompt = |name: &str, description: &str| prompts::PromptSpec {
+            name: name.to_owned(),
+            title: None,
+            description: Some(description.to_owned()),
+            arguments: vec![prompts::Argument {
+                name: "x".into(),
+                description: None,
+                required: false,
+            }],
+        };
+        vec![
+            prompt(
+                "mislabelled_image",
+                "An image labelled image/png whose bytes are a JPEG's.",
+            ),
+            prompt("flood_messages", "1,000 messages (the limit is 32)."),
+        ]
+    }
+
+    fn get(
+        _ctx: &RunContext,
+        name: String,
+        _arguments: Vec<(String, String)>,
+    ) -> Result<prompts::Prompt, String> {
+        let message = |content| prompts::Message {
+            speaker: ask::Speaker::User,
+            content,
+        };
+        let messages = match name.as_str() {
+            "mislabelled_image" => vec![message(show::Block::Image(show::Media {
+                data: vec![0xFF, 0xD8, 0xFF, 0xE0, 0, 0x10],
+                mime_type: "image/png".into(),
+            }))],
+            _ => (0..1000)
+                .map(|i| message(show::Block::Text(i.to_string())))
+                .collect(),
+        };
+        Ok(prompts::Prompt {
+            description: None,
+            messages,
+        })
+    }
+
+    /// One value of 4 KiB (the limit is 1 KiB).
+    fn complete(
+        _ctx: &RunContext,
+        _name: String,
+        _argument: String,
+        _value: String,
+        _resolved: Vec<(String, String)>,
+    ) -> Vec<String> {
+        vec!["x".repeat(4096)]
+    }
 }
 
 export!(Hostile);

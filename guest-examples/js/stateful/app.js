@@ -8,7 +8,7 @@
 // `{tag, val}`, `option<T>` is `T | undefined`, and a `result` export
 // returns the ok value or throws the error value.
 
-import { RunContext } from "airlock:tool/context@0.1.1";
+import { RunContext } from "airlock:tool/context@0.1.2";
 
 // Warm-up at build time. componentize-js runs the bindings it generates
 // (the code that reads a call's arguments out of memory and writes its

@@ -201,6 +201,9 @@ pub async fn run(args: InspectArgs) -> ExitCode {
             "oci": oci.as_ref().map(|(_, doc)| doc),
             "tools": tools,
             "skipped": component.skipped(),
+            "resources": component.offers().0,
+            "prompts": component.offers().1,
+            "withheld": component.withheld(),
             "imports": imports.iter().map(|i| {
                 let (capability, granted) = capability(i, &described);
                 json!({"name": i, "capability": capability, "granted": granted})
@@ -243,6 +246,47 @@ pub async fn run(args: InspectArgs) -> ExitCode {
                 "  {}  {}\n",
                 field(&skipped.function),
                 field(&skipped.reason)
+            ));
+        }
+    }
+    let (resources, prompts) = component.offers();
+    if !resources.is_empty() {
+        text.push_str("\nresources (for an MCP client):\n");
+        for spec in resources {
+            let about = spec.description.as_deref().unwrap_or(&spec.name);
+            text.push_str(&format!("  {}  {}\n", field(&spec.uri), field(about)));
+        }
+    }
+    if !component.withheld().is_empty() {
+        text.push_str("\nresources not offered:\n");
+        for withheld in component.withheld() {
+            text.push_str(&format!(
+                "  {}  {}\n",
+                field(&withheld.uri),
+                field(&withheld.reason)
+            ));
+        }
+    }
+    if !prompts.is_empty() {
+        text.push_str("\nprompts (for an MCP client):\n");
+        for spec in prompts {
+            let arguments: Vec<String> = spec
+                .arguments
+                .iter()
+                .map(|a| {
+                    if a.required {
+                        a.name.clone()
+                    } else {
+                        format!("[{}]", a.name)
+                    }
+                })
+                .collect();
+            let about = spec.description.as_deref().unwrap_or_default();
+            text.push_str(&format!(
+                "  {}({})  {}\n",
+                field(&spec.name),
+                field(&arguments.join(", ")),
+                field(about)
             ));
         }
     }

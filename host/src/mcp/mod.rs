@@ -21,16 +21,19 @@
 pub mod auth;
 pub mod http;
 pub mod limits;
+mod offers;
 pub mod relay;
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, ElicitationSchema, Implementation, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, RequestId, RequestMetaObject, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceContents,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -148,6 +151,13 @@ impl ToolSet {
         let mut live = Vec::with_capacity(peers.len());
         for peer in peers.drain(..) {
             if peer.notify_tool_list_changed().await.is_ok() {
+                // What the components offer beside tools may have changed
+                // with them.
+                let resources = peer.notify_resource_list_changed().await;
+                let prompts = peer.notify_prompt_list_changed().await;
+                if resources.is_err() || prompts.is_err() {
+                    tracing::debug!("cannot tell a client the lists changed");
+                }
                 live.push(peer);
             }
         }
@@ -182,6 +192,8 @@ pub struct McpServer {
     /// The least level of the tools' log records its client hears
     /// (`logging/setLevel`).
     log_threshold: LogThreshold,
+    /// The resources its client subscribed to.
+    subscriptions: offers::Subscriptions,
 }
 
 impl McpServer {
@@ -195,6 +207,7 @@ impl McpServer {
             owner: None,
             limiter: None,
             log_threshold: LogThreshold::new(),
+            subscriptions: offers::Subscriptions::default(),
         }
     }
 
@@ -215,6 +228,7 @@ impl McpServer {
             owner,
             limiter,
             log_threshold: LogThreshold::new(),
+            subscriptions: offers::Subscriptions::default(),
         }
     }
 
@@ -327,6 +341,7 @@ impl McpServer {
         cancel: CancelToken,
         caller: Option<&Caller>,
     ) -> CallToolResult {
+        let shared = matches!(session, Working::Shared(_));
         let mut session = session.handle().lock().await;
         let host = self.tools.current();
         let by = caller.map(|c| CalledBy {
@@ -342,6 +357,16 @@ impl McpServer {
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let answer = match result {
             Ok(outcome) => {
+                // The server's own session changed: its subscribers hear
+                // of what they read.
+                if shared && !outcome.updates.is_empty() {
+                    let written = outcome
+                        .updates
+                        .iter()
+                        .map(|op| op.key().to_owned())
+                        .collect();
+                    self.subscriptions.changed(&written).await;
+                }
                 let mut answer = match outcome.result {
                     Value::Object(_) => CallToolResult::structured(outcome.result),
                     // A string is the text itself, not its JSON.
@@ -401,17 +426,7 @@ impl McpServer {
                 return Err(unknown);
             }
             let key = call_key(meta)?;
-            let _permit = match &self.limiter {
-                None => None,
-                Some(limiter) => {
-                    let user = caller
-                        .map(|c| c.user.as_str())
-                        .or(self.owner.as_deref())
-                        .or(self.opener.as_ref().and_then(SessionOpener::user))
-                        .unwrap_or_default();
-                    Some(limiter.start_call(user).map_err(|e| e.to_string())?)
-                }
-            };
+            let _permit = self.permit(caller)?;
             let session = self.session_for(meta, caller).await?;
             let call = ToolCall {
                 id: key.clone().unwrap_or_else(|| format!("mcp_{id}")),
@@ -426,6 +441,24 @@ impl McpServer {
             Ok::<_, String>(result)
         };
         work.await.unwrap_or_else(error_result)
+    }
+
+    /// Room for one more call of the caller's (a tool call, or a read, a
+    /// prompt or a completion): `None` when nothing is counted; why not,
+    /// past one of the user's limits.
+    fn permit(&self, caller: Option<&Caller>) -> Result<Option<limits::Permit>, String> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(None);
+        };
+        let user = caller
+            .map(|c| c.user.as_str())
+            .or(self.owner.as_deref())
+            .or(self.opener.as_ref().and_then(SessionOpener::user))
+            .unwrap_or_default();
+        limiter
+            .start_call(user)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 
     /// Why `caller` may not call tool `name`, as the error of a tool that
@@ -508,20 +541,30 @@ fn content_block(shown: Shown) -> ContentBlock {
             mime_type,
             text,
             blob,
-        } => ContentBlock::resource(match (text, blob) {
-            (_, Some(blob)) => ResourceContents::BlobResourceContents {
-                uri,
-                mime_type,
-                blob,
-                meta: None,
-            },
-            (text, None) => ResourceContents::TextResourceContents {
-                uri,
-                mime_type,
-                text: text.unwrap_or_default(),
-                meta: None,
-            },
-        }),
+        } => ContentBlock::resource(resource_contents(uri, mime_type, text, blob)),
+    }
+}
+
+/// A resource's contents: `blob` (base64) when there is one, else `text`.
+fn resource_contents(
+    uri: String,
+    mime_type: Option<String>,
+    text: Option<String>,
+    blob: Option<String>,
+) -> ResourceContents {
+    match (text, blob) {
+        (_, Some(blob)) => ResourceContents::BlobResourceContents {
+            uri,
+            mime_type,
+            blob,
+            meta: None,
+        },
+        (text, None) => ResourceContents::TextResourceContents {
+            uri,
+            mime_type,
+            text: text.unwrap_or_default(),
+            meta: None,
+        },
     }
 }
 
@@ -715,6 +758,11 @@ impl ServerHandler for McpServer {
             .enable_tools()
             .enable_tool_list_changed()
             .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_completions()
             .build();
         let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new("airlock", env!("CARGO_PKG_VERSION"));
@@ -814,14 +862,21 @@ impl ServerHandler for McpServer {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let deps = Resource::new(DEPS_URI, "deps")
-            .with_description(
-                "The tools' shared state in this session (hidden and secret-looking keys removed)",
-            )
-            .with_mime_type("application/json");
-        Ok(ListResourcesResult::with_all_items(vec![deps]))
+        Ok(ListResourcesResult::with_all_items(
+            self.resource_list(&context),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            self.template_list(&context),
+        ))
     }
 
     async fn read_resource(
@@ -829,29 +884,53 @@ impl ServerHandler for McpServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        if request.uri != DEPS_URI {
-            return Err(ErrorData::resource_not_found(
-                format!("no resource {:?}; this server has {DEPS_URI}", request.uri),
-                None,
-            ));
-        }
-        let session = self
-            .session_for(&context.meta, caller_of(&context))
-            .await
-            .map_err(|message| ErrorData::internal_error(message, None))?;
-        let host = self.tools.current();
-        let deps = Value::Object(
-            session
-                .handle()
-                .lock()
-                .await
-                .stored_deps(host.context_rules()),
-        );
-        session.done().await;
-        let mut contents = ResourceContents::text(deps.to_string(), DEPS_URI);
-        if let ResourceContents::TextResourceContents { mime_type, .. } = &mut contents {
-            *mime_type = Some("application/json".into());
-        }
-        Ok(ReadResourceResult::new(vec![contents]).into())
+        let contents = self.read(&request.uri, &context).await?;
+        Ok(ReadResourceResult::new(contents).into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        McpServer::subscribe(self, &request.uri, &context).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        McpServer::unsubscribe(self, &request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(
+            self.prompt_list(&context),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let prompt = self
+            .prompt(&request.name, request.arguments, &context)
+            .await?;
+        Ok(prompt.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.completion(request, &context).await
     }
 }

@@ -169,7 +169,7 @@ impl ShownSoFar {
 
 /// Refuses a URI without a scheme of `schemes` (empty:
 /// [`DEFAULT_URI_SCHEMES`]); schemes compare without case.
-fn check_uri(uri: &str, schemes: &[String]) -> Result<(), String> {
+pub(crate) fn check_uri(uri: &str, schemes: &[String]) -> Result<(), String> {
     let scheme = uri
         .split_once(':')
         .map(|(scheme, _)| scheme)

@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
-use super::bindings::{ToolHost, ToolHostIndices};
+use super::bindings::{Exports, tool};
 use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
 
 /// The shortest instantiation worth doing ahead of demand: a Python
@@ -105,7 +105,7 @@ pub(crate) struct Ahead {
     sandbox: Sandbox,
     pre: InstancePre<CallState>,
     /// Where an Airlock tool's exports are (`None` for a plain component).
-    indices: Option<ToolHostIndices>,
+    indices: Option<Exports>,
     limits: Limits,
     grants: Arc<Grants>,
     gate: Arc<ToolGate>,
@@ -155,7 +155,7 @@ impl Ahead {
     pub(crate) fn new(
         sandbox: &Sandbox,
         pre: &InstancePre<CallState>,
-        indices: Option<ToolHostIndices>,
+        indices: Option<Exports>,
         limits: &Limits,
         grants: &Arc<Grants>,
         gate: &Arc<ToolGate>,
@@ -299,11 +299,15 @@ impl Ahead {
         &self,
         store: &mut Store<CallState>,
         instance: &Instance,
-    ) -> wasmtime::Result<ToolHost> {
+    ) -> wasmtime::Result<tool::Guest> {
+        self.exports()?.tool(store, instance)
+    }
+
+    /// Where an Airlock tool's exports are.
+    pub(crate) fn exports(&self) -> wasmtime::Result<&Exports> {
         self.indices
             .as_ref()
-            .ok_or_else(|| wasmtime::Error::msg("not an Airlock tool"))?
-            .load(store, instance)
+            .ok_or_else(|| wasmtime::Error::msg("not an Airlock tool"))
     }
 
     /// Drops a call's store, then prepares the next instances if they are

@@ -6,8 +6,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::bindings::AirlockPre;
 use super::call::{classify, push_view};
-use super::{CallError, ContextView, Host, Kind, LoadedComponent, ToolCall, ToolHostPre, guest};
+use super::{CallError, ContextView, Host, Kind, LoadedComponent, ToolCall, guest};
 use crate::context::RunContext;
 use crate::sandbox::CallState;
 use crate::sandbox::CancelToken;
@@ -18,14 +19,7 @@ impl Host {
     async fn bench_store(
         &self,
         call: &ToolCall,
-    ) -> Result<
-        (
-            &LoadedComponent,
-            &ToolHostPre<CallState>,
-            wasmtime::Store<CallState>,
-        ),
-        CallError,
-    > {
+    ) -> Result<(&LoadedComponent, &AirlockPre, wasmtime::Store<CallState>), CallError> {
         let component = self.component_of(&call.name)?;
         let pre = airlock_pre(component)?;
         let store = self
@@ -70,11 +64,13 @@ impl Host {
             Err(e) => return Err(classify(e, &store, &component.limits)),
         };
         let instantiated = Instant::now();
-        if let Err(e) = instance
-            .airlock_tool_tool()
-            .call_call(&mut store, view, &call.name, &call.arguments)
-            .await
-        {
+        let called = async {
+            pre.exports()
+                .tool(&mut store, &instance)?
+                .call_call(&mut store, view, &call.name, &call.arguments)
+                .await
+        };
+        if let Err(e) = called.await {
             return Err(classify(e, &store, &component.limits));
         }
         let called = Instant::now();
@@ -107,11 +103,13 @@ impl Host {
         for _ in 0..n {
             let view = push_view(&mut store, component, ctx, call, false)?;
             let rep = view.rep();
-            if let Err(e) = instance
-                .airlock_tool_tool()
-                .call_call(&mut store, view, &call.name, &call.arguments)
-                .await
-            {
+            let called = async {
+                pre.exports()
+                    .tool(&mut store, &instance)?
+                    .call_call(&mut store, view, &call.name, &call.arguments)
+                    .await
+            };
+            if let Err(e) = called.await {
                 return Err(classify(e, &store, &component.limits));
             }
             // A reusing host frees each call's handles, as its table is
@@ -124,7 +122,7 @@ impl Host {
 }
 
 /// The Airlock tool's `InstancePre` (the hooks measure Airlock tools).
-fn airlock_pre(component: &LoadedComponent) -> Result<&ToolHostPre<CallState>, CallError> {
+fn airlock_pre(component: &LoadedComponent) -> Result<&AirlockPre, CallError> {
     match &component.kind {
         Kind::Airlock(pre) => Ok(pre),
         Kind::Plain(_) => Err(CallError::Busy(
@@ -138,14 +136,14 @@ fn airlock_pre(component: &LoadedComponent) -> Result<&ToolHostPre<CallState>, C
 /// arguments. The whole of the guest's part of a tool call.
 async fn instantiate_and_call(
     store: &mut wasmtime::Store<CallState>,
-    pre: &ToolHostPre<CallState>,
+    pre: &AirlockPre,
     view: wasmtime::component::Resource<ContextView>,
     name: &str,
     call: &ToolCall,
 ) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
     let instance = pre.instantiate_async(&mut *store).await?;
-    instance
-        .airlock_tool_tool()
+    pre.exports()
+        .tool(&mut *store, &instance)?
         .call_call(&mut *store, view, name, &call.arguments)
         .await
 }

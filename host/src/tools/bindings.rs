@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wasmtime::component::{HasSelf, Linker, Resource};
+use wasmtime::component::{HasSelf, Instance, InstancePre, Linker, Resource};
+use wasmtime::{AsContextMut, Store};
 
 use crate::context::{Deps, KeyRules, RunContext, Usage};
 use crate::sandbox::{
@@ -13,7 +14,9 @@ use crate::sandbox::{
 
 wasmtime::component::bindgen!({
     path: "../wit",
-    world: "tool-host",
+    // The world with every export; a component need have only `tool`
+    // ([`Exports`] finds the others).
+    world: "tool-server",
     imports: {
         // A question waits for a person; everything else answers at once.
         "airlock:tool/ask.ask-user": async | trappable,
@@ -26,7 +29,117 @@ wasmtime::component::bindgen!({
     },
 });
 
-use self::airlock::tool::{ask, context, log, progress, show, types};
+pub(crate) use self::airlock::tool::{ask, show};
+use self::airlock::tool::{context, log, progress, types};
+pub(crate) use self::exports::airlock::tool::{prompts, resources, tool};
+
+/// Where an Airlock component's exports are, found once when it is
+/// loaded: its tools, and its resources and prompts when it offers them.
+#[derive(Clone)]
+pub(crate) struct Exports {
+    tool: tool::GuestIndices,
+    resources: Option<resources::GuestIndices>,
+    prompts: Option<prompts::GuestIndices>,
+}
+
+impl Exports {
+    /// The exports of `pre`'s component: an error when it lacks `tool`,
+    /// or exports `resources` or `prompts` without all their functions.
+    pub(crate) fn new<T>(pre: &InstancePre<T>) -> wasmtime::Result<Self> {
+        let exports = |interface: &str| {
+            pre.component()
+                .get_export_index(None, format!("airlock:tool/{interface}@{WIT_VERSION}"))
+                .is_some()
+        };
+        Ok(Self {
+            tool: tool::GuestIndices::new(pre)?,
+            resources: exports("resources")
+                .then(|| resources::GuestIndices::new(pre))
+                .transpose()?,
+            prompts: exports("prompts")
+                .then(|| prompts::GuestIndices::new(pre))
+                .transpose()?,
+        })
+    }
+
+    /// Whether the component exports `resources`.
+    pub(crate) fn has_resources(&self) -> bool {
+        self.resources.is_some()
+    }
+
+    /// Whether the component exports `prompts`.
+    pub(crate) fn has_prompts(&self) -> bool {
+        self.prompts.is_some()
+    }
+
+    /// The `tool` interface of `instance`.
+    pub(crate) fn tool(
+        &self,
+        store: impl AsContextMut,
+        instance: &Instance,
+    ) -> wasmtime::Result<tool::Guest> {
+        self.tool.load(store, instance)
+    }
+
+    /// The `resources` interface of `instance`, if the component has it.
+    pub(crate) fn resources(
+        &self,
+        store: impl AsContextMut,
+        instance: &Instance,
+    ) -> wasmtime::Result<Option<resources::Guest>> {
+        self.resources
+            .as_ref()
+            .map(|indices| indices.load(store, instance))
+            .transpose()
+    }
+
+    /// The `prompts` interface of `instance`, if the component has it.
+    pub(crate) fn prompts(
+        &self,
+        store: impl AsContextMut,
+        instance: &Instance,
+    ) -> wasmtime::Result<Option<prompts::Guest>> {
+        self.prompts
+            .as_ref()
+            .map(|indices| indices.load(store, instance))
+            .transpose()
+    }
+}
+
+/// The version of the WIT package the host implements (a component's
+/// exports of any 0.1 version are found under it).
+const WIT_VERSION: &str = "0.1.2";
+
+/// An Airlock component ready to instantiate, and where its exports are.
+#[derive(Clone)]
+pub(crate) struct AirlockPre {
+    pre: InstancePre<CallState>,
+    exports: Exports,
+}
+
+impl AirlockPre {
+    /// `pre`'s exports found: fails as [`Exports::new`] does.
+    pub(crate) fn new(pre: InstancePre<CallState>) -> wasmtime::Result<Self> {
+        let exports = Exports::new(&pre)?;
+        Ok(Self { pre, exports })
+    }
+
+    pub(crate) fn instance_pre(&self) -> &InstancePre<CallState> {
+        &self.pre
+    }
+
+    pub(crate) fn exports(&self) -> &Exports {
+        &self.exports
+    }
+
+    /// A new instance in `store`.
+    pub(crate) async fn instantiate_async(
+        &self,
+        store: &mut Store<CallState>,
+    ) -> wasmtime::Result<Instance> {
+        self.pre.instantiate_async(store).await
+    }
+}
 
 /// What a tool can see of the run context during one call.
 ///
@@ -86,6 +199,14 @@ impl Reads {
     pub fn depends_on(&self, written: &BTreeSet<String>) -> bool {
         !written.is_empty()
             && (self.everything || self.keys.iter().any(|key| written.contains(key)))
+    }
+
+    /// Reads that depend on every key (what a read of all of deps is).
+    pub fn everything() -> Self {
+        Self {
+            everything: true,
+            ..Self::default()
+        }
     }
 
     /// Whether the call asked for its retry count.
@@ -254,28 +375,8 @@ impl show::Host for CallState {
     /// Checks the block and keeps it with the call's output; a block that
     /// breaks a rule fails the call.
     fn show(&mut self, block: show::Block) -> wasmtime::Result<()> {
-        use crate::sandbox::shown::{Block, Body};
-        let block = match block {
-            show::Block::Text(text) => Block::Text(text),
-            show::Block::Image(media) => Block::Image(media.data, media.mime_type),
-            show::Block::Audio(media) => Block::Audio(media.data, media.mime_type),
-            show::Block::Link(link) => Block::Link {
-                uri: link.uri,
-                name: link.name,
-                description: link.description,
-                mime_type: link.mime_type,
-            },
-            show::Block::Embedded(resource) => Block::Embedded {
-                uri: resource.uri,
-                mime_type: resource.mime_type,
-                body: match resource.body {
-                    show::ResourceBody::Text(text) => Body::Text(text),
-                    show::ResourceBody::Blob(data) => Body::Blob(data),
-                },
-            },
-        };
         self.shown
-            .push(block, &self.grants.uri_schemes)
+            .push(block.into(), &self.grants.uri_schemes)
             .map_err(|why| wasmtime::Error::new(ImportMisused(why)))
     }
 }

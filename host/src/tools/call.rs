@@ -235,13 +235,13 @@ struct Checked<'a> {
 }
 
 /// One call about to run in a fresh instance of its component.
-struct Run<'a> {
-    host: &'a Host,
-    component: &'a LoadedComponent,
-    ctx: &'a RunContext,
-    call: &'a ToolCall,
-    cancel: &'a CancelToken,
-    span: &'a tracing::Span,
+pub(super) struct Run<'a> {
+    pub(super) host: &'a Host,
+    pub(super) component: &'a LoadedComponent,
+    pub(super) ctx: &'a RunContext,
+    pub(super) call: &'a ToolCall,
+    pub(super) cancel: &'a CancelToken,
+    pub(super) span: &'a tracing::Span,
 }
 
 impl Run<'_> {
@@ -264,7 +264,7 @@ impl Run<'_> {
     /// fresh instance, the store armed for this call. Otherwise a new store
     /// admitted to the instance pool (waiting at most the call's timeout,
     /// or until cancelled) to instantiate in.
-    async fn store(&self) -> Result<(Store<CallState>, Option<Instance>), CallFailure> {
+    pub(super) async fn store(&self) -> Result<(Store<CallState>, Option<Instance>), CallFailure> {
         let component = self.component;
         let ahead = &component.ahead;
         if let Some(fresh) = ahead.take() {
@@ -294,14 +294,14 @@ impl Run<'_> {
 
     /// Drops the call's store, then prepares the component's next
     /// instances if they are short.
-    fn retire(&self, store: Store<CallState>) {
+    pub(super) fn retire(&self, store: Store<CallState>) {
         self.component.ahead.retire(store);
     }
 
     /// `work` bounded by the call's deadline and its cancellation
     /// ([`until`]: no timer for a call that never waits).
     /// Not an async fn: `work` is held once, in [`until`]'s future.
-    fn bounded<'s, T>(
+    pub(super) fn bounded<'s, T>(
         &'s self,
         deadline: tokio::time::Instant,
         work: impl Future<Output = wasmtime::Result<T>> + 's,
@@ -310,7 +310,7 @@ impl Run<'_> {
     }
 
     /// How a bounded run ended, as the call's error.
-    fn ended<T>(
+    pub(super) fn ended<T>(
         &self,
         ran: Result<wasmtime::Result<T>, Stop>,
         store: &Store<CallState>,
@@ -347,7 +347,6 @@ impl Run<'_> {
             let instance = ahead.instance(&mut store, prepared).await?;
             ahead
                 .tool(&mut store, &instance)?
-                .airlock_tool_tool()
                 .call_call(&mut store, view, name, &self.call.arguments)
                 .await
         };
@@ -362,21 +361,7 @@ impl Run<'_> {
             Err(e) => Err(e),
         };
         let output = store.data_mut().take_output();
-        // Only a recording view has reads to give; the plain call path
-        // skips the lookup.
-        let reads = if record_reads {
-            store
-                .data_mut()
-                .table
-                .get_mut(&wasmtime::component::Resource::<ContextView>::new_borrow(
-                    view_rep,
-                ))
-                .ok()
-                .and_then(ContextView::take_reads)
-                .unwrap_or_default()
-        } else {
-            Reads::default()
-        };
+        let reads = take_reads(&mut store, view_rep, record_reads);
         self.retire(store);
         Ok((returned, output, reads))
     }
@@ -433,6 +418,24 @@ impl Run<'_> {
     }
 }
 
+/// What the call's view recorded of its reads, when it was asked to
+/// (`view_rep` is the view's handle); only a recording view has reads to
+/// give, so the plain call path skips the lookup.
+pub(super) fn take_reads(store: &mut Store<CallState>, view_rep: u32, record_reads: bool) -> Reads {
+    if !record_reads {
+        return Reads::default();
+    }
+    store
+        .data_mut()
+        .table
+        .get_mut(&wasmtime::component::Resource::<ContextView>::new_borrow(
+            view_rep,
+        ))
+        .ok()
+        .and_then(ContextView::take_reads)
+        .unwrap_or_default()
+}
+
 /// What wasmtime says when reading a value from a guest would allocate
 /// more than the store's hostcall fuel allows (its error type is private).
 const HOSTCALL_FUEL: &str = "fuel allocated for hostcalls has been exhausted";
@@ -485,7 +488,7 @@ pub const MAX_ERROR_MESSAGE_BYTES: usize = 16 << 10;
 
 /// `message` cut to [`MAX_ERROR_MESSAGE_BYTES`], saying so and how long it
 /// was.
-fn bounded_message(message: String) -> String {
+pub(super) fn bounded_message(message: String) -> String {
     if message.len() <= MAX_ERROR_MESSAGE_BYTES {
         return message;
     }

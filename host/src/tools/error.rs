@@ -121,6 +121,32 @@ pub enum LoadError {
         /// The component that was refused.
         second: PathBuf,
     },
+    /// A resource or prompt it offers is unusable (bad URI or template,
+    /// a scheme its policy does not allow, a name too long).
+    #[error("{}: {what} {name:?}: {problem}", .path.display())]
+    BadOffer {
+        /// The file's path.
+        path: PathBuf,
+        /// `resource` or `prompt`.
+        what: &'static str,
+        /// Its URI or name as described (cut to 64 bytes).
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Two components offer the same resource URI (or template) or prompt
+    /// name.
+    #[error("{what} {name:?} is offered twice: by {} and by {}", .first.display(), .second.display())]
+    DuplicateOffer {
+        /// `resource` or `prompt`.
+        what: &'static str,
+        /// The URI or name.
+        name: String,
+        /// The component loaded first.
+        first: PathBuf,
+        /// The component that was refused.
+        second: PathBuf,
+    },
     /// A fuel limit on a host built without fuel metering.
     #[error("{}: a fuel limit needs a host built with fuel metering", .path.display())]
     FuelNotMetered {

@@ -14,16 +14,17 @@ use serde_json::Value;
 use wasmtime::component::Component;
 
 use super::ahead::Ahead;
-use super::bindings::ToolHostIndices;
+use super::bindings::AirlockPre;
 use super::call::{classify, timer_deadline};
 use super::plain::docs::PackageDocs;
 use super::plain::{self, Function, Skipped};
-use super::{CallError, Host, Kind, LoadError, LoadedComponent, Target, ToolHostPre, guest};
+use super::serve::Offers;
+use super::{CallError, Host, Kind, LoadError, LoadedComponent, Target, guest};
 use crate::context::{KeyAccess, KeyRules};
 use crate::policy::{Approval, ToolConfig, ToolPolicy};
 use crate::sandbox::{
-    CacheOutcome, CallState, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox,
-    ToolGate, UnsafeCache, until,
+    CacheOutcome, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox, ToolGate,
+    UnsafeCache, until,
 };
 use crate::spec::{
     MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, MAX_TOTAL_SCHEMA_BYTES, ToolSpec,
@@ -48,6 +49,15 @@ struct Prepared {
     gate: ToolGate,
     /// How long `describe`'s instantiation took (an Airlock tool's).
     instantiated: Option<Duration>,
+    /// Its resources and prompts.
+    offers: Offers,
+}
+
+/// What an Airlock component's `describe`s returned.
+struct Described {
+    tools: Vec<guest::ToolSpec>,
+    resources: Vec<super::bindings::resources::ResourceSpec>,
+    prompts: Vec<super::bindings::prompts::PromptSpec>,
 }
 
 /// One tool a prepared component offers.
@@ -186,9 +196,10 @@ impl Host {
 
         let engine = self.sandbox.engine();
         let mut instantiated = None;
+        let mut offers = Offers::default();
         let (kind, offered, skipped) = if plain::is_airlock_tool(&component, engine) {
-            let pre = ToolHostPre::new(instance_pre).map_err(incompatible)?;
-            let (specs, took) =
+            let pre = AirlockPre::new(instance_pre).map_err(incompatible)?;
+            let (described, took) =
                 self.describe(&pre, &limits, &gate)
                     .await
                     .map_err(|e| LoadError::Describe {
@@ -196,7 +207,13 @@ impl Host {
                         source: Box::new(e),
                     })?;
             instantiated = Some(took);
-            let offered = validate_specs(&path, specs)?;
+            let offered = validate_specs(&path, described.tools)?;
+            offers = Offers::check(
+                &path,
+                described.resources,
+                described.prompts,
+                &grants.uri_schemes,
+            )?;
             (Kind::Airlock(pre), offered, Vec::new())
         } else {
             let file = path.clone();
@@ -238,6 +255,7 @@ impl Host {
             cache: cache_outcome,
             gate,
             instantiated,
+            offers,
         })
     }
 
@@ -247,6 +265,7 @@ impl Host {
     /// ([`Function::candidate_names`]) that no other tool of the host or
     /// the batch has or wants. Adds nothing on error.
     fn register(&mut self, batch: Vec<Prepared>) -> Result<Vec<Arc<LoadedComponent>>, LoadError> {
+        self.check_offers(&batch)?;
         let mut taken: BTreeMap<String, PathBuf> = self
             .tools
             .iter()
@@ -358,12 +377,11 @@ impl Host {
             let grants = Arc::new(prepared.grants);
             let gate = Arc::new(prepared.gate);
             let ahead = match &prepared.kind {
-                // `ToolHostPre::new` found these indices already, so this
-                // cannot fail; `None` is a plain component's.
+                // `None` is a plain component's.
                 Kind::Airlock(pre) => Ahead::new(
                     &self.sandbox,
                     pre.instance_pre(),
-                    ToolHostIndices::new(pre.instance_pre()).ok(),
+                    Some(pre.exports().clone()),
                     &prepared.limits,
                     &grants,
                     &gate,
@@ -395,6 +413,7 @@ impl Host {
                 cache: prepared.cache,
                 gate,
                 ahead,
+                offers: prepared.offers,
             });
             let index = self.components.len();
             for spec in &component.specs {
@@ -406,12 +425,41 @@ impl Host {
         Ok(loaded)
     }
 
+    /// Refuses a batch in which a resource URI (or template) or a prompt
+    /// name is offered twice, by the host's components or the batch's.
+    fn check_offers(&self, batch: &[Prepared]) -> Result<(), LoadError> {
+        let mut taken: BTreeMap<(&str, &str), &Path> = BTreeMap::new();
+        let loaded = self
+            .components
+            .iter()
+            .map(|c| (c.offers.names().collect::<Vec<_>>(), c.path.as_path()));
+        let batch = batch
+            .iter()
+            .map(|p| (p.offers.names().collect::<Vec<_>>(), p.path.as_path()));
+        for (names, path) in loaded.chain(batch) {
+            for (what, name) in names {
+                if let Some(first) = taken.insert((what, name), path) {
+                    return Err(LoadError::DuplicateOffer {
+                        what,
+                        name: name.to_owned(),
+                        first: first.to_path_buf(),
+                        second: path.to_path_buf(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What an Airlock component says it offers: its tools, and its
+    /// resources and prompts if it exports them (all from one instance),
+    /// and how long instantiating it took.
     async fn describe(
         &self,
-        pre: &ToolHostPre<CallState>,
+        pre: &AirlockPre,
         limits: &Limits,
         gate: &ToolGate,
-    ) -> Result<(Vec<guest::ToolSpec>, Duration), CallError> {
+    ) -> Result<(Described, Duration), CallError> {
         // `describe` runs with nothing granted, whatever the tool's grants.
         let mut store = self
             .new_store(limits, &Arc::new(Grants::none()), gate, CancelToken::new())
@@ -421,11 +469,25 @@ impl Host {
             let started = Instant::now();
             let instance = pre.instantiate_async(&mut store).await?;
             let took = started.elapsed();
-            let specs = instance
-                .airlock_tool_tool()
+            let exports = pre.exports();
+            let tools = exports
+                .tool(&mut store, &instance)?
                 .call_describe(&mut store)
                 .await?;
-            Ok::<_, wasmtime::Error>((specs, took))
+            let resources = match exports.resources(&mut store, &instance)? {
+                Some(resources) => resources.call_describe(&mut store).await?,
+                None => Vec::new(),
+            };
+            let prompts = match exports.prompts(&mut store, &instance)? {
+                Some(prompts) => prompts.call_describe(&mut store).await?,
+                None => Vec::new(),
+            };
+            let described = Described {
+                tools,
+                resources,
+                prompts,
+            };
+            Ok::<_, wasmtime::Error>((described, took))
         };
         match until(run, Some(deadline), None, &tracing::Span::none()).await {
             Ok(Ok(specs)) => Ok(specs),

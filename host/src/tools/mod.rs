@@ -11,6 +11,7 @@ mod call;
 mod error;
 mod load;
 pub mod plain;
+mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,9 @@ pub(crate) use call::Ran;
 pub use error::{CallError, CallFailure, LoadError, failure_text, with_refusals};
 use load::CompileHook;
 pub use load::CompileProgress;
+pub use serve::{
+    Completing, MAX_COMPLETION_BYTES, MAX_COMPLETIONS, ResourceRead, ServeError, Withheld,
+};
 
 use crate::context::{ContextOp, ContextRules, KeyAccess, KeyRules};
 use crate::journal::{CallEnd, Captured, CapturedLog};
@@ -36,9 +40,9 @@ use crate::sandbox::{
 };
 pub use crate::spec::ToolCall;
 use crate::spec::ToolSpec;
-use bindings::ToolHostPre;
+use bindings::AirlockPre;
 use bindings::airlock::tool::types::ContextOp as GuestOp;
-use bindings::exports::airlock::tool::tool as guest;
+use bindings::tool as guest;
 
 /// What a successful call produced. Its `updates` have already been applied
 /// to the context when the caller sees this.
@@ -121,7 +125,7 @@ pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
 /// How a component's tools are called.
 pub(crate) enum Kind {
     /// It exports Airlock's `tool` interface: `call(ctx, name, args)`.
-    Airlock(ToolHostPre<CallState>),
+    Airlock(AirlockPre),
     /// A plain component: each tool is one of its exported functions.
     Plain(wasmtime::component::InstancePre<CallState>),
 }
@@ -161,6 +165,8 @@ pub struct LoadedComponent {
     gate: Arc<ToolGate>,
     /// Its instances prepared ahead of demand.
     ahead: Arc<ahead::Ahead>,
+    /// Its resources and prompts (none for a plain component).
+    offers: serve::Offers,
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -178,6 +184,33 @@ impl LoadedComponent {
     /// The file it was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The resources it offers (fixed URIs, then templates) and the
+    /// prompts (each as its `describe` gave them).
+    pub fn offers(&self) -> (Vec<&crate::spec::ResourceSpec>, &[crate::spec::PromptSpec]) {
+        let resources = self
+            .offers
+            .resources
+            .iter()
+            .chain(self.offers.templates.iter().map(|(spec, _)| spec))
+            .collect();
+        (resources, &self.offers.prompts)
+    }
+
+    /// The resources it describes that are not offered, and why.
+    pub fn withheld(&self) -> &[serve::Withheld] {
+        &self.offers.withheld
+    }
+
+    /// Whether it exports the `resources` interface (WIT 0.1.2).
+    pub fn exports_resources(&self) -> bool {
+        matches!(&self.kind, Kind::Airlock(pre) if pre.exports().has_resources())
+    }
+
+    /// Whether it exports the `prompts` interface (WIT 0.1.2).
+    pub fn exports_prompts(&self) -> bool {
+        matches!(&self.kind, Kind::Airlock(pre) if pre.exports().has_prompts())
     }
 
     /// The tools it offers: as `describe` reported them, or a plain

@@ -35,7 +35,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "tool-host",
+        world: "tool-server",
         pub_export_macro: true,
         default_bindings_module: "airlock_guest::bindings",
     });
@@ -50,6 +50,12 @@ pub use bindings::airlock::tool::show::{
     Block, EmbeddedResource, Media, ResourceBody, ResourceLink,
 };
 pub use bindings::airlock::tool::types::ToolError;
+pub use bindings::exports::airlock::tool::prompts::{
+    Argument as PromptArgument, Message as PromptMessage, Prompt, PromptSpec,
+};
+pub use bindings::exports::airlock::tool::resources::{
+    Contents, ReadError, Request as ResourceRequest, ResourceSpec,
+};
 pub use serde_json::{Map, Value, json};
 
 /// One tool, as the model sees it.
@@ -74,6 +80,13 @@ impl Spec {
 /// The read-only run context, with JSON helpers.
 pub struct Context<'a> {
     raw: &'a RunContext,
+}
+
+impl<'a> Context<'a> {
+    #[doc(hidden)]
+    pub fn of(raw: &'a RunContext) -> Self {
+        Self { raw }
+    }
 }
 
 impl Context<'_> {
@@ -210,12 +223,72 @@ impl Output {
     }
 }
 
-/// A component's tools. Implement it and call [`export_tool!`].
+/// A component's tools, and the resources and prompts it offers an MCP
+/// client beside them (none unless you say). Implement it and call
+/// [`export_tool!`].
 pub trait Tool {
     fn describe() -> Vec<Spec>;
     /// `args` is the model's JSON object, already checked against the
     /// tool's `parameters` schema by the host.
     fn call(ctx: &Context, name: &str, args: &Value) -> Result<Output, ToolError>;
+
+    /// Resources at fixed URIs, and templates with `{name}` variables.
+    fn resources() -> Vec<ResourceSpec> {
+        Vec::new()
+    }
+
+    /// Reads one of [`Tool::resources`]' URIs, or a match of a template
+    /// (the host has matched it, and gives the variables).
+    fn read(ctx: &Context, request: &ResourceRequest) -> Result<Vec<Contents>, ReadError> {
+        let _ = (ctx, request);
+        Err(ReadError::NotFound)
+    }
+
+    /// Values for a template's variable that a person typing `value` may
+    /// mean (at most 100).
+    fn complete_resource(
+        ctx: &Context,
+        template: &str,
+        variable: &str,
+        value: &str,
+        resolved: &[(String, String)],
+    ) -> Vec<String> {
+        let _ = (ctx, template, variable, value, resolved);
+        Vec::new()
+    }
+
+    /// Prompts a person may pick, with their arguments.
+    fn prompts() -> Vec<PromptSpec> {
+        Vec::new()
+    }
+
+    /// Fills in one of [`Tool::prompts`] (the host has checked the
+    /// arguments against what it declares).
+    fn prompt(ctx: &Context, name: &str, arguments: &[(String, String)]) -> Result<Prompt, String> {
+        let _ = (ctx, arguments);
+        Err(format!("no prompt {name:?}"))
+    }
+
+    /// Values for a prompt's argument that a person typing `value` may
+    /// mean (at most 100).
+    fn complete_prompt(
+        ctx: &Context,
+        name: &str,
+        argument: &str,
+        value: &str,
+        resolved: &[(String, String)],
+    ) -> Vec<String> {
+        let _ = (ctx, name, argument, value, resolved);
+        Vec::new()
+    }
+}
+
+/// The value of `name` among a request's or prompt's `pairs`.
+pub fn arg<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
 }
 
 /// The string field `field` of `args`.
@@ -308,6 +381,65 @@ macro_rules! export_tool {
                 args: ::std::string::String,
             ) -> ::std::result::Result<$crate::bindings::airlock::tool::types::ToolOutput, $crate::ToolError> {
                 $crate::call::<$tool>(ctx, name, args)
+            }
+        }
+
+        impl $crate::bindings::exports::airlock::tool::resources::Guest for __AirlockExport {
+            fn describe() -> ::std::vec::Vec<$crate::ResourceSpec> {
+                <$tool as $crate::Tool>::resources()
+            }
+
+            fn read(
+                ctx: &$crate::bindings::airlock::tool::context::RunContext,
+                request: $crate::ResourceRequest,
+            ) -> ::std::result::Result<::std::vec::Vec<$crate::Contents>, $crate::ReadError> {
+                <$tool as $crate::Tool>::read(&$crate::Context::of(ctx), &request)
+            }
+
+            fn complete(
+                ctx: &$crate::bindings::airlock::tool::context::RunContext,
+                template: ::std::string::String,
+                variable: ::std::string::String,
+                value: ::std::string::String,
+                resolved: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+            ) -> ::std::vec::Vec<::std::string::String> {
+                <$tool as $crate::Tool>::complete_resource(
+                    &$crate::Context::of(ctx),
+                    &template,
+                    &variable,
+                    &value,
+                    &resolved,
+                )
+            }
+        }
+
+        impl $crate::bindings::exports::airlock::tool::prompts::Guest for __AirlockExport {
+            fn describe() -> ::std::vec::Vec<$crate::PromptSpec> {
+                <$tool as $crate::Tool>::prompts()
+            }
+
+            fn get(
+                ctx: &$crate::bindings::airlock::tool::context::RunContext,
+                name: ::std::string::String,
+                arguments: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+            ) -> ::std::result::Result<$crate::Prompt, ::std::string::String> {
+                <$tool as $crate::Tool>::prompt(&$crate::Context::of(ctx), &name, &arguments)
+            }
+
+            fn complete(
+                ctx: &$crate::bindings::airlock::tool::context::RunContext,
+                name: ::std::string::String,
+                argument: ::std::string::String,
+                value: ::std::string::String,
+                resolved: ::std::vec::Vec<(::std::string::String, ::std::string::String)>,
+            ) -> ::std::vec::Vec<::std::string::String> {
+                <$tool as $crate::Tool>::complete_prompt(
+                    &$crate::Context::of(ctx),
+                    &name,
+                    &argument,
+                    &value,
+                    &resolved,
+                )
             }
         }
 

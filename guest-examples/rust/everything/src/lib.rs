@@ -20,12 +20,23 @@
 //!   and say how they answered. The policy must say `ask = true`.
 //! - `test_sampling {prompt}`: asks the model to answer `prompt` and says
 //!   what it said. The policy must say `sample = {}`.
+//! - `set_watched {text}`: writes deps `watched`, what
+//!   `test://watched-resource` reads (a subscriber hears of the change).
+//!
+//! Resources: `test://static-text`, `test://static-binary` (the PNG),
+//! `test://watched-resource` (deps `watched`), and the template
+//! `test://template/{id}/data` (`id` completes from the ids in deps
+//! `ids`, or `123` when there are none). Prompts: `test_simple_prompt`,
+//! `test_prompt_with_arguments {arg1, arg2}` (`arg1` completes),
+//! `test_prompt_with_embedded_resource {resourceUri}`,
+//! `test_prompt_with_image`.
 
 use std::time::Duration;
 
 use airlock_guest::{
-    Answer, Block, Context, EmbeddedResource, LogLevel, Media, Output, ResourceBody, Said, Speaker,
-    Spec, Tool, ToolError, Value, json,
+    Answer, Block, Contents, Context, EmbeddedResource, LogLevel, Media, Output, Prompt,
+    PromptArgument, PromptMessage, PromptSpec, ReadError, ResourceBody, ResourceRequest,
+    ResourceSpec, Said, Speaker, Spec, Tool, ToolError, Updates, Value, json,
 };
 
 /// How long the logging and progress tools wait between reports, so that
@@ -158,6 +169,15 @@ impl Tool for Everything {
                 "Shows text, an image and a resource.",
                 no_arguments(),
             ),
+            Spec::new(
+                "set_watched",
+                "Sets the text test://watched-resource shows.",
+                json!({
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"]
+                }),
+            ),
         ]
     }
 
@@ -279,8 +299,192 @@ impl Tool for Everything {
                 airlock_guest::show(resource());
                 Ok(Output::new(json!("Three blocks.")))
             }
+            "set_watched" => {
+                let text = airlock_guest::str_arg(args, "text")?;
+                Ok(Output::new(json!("set")).with(Updates::new().set("watched", text)))
+            }
             other => Err(ToolError::InvalidArgs(format!("no tool {other}"))),
         }
+    }
+
+    fn resources() -> Vec<ResourceSpec> {
+        let spec = |uri: &str, name: &str, description: &str, mime_type: &str| ResourceSpec {
+            uri: uri.into(),
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            mime_type: Some(mime_type.into()),
+        };
+        vec![
+            spec(
+                "test://static-text",
+                "static-text",
+                "A text resource that never changes.",
+                "text/plain",
+            ),
+            spec(
+                "test://static-binary",
+                "static-binary",
+                "A binary resource: a 1×1 PNG.",
+                "image/png",
+            ),
+            spec(
+                "test://watched-resource",
+                "watched-resource",
+                "The text set_watched last wrote.",
+                "text/plain",
+            ),
+            spec(
+                "test://template/{id}/data",
+                "template-data",
+                "Data for the item `id`.",
+                "application/json",
+            ),
+        ]
+    }
+
+    fn read(ctx: &Context, request: &ResourceRequest) -> Result<Vec<Contents>, ReadError> {
+        let text = |text: String, mime_type: &str| Contents {
+            uri: request.uri.clone(),
+            mime_type: Some(mime_type.into()),
+            body: ResourceBody::Text(text),
+        };
+        let contents = match (request.uri.as_str(), request.template.as_deref()) {
+            ("test://static-text", None) => text(
+                "This is the content of the static text resource.".into(),
+                "text/plain",
+            ),
+            ("test://static-binary", None) => Contents {
+                uri: request.uri.clone(),
+                mime_type: Some("image/png".into()),
+                body: ResourceBody::Blob(PNG.to_vec()),
+            },
+            ("test://watched-resource", None) => {
+                let watched = ctx
+                    .get("watched")
+                    .map_err(|e| ReadError::Failed(format!("{e:?}")))?;
+                let watched = watched
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .unwrap_or("nothing yet");
+                text(format!("Watched: {watched}"), "text/plain")
+            }
+            (_, Some("test://template/{id}/data")) => {
+                let id = airlock_guest::arg(&request.variables, "id").unwrap_or_default();
+                text(
+                    json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")})
+                        .to_string(),
+                    "application/json",
+                )
+            }
+            _ => return Err(ReadError::NotFound),
+        };
+        Ok(vec![contents])
+    }
+
+    fn complete_resource(
+        ctx: &Context,
+        _template: &str,
+        _variable: &str,
+        value: &str,
+        _resolved: &[(String, String)],
+    ) -> Vec<String> {
+        let ids = ctx.array("ids").unwrap_or_default();
+        let ids: Vec<String> = if ids.is_empty() {
+            vec!["123".into()]
+        } else {
+            ids.iter()
+                .filter_map(|id| id.as_str().map(str::to_owned))
+                .collect()
+        };
+        ids.into_iter().filter(|id| id.starts_with(value)).collect()
+    }
+
+    fn prompts() -> Vec<PromptSpec> {
+        let argument = |name: &str, description: &str| PromptArgument {
+            name: name.into(),
+            description: Some(description.into()),
+            required: true,
+        };
+        let prompt = |name: &str, description: &str, arguments| PromptSpec {
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            arguments,
+        };
+        vec![
+            prompt("test_simple_prompt", "A prompt with no arguments.", vec![]),
+            prompt(
+                "test_prompt_with_arguments",
+                "A prompt with two arguments.",
+                vec![
+                    argument("arg1", "First test argument"),
+                    argument("arg2", "Second test argument"),
+                ],
+            ),
+            prompt(
+                "test_prompt_with_embedded_resource",
+                "A prompt that embeds a resource.",
+                vec![argument("resourceUri", "URI of the resource to embed")],
+            ),
+            prompt("test_prompt_with_image", "A prompt with an image.", vec![]),
+        ]
+    }
+
+    fn prompt(
+        _ctx: &Context,
+        name: &str,
+        arguments: &[(String, String)],
+    ) -> Result<Prompt, String> {
+        let user = |content| PromptMessage {
+            speaker: Speaker::User,
+            content,
+        };
+        let text = |text: String| user(Block::Text(text));
+        let arg = |name| airlock_guest::arg(arguments, name).unwrap_or_default();
+        let messages = match name {
+            "test_simple_prompt" => vec![text("This is a simple prompt for testing.".into())],
+            "test_prompt_with_arguments" => vec![text(format!(
+                "Prompt with arguments: arg1='{}', arg2='{}'",
+                arg("arg1"),
+                arg("arg2")
+            ))],
+            "test_prompt_with_embedded_resource" => vec![
+                user(Block::Embedded(EmbeddedResource {
+                    uri: arg("resourceUri").into(),
+                    mime_type: Some("text/plain".into()),
+                    body: ResourceBody::Text("Embedded resource content for testing.".into()),
+                })),
+                text("Please process the embedded resource above.".into()),
+            ],
+            "test_prompt_with_image" => vec![
+                user(image()),
+                text("Please analyze the image above.".into()),
+            ],
+            other => return Err(format!("no prompt {other:?}")),
+        };
+        Ok(Prompt {
+            description: None,
+            messages,
+        })
+    }
+
+    fn complete_prompt(
+        _ctx: &Context,
+        _name: &str,
+        argument: &str,
+        value: &str,
+        _resolved: &[(String, String)],
+    ) -> Vec<String> {
+        let known: &[&str] = match argument {
+            "arg1" => &["test", "testValue1", "other"],
+            _ => &[],
+        };
+        known
+            .iter()
+            .filter(|v| v.starts_with(value))
+            .map(|v| (*v).to_owned())
+            .collect()
     }
 }
 
