@@ -481,3 +481,195 @@ fn a_build_without_test_hooks_has_no_kill_hook() {
         assert!(holds_hook(tests_binary), "the tests' binary has no hook");
     }
 }
+
+/// A run whose tool asks its person (answered by the script) and the
+/// model (the script's samples), twice.
+struct Asking {
+    db: PathBuf,
+    policy: String,
+    script: String,
+    resume: String,
+}
+
+impl Asking {
+    fn new(dir: &Path) -> Self {
+        let policy = dir.join("airlock.toml");
+        std::fs::write(
+            &policy,
+            format!(
+                "[[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
+                guest("everything")
+            ),
+        )
+        .unwrap();
+        let script = dir.join("run.json");
+        let greet = json!({"name": "greet"});
+        std::fs::write(
+            &script,
+            json!({
+                "turns": [
+                    {"text": "greeting", "tool_calls": [greet, greet]},
+                    {"tool_calls": [greet]},
+                    {"text": "done"}
+                ],
+                "answers": [
+                    {"action": "accept", "content": {"name": "Ann"}},
+                    {"action": "accept", "content": {"name": "Bob"}},
+                    {"action": "accept", "content": {"name": "Cy"}}
+                ],
+                "samples": [
+                    {"text": "Hello, Ann!", "usage": {"input_tokens": 7, "output_tokens": 3}},
+                    {"text": "Hi, Bob!", "usage": {"input_tokens": 7, "output_tokens": 3}},
+                    {"text": "Hey, Cy!", "usage": {"input_tokens": 7, "output_tokens": 3}}
+                ]
+            })
+            .to_string(),
+        )
+        .unwrap();
+        // The resume asks nothing: it has no calls, no answers and no
+        // samples to give.
+        let resume = dir.join("resume.json");
+        std::fs::write(&resume, json!({"turns": [{"text": "resumed"}]}).to_string()).unwrap();
+        let path = |p: PathBuf| p.to_str().unwrap().to_owned();
+        Self {
+            db: dir.join("sessions.db"),
+            policy: path(policy),
+            script: path(script),
+            resume: path(resume),
+        }
+    }
+
+    fn command(&self, script: &str, id: &str, last: &str) -> std::process::Command {
+        airlock_command(
+            &[
+                "run",
+                "go",
+                "--config",
+                &self.policy,
+                "--script",
+                script,
+                "--store",
+                self.db.to_str().unwrap(),
+                "--session",
+                id,
+                last,
+            ],
+            &[],
+        )
+    }
+}
+
+/// What the committed greetings say deps must be, from the calls' own
+/// results, each checked to have been answered by the script (never
+/// `unavailable`: nothing was asked where nobody could answer).
+fn greetings(items: &[Event]) -> Value {
+    let mut greetings = Vec::new();
+    for event in items {
+        if let Item::FunctionCallOutput {
+            status: CallStatus::Completed,
+            output,
+            guest,
+            ..
+        } = &event.item
+        {
+            assert_eq!(guest.asked.len(), 1, "{output}");
+            assert!(
+                matches!(guest.asked[0].answer, airlock::Answer::Accept { .. }),
+                "{output}"
+            );
+            assert!(
+                matches!(
+                    guest.sampled[0].reply,
+                    airlock::SampleReply::Answered { .. }
+                ),
+                "{output}"
+            );
+            greetings.push(serde_json::from_str::<Value>(output).unwrap());
+        }
+    }
+    if greetings.is_empty() {
+        json!({})
+    } else {
+        json!({ "greetings": greetings })
+    }
+}
+
+/// A tool that asks its person and the model in `airlock run` gets the
+/// script's answers and the run's model's replies, counted in the run's
+/// usage and journaled with the call; SIGKILLed after any event and
+/// resumed, the session keeps every committed answer, asks nothing again,
+/// and its deps are the fold of the committed calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_asks_its_person_and_model_is_killed_and_resumed_without_asking_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Asking::new(dir.path());
+    let out = run
+        .command(&run.script, "whole", "--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        said["deps"]["greetings"],
+        json!([
+            {"name": "Ann", "greeting": "Hello, Ann!"},
+            {"name": "Bob", "greeting": "Hi, Bob!"},
+            {"name": "Cy", "greeting": "Hey, Cy!"}
+        ]),
+        "{said}"
+    );
+    // Three turns and three samples; the samples' tokens with the turns'.
+    assert_eq!(said["usage"]["requests"], 6, "{said}");
+    assert_eq!(said["usage"]["input_tokens"], 21, "{said}");
+    assert_eq!(said["usage"]["output_tokens"], 9, "{said}");
+    let whole = read(&run.db, "whole").await;
+    assert_eq!(whole.usage.requests, 6);
+
+    let spawn = |id: &str| {
+        run.command(&run.script, id, "--events")
+            .arg("-")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let total = kill_after(spawn("count"), usize::MAX).len();
+    assert!(total >= 12, "{total} events");
+    for count in 1..total {
+        let id = format!("asked-{count}");
+        let seen = kill_after(spawn(&id), count);
+        assert_eq!(seen.len(), count);
+        integrity(&run.db);
+        let before = read(&run.db, &id).await;
+        let items = &before.transcript.items;
+        assert_eq!(&items[..count], &seen[..], "kill {count}: items differ");
+        assert_eq!(
+            Value::Object(before.deps.clone()),
+            greetings(items),
+            "kill {count}: deps are not the fold of the committed calls"
+        );
+        let out = run.command(&run.resume, &id, "--json").output().unwrap();
+        assert!(
+            out.status.success(),
+            "kill {count}: resume failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let after = read(&run.db, &id).await;
+        assert_eq!(&after.transcript.items[..items.len()], &items[..]);
+        assert_eq!(after.deps, before.deps, "kill {count}");
+        // Nothing after the kill asked anyone anything.
+        assert!(
+            after.transcript.items[items.len()..]
+                .iter()
+                .all(|e| !matches!(
+                    &e.item,
+                    Item::FunctionCallOutput { guest, .. } if !guest.asked.is_empty()
+                )),
+            "kill {count}: asked again after resuming"
+        );
+    }
+}

@@ -29,7 +29,7 @@ use crate::journal::{Conversation, Event, Item, Outcome, StoreError, Transcript}
 use crate::kind::ErrorKind;
 use crate::llm::{Model, ModelError};
 use crate::policy::TurnPolicy;
-use crate::sandbox::CancelToken;
+use crate::sandbox::{Asker, CancelToken};
 use crate::spec::ToolCall;
 use crate::tools::Host;
 use futures::future::BoxFuture;
@@ -162,6 +162,8 @@ pub struct Agent {
     model: Arc<dyn Model>,
     options: AgentOptions,
     approver: Option<Arc<dyn Approver>>,
+    /// Who answers the tools' questions (`ask-user`).
+    asker: Option<Asker>,
     events: Option<mpsc::UnboundedSender<Event>>,
     cancel: CancelToken,
 }
@@ -184,6 +186,7 @@ impl Agent {
             model,
             options: AgentOptions::default(),
             approver: None,
+            asker: None,
             events: None,
             cancel: CancelToken::new(),
         }
@@ -199,6 +202,17 @@ impl Agent {
     /// are rejected.
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// Who answers the questions of tools whose policy lets them ask
+    /// (`ask = true`): a person at a terminal, a script. Without one, they
+    /// are told `unavailable`. A tool whose policy lets it ask the model
+    /// (`sample`) is answered by the agent's own model
+    /// ([`Model::sample`]), its requests and tokens counted in the run's
+    /// usage.
+    pub fn asker(mut self, asker: Asker) -> Self {
+        self.asker = Some(asker);
         self
     }
 

@@ -6,10 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Agent, Decision, RunError, RunOutcome};
+use crate::context::Usage;
 use crate::journal::CallEnd;
 use crate::journal::recorder::Recorder;
 use crate::journal::{Item, Role};
+use crate::llm::Model;
 use crate::policy::Approval;
+use crate::sandbox::{CancelToken, Sampler};
+use crate::spec::{SampleReply, SampleRequest};
 use crate::spec::{ToolCall, ToolSpec};
 use crate::tools::{CallError, CallFailure, CallOutcome, Ran, call_end};
 
@@ -19,15 +23,74 @@ pub(super) struct Run<'a, 'c> {
     agent: &'a Agent,
     recorder: Recorder<'c>,
     failures: HashMap<String, u32>,
+    /// What the calls run with: the agent's token, or, when a tool may
+    /// ask its person or the model, one that answers them and is cancelled
+    /// with the agent's ([`Asking`]).
+    calls: CancelToken,
+    asking: Option<Asking>,
+}
+
+/// The questions of a run's calls: what the model's answers to them
+/// cost (added to the run's usage as each call ends), and the task that
+/// cancels the calls' token with the agent's.
+struct Asking {
+    used: Arc<std::sync::Mutex<Usage>>,
+    link: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.link.abort();
+    }
 }
 
 impl<'a, 'c> Run<'a, 'c> {
     pub(super) fn new(agent: &'a Agent, recorder: Recorder<'c>) -> Self {
+        let asks = agent.host.components().iter().any(|c| {
+            let grants = c.grants();
+            grants.ask_user || grants.sampling.is_some()
+        });
+        let (calls, asking) = if asks {
+            let used = Arc::new(std::sync::Mutex::new(Usage::default()));
+            let calls = CancelToken::watched(
+                None,
+                agent.asker.clone(),
+                Some(sampler(Arc::clone(&agent.model), Arc::clone(&used))),
+            );
+            let (from, to) = (agent.cancel.clone(), calls.clone());
+            let link = tokio::spawn(async move {
+                from.cancelled().await;
+                to.cancel();
+            });
+            (calls, Some(Asking { used, link }))
+        } else {
+            (agent.cancel.clone(), None)
+        };
         Self {
             agent,
             recorder,
             failures: HashMap::new(),
+            calls,
+            asking,
         }
+    }
+
+    /// Adds what the model's answers to the calls' questions cost since
+    /// the last time to the run's usage.
+    fn count_sampled(&mut self) {
+        let Some(asking) = &self.asking else {
+            return;
+        };
+        let used = std::mem::take(
+            &mut *asking
+                .used
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let usage = &mut self.recorder.ctx_mut().usage;
+        usage.requests = usage.requests.saturating_add(used.requests);
+        usage.input_tokens = usage.input_tokens.saturating_add(used.input_tokens);
+        usage.output_tokens = usage.output_tokens.saturating_add(used.output_tokens);
     }
 
     pub(super) fn record(&mut self, item: Item) {
@@ -203,7 +266,7 @@ impl<'a, 'c> Run<'a, 'c> {
                 let request = self.request(call, call.arguments.clone());
                 let (host, cancel, limit, run) = (
                     Arc::clone(&agent.host),
-                    agent.cancel.clone(),
+                    self.calls.clone(),
                     Arc::clone(&limit),
                     request.clone(),
                 );
@@ -265,12 +328,7 @@ impl<'a, 'c> Run<'a, 'c> {
         let request = self.request(call, arguments);
         let result = agent
             .host
-            .run_and_apply(
-                self.recorder.ctx_mut(),
-                &request,
-                Some(&agent.cancel),
-                false,
-            )
+            .run_and_apply(self.recorder.ctx_mut(), &request, Some(&self.calls), false)
             .await;
         self.settle(&request, result, started.elapsed())
     }
@@ -284,6 +342,7 @@ impl<'a, 'c> Run<'a, 'c> {
         result: Result<CallOutcome, CallFailure>,
         took: Duration,
     ) -> Result<BTreeSet<String>, RunError> {
+        self.count_sampled();
         let rules = self.agent.host.context_rules();
         self.recorder
             .call_ended(call, call_end(&result), took, rules);
@@ -303,6 +362,37 @@ impl<'a, 'c> Run<'a, 'c> {
             }
         }
     }
+}
+
+/// Answers a call's requests for a completion with `model`, adding what
+/// each answer cost to `used`.
+fn sampler(model: Arc<dyn Model>, used: Arc<std::sync::Mutex<Usage>>) -> Sampler {
+    Arc::new(move |request: SampleRequest| {
+        let (model, used) = (Arc::clone(&model), Arc::clone(&used));
+        Box::pin(async move {
+            match model.sample(&request).await {
+                Ok(reply) => {
+                    let mut usage = used
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    usage.requests = usage.requests.saturating_add(1);
+                    usage.input_tokens =
+                        usage.input_tokens.saturating_add(reply.usage.input_tokens);
+                    usage.output_tokens = usage
+                        .output_tokens
+                        .saturating_add(reply.usage.output_tokens);
+                    SampleReply::Answered {
+                        text: reply.content.unwrap_or_default(),
+                        model: model.name(),
+                        stop_reason: None,
+                    }
+                }
+                Err(e) => SampleReply::Refused {
+                    why: format!("the run's model did not answer: {e}"),
+                },
+            }
+        })
+    })
 }
 
 /// The speculative calls of a turn, by position (`None`: runs in its

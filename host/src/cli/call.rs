@@ -82,7 +82,12 @@ async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitC
         Err(failure) => return fail(args, &failure, None),
     };
     let result = session
-        .call(host, call, &CancelToken::new(), None)
+        .call(
+            host,
+            call,
+            &CancelToken::watched(None, Some(super::terminal::asker()), None),
+            None,
+        )
         .await
         .map_err(|e| match e {
             SessionCallError::Call(failure) => Failure::from(*failure),

@@ -17,7 +17,7 @@ use airlock::{BoxFuture, ToolCall};
 use airlock::context::Usage;
 use airlock::policy::TurnPolicy;
 use airlock::retention::Retention;
-use airlock::sandbox::CancelToken;
+use airlock::sandbox::{Asker, CancelToken};
 use airlock::{Host, Session};
 
 use super::terminal::{one_line, op_summary};
@@ -73,7 +73,7 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> ExitCode {
     let json = args.flags.json;
-    let (host, model, mut turn, retention) = match prepare(&args).await {
+    let (host, model, asker, mut turn, retention) = match prepare(&args).await {
         Ok(ready) => ready,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
@@ -131,6 +131,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         let agent = Agent::new(Arc::clone(&host), model)
             .options(options)
             .approver(Arc::clone(&approver) as Arc<dyn airlock::agent::Approver>)
+            .asker(asker)
             .events(sender)
             .cancel_token(cancel.clone());
         agent.run_session(&mut session, &args.prompt).await
@@ -185,18 +186,28 @@ pub async fn run(args: RunArgs) -> ExitCode {
 /// `[sessions]`.
 async fn prepare(
     args: &RunArgs,
-) -> Result<(Arc<Host>, Arc<dyn Model>, TurnPolicy, Retention), Failure> {
+) -> Result<(Arc<Host>, Arc<dyn Model>, Asker, TurnPolicy, Retention), Failure> {
     args.flags.session.check()?;
     let policy = super::load_policy(args.flags.config.as_deref())?;
     let turn = policy.as_ref().map(|p| p.turn).unwrap_or_default();
     let tools = super::tools_host(policy, &args.tools, &args.flags.registry).await?;
     let (host, retention) = (tools.host, tools.retention);
 
+    let mut asker = super::terminal::asker();
     let model: Arc<dyn Model> = match (&args.script, &args.model) {
-        (Some(script), _) => Arc::new(
-            ScriptModel::load(script)
-                .map_err(|e| Failure::input("invalid_script", e.to_string()))?,
-        ),
+        (Some(script), _) => {
+            let script = Arc::new(
+                ScriptModel::load(script)
+                    .map_err(|e| Failure::input("invalid_script", e.to_string()))?,
+            );
+            // A script answers its tools' questions itself.
+            let answers = Arc::clone(&script);
+            asker = Arc::new(move |_asked| {
+                let answer = answers.answer();
+                Box::pin(async move { answer })
+            });
+            script
+        }
         (None, Some(spec)) => {
             let options = ProviderOptions {
                 base_url: args.base_url.clone(),
@@ -214,7 +225,7 @@ async fn prepare(
             ));
         }
     };
-    Ok((Arc::new(host), model, turn, retention))
+    Ok((Arc::new(host), model, asker, turn, retention))
 }
 
 fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {

@@ -12,8 +12,13 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::Arc;
 
+use airlock::sandbox::Asker;
 use airlock::text::is_unsafe;
+use airlock::{Answer, Asked};
+use serde_json::Value;
 
 fn escape(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     if !text.chars().any(|c| is_unsafe(c) && !keep(c)) {
@@ -62,6 +67,76 @@ pub fn op_summary(ops: &[airlock::ContextOp]) -> String {
         .map(|op| format!("{} {}", op.kind(), op.key()))
         .collect();
     ops.join(", ")
+}
+
+/// Who answers a tool's question in `airlock run` and `airlock call`: the
+/// person at the terminal (the question, what the answer holds, then a JSON object on
+/// one line; an empty line declines, end of input cancels), or, without a
+/// terminal, nobody (`unavailable`, saying so).
+pub(super) fn asker() -> Asker {
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    Arc::new(move |asked: Asked| {
+        if !terminal {
+            return Box::pin(async {
+                Answer::Unavailable {
+                    why: "there is no terminal to ask on".into(),
+                }
+            });
+        }
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || ask_person(&asked))
+                .await
+                .unwrap_or(Answer::Cancel)
+        })
+    })
+}
+
+/// Asks `asked` on the terminal until the answer is a JSON object (or
+/// nothing, or the end of input).
+fn ask_person(asked: &Asked) -> Answer {
+    let fields: Vec<String> = asked
+        .schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .iter()
+                .map(|(name, schema)| {
+                    let kind = schema.get("type").and_then(Value::as_str).unwrap_or("any");
+                    format!("{} ({kind})", field(name))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut err = std::io::stderr();
+    let _ = writeln!(
+        err,
+        "a tool asks: {}\n  answer with a JSON object of: {} (an empty line declines)",
+        field(&asked.message),
+        if fields.is_empty() {
+            "anything".to_owned()
+        } else {
+            fields.join(", ")
+        }
+    );
+    loop {
+        let _ = write!(err, "answer: ");
+        let _ = err.flush();
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => {
+                let _ = writeln!(err);
+                return Answer::Cancel;
+            }
+            Ok(_) if line.trim().is_empty() => return Answer::Decline,
+            Ok(_) => match serde_json::from_str::<Value>(line.trim()) {
+                Ok(content @ Value::Object(_)) => return Answer::Accept { content },
+                _ => {
+                    let _ = writeln!(err, "  that is not a JSON object; try again");
+                }
+            },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub use script::ScriptModel;
 /// A conversation's message: the journal's type, which providers read
 /// and answer in.
 pub use crate::journal::Message;
-use crate::spec::{ToolCall, ToolSpec};
+use crate::spec::{SampleRequest, ToolCall, ToolSpec};
 use futures::future::BoxFuture;
 
 /// Tokens one model request consumed, as the provider reported them.
@@ -73,12 +73,47 @@ pub trait Model: Send + Sync + std::fmt::Debug {
         tools: &'a [ToolSpec],
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
 
+    /// Asks for a completion of `request` with no tools offered, for a
+    /// tool that asks the model (the `ask` import's `ask-model`); its
+    /// reply at most `request.max_tokens` long where the API takes a bound.
+    /// The default sends the request's messages through
+    /// [`Model::complete`].
+    fn sample<'a>(
+        &'a self,
+        request: &'a SampleRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let messages = sample_messages(request);
+        Box::pin(async move { self.complete(&messages, &[]).await })
+    }
+
     /// Checks, before a run starts, that the model can work with these
     /// tools. Only the script provider, which names tools up front, uses it.
     fn check_tools(&self, available: &[String]) -> Result<(), ModelError> {
         let _ = available;
         Ok(())
     }
+}
+
+/// A request for a completion as a conversation: its system
+/// instructions, then its messages (`assistant` the model's, any other
+/// speaker the person's).
+fn sample_messages(request: &SampleRequest) -> Vec<Message> {
+    let system = request.system.iter().map(|content| Message::System {
+        content: content.clone(),
+    });
+    let said = request
+        .messages
+        .iter()
+        .map(|(role, text)| match role.as_str() {
+            "assistant" => Message::Assistant {
+                content: Some(text.clone()),
+                tool_calls: Vec::new(),
+            },
+            _ => Message::User {
+                content: text.clone(),
+            },
+        });
+    system.chain(said).collect()
 }
 
 /// A model behind an HTTP API. Providers differ only in the request's
@@ -112,6 +147,20 @@ impl<P: Provider> Model for P {
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move {
             let body = self.request_body(messages, tools);
+            let client = self.client();
+            let answer = client.post(&client.url, &self.headers(), &body).await?;
+            self.parse_reply(&answer)
+        })
+    }
+
+    fn sample<'a>(
+        &'a self,
+        request: &'a SampleRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let mut body = self.request_body(&sample_messages(request), &[]);
+            // Both APIs bound a reply with `max_tokens`.
+            body["max_tokens"] = request.max_tokens.into();
             let client = self.client();
             let answer = client.post(&client.url, &self.headers(), &body).await?;
             self.parse_reply(&answer)

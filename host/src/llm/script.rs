@@ -18,6 +18,12 @@
 //! invalid JSON, to test how tools and the loop cope). Ids default to
 //! `call_<turn>_<n>`. A run that asks for more turns than the file has
 //! fails with an error naming the file.
+//!
+//! A tool that asks the model (`ask-model`) gets the replies of
+//! `"samples": [{"text": "…", "usage": {…}}]` in order (past the last, it
+//! is refused); one that asks its person (`ask-user`) gets the answers of
+//! `"answers": [{"action": "accept", "content": {…}}, {"action":
+//! "decline"}, …]` in order (past the last, `unavailable`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +42,20 @@ struct ScriptFile {
     #[serde(default, rename = "description")]
     _description: Option<String>,
     turns: Vec<Turn>,
+    /// The model's replies to tools that ask it (`ask-model`), in order.
+    #[serde(default)]
+    samples: Vec<Sample>,
+    /// The person's answers to tools' questions (`ask-user`), in order.
+    #[serde(default)]
+    answers: Vec<crate::spec::Answer>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sample {
+    text: String,
+    #[serde(default)]
+    usage: TokenUsage,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +89,10 @@ pub struct ScriptModel {
     path: PathBuf,
     turns: Vec<Turn>,
     next: AtomicUsize,
+    samples: Vec<Sample>,
+    next_sample: AtomicUsize,
+    answers: Vec<crate::spec::Answer>,
+    next_answer: AtomicUsize,
 }
 
 impl ScriptModel {
@@ -97,7 +121,28 @@ impl ScriptModel {
             path: path.to_path_buf(),
             turns: file.turns,
             next: AtomicUsize::new(0),
+            samples: file.samples,
+            next_sample: AtomicUsize::new(0),
+            answers: file.answers,
+            next_answer: AtomicUsize::new(0),
         })
+    }
+
+    /// The script's next answer to a tool's question; `unavailable` once
+    /// they run out.
+    pub fn answer(&self) -> crate::spec::Answer {
+        let index = self.next_answer.fetch_add(1, Ordering::SeqCst);
+        self.answers
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| crate::spec::Answer::Unavailable {
+                why: format!(
+                    "the script {} has {} answers, and this is question {}",
+                    self.path.display(),
+                    self.answers.len(),
+                    index + 1
+                ),
+            })
     }
 
     fn error(&self, message: String) -> ModelError {
@@ -145,6 +190,26 @@ impl Model for ScriptModel {
                     })
                     .collect(),
                 usage: turn.usage,
+            }),
+        };
+        Box::pin(async move { reply })
+    }
+
+    fn sample<'a>(
+        &'a self,
+        _request: &'a crate::spec::SampleRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        let index = self.next_sample.fetch_add(1, Ordering::SeqCst);
+        let reply = match self.samples.get(index) {
+            None => Err(self.error(format!(
+                "ran out of samples: a tool asked the model for sample {} but the script has {}",
+                index + 1,
+                self.samples.len()
+            ))),
+            Some(sample) => Ok(ModelReply {
+                content: Some(sample.text.clone()),
+                tool_calls: Vec::new(),
+                usage: sample.usage,
             }),
         };
         Box::pin(async move { reply })

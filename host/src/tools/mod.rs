@@ -277,11 +277,13 @@ impl LoadedComponent {
     }
 
     /// Whether its calls may run speculatively, alongside earlier calls of
-    /// a turn and again if what they read changed: it has no effectful
-    /// grant ([`Grants::effectful`]), or the operator marked it
-    /// `idempotent`.
+    /// a turn and again if what they read changed: it may not ask its
+    /// person or the model anything, and has no effectful grant
+    /// ([`Grants::effectful`]) or the operator marked it `idempotent`.
     pub fn may_rerun(&self) -> bool {
-        self.idempotent || !self.grants.effectful()
+        // A question to a person or the model is never asked twice.
+        let asks = self.grants.ask_user || self.grants.sampling.is_some();
+        !asks && (self.idempotent || !self.grants.effectful())
     }
 
     /// Whether loading compiled the component or took it from the cache.

@@ -20,6 +20,9 @@
 //!   and say how they answered. The policy must say `ask = true`.
 //! - `test_sampling {prompt}`: asks the model to answer `prompt` and says
 //!   what it said. The policy must say `sample = {}`.
+//! - `greet {}`: asks its person for a name and the model for a greeting,
+//!   and appends both to deps `greetings` (an answer it does not get is
+//!   recorded as such). The policy must say `ask = true` and `sample = {}`.
 //! - `set_watched {text}`: writes deps `watched`, what
 //!   `test://watched-resource` reads (a subscriber hears of the change).
 //!
@@ -170,6 +173,11 @@ impl Tool for Everything {
                 no_arguments(),
             ),
             Spec::new(
+                "greet",
+                "Asks for a name and greets it, remembering both.",
+                no_arguments(),
+            ),
+            Spec::new(
                 "set_watched",
                 "Sets the text test://watched-resource shows.",
                 json!({
@@ -298,6 +306,30 @@ impl Tool for Everything {
                 airlock_guest::show(image());
                 airlock_guest::show(resource());
                 Ok(Output::new(json!("Three blocks.")))
+            }
+            "greet" => {
+                let schema = json!({
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}},
+                    "required": ["name"]
+                });
+                let name = match airlock_guest::ask_user("Whom shall I greet?", &schema) {
+                    Answer::Accept(content) => content
+                        .parse::<Value>()
+                        .ok()
+                        .and_then(|c| c.get("name").and_then(Value::as_str).map(str::to_owned))
+                        .unwrap_or_default(),
+                    other => return Ok(answered(other)),
+                };
+                let said = [Said {
+                    speaker: Speaker::User,
+                    text: format!("Write a one-line greeting for {name}."),
+                }];
+                let greeting = airlock_guest::ask_model(&said, None, 50)
+                    .map(|reply| reply.text)
+                    .unwrap_or_else(|why| format!("(no greeting: {why})"));
+                let entry = json!({"name": name, "greeting": greeting});
+                Ok(Output::new(entry.clone()).with(Updates::new().append("greetings", entry)))
             }
             "set_watched" => {
                 let text = airlock_guest::str_arg(args, "text")?;
