@@ -72,7 +72,12 @@ $(GUESTS)/python-typed.wasm: guest-examples/python/typed/app.py guest-examples/p
 	@mkdir -p $(GUESTS)
 	$(COMPONENTIZE_PY) -d guest-examples/typed/wit -w typed componentize -p guest-examples/python/typed app -o $@
 
-guests-python: $(GUESTS)/python-stateful.wasm $(GUESTS)/python-typed.wasm
+# A tool that reports progress and shows a picture.
+$(GUESTS)/python-picture.wasm: guest-examples/python/picture/app.py $(WIT) | $(COMPONENTIZE_PY)
+	@mkdir -p $(GUESTS)
+	$(COMPONENTIZE_PY) -d wit -w tool-host componentize -p guest-examples/python/picture app -o $@
+
+guests-python: $(GUESTS)/python-stateful.wasm $(GUESTS)/python-typed.wasm $(GUESTS)/python-picture.wasm
 
 # --- The OAuth tests' authorization server and MCP client, in the venv ---
 OAUTH_STAMP := $(VENV)/.oauth-packages
@@ -110,7 +115,12 @@ $(GUESTS)/js-typed.wasm: guest-examples/js/typed/app.js guest-examples/typed/wit
 	cd $(JS_DIR) && npx componentize-js ../typed/app.js --wit ../../typed/wit -n typed \
 	  -d http -d fetch-event -o $(CURDIR)/$@
 
-guests-js: $(GUESTS)/js-stateful.wasm $(GUESTS)/js-typed.wasm
+$(GUESTS)/js-picture.wasm: guest-examples/js/picture/app.js $(WIT) $(JS_DIR)/node_modules/.package-lock.json
+	@mkdir -p $(GUESTS)
+	cd $(JS_DIR) && npx componentize-js ../picture/app.js --wit ../../../wit -n tool-host \
+	  -d http -d fetch-event -o $(CURDIR)/$@
+
+guests-js: $(GUESTS)/js-stateful.wasm $(GUESTS)/js-typed.wasm $(GUESTS)/js-picture.wasm
 
 # --- wasm-tools: PyPI's prebuilt binary, in the venv ---
 wasm-tools: | $(VENV)/bin/python

@@ -165,14 +165,18 @@ impl Shown {
     /// model whose provider takes only text): `an image (image/png, 67
     /// bytes)`.
     pub fn describe(&self) -> String {
-        let bytes = |data: &str| data.len() / 4 * 3;
+        // The decoded length of padded base64.
+        let bytes = |data: &str| {
+            let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
+            (data.len() / 4 * 3).saturating_sub(padding)
+        };
         match self {
             Shown::Text { text } => format!("text ({} bytes)", text.len()),
             Shown::Image { data, mime_type } => {
-                format!("an image ({mime_type}, about {} bytes)", bytes(data))
+                format!("an image ({mime_type}, {} bytes)", bytes(data))
             }
             Shown::Audio { data, mime_type } => {
-                format!("audio ({mime_type}, about {} bytes)", bytes(data))
+                format!("audio ({mime_type}, {} bytes)", bytes(data))
             }
             Shown::ResourceLink { uri, .. } => format!("a link to {uri}"),
             Shown::Resource { uri, .. } => format!("the resource {uri}"),

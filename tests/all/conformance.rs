@@ -342,3 +342,67 @@ async fn the_walkthrough_ends_the_same_in_every_language() {
         assert_eq!(Value::Object(ctx.deps().clone()), expected, "{language}");
     }
 }
+
+/// A tool that reports progress and shows a picture, in Rust
+/// (`everything`'s `sketch`), Python and JavaScript (`picture`): the same
+/// spec, result, reports (each heard as the call made it) and image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_language_reports_progress_and_shows_the_same_picture() {
+    use airlock::sandbox::{CallEvent, CancelToken};
+    let mut seen = Vec::new();
+    for (language, path) in [
+        ("rust", guest("everything")),
+        ("python", built("python-picture")),
+        ("js", built("js-picture")),
+    ] {
+        let mut host = Host::builder()
+            .cache(CompileCache::in_dir(cache_dir()))
+            .build()
+            .unwrap();
+        host.load(path).await.expect("component loads");
+        let spec = host.tools().find(|s| s.name == "sketch").cloned().unwrap();
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let hearing = std::sync::Arc::clone(&heard);
+        let cancel = CancelToken::observed(move |event| {
+            if let CallEvent::Progress {
+                done,
+                total,
+                message,
+            } = event
+            {
+                hearing.lock().unwrap().push((done, total, message));
+            }
+        });
+        let mut ctx = RunContext::default();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "sketch".into(),
+            arguments: json!({"steps": 3}).to_string(),
+            retry: 0,
+        };
+        let outcome = host
+            .call_cancellable(&mut ctx, &call, &cancel)
+            .await
+            .unwrap_or_else(|e| panic!("{language}: {}", e.error));
+        let progress = heard.lock().unwrap().clone();
+        assert_eq!(progress.len(), 3, "{language}: {progress:?}");
+        assert_eq!(
+            progress[2],
+            (3.0, Some(3.0), Some("stroke 3 of 3".to_owned())),
+            "{language}"
+        );
+        assert_eq!(outcome.output.progress.len(), 3, "{language}");
+        let [airlock::Shown::Image { data, mime_type }] = outcome.output.shown.as_slice() else {
+            panic!("{language}: {:?}", outcome.output.shown);
+        };
+        assert_eq!(mime_type, "image/png", "{language}");
+        seen.push((spec, outcome.result.clone(), data.clone(), progress));
+    }
+    for other in &seen[1..] {
+        assert_eq!(other, &seen[0]);
+    }
+    assert_eq!(
+        seen[0].1,
+        json!({"steps": 3, "shown": "image/png", "bytes": 86})
+    );
+}

@@ -18,6 +18,7 @@ use airlock::context::Usage;
 use airlock::policy::TurnPolicy;
 use airlock::retention::Retention;
 use airlock::sandbox::{Asker, CancelToken};
+use airlock::{Answer, SampleReply};
 use airlock::{Host, Session};
 
 use super::terminal::{one_line, op_summary};
@@ -259,6 +260,7 @@ fn show_progress(event: &Event) {
             status,
             output,
             duration_us,
+            guest,
             ..
         } => {
             let status = match status {
@@ -268,6 +270,31 @@ fn show_progress(event: &Event) {
                 CallStatus::Cancelled => "cancelled",
                 CallStatus::Interrupted => "interrupted",
             };
+            // What the call asked and showed, a line each, before its end.
+            for asked in &guest.asked {
+                print_out(&super::terminal::field(&format!(
+                    "         asked: {} -> {}",
+                    one_line(&asked.message, 120),
+                    one_line(&answer_text(&asked.answer), 120)
+                )));
+            }
+            for sampled in &guest.sampled {
+                let reply = match &sampled.reply {
+                    SampleReply::Answered { text, .. } => text.clone(),
+                    SampleReply::Refused { why } => format!("refused: {why}"),
+                    _ => "?".to_owned(),
+                };
+                print_out(&super::terminal::field(&format!(
+                    "         asked the model -> {}",
+                    one_line(&reply, 120)
+                )));
+            }
+            for shown in &guest.shown {
+                print_out(&super::terminal::field(&format!(
+                    "         shown: {}",
+                    shown.describe()
+                )));
+            }
             format!(
                 "         {name} {status} in {:.1} ms: {}",
                 *duration_us as f64 / 1000.0,
@@ -281,6 +308,17 @@ fn show_progress(event: &Event) {
     };
     // Each event is one line, whatever newlines the model or tool put in it.
     print_out(&super::terminal::field(&line));
+}
+
+/// How a person answered, in a few words: `accept {"name":"Ann"}`.
+fn answer_text(answer: &Answer) -> String {
+    match answer {
+        Answer::Accept { content } => format!("accept {content}"),
+        Answer::Decline => "decline".to_owned(),
+        Answer::Cancel => "cancel".to_owned(),
+        Answer::Unavailable { why } => format!("unavailable: {why}"),
+        _ => "?".to_owned(),
+    }
 }
 
 /// Usage in words: `4 requests, 5 tool calls, 2163 input + 124 output

@@ -20,6 +20,9 @@
 //!   and say how they answered. The policy must say `ask = true`.
 //! - `test_sampling {prompt}`: asks the model to answer `prompt` and says
 //!   what it said. The policy must say `sample = {}`.
+//! - `sketch {steps}`: reports progress `steps` times, then shows a
+//!   checkerboard (a PNG): the same tool as guest-examples/python/picture
+//!   and guest-examples/js/picture.
 //! - `greet {}`: asks its person for a name and the model for a greeting,
 //!   and appends both to deps `greetings` (an answer it does not get is
 //!   recorded as such). The policy must say `ask = true` and `sample = {}`.
@@ -55,6 +58,16 @@ const PNG: &[u8] = &[
     0xDE, 0x00, 0x00, 0x00, 0x0C, 0x49, 0x44, 0x41, 0x54, 0x08, 0xD7, 0x63, 0xF8, 0xCF, 0xC0, 0x00,
     0x00, 0x03, 0x01, 0x01, 0x00, 0x18, 0xDD, 0x8D, 0xB0, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E,
     0x44, 0xAE, 0x42, 0x60, 0x82,
+];
+
+/// An 8×8 checkerboard, as a PNG (what `sketch` shows, in every language).
+const CHECKERBOARD: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x08, 0x08, 0x02, 0x00, 0x00, 0x00, 0x4B, 0x6D, 0x29,
+    0xDC, 0x00, 0x00, 0x00, 0x1D, 0x49, 0x44, 0x41, 0x54, 0x78, 0xDA, 0x63, 0x78, 0xE1, 0xA5, 0x0E,
+    0x44, 0xFF, 0xC1, 0x00, 0x99, 0xCD, 0x80, 0x53, 0x02, 0x53, 0x08, 0xC2, 0xC6, 0x2D, 0x41, 0x07,
+    0x3B, 0x00, 0x4F, 0x12, 0x8A, 0xC1, 0x4D, 0x30, 0xA4, 0x1C, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
 ];
 
 /// A WAV of 8 silent 8-bit samples at 8 kHz.
@@ -171,6 +184,16 @@ impl Tool for Everything {
                 "test_multiple_content_types",
                 "Shows text, an image and a resource.",
                 no_arguments(),
+            ),
+            Spec::new(
+                "sketch",
+                "Draw a checkerboard in `steps` strokes, reporting each, and show it.",
+                json!({
+                    "type": "object",
+                    "properties": {"steps": {"type": "integer", "minimum": 1, "maximum": 10}},
+                    "required": ["steps"],
+                    "additionalProperties": false
+                }),
             ),
             Spec::new(
                 "greet",
@@ -306,6 +329,25 @@ impl Tool for Everything {
                 airlock_guest::show(image());
                 airlock_guest::show(resource());
                 Ok(Output::new(json!("Three blocks.")))
+            }
+            "sketch" => {
+                let steps = args.get("steps").and_then(Value::as_u64).unwrap_or(1);
+                for stroke in 1..=steps {
+                    airlock_guest::progress(
+                        stroke as f64,
+                        Some(steps as f64),
+                        Some(&format!("stroke {stroke} of {steps}")),
+                    );
+                }
+                airlock_guest::show(Block::Image(Media {
+                    data: CHECKERBOARD.to_vec(),
+                    mime_type: "image/png".into(),
+                }));
+                Ok(Output::new(json!({
+                    "steps": steps,
+                    "shown": "image/png",
+                    "bytes": CHECKERBOARD.len()
+                })))
             }
             "greet" => {
                 let schema = json!({
