@@ -32,6 +32,7 @@ mod peers;
 mod per_call;
 mod plain;
 mod report;
+mod rich;
 mod scale_out;
 mod session_age;
 
@@ -118,7 +119,8 @@ fn main() {
                 true session_age,
                 true group_commit,
                 false export_memory,
-                false auth
+                false auth,
+                true rich
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

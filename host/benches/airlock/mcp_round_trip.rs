@@ -288,7 +288,7 @@ impl Caller<'_> {
 /// stdio; one HTTP/1.1 POST on a kept-alive connection over HTTP, its SSE
 /// response read to the end of the stream (as curl does). What the server
 /// costs, apart from any client library's own work.
-enum Minimal {
+pub(crate) enum Minimal {
     Stdio {
         _child: Box<tokio::process::Child>,
         input: tokio::process::ChildStdin,
@@ -329,7 +329,7 @@ impl Minimal {
     }
 
     /// Initializes an MCP session at `url`.
-    async fn http(url: &str) -> Self {
+    pub(crate) async fn http(url: &str) -> Self {
         // reqwest is built without a TLS provider (Airlock installs ring's).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut client = Minimal::Http {
@@ -356,7 +356,7 @@ impl Minimal {
     }
 
     /// Sends `message` (a request) and returns the response.
-    async fn request(&mut self, message: &str) -> String {
+    pub(crate) async fn request(&mut self, message: &str) -> String {
         use tokio::io::AsyncWriteExt;
         let response = match self {
             Minimal::Stdio { input, output, .. } => {

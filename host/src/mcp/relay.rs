@@ -6,9 +6,13 @@
 //! a "running" report each second.
 //!
 //! Progress reports closer together than [`PROGRESS_GAP`] are merged: the
-//! latest waits and goes out with the next one that may, or before the
+//! latest waits and goes out once the gap has passed, or before the
 //! result ([`Relay::flush`]). A report whose `done` reaches its `total`
-//! always goes out. Cost for a call whose client asked for nothing: the
+//! always goes out. Log records closer together than [`PROGRESS_GAP`] are
+//! merged too, none lost: their messages, one per line, in one
+//! notification at the highest of their levels. A call that logs or
+//! reports in a tight loop costs its client a few notifications, not one
+//! per record. Cost for a call whose client asked for nothing: the
 //! observer's check of an empty channel per event, and none when the tool
 //! reports nothing.
 
@@ -86,8 +90,13 @@ pub struct Relay {
     threshold: Option<u8>,
     /// When the last progress notification went out.
     last: Option<Instant>,
-    /// A report merged away, to send with the next or before the result.
+    /// A report merged away, to send once the gap has passed or before
+    /// the result.
     pending: Option<ProgressNotificationParam>,
+    /// When the last log notification went out.
+    last_log: Option<Instant>,
+    /// Records merged away: the highest level and the messages.
+    pending_logs: Option<(LoggingLevel, Vec<String>)>,
     /// Whether the tool reported progress itself (then no "running"
     /// report is made up for it).
     reported: bool,
@@ -134,6 +143,8 @@ impl Relay {
             threshold,
             last: None,
             pending: None,
+            last_log: None,
+            pending_logs: None,
             reported: false,
             seconds: 0,
             events,
@@ -161,6 +172,7 @@ impl Relay {
         let every = super::PROGRESS_EVERY;
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
+            let due = self.due();
             let notes: Vec<ServerNotification> = tokio::select! {
                 biased;
                 output = &mut work => {
@@ -170,6 +182,7 @@ impl Relay {
                     return output;
                 }
                 Some(event) = self.events.recv() => self.relay(event),
+                () = sleep_until(due), if due.is_some() => self.flush_due(),
                 _ = tick.tick(), if self.has_token() => self.tick().into_iter().collect(),
             };
             for note in notes {
@@ -179,14 +192,62 @@ impl Relay {
     }
 
     /// What is left once the call has ended: the events it made that are
-    /// not sent yet, and the report merged away.
+    /// not sent yet, and what was merged away.
     pub fn rest(&mut self) -> Vec<ServerNotification> {
         let mut notes = Vec::new();
         while let Ok(event) = self.events.try_recv() {
             notes.extend(self.relay(event));
         }
+        notes.extend(self.flush_logs());
         notes.extend(self.flush());
         notes
+    }
+
+    /// When what waits (a merged report, merged records) may go out.
+    fn due(&self) -> Option<Instant> {
+        let progress = self
+            .pending
+            .as_ref()
+            .and(self.last)
+            .map(|at| at + PROGRESS_GAP);
+        let logs = self
+            .pending_logs
+            .as_ref()
+            .and(self.last_log)
+            .map(|at| at + PROGRESS_GAP);
+        match (progress, logs) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What waited and may go out now.
+    fn flush_due(&mut self) -> Vec<ServerNotification> {
+        let now = Instant::now();
+        let mut notes = Vec::new();
+        if self.last_log.is_some_and(|at| now - at >= PROGRESS_GAP) {
+            notes.extend(self.flush_logs());
+        }
+        if self.last.is_some_and(|at| now - at >= PROGRESS_GAP)
+            && let Some(param) = self.pending.take()
+        {
+            self.last = Some(now);
+            notes.push(progress(param));
+        }
+        notes
+    }
+
+    /// The records merged away, as one notification.
+    fn flush_logs(&mut self) -> Option<ServerNotification> {
+        let (level, messages) = self.pending_logs.take()?;
+        self.last_log = Some(Instant::now());
+        Some(self.log_note(level, messages.join("\n")))
+    }
+
+    fn log_note(&self, level: LoggingLevel, message: String) -> ServerNotification {
+        let param = LoggingMessageNotificationParam::new(level, message.into())
+            .with_logger(self.tool.clone());
+        ServerNotification::LoggingMessageNotification(Notification::new(param))
     }
 
     /// The notifications `event` makes now (none, one, or a merged report
@@ -195,11 +256,20 @@ impl Relay {
         match event {
             CallEvent::Log(record) if self.threshold.is_some() => {
                 let level = level_of(record.level);
-                let param = LoggingMessageNotificationParam::new(level, record.message.into())
-                    .with_logger(self.tool.clone());
-                vec![ServerNotification::LoggingMessageNotification(
-                    Notification::new(param),
-                )]
+                let now = Instant::now();
+                if self.last_log.is_some_and(|at| now - at < PROGRESS_GAP) {
+                    let (merged, messages) =
+                        self.pending_logs.get_or_insert_with(|| (level, Vec::new()));
+                    if rank(level) > rank(*merged) {
+                        *merged = level;
+                    }
+                    messages.push(record.message);
+                    return Vec::new();
+                }
+                let mut notes: Vec<ServerNotification> = self.flush_logs().into_iter().collect();
+                self.last_log = Some(now);
+                notes.push(self.log_note(level, record.message));
+                notes
             }
             CallEvent::Progress {
                 done,
@@ -228,7 +298,8 @@ impl Relay {
     }
 
     /// Another second of running: a "running" report when the tool
-    /// reports no progress of its own, or the report merged away.
+    /// reports no progress of its own, or the report merged away (which
+    /// [`Relay::run`] sends once its gap has passed).
     pub fn tick(&mut self) -> Option<ServerNotification> {
         self.seconds += 1;
         if self.reported {
@@ -247,6 +318,14 @@ impl Relay {
     /// worth a running report each second).
     pub fn has_token(&self) -> bool {
         self.token.is_some()
+    }
+}
+
+/// Sleeps until `due` (forever without one: its branch is off then).
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -309,5 +388,32 @@ mod tests {
             relay.tick().is_none(),
             "no made-up report once the tool reports"
         );
+    }
+
+    #[test]
+    fn close_records_merge_into_one_note_at_their_highest_level() {
+        let threshold = LogThreshold::new();
+        threshold.set(LoggingLevel::Debug);
+        let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
+        let log = |level, message: &str| {
+            CallEvent::Log(LogRecord {
+                level,
+                message: message.into(),
+            })
+        };
+        assert_eq!(relay.relay(log(LogLevel::Info, "one")).len(), 1);
+        assert!(relay.relay(log(LogLevel::Warn, "two")).is_empty(), "merged");
+        assert!(
+            relay.relay(log(LogLevel::Debug, "three")).is_empty(),
+            "merged"
+        );
+        assert!(relay.due().is_some());
+        let rest = relay.rest();
+        let [ServerNotification::LoggingMessageNotification(note)] = rest.as_slice() else {
+            panic!("{rest:?}");
+        };
+        assert_eq!(note.params.level, LoggingLevel::Warning);
+        assert_eq!(note.params.data, serde_json::json!("two\nthree"));
+        assert!(relay.due().is_none());
     }
 }

@@ -23,6 +23,9 @@
 //! - `sketch {steps}`: reports progress `steps` times, then shows a
 //!   checkerboard (a PNG): the same tool as guest-examples/python/picture
 //!   and guest-examples/js/picture.
+//! - `large_image {kib}`, `large_text {kib}`, `chatty {n}`: for `make
+//!   bench` (§18): a PNG-headed image of `kib` KiB beside a result of `kib`
+//!   KiB of JSON text; `n` progress reports and `n` log records.
 //! - `greet {}`: asks its person for a name and the model for a greeting,
 //!   and appends both to deps `greetings` (an answer it does not get is
 //!   recorded as such). The policy must say `ask = true` and `sample = {}`.
@@ -196,6 +199,33 @@ impl Tool for Everything {
                 }),
             ),
             Spec::new(
+                "large_image",
+                "Shows an image of `kib` KiB (for benchmarks).",
+                json!({
+                    "type": "object",
+                    "properties": {"kib": {"type": "integer", "minimum": 1, "maximum": 512}},
+                    "required": ["kib"]
+                }),
+            ),
+            Spec::new(
+                "large_text",
+                "Returns `kib` KiB of text (for benchmarks).",
+                json!({
+                    "type": "object",
+                    "properties": {"kib": {"type": "integer", "minimum": 1, "maximum": 512}},
+                    "required": ["kib"]
+                }),
+            ),
+            Spec::new(
+                "chatty",
+                "Reports progress `n` times and logs `n` records (for benchmarks).",
+                json!({
+                    "type": "object",
+                    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 500}},
+                    "required": ["n"]
+                }),
+            ),
+            Spec::new(
                 "greet",
                 "Asks for a name and greets it, remembering both.",
                 no_arguments(),
@@ -348,6 +378,28 @@ impl Tool for Everything {
                     "shown": "image/png",
                     "bytes": CHECKERBOARD.len()
                 })))
+            }
+            "large_image" => {
+                let kib = args.get("kib").and_then(Value::as_u64).unwrap_or(1) as usize;
+                let mut data = CHECKERBOARD.to_vec();
+                data.resize(kib << 10, 0);
+                airlock_guest::show(Block::Image(Media {
+                    data,
+                    mime_type: "image/png".into(),
+                }));
+                Ok(Output::new(json!({"kib": kib})))
+            }
+            "large_text" => {
+                let kib = args.get("kib").and_then(Value::as_u64).unwrap_or(1) as usize;
+                Ok(Output::new(json!("x".repeat(kib << 10))))
+            }
+            "chatty" => {
+                let n = args.get("n").and_then(Value::as_u64).unwrap_or(0);
+                for i in 1..=n {
+                    airlock_guest::progress(i as f64, Some(n as f64), None);
+                    airlock_guest::log(LogLevel::Info, &format!("step {i} of {n}"));
+                }
+                Ok(Output::new(json!({"reported": n})))
             }
             "greet" => {
                 let schema = json!({
