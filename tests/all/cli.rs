@@ -989,3 +989,74 @@ fn call_shows_a_tools_progress() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("progress: 50 of 100: 50 of 100"), "{text}");
 }
+
+/// `airlock run` shows a call's progress reports as they happen: lines of
+/// their own in the event log (not items: no id), after the call's intent
+/// and before its output, and on the terminal.
+#[test]
+fn run_shows_a_calls_progress_as_it_happens() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sketch.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"name": "sketch", "arguments": {"steps": 3}}]},
+            {"text": "drawn"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let everything = guest("everything");
+    let store = dir.path().join("s.db");
+    let args = |events: bool| {
+        let mut args = vec![
+            "run",
+            "draw",
+            "--tool",
+            everything.to_str().unwrap(),
+            "--script",
+            script.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ];
+        if events {
+            args.extend(["--events", "-"]);
+        }
+        args
+    };
+    let out = airlock(&args(true));
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at = |pick: &dyn Fn(&serde_json::Value) -> bool| lines.iter().position(pick).unwrap();
+    let intent = at(&|l| l["type"] == "function_call");
+    let output = at(&|l| l["type"] == "function_call_output");
+    let reports: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].get("progress").is_some())
+        .collect();
+    assert_eq!(reports.len(), 3, "{lines:?}");
+    assert!(
+        reports.iter().all(|&i| intent < i && i < output),
+        "{lines:?}"
+    );
+    let last = &lines[reports[2]]["progress"];
+    assert_eq!(last["call_id"], lines[intent]["call_id"]);
+    assert_eq!(
+        (
+            last["done"].as_f64(),
+            last["total"].as_f64(),
+            last["message"].as_str()
+        ),
+        (Some(3.0), Some(3.0), Some("stroke 3 of 3"))
+    );
+    assert!(lines[reports[0]].get("id").is_none(), "not an item");
+    let out = airlock(&args(false));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("sketch progress: 2 of 3: stroke 2 of 3\n"),
+        "{text}"
+    );
+}

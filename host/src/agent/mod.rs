@@ -29,7 +29,7 @@ use crate::journal::{Conversation, Event, Item, Outcome, StoreError, Transcript}
 use crate::kind::ErrorKind;
 use crate::llm::{Model, ModelError};
 use crate::policy::TurnPolicy;
-use crate::sandbox::{Asker, CancelToken};
+use crate::sandbox::{Asker, CallEvent, CancelToken};
 use crate::spec::ToolCall;
 use crate::tools::Host;
 use futures::future::BoxFuture;
@@ -92,6 +92,17 @@ where
         let decision = self(call);
         Box::pin(async move { decision })
     }
+}
+
+/// What a call reported while it ran ([`Agent::call_events`]).
+#[derive(Debug, Clone)]
+pub struct CallReport {
+    /// The call's id.
+    pub call_id: String,
+    /// Its tool.
+    pub tool: String,
+    /// What it reported.
+    pub event: CallEvent,
 }
 
 /// How a run ended, when it ended with an answer.
@@ -165,6 +176,8 @@ pub struct Agent {
     /// Who answers the tools' questions (`ask-user`).
     asker: Option<Asker>,
     events: Option<mpsc::UnboundedSender<Event>>,
+    /// Who hears what calls report as they run.
+    call_events: Option<mpsc::UnboundedSender<CallReport>>,
     cancel: CancelToken,
 }
 
@@ -188,6 +201,7 @@ impl Agent {
             approver: None,
             asker: None,
             events: None,
+            call_events: None,
             cancel: CancelToken::new(),
         }
     }
@@ -213,6 +227,15 @@ impl Agent {
     /// usage.
     pub fn asker(mut self, asker: Asker) -> Self {
         self.asker = Some(asker);
+        self
+    }
+
+    /// Hands what each call reports while it runs (its `log` records and
+    /// `progress.report`s) to `sender`, as it happens. Not journaled
+    /// (the call's records are, with its output); a call run twice by a
+    /// parallel turn reports twice.
+    pub fn call_events(mut self, sender: mpsc::UnboundedSender<CallReport>) -> Self {
+        self.call_events = Some(sender);
         self
     }
 

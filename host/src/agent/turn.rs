@@ -5,14 +5,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Agent, Decision, RunError, RunOutcome};
+use super::{Agent, CallReport, Decision, RunError, RunOutcome};
 use crate::context::Usage;
 use crate::journal::CallEnd;
 use crate::journal::recorder::Recorder;
 use crate::journal::{Item, Role};
 use crate::llm::Model;
 use crate::policy::Approval;
-use crate::sandbox::{CancelToken, Sampler};
+use crate::sandbox::{CallEvent, CancelToken, Sampler};
 use crate::spec::{SampleReply, SampleRequest};
 use crate::spec::{ToolCall, ToolSpec};
 use crate::tools::{CallError, CallFailure, CallOutcome, Ran, call_end};
@@ -23,56 +23,83 @@ pub(super) struct Run<'a, 'c> {
     agent: &'a Agent,
     recorder: Recorder<'c>,
     failures: HashMap<String, u32>,
-    /// What the calls run with: the agent's token, or, when a tool may
-    /// ask its person or the model, one that answers them and is cancelled
-    /// with the agent's ([`Asking`]).
-    calls: CancelToken,
+    /// Who answers the calls' questions to the model, and what its
+    /// answers cost, when a tool may ask it.
     asking: Option<Asking>,
 }
 
-/// The questions of a run's calls: what the model's answers to them
-/// cost (added to the run's usage as each call ends), and the task that
-/// cancels the calls' token with the agent's.
+/// The model's answers to a run's calls: who gives them, and what they
+/// cost (added to the run's usage as each call ends).
 struct Asking {
+    sampler: Sampler,
     used: Arc<std::sync::Mutex<Usage>>,
-    link: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Asking {
+/// A call's own token, cancelled with the agent's until dropped.
+struct Linked(tokio::task::JoinHandle<()>);
+
+impl Drop for Linked {
     fn drop(&mut self) {
-        self.link.abort();
+        self.0.abort();
     }
 }
 
 impl<'a, 'c> Run<'a, 'c> {
     pub(super) fn new(agent: &'a Agent, recorder: Recorder<'c>) -> Self {
-        let asks = agent.host.components().iter().any(|c| {
-            let grants = c.grants();
-            grants.ask_user || grants.sampling.is_some()
-        });
-        let (calls, asking) = if asks {
+        let samples = agent
+            .host
+            .components()
+            .iter()
+            .any(|c| c.grants().sampling.is_some());
+        let asking = samples.then(|| {
             let used = Arc::new(std::sync::Mutex::new(Usage::default()));
-            let calls = CancelToken::watched(
-                None,
-                agent.asker.clone(),
-                Some(sampler(Arc::clone(&agent.model), Arc::clone(&used))),
-            );
-            let (from, to) = (agent.cancel.clone(), calls.clone());
-            let link = tokio::spawn(async move {
-                from.cancelled().await;
-                to.cancel();
-            });
-            (calls, Some(Asking { used, link }))
-        } else {
-            (agent.cancel.clone(), None)
-        };
+            Asking {
+                sampler: sampler(Arc::clone(&agent.model), Arc::clone(&used)),
+                used,
+            }
+        });
         Self {
             agent,
             recorder,
             failures: HashMap::new(),
-            calls,
             asking,
         }
+    }
+
+    /// The token `call` runs with: the agent's own, unless someone answers
+    /// its questions or hears what it reports; then one of its own that
+    /// does so (its events named by the call) and is cancelled with the
+    /// agent's while the guard lives.
+    fn token_for(&self, call: &ToolCall) -> (CancelToken, Option<Linked>) {
+        let agent = self.agent;
+        let asks = agent.host.component_for(&call.name).is_some_and(|c| {
+            let grants = c.grants();
+            grants.ask_user || grants.sampling.is_some()
+        });
+        if !asks && agent.call_events.is_none() {
+            return (agent.cancel.clone(), None);
+        }
+        let observer = agent.call_events.clone().map(|sender| {
+            let (id, tool) = (call.id.clone(), call.name.clone());
+            Box::new(move |event| {
+                let _ = sender.send(CallReport {
+                    call_id: id.clone(),
+                    tool: tool.clone(),
+                    event,
+                });
+            }) as Box<dyn Fn(CallEvent) + Send + Sync>
+        });
+        let token = CancelToken::watched(
+            observer,
+            agent.asker.clone(),
+            self.asking.as_ref().map(|a| Arc::clone(&a.sampler)),
+        );
+        let (from, to) = (agent.cancel.clone(), token.clone());
+        let link = tokio::spawn(async move {
+            from.cancelled().await;
+            to.cancel();
+        });
+        (token, Some(Linked(link)))
     }
 
     /// Adds what the model's answers to the calls' questions cost since
@@ -264,13 +291,11 @@ impl<'a, 'c> Run<'a, 'c> {
                     .saturating_add(before)
                     .saturating_add(1);
                 let request = self.request(call, call.arguments.clone());
-                let (host, cancel, limit, run) = (
-                    Arc::clone(&agent.host),
-                    self.calls.clone(),
-                    Arc::clone(&limit),
-                    request.clone(),
-                );
+                let (cancel, linked) = self.token_for(&request);
+                let (host, limit, run) =
+                    (Arc::clone(&agent.host), Arc::clone(&limit), request.clone());
                 let task = tokio::spawn(async move {
+                    let _linked = linked;
                     // The semaphore is never closed.
                     let _permit = limit.acquire_owned().await;
                     host.run_only(&view, &run, &cancel, true).await
@@ -326,9 +351,10 @@ impl<'a, 'c> Run<'a, 'c> {
             }
         }
         let request = self.request(call, arguments);
+        let (cancel, _linked) = self.token_for(&request);
         let result = agent
             .host
-            .run_and_apply(self.recorder.ctx_mut(), &request, Some(&self.calls), false)
+            .run_and_apply(self.recorder.ctx_mut(), &request, Some(&cancel), false)
             .await;
         self.settle(&request, result, started.elapsed())
     }

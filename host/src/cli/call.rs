@@ -184,12 +184,8 @@ fn print_success(
         text.push_str(&format!("refused: {}\n", field(why)));
     }
     for report in &outcome.output.progress {
-        let total = report.total.map_or(String::new(), |t| format!(" of {t}"));
-        let message = report
-            .message
-            .as_deref()
-            .map_or(String::new(), |m| format!(": {}", field(m)));
-        text.push_str(&format!("progress: {}{total}{message}\n", report.done));
+        let line = super::terminal::progress(report.done, report.total, report.message.as_deref());
+        text.push_str(&format!("progress: {line}\n"));
     }
     for shown in &outcome.output.shown {
         text.push_str(&format!("shown:  {}\n", field(&shown.describe())));

@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use airlock::agent::{Agent, AgentOptions, Decision, RunError, RunOutcome};
+use airlock::agent::{Agent, AgentOptions, CallReport, Decision, RunError, RunOutcome};
 use airlock::journal::{CallStatus, Event, Item, Role};
 use airlock::llm::{self, Model, ProviderOptions, ScriptModel};
 use airlock::{BoxFuture, ToolCall};
@@ -17,7 +17,7 @@ use airlock::{BoxFuture, ToolCall};
 use airlock::context::Usage;
 use airlock::policy::TurnPolicy;
 use airlock::retention::Retention;
-use airlock::sandbox::{Asker, CancelToken};
+use airlock::sandbox::{Asker, CallEvent, CancelToken};
 use airlock::{Answer, SampleReply};
 use airlock::{Host, Session};
 
@@ -127,6 +127,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         ..AgentOptions::default()
     };
     let (sender, mut receiver) = mpsc::unbounded_channel();
+    let (reporter, mut reports) = mpsc::unbounded_channel();
     let approver = Arc::new(CliApprover::new(args.yes, cancel.clone()));
     let run = async {
         let agent = Agent::new(Arc::clone(&host), model)
@@ -134,11 +135,25 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .approver(Arc::clone(&approver) as Arc<dyn airlock::agent::Approver>)
             .asker(asker)
             .events(sender)
+            .call_events(reporter)
             .cancel_token(cancel.clone());
         agent.run_session(&mut session, &args.prompt).await
     };
     let watch = async {
-        while let Some(event) = receiver.recv().await {
+        loop {
+            // Items first: a call's intent is committed (and sent) before
+            // it runs, so its reports follow it.
+            let event = tokio::select! {
+                biased;
+                event = receiver.recv() => match event {
+                    Some(event) => event,
+                    None => break,
+                },
+                Some(report) = reports.recv() => {
+                    show_report(&report, events_file.as_mut(), progress);
+                    continue;
+                }
+            };
             if let Some(sink) = events_file.as_mut() {
                 let line = serde_json::to_string(&event).unwrap_or_default();
                 if let Err(e) =
@@ -236,6 +251,41 @@ fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Fa
         Some(path) => std::fs::File::create(path)
             .map(|f| Some(Box::new(std::io::BufWriter::new(f)) as Box<dyn Write + Send>))
             .map_err(|e| Failure::input("events_file", format!("--events {path}: {e}"))),
+    }
+}
+
+/// A call's progress report as it happens: a line on the terminal, and a
+/// `{"progress": …}` line in the event log (not journaled: the call's
+/// log records are, with its output).
+fn show_report(report: &CallReport, sink: Option<&mut Box<dyn Write + Send>>, progress: bool) {
+    let CallEvent::Progress {
+        done,
+        total,
+        message,
+    } = &report.event
+    else {
+        return;
+    };
+    if let Some(sink) = sink {
+        let line = json!({"progress": {
+            "call_id": report.call_id,
+            "tool": report.tool,
+            "done": done,
+            "total": total,
+            "message": message,
+        }});
+        if let Err(e) = writeln!(sink, "{}", super::terminal::json(&line.to_string()))
+            .and_then(|()| sink.flush())
+        {
+            tracing::warn!(error = %e, "cannot write the event log");
+        }
+    }
+    if progress {
+        print_out(&format!(
+            "         {} progress: {}",
+            super::terminal::field(&report.tool),
+            super::terminal::progress(*done, *total, message.as_deref())
+        ));
     }
 }
 
