@@ -623,3 +623,85 @@ async fn transcript_continues_a_conversation() {
     assert_eq!(sent[2]["content"], "two");
     assert!(matches!(&transcript.messages[2], Message::User { content } if content == "two"));
 }
+
+/// What a tool showed reaches the model as its provider's API carries
+/// it: Anthropic's tool result takes the image itself, beside the text;
+/// OpenAI's tool message is text, and names the image instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_provider_gets_the_picture_its_api_carries() {
+    let mut host = crate::support::builder().build().unwrap();
+    host.load(guest("everything")).await.unwrap();
+    let host = Arc::new(host);
+    let sketch = json!({"steps": 1});
+
+    let server = ModelServer::start().await;
+    server
+        .push_json(anthropic_reply(
+            None,
+            &[("toolu_1", "sketch", sketch.clone())],
+            10,
+            5,
+        ))
+        .push_json(anthropic_reply(Some("A checkerboard."), &[], 20, 5));
+    let model = AnthropicModel::new("claude-test", options(server.anthropic_base())).unwrap();
+    let mut transcript = Transcript::default();
+    Agent::new(Arc::clone(&host), Arc::new(model))
+        .run(&mut RunContext::default(), &mut transcript, "Draw.")
+        .await
+        .unwrap();
+    let seen = server.seen();
+    let result = &seen[1].body["messages"][2]["content"][0];
+    assert_eq!(result["type"], "tool_result", "{result}");
+    let parts = result["content"].as_array().unwrap();
+    assert_eq!(parts[0]["type"], "text");
+    assert!(
+        !parts[0]["text"].as_str().unwrap().contains("also showed"),
+        "{result}"
+    );
+    assert_eq!(parts[1]["type"], "image");
+    assert_eq!(parts[1]["source"]["media_type"], "image/png");
+    assert!(
+        parts[1]["source"]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("iVBORw0KGgo"),
+        "{result}"
+    );
+    // The transcript keeps the result and what was shown apart.
+    let Some(Message::Tool { content, shown, .. }) = transcript
+        .messages
+        .iter()
+        .find(|m| matches!(m, Message::Tool { .. }))
+    else {
+        panic!("no tool message");
+    };
+    assert!(content.starts_with(r#"{"bytes":86"#), "{content}");
+    assert_eq!(shown.len(), 1);
+
+    let server = ModelServer::start().await;
+    server
+        .push_json(openai_reply(
+            None,
+            &[("call_1", "sketch", &sketch.to_string())],
+            10,
+            5,
+        ))
+        .push_json(openai_reply(Some("A checkerboard."), &[], 20, 5));
+    Agent::new(Arc::clone(&host), Arc::new(openai(&server)))
+        .run(
+            &mut RunContext::default(),
+            &mut Transcript::default(),
+            "Draw.",
+        )
+        .await
+        .unwrap();
+    let seen = server.seen();
+    let told = tool_messages(&seen[1].body);
+    let text = told[0]["content"].as_str().unwrap();
+    assert!(
+        text.ends_with(
+            "\n[the tool also showed its user an image (image/png, 86 bytes), not included here]"
+        ),
+        "{text}"
+    );
+}

@@ -46,7 +46,34 @@ pub enum Message {
         /// Whether the call failed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// What the call showed beside its result (images, audio, links,
+        /// resources): a provider sends what its API carries and names
+        /// the rest in the text ([`tool_text`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shown: Vec<crate::spec::Shown>,
     },
+}
+
+/// A tool message's text for a provider: its `content`, and a line
+/// naming what the call showed that the provider does not carry (each
+/// block of `shown` for which `carried` is false).
+pub fn tool_text(
+    content: &str,
+    shown: &[crate::spec::Shown],
+    carried: impl Fn(&crate::spec::Shown) -> bool,
+) -> String {
+    let left: Vec<String> = shown
+        .iter()
+        .filter(|block| !carried(block))
+        .map(crate::spec::Shown::describe)
+        .collect();
+    if left.is_empty() {
+        return content.to_owned();
+    }
+    format!(
+        "{content}\n[the tool also showed its user {}, not included here]",
+        left.join("; ")
+    )
 }
 
 /// What a tool wrote while it ran (and what the host refused it), as a

@@ -34,7 +34,7 @@ mod sink;
 mod snapshot;
 mod transcript;
 
-pub use conversation::{CallEnd, Captured, CapturedLog, Message};
+pub use conversation::{CallEnd, Captured, CapturedLog, Message, tool_text};
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
 pub use record::{
     CallStatus, CalledBy, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, now_ms,

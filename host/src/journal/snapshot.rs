@@ -237,6 +237,7 @@ mod tests {
                     name: "t".into(),
                     content: "ok".into(),
                     is_error: false,
+                    shown: Vec::new(),
                 },
             }),
             id().prop_map(move |id| item(Item::FunctionCall {

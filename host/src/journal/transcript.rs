@@ -192,8 +192,9 @@ impl Speaker {
             } if self.unanswered.contains(call_id) => Some(Message::Tool {
                 call_id: call_id.clone(),
                 name: name.clone(),
-                content: with_shown(output, &guest.shown),
+                content: output.clone(),
                 is_error: *status != CallStatus::Completed,
+                shown: guest.shown.clone(),
             }),
             _ => None,
         };
@@ -202,18 +203,4 @@ impl Speaker {
         }
         message
     }
-}
-
-/// A tool message's text: the call's output, and a line naming what the
-/// call showed beside it (images, audio, resources), which the model's
-/// text does not carry.
-fn with_shown(output: &str, shown: &[crate::spec::Shown]) -> String {
-    if shown.is_empty() {
-        return output.to_owned();
-    }
-    let what: Vec<String> = shown.iter().map(crate::spec::Shown::describe).collect();
-    format!(
-        "{output}\n[the tool also showed its user {}, not included here]",
-        what.join("; ")
-    )
 }

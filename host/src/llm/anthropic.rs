@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use super::{
     JsonClient, Message, ModelError, ModelReply, Provider, ProviderOptions, TokenUsage, join_url,
 };
-use crate::spec::{ToolCall, ToolSpec};
+use crate::journal::tool_text;
+use crate::spec::{Shown, ToolCall, ToolSpec};
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
@@ -85,8 +86,26 @@ impl Provider for AnthropicModel {
                     call_id,
                     content,
                     is_error,
+                    shown,
                     ..
                 } => {
+                    // A tool result carries images beside its text; what
+                    // else the call showed is named in the text.
+                    let image = |block: &Shown| matches!(block, Shown::Image { .. });
+                    let text = tool_text(content, shown, image);
+                    let content = if shown.iter().any(image) {
+                        let mut parts = vec![json!({"type": "text", "text": text})];
+                        parts.extend(shown.iter().filter_map(|block| match block {
+                            Shown::Image { data, mime_type } => Some(json!({
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": mime_type, "data": data}
+                            })),
+                            _ => None,
+                        }));
+                        Value::Array(parts)
+                    } else {
+                        Value::String(text)
+                    };
                     let block = json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error});
                     // Results of one turn's calls go together in one user message.
                     match out.last_mut() {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::{
     JsonClient, Message, ModelError, ModelReply, Provider, ProviderOptions, TokenUsage, join_url,
 };
+use crate::journal::tool_text;
 use crate::spec::{ToolCall, ToolSpec};
 
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -76,7 +77,15 @@ impl Provider for OpenAiModel {
                     }
                     m
                 }
-                Message::Tool { call_id, content, .. } => {
+                Message::Tool {
+                    call_id,
+                    content,
+                    shown,
+                    ..
+                } => {
+                    // A tool message carries text only: what the call
+                    // showed is named in it.
+                    let content = tool_text(content, shown, |_| false);
                     json!({"role": "tool", "tool_call_id": call_id, "content": content})
                 }
             })
