@@ -681,3 +681,91 @@ async fn a_server_that_cannot_check_tokens_does_not_start() {
         .unwrap();
     assert_eq!(served.status(), 200);
 }
+
+/// A token's scopes reach what components offer beside tools: a
+/// component whose `scopes` the token lacks offers that caller no
+/// resources, templates, prompts or completions, as if it had none, and
+/// what it offers stays the caller's who has them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_hide_a_components_resources_and_prompts() {
+    let auth = AuthServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("sessions.db");
+    let everything = format!(
+        "[[tool]]\npath = {:?}\nscopes = [\"probe\"]\nuri_schemes = [\"test\"]\n",
+        guest("everything")
+    );
+    let (server, audience) = serve_authenticated(
+        dir.path(),
+        store.to_str().unwrap(),
+        policy(&auth, &everything),
+    );
+    let session = |token: String| {
+        let url = server.url.clone();
+        async move { RawHttp::new(&url).with_token(&token).initialize().await }
+    };
+    let ann = session(auth.token(client("ann-laptop"), &audience).await).await;
+    let bob = session(auth.token(client("bob-ci"), &audience).await).await;
+    let ask = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let requests = [
+        ask(2, "resources/list", json!({})),
+        ask(3, "resources/templates/list", json!({})),
+        ask(4, "prompts/list", json!({})),
+        ask(5, "resources/read", json!({"uri": "test://static-text"})),
+        ask(6, "prompts/get", json!({"name": "test_simple_prompt"})),
+        ask(
+            7,
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+                   "argument": {"name": "arg1", "value": "te"}}),
+        ),
+    ];
+    let mut answers = Vec::new();
+    for who in [&ann, &bob] {
+        let mut said = Vec::new();
+        for request in &requests {
+            said.push(message(who.post(request.clone()).await.unwrap()).await);
+        }
+        answers.push(said);
+    }
+    let (ann, bob) = (&answers[0], &answers[1]);
+    assert_eq!(
+        ann[0]["result"]["resources"].as_array().unwrap().len(),
+        4,
+        "{}",
+        ann[0]
+    );
+    assert_eq!(
+        ann[1]["result"]["resourceTemplates"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(ann[2]["result"]["prompts"].as_array().unwrap().len(), 4);
+    assert!(
+        ann[3]["result"]["contents"][0]["text"].is_string(),
+        "{}",
+        ann[3]
+    );
+    assert!(ann[4]["result"]["messages"].is_array(), "{}", ann[4]);
+    assert_eq!(
+        ann[5]["result"]["completion"]["values"],
+        json!(["test", "testValue1"])
+    );
+    // bob sees only the session's own deps resource, and nothing else.
+    let uris: Vec<&str> = bob[0]["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, ["airlock://session/deps"]);
+    assert_eq!(bob[1]["result"]["resourceTemplates"], json!([]));
+    assert_eq!(bob[2]["result"]["prompts"], json!([]));
+    assert_eq!(bob[3]["error"]["code"], -32002, "{}", bob[3]);
+    assert_eq!(bob[4]["error"]["code"], -32602, "{}", bob[4]);
+    let said = bob[4]["error"]["message"].as_str().unwrap();
+    assert!(said.contains("the prompts are []"), "{said}");
+    assert_eq!(bob[5]["error"]["code"], -32602, "{}", bob[5]);
+}
