@@ -270,3 +270,119 @@ fn resources_with_a_scheme_the_policy_does_not_allow_are_withheld() {
         "{text}"
     );
 }
+
+/// A client of the 2026-07-28 revision (no `initialize`: `server/discover`)
+/// listens (`subscriptions/listen`) for a resource it names: a call that
+/// changes what the resource's read looked at is heard on that stream,
+/// one that does not is not, and the listener's end is the server's to
+/// keep serving after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_client_listens_for_the_resources_it_names() {
+    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+    use rmcp::model::GetMeta;
+    use rmcp::service::ClientServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = everything_policy(dir.path());
+    let db = dir.path().join("sessions.db");
+    let command = crate::support::airlock_command(
+        &[
+            "mcp",
+            "--config",
+            &config,
+            "--store",
+            db.to_str().unwrap(),
+            "--session",
+            "listened",
+        ],
+        &[],
+    );
+    let transport =
+        rmcp::transport::TokioChildProcess::new(tokio::process::Command::from(command)).unwrap();
+    let client = ()
+        .serve_with_lifecycle(
+            transport,
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover");
+    let mut listening = client
+        .listen(
+            SubscriptionFilter::builder()
+                .resource_subscription("test://watched-resource")
+                .resource_subscription("test://static-text")
+                .tools_list_changed()
+                .build(),
+        )
+        .await
+        .unwrap();
+    let accepted = listening.acknowledged().clone();
+    assert_eq!(accepted.tools_list_changed, Some(true), "{accepted:?}");
+    let set = |text: &str| {
+        client.call_tool(
+            CallToolRequestParams::new("set_watched")
+                .with_arguments(json!({"text": text}).as_object().unwrap().clone()),
+        )
+    };
+    set("listened").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(60), listening.next())
+        .await
+        .expect("a notification")
+        .unwrap()
+        .expect("the stream is open");
+    let ServerNotification::ResourceUpdatedNotification(note) = &heard else {
+        panic!("{heard:?}");
+    };
+    assert_eq!(note.params.uri, "test://watched-resource");
+    assert_eq!(
+        heard.get_meta().subscription_id(),
+        Some(listening.id().clone())
+    );
+    let watched = client
+        .read_resource(ReadResourceRequestParams::new("test://watched-resource"))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&watched.contents[0]), "Watched: listened");
+    // A second change is heard too, and nothing was heard of static-text
+    // in between (the stream is in order).
+    set("again").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(60), listening.next())
+        .await
+        .expect("a notification")
+        .unwrap()
+        .expect("the stream is open");
+    assert!(
+        matches!(&heard, ServerNotification::ResourceUpdatedNotification(n)
+            if n.params.uri == "test://watched-resource"),
+        "{heard:?}"
+    );
+    // A URI nothing offers is refused: the stream, acknowledged first
+    // (the SDK's order), ends with the error.
+    let mut refused = client
+        .listen(
+            SubscriptionFilter::builder()
+                .resource_subscription("test://nothing")
+                .build(),
+        )
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(60), refused.next())
+        .await
+        .expect("the stream ends");
+    let err = ended.expect_err("an error ends it").to_string();
+    assert!(err.contains("no resource \"test://nothing\""), "{err}");
+    // The first listener still hears: a change of the policy on disk
+    // reloads the tools, and it accepted tool list changes.
+    let policy = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("# changed\n{policy}")).unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(60), listening.next())
+        .await
+        .expect("a notification")
+        .unwrap()
+        .expect("the stream is open");
+    assert!(
+        matches!(heard, ServerNotification::ToolListChangedNotification(_)),
+        "{heard:?}"
+    );
+}

@@ -26,6 +26,7 @@ pub mod relay;
 
 use std::sync::Arc;
 
+use rmcp::model::ServerNotification;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
@@ -120,6 +121,11 @@ impl SessionOpener {
 pub struct ToolSet {
     host: std::sync::RwLock<Arc<Host>>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// The `subscriptions/listen` requests open, by number: told of list
+    /// changes they accepted.
+    listeners: Mutex<Vec<(u64, rmcp::service::SubscriptionSink)>>,
+    /// Who waits to hear that a resource changed.
+    watchers: offers::Watchers,
 }
 
 impl ToolSet {
@@ -128,6 +134,8 @@ impl ToolSet {
         Arc::new(Self {
             host: std::sync::RwLock::new(host),
             peers: Mutex::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
+            watchers: offers::Watchers::default(),
         })
     }
 
@@ -162,6 +170,38 @@ impl ToolSet {
             }
         }
         *peers = live;
+        drop(peers);
+        let mut listeners = self.listeners.lock().await;
+        let mut live = Vec::with_capacity(listeners.len());
+        for (by, sink) in listeners.drain(..) {
+            let mut open = true;
+            for note in [
+                ServerNotification::ToolListChangedNotification(Default::default()),
+                ServerNotification::ResourceListChangedNotification(Default::default()),
+                ServerNotification::PromptListChangedNotification(Default::default()),
+            ] {
+                // A change the listener did not accept is not sent.
+                if let Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) =
+                    sink.send(note).await
+                {
+                    open = false;
+                }
+            }
+            if open {
+                live.push((by, sink));
+            }
+        }
+        *listeners = live;
+    }
+
+    /// Tells listener `by` of the list changes it accepted, from now on.
+    async fn listen(&self, by: u64, sink: rmcp::service::SubscriptionSink) {
+        self.listeners.lock().await.push((by, sink));
+    }
+
+    /// Listener `by` has ended.
+    async fn unlisten(&self, by: u64) {
+        self.listeners.lock().await.retain(|(n, _)| *n != by);
     }
 
     /// Remembers a client to notify, forgetting those whose connection
@@ -192,14 +232,16 @@ pub struct McpServer {
     /// The least level of the tools' log records its client hears
     /// (`logging/setLevel`).
     log_threshold: LogThreshold,
-    /// The resources its client subscribed to.
-    subscriptions: offers::Subscriptions,
+    /// Its number among the process's MCP servers (what names its
+    /// client's subscriptions).
+    number: u64,
 }
 
 impl McpServer {
     /// Serves `host`'s tools on `session`; a request's `_meta` may name
     /// another session of `named`'s store and owner.
     pub fn new(tools: Arc<ToolSet>, session: Session, named: Option<SessionOpener>) -> Self {
+        let number = tools.watchers.number();
         Self {
             tools,
             session: OnceCell::new_with(Some(Arc::new(Mutex::new(session)))),
@@ -207,7 +249,7 @@ impl McpServer {
             owner: None,
             limiter: None,
             log_threshold: LogThreshold::new(),
-            subscriptions: offers::Subscriptions::default(),
+            number,
         }
     }
 
@@ -221,6 +263,7 @@ impl McpServer {
         owner: Option<String>,
         limiter: Option<Arc<UserLimiter>>,
     ) -> Self {
+        let number = tools.watchers.number();
         Self {
             tools,
             session: OnceCell::new(),
@@ -228,7 +271,7 @@ impl McpServer {
             owner,
             limiter,
             log_threshold: LogThreshold::new(),
-            subscriptions: offers::Subscriptions::default(),
+            number,
         }
     }
 
@@ -341,7 +384,6 @@ impl McpServer {
         cancel: CancelToken,
         caller: Option<&Caller>,
     ) -> CallToolResult {
-        let shared = matches!(session, Working::Shared(_));
         let mut session = session.handle().lock().await;
         let host = self.tools.current();
         let by = caller.map(|c| CalledBy {
@@ -357,15 +399,16 @@ impl McpServer {
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let answer = match result {
             Ok(outcome) => {
-                // The server's own session changed: its subscribers hear
-                // of what they read.
-                if shared && !outcome.updates.is_empty() {
+                // Whoever watches a resource of this session hears of what
+                // its read looked at.
+                if !outcome.updates.is_empty() {
                     let written = outcome
                         .updates
                         .iter()
                         .map(|op| op.key().to_owned())
                         .collect();
-                    self.subscriptions.changed(&written).await;
+                    let key = offers::session_key(session.context());
+                    self.tools.watchers.changed(&key, &written).await;
                 }
                 let mut answer = match outcome.result {
                     Value::Object(_) => CallToolResult::structured(outcome.result),
@@ -903,6 +946,19 @@ impl ServerHandler for McpServer {
     ) -> Result<(), ErrorData> {
         McpServer::unsubscribe(self, &request.uri);
         Ok(())
+    }
+
+    /// Every notification this server can send a listener is accepted
+    /// (the SDK keeps only those the listener asked for).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        McpServer::listen(self, context).await
     }
 
     async fn list_prompts(

@@ -6,17 +6,20 @@
 //! request works on (its `_meta`'s, or the server's), with that session's
 //! context as the component's view, within the caller's scopes (a
 //! component whose tools the token may not use offers it nothing) and its
-//! per-user limits. A subscription remembers which deps keys its resource
-//! read; a call on the server's session that changes one of them sends
+//! per-user limits. A subscription (`resources/subscribe`, or a
+//! 2026-07-28 `subscriptions/listen`) remembers which deps keys its
+//! resource read; a call on that Airlock session, over any MCP session of
+//! this process, that changes one of them sends
 //! `notifications/resources/updated`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use rmcp::model::ServerNotification;
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptResult, Prompt, PromptArgument,
     PromptMessage, Reference, Resource, ResourceContents, ResourceTemplate, Role as Speaker,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{Peer, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
@@ -24,43 +27,117 @@ use super::{DEPS_URI, McpServer, Working, caller_of, content_block, resource_con
 use crate::context::RunContext;
 use crate::sandbox::CancelToken;
 use crate::spec::{Role, Shown};
-use crate::tools::{Completing, Host, LoadedComponent, Reads, ServeError};
+use crate::tools::{Completing, Host, LoadedComponent, Reads, ResourceRead, ServeError};
 
-/// What the server's session's subscribers asked to hear about: each URI
-/// and what its last read looked at.
+/// Who waits to hear that a resource changed, across the server's MCP
+/// sessions: each watch names an Airlock session (its user and id), a
+/// URI, what the URI's last read looked at, and whom to tell. A call on
+/// that session, over any MCP session of this process, that writes a key
+/// the read looked at tells them (`notifications/resources/updated`).
 #[derive(Debug, Default)]
-pub(super) struct Subscriptions {
-    uris: std::sync::Mutex<BTreeMap<String, Reads>>,
-    /// Whom to tell (the client that subscribed).
-    peer: std::sync::OnceLock<Peer<RoleServer>>,
+pub(super) struct Watchers {
+    watches: std::sync::Mutex<Vec<Watch>>,
+    /// The next listener's number.
+    next: std::sync::atomic::AtomicU64,
 }
 
-impl Subscriptions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Reads>> {
-        self.uris
+/// An Airlock session, as watches name it: its user and its id.
+pub(super) type SessionKey = (Option<String>, String);
+
+#[derive(Debug)]
+struct Watch {
+    session: SessionKey,
+    uri: String,
+    reads: Reads,
+    /// Who asked: an MCP server's number (`resources/subscribe`), or a
+    /// listen request's (`subscriptions/listen`).
+    by: u64,
+    to: Notifier,
+}
+
+/// How a watcher is told.
+#[derive(Debug, Clone)]
+pub(super) enum Notifier {
+    /// A client of the 2025 revisions, on its session's own stream.
+    Peer(Peer<RoleServer>),
+    /// A `subscriptions/listen` request's stream (2026-07-28).
+    Listen(SubscriptionSink),
+}
+
+impl Watchers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Watch>> {
+        self.watches
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Tells the client about each subscribed resource whose last read
-    /// looked at a key of `written`.
-    pub(super) async fn changed(&self, written: &std::collections::BTreeSet<String>) {
+    /// A number for a new listener.
+    pub(super) fn number(&self) -> u64 {
+        self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `by` watches `uri` of `session`, whose read looked at `reads`
+    /// (replacing its earlier watch of the same).
+    pub(super) fn watch(
+        &self,
+        session: SessionKey,
+        uri: &str,
+        reads: Reads,
+        by: u64,
+        to: Notifier,
+    ) {
+        let mut watches = self.lock();
+        watches.retain(|w| !(w.by == by && w.uri == uri));
+        watches.push(Watch {
+            session,
+            uri: uri.to_owned(),
+            reads,
+            by,
+            to,
+        });
+    }
+
+    /// `by` read `uri` of `session` again: what it looked at now.
+    pub(super) fn read_again(&self, session: &SessionKey, uri: &str, reads: &Reads) {
+        for watch in self.lock().iter_mut() {
+            if watch.uri == uri && &watch.session == session {
+                watch.reads = reads.clone();
+            }
+        }
+    }
+
+    /// `by` stops watching `uri` (every URI, without one).
+    pub(super) fn forget(&self, by: u64, uri: Option<&str>) {
+        self.lock()
+            .retain(|w| !(w.by == by && uri.is_none_or(|uri| w.uri == uri)));
+    }
+
+    /// Tells whoever watches a resource of `session` whose last read
+    /// looked at a key of `written`; forgets those gone.
+    pub(super) async fn changed(&self, session: &SessionKey, written: &BTreeSet<String>) {
         if written.is_empty() {
             return;
         }
-        let Some(peer) = self.peer.get() else {
-            return;
-        };
-        let touched: Vec<String> = self
+        let touched: Vec<(u64, String, Notifier)> = self
             .lock()
             .iter()
-            .filter(|(_, reads)| reads.depends_on(written))
-            .map(|(uri, _)| uri.clone())
+            .filter(|w| &w.session == session && w.reads.depends_on(written))
+            .map(|w| (w.by, w.uri.clone(), w.to.clone()))
             .collect();
-        for uri in touched {
-            let note = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
-            if peer.notify_resource_updated(note).await.is_err() {
+        for (by, uri, to) in touched {
+            let note = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+            let sent = match to {
+                Notifier::Peer(peer) => peer.notify_resource_updated(note).await.is_ok(),
+                Notifier::Listen(sink) => sink
+                    .send(ServerNotification::ResourceUpdatedNotification(
+                        rmcp::model::Notification::new(note),
+                    ))
+                    .await
+                    .is_ok(),
+            };
+            if !sent {
                 tracing::debug!("cannot tell a client that a resource changed");
+                self.forget(by, Some(&uri));
             }
         }
     }
@@ -230,6 +307,18 @@ impl McpServer {
                     .with_mime_type("application/json"),
             ]);
         }
+        let (read, session) = self.read_offered(uri, context).await?;
+        self.tools.watchers.read_again(&session, uri, &read.reads);
+        Ok(read.contents.into_iter().filter_map(contents).collect())
+    }
+
+    /// Reads a component's resource `uri` for `context`'s caller (one
+    /// nothing offers them is unknown), and names the session it read.
+    async fn read_offered(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(ResourceRead, SessionKey), ErrorData> {
         self.offered_to(
             context,
             |host| host.resource_for(uri),
@@ -237,17 +326,31 @@ impl McpServer {
                 uri: crate::text::truncate(uri, 256),
             },
         )?;
-        let read = self
-            .serving(context, async |host, ctx, cancel| {
-                host.read_resource(ctx, uri, cancel).await
-            })
-            .await?;
-        let mut uris = self.subscriptions.lock();
-        if let Some(reads) = uris.get_mut(uri) {
-            *reads = read.reads;
+        self.serving(context, async |host, ctx, cancel| {
+            let read = host.read_resource(ctx, uri, cancel).await?;
+            Ok((read, session_key(ctx)))
+        })
+        .await
+    }
+
+    /// What a watch of `uri` for `context` starts from: the session it is
+    /// of, and what a read of it looks at (every key, for the deps).
+    async fn first_read(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(SessionKey, Reads), ErrorData> {
+        if uri == DEPS_URI {
+            let session = self
+                .session_for(&context.meta, caller_of(context))
+                .await
+                .map_err(|message| ErrorData::internal_error(message, None))?;
+            let key = session_key(session.handle().lock().await.context());
+            session.done().await;
+            return Ok((key, Reads::everything()));
         }
-        drop(uris);
-        Ok(read.contents.into_iter().filter_map(contents).collect())
+        let (read, key) = self.read_offered(uri, context).await?;
+        Ok((key, read.reads))
     }
 
     /// Subscribes the client to `uri` (reading it once, to learn what it
@@ -257,30 +360,45 @@ impl McpServer {
         uri: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let _ = self.subscriptions.peer.set(context.peer.clone());
-        let reads = if uri == DEPS_URI {
-            Reads::everything()
-        } else {
-            self.offered_to(
-                context,
-                |host| host.resource_for(uri),
-                || ServeError::UnknownResource {
-                    uri: crate::text::truncate(uri, 256),
-                },
-            )?;
-            self.serving(context, async |host, ctx, cancel| {
-                host.read_resource(ctx, uri, cancel).await
-            })
-            .await?
-            .reads
-        };
-        self.subscriptions.lock().insert(uri.to_owned(), reads);
+        let (session, reads) = self.first_read(uri, context).await?;
+        let to = Notifier::Peer(context.peer.clone());
+        self.tools
+            .watchers
+            .watch(session, uri, reads, self.number, to);
         Ok(())
     }
 
     /// Forgets the client's subscription to `uri` (none is not an error).
     pub(super) fn unsubscribe(&self, uri: &str) {
-        self.subscriptions.lock().remove(uri);
+        self.tools.watchers.forget(self.number, Some(uri));
+    }
+
+    /// Serves one `subscriptions/listen` (2026-07-28) until the client
+    /// ends it: what it accepted of list changes goes to it as the tools
+    /// are reloaded, and each resource it named as a call changes what the
+    /// resource's read looked at (a URI nothing offers the caller is
+    /// refused, before anything is heard).
+    pub(super) async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let by = self.tools.watchers.number();
+        let sink = context.sink().clone();
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let mut watched = Vec::with_capacity(uris.len());
+        for uri in uris {
+            watched.push((self.first_read(&uri, context.request_context()).await?, uri));
+        }
+        for ((session, reads), uri) in watched {
+            let to = Notifier::Listen(sink.clone());
+            self.tools.watchers.watch(session, &uri, reads, by, to);
+        }
+        self.tools.listen(by, sink).await;
+        context.cancelled().await;
+        self.tools.watchers.forget(by, None);
+        self.tools.unlisten(by).await;
+        Ok(())
     }
 
     /// The prompt `name` filled in with `arguments` (strings).
@@ -413,6 +531,14 @@ fn completed_by<'h>(host: &'h Host, completing: Completing<'_>) -> Option<&'h Lo
             .find(|(_, spec)| spec.uri == uri)
             .map(|(c, _)| c),
     }
+}
+
+/// The Airlock session `ctx` is of, as watches name it.
+pub(super) fn session_key(ctx: &RunContext) -> SessionKey {
+    (
+        ctx.user_id().map(str::to_owned),
+        ctx.session_id().to_owned(),
+    )
 }
 
 /// A checked resource's contents as MCP carries them.
