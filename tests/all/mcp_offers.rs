@@ -271,6 +271,15 @@ fn resources_with_a_scheme_the_policy_does_not_allow_are_withheld() {
     );
 }
 
+/// The next notification of a listen (at most 60 s).
+async fn next_note(listening: &mut rmcp::service::Subscription) -> rmcp::model::ServerNotification {
+    tokio::time::timeout(Duration::from_secs(60), listening.next())
+        .await
+        .expect("a notification")
+        .unwrap()
+        .expect("the stream is open")
+}
+
 /// A client of the 2026-07-28 revision (no `initialize`: `server/discover`)
 /// listens (`subscriptions/listen`) for a resource it names: a call that
 /// changes what the resource's read looked at is heard on that stream,
@@ -278,8 +287,8 @@ fn resources_with_a_scheme_the_policy_does_not_allow_are_withheld() {
 /// keep serving after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_listens_for_the_resources_it_names() {
-    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
     use rmcp::model::GetMeta;
+    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
     use rmcp::service::ClientServiceExt;
     let dir = tempfile::tempdir().unwrap();
     let config = everything_policy(dir.path());
@@ -326,11 +335,7 @@ async fn a_2026_client_listens_for_the_resources_it_names() {
         )
     };
     set("listened").await.unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(60), listening.next())
-        .await
-        .expect("a notification")
-        .unwrap()
-        .expect("the stream is open");
+    let heard = next_note(&mut listening).await;
     let ServerNotification::ResourceUpdatedNotification(note) = &heard else {
         panic!("{heard:?}");
     };
@@ -347,11 +352,7 @@ async fn a_2026_client_listens_for_the_resources_it_names() {
     // A second change is heard too, and nothing was heard of static-text
     // in between (the stream is in order).
     set("again").await.unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(60), listening.next())
-        .await
-        .expect("a notification")
-        .unwrap()
-        .expect("the stream is open");
+    let heard = next_note(&mut listening).await;
     assert!(
         matches!(&heard, ServerNotification::ResourceUpdatedNotification(n)
             if n.params.uri == "test://watched-resource"),
@@ -376,11 +377,7 @@ async fn a_2026_client_listens_for_the_resources_it_names() {
     // reloads the tools, and it accepted tool list changes.
     let policy = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("# changed\n{policy}")).unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(60), listening.next())
-        .await
-        .expect("a notification")
-        .unwrap()
-        .expect("the stream is open");
+    let heard = next_note(&mut listening).await;
     assert!(
         matches!(heard, ServerNotification::ToolListChangedNotification(_)),
         "{heard:?}"

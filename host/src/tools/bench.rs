@@ -64,13 +64,16 @@ impl Host {
             Err(e) => return Err(classify(e, &store, &component.limits)),
         };
         let instantiated = Instant::now();
-        let called = async {
-            pre.exports()
-                .tool(&mut store, &instance)?
-                .call_call(&mut store, view, &call.name, &call.arguments)
-                .await
-        };
-        if let Err(e) = called.await {
+        if let Err(e) = call_in(
+            &mut store,
+            pre,
+            &instance,
+            view,
+            &call.name,
+            &call.arguments,
+        )
+        .await
+        {
             return Err(classify(e, &store, &component.limits));
         }
         let called = Instant::now();
@@ -103,13 +106,16 @@ impl Host {
         for _ in 0..n {
             let view = push_view(&mut store, component, ctx, call, false)?;
             let rep = view.rep();
-            let called = async {
-                pre.exports()
-                    .tool(&mut store, &instance)?
-                    .call_call(&mut store, view, &call.name, &call.arguments)
-                    .await
-            };
-            if let Err(e) = called.await {
+            if let Err(e) = call_in(
+                &mut store,
+                pre,
+                &instance,
+                view,
+                &call.name,
+                &call.arguments,
+            )
+            .await
+            {
                 return Err(classify(e, &store, &component.limits));
             }
             // A reusing host frees each call's handles, as its table is
@@ -142,8 +148,21 @@ async fn instantiate_and_call(
     call: &ToolCall,
 ) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
     let instance = pre.instantiate_async(&mut *store).await?;
+    call_in(store, pre, &instance, view, name, &call.arguments).await
+}
+
+/// The guest's `call` of tool `name` (as the component describes it) with
+/// `arguments` and `view`, in `instance` (one of `pre`'s).
+async fn call_in(
+    store: &mut wasmtime::Store<CallState>,
+    pre: &AirlockPre,
+    instance: &wasmtime::component::Instance,
+    view: wasmtime::component::Resource<ContextView>,
+    name: &str,
+    arguments: &String,
+) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
     pre.exports()
-        .tool(&mut *store, &instance)?
-        .call_call(&mut *store, view, name, &call.arguments)
+        .tool(&mut *store, instance)?
+        .call_call(&mut *store, view, name, arguments)
         .await
 }

@@ -234,6 +234,17 @@ struct Checked<'a> {
     arguments: Value,
 }
 
+/// A call's store, ready for the guest: its prepared instance (if one
+/// was), the view the guest gets a borrow of and its handle's number, and
+/// when the host-side timer fires.
+pub(super) struct Armed {
+    pub(super) store: Store<CallState>,
+    pub(super) prepared: Option<Instance>,
+    pub(super) view: wasmtime::component::Resource<ContextView>,
+    pub(super) view_rep: u32,
+    pub(super) deadline: tokio::time::Instant,
+}
+
 /// One call about to run in a fresh instance of its component.
 pub(super) struct Run<'a> {
     pub(super) host: &'a Host,
@@ -292,6 +303,28 @@ impl Run<'_> {
         Ok((store, None))
     }
 
+    /// The call's store ([`Run::store`]) with its view pushed (recording
+    /// what it reads when `record_reads`), and the timer's deadline.
+    pub(super) async fn armed(&self, record_reads: bool) -> Result<Armed, CallFailure> {
+        let (mut store, prepared) = self.store().await?;
+        let view = push_view(
+            &mut store,
+            self.component,
+            self.ctx,
+            self.call,
+            record_reads,
+        )?;
+        let view_rep = view.rep();
+        let deadline = timer_deadline(&store);
+        Ok(Armed {
+            store,
+            prepared,
+            view,
+            view_rep,
+            deadline,
+        })
+    }
+
     /// Drops the call's store, then prepares the component's next
     /// instances if they are short.
     pub(super) fn retire(&self, store: Store<CallState>) {
@@ -332,17 +365,14 @@ impl Run<'_> {
     /// checked. The store is dropped before this returns, so the context's
     /// deps are no longer shared with the view when ops are applied.
     async fn airlock(self, name: &str, record_reads: bool) -> Invoked {
-        let (mut store, prepared) = self.store().await?;
-        let view = push_view(
-            &mut store,
-            self.component,
-            self.ctx,
-            self.call,
-            record_reads,
-        )?;
-        let view_rep = view.rep();
+        let Armed {
+            mut store,
+            prepared,
+            view,
+            view_rep,
+            deadline,
+        } = self.armed(record_reads).await?;
         let ahead = &self.component.ahead;
-        let deadline = timer_deadline(&store);
         let run = async {
             let instance = ahead.instance(&mut store, prepared).await?;
             ahead

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::bindings::{prompts as guest_prompts, resources as guest_resources, show};
-use super::call::{Run, push_view, take_reads, timer_deadline};
+use super::call::{Armed, Run, take_reads};
 use super::{CallError, Host, Kind, LoadError, LoadedComponent, Reads, ToolCall};
 use crate::context::RunContext;
 use crate::sandbox::CancelToken;
@@ -757,17 +757,14 @@ impl Run<'_> {
         record_reads: bool,
     ) -> Result<(Served, Reads), CallError> {
         let _running = self.host.sandbox.admission().running();
-        let (mut store, prepared) = self.store().await.map_err(|f| f.error)?;
-        let view = push_view(
-            &mut store,
-            self.component,
-            self.ctx,
-            self.call,
-            record_reads,
-        )?;
-        let view_rep = view.rep();
+        let Armed {
+            mut store,
+            prepared,
+            view,
+            view_rep,
+            deadline,
+        } = self.armed(record_reads).await.map_err(|f| f.error)?;
         let ahead = &self.component.ahead;
-        let deadline = timer_deadline(&store);
         let run = async {
             let instance = ahead.instance(&mut store, prepared).await?;
             let exports = ahead.exports()?;
