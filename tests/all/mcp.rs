@@ -1710,3 +1710,103 @@ fn journaled_outputs(id: &str, store: &Path) -> Vec<Value> {
         .filter(|event| event["type"] == "function_call_output")
         .collect()
 }
+
+/// A client of the 2026-07-28 revision takes no request from the server
+/// mid-call: a tool that asks its person and then the model ends the call
+/// `input_required` each time, and the client (rmcp's, driving the rounds
+/// with its own handlers) sends the call again with the answer, until it
+/// completes with both. Each round is journaled (those that stopped at a
+/// question as cancelled), the ops are applied once, and a requestState
+/// that does not verify is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_client_answers_a_tools_questions_in_rounds() {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::ClientServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rounds.db");
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
+            guest("everything")
+        ),
+    )
+    .unwrap();
+    let handler = AskingClient {
+        answer: rmcp::model::ElicitationAction::Accept,
+        asked: Default::default(),
+        progress: Default::default(),
+        content: Some(json!({"name": "Ann"})),
+        sampled: Default::default(),
+    };
+    let command = airlock_command(
+        &[
+            "mcp",
+            "--config",
+            policy.to_str().unwrap(),
+            "--store",
+            db.to_str().unwrap(),
+            "--session",
+            "rounds",
+        ],
+        &[],
+    );
+    let transport = TokioChildProcess::new(tokio::process::Command::from(command)).unwrap();
+    let client = handler
+        .clone()
+        .serve_with_lifecycle(
+            transport,
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover");
+    let greeted = client
+        .call_tool(CallToolRequestParams::new("greet"))
+        .await
+        .unwrap();
+    assert_eq!(
+        greeted.structured_content,
+        Some(json!({"name": "Ann", "greeting": "hello from the client's model"})),
+        "{greeted:?}"
+    );
+    assert_eq!(*handler.asked.lock().unwrap(), ["Whom shall I greet?"]);
+    assert_eq!(*handler.sampled.lock().unwrap(), [50]);
+
+    // A state the server did not seal is refused before anything runs.
+    let forged = client
+        .call_tool_once(CallToolRequestParams::new("greet").with_request_state("e30.AAAA"))
+        .await
+        .unwrap();
+    let rmcp::model::CallToolResponse::Complete(forged) = forged else {
+        panic!("{forged:?}");
+    };
+    assert_eq!(forged.is_error, Some(true));
+    assert!(
+        text(&forged).contains("does not verify"),
+        "{}",
+        text(&forged)
+    );
+    client.cancel().await.unwrap();
+
+    let store = SqliteStore::open(&db).unwrap();
+    let folded = Folded::fold(&store.read(None, "rounds").await.unwrap().records).unwrap();
+    assert_eq!(
+        folded.deps["greetings"],
+        json!([{"name": "Ann", "greeting": "hello from the client's model"}])
+    );
+    let statuses: Vec<String> = folded
+        .transcript
+        .items
+        .iter()
+        .filter_map(|e| match &e.item {
+            airlock::journal::Item::FunctionCallOutput { status, .. } => {
+                Some(format!("{status:?}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, ["Cancelled", "Cancelled", "Completed"]);
+}

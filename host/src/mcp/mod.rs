@@ -23,6 +23,7 @@ pub mod http;
 pub mod limits;
 mod offers;
 pub mod relay;
+mod rounds;
 
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ use tokio::sync::{Mutex, OnceCell};
 use self::auth::Caller;
 use self::limits::UserLimiter;
 use self::relay::{LogThreshold, Relay};
+use self::rounds::Round;
 use crate::agent::SessionCallError;
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
 use crate::policy::Approval;
@@ -527,6 +529,13 @@ impl McpServer {
     }
 }
 
+impl Drop for McpServer {
+    /// Its client's subscriptions end with it.
+    fn drop(&mut self) {
+        self.tools.watchers.forget(self.number, None);
+    }
+}
+
 /// What a call needs of its client while it runs ([`McpServer::needs`]).
 #[derive(Debug, Default, Clone, Copy)]
 struct Needs {
@@ -700,7 +709,6 @@ fn asker(context: &RequestContext<RoleServer>) -> Asker {
 // and 2025-11-25 revisions this server speaks have it.
 #[allow(deprecated)]
 fn sampler(context: &RequestContext<RoleServer>) -> Sampler {
-    use rmcp::model::{CreateMessageRequestParams, Role as McpRole, SamplingMessage};
     let can_sample = context
         .peer
         .peer_info()
@@ -714,21 +722,7 @@ fn sampler(context: &RequestContext<RoleServer>) -> Sampler {
                     why: "this client cannot ask its model (it declared no sampling)".into(),
                 };
             }
-            let messages = request
-                .messages
-                .into_iter()
-                .map(|(role, text)| {
-                    let role = if role == "assistant" {
-                        McpRole::Assistant
-                    } else {
-                        McpRole::User
-                    };
-                    SamplingMessage::new(role, rmcp::model::SamplingMessageContentBlock::text(text))
-                })
-                .collect();
-            let mut params = CreateMessageRequestParams::new(messages, request.max_tokens);
-            params.system_prompt = request.system;
-            match peer.create_message(params).await {
+            match peer.create_message(rounds::sample_params(request)).await {
                 Ok(reply) => {
                     let text = reply
                         .message
@@ -853,7 +847,7 @@ impl ServerHandler for McpServer {
         if let Some(unknown) = self.unknown_to(caller_of(&context), &request.name) {
             return Ok(error_result(unknown).into());
         }
-        let arguments = arguments_text(request.arguments);
+        let arguments = arguments_text(request.arguments.clone());
         let needs = self.needs(&request.name);
         if needs.approval
             && let Err(refused) = Self::approve(&request.name, &arguments, &context).await
@@ -866,13 +860,48 @@ impl ServerHandler for McpServer {
         // ([`relay`]). All of it is watched in this request's own task: no
         // task is spawned and no timer set for a call whose client asked
         // for nothing.
+        //
+        // A client of the 2026-07-28 revision takes the call's questions as
+        // `input_required` results ([`rounds`]); earlier ones, as requests
+        // of the server's mid-call.
+        let round = if (needs.person || needs.model)
+            && context
+                .protocol_version()
+                .is_some_and(|version| !version.has_initialize())
+        {
+            let resumed = Round::resume(
+                &request.name,
+                &arguments,
+                request.request_state.as_deref(),
+                request.input_responses.as_ref(),
+            );
+            match resumed {
+                Ok(round) => Some(Arc::new(round)),
+                Err(why) => return Ok(error_result(why).into()),
+            }
+        } else {
+            None
+        };
+        let (ask, sample) = match &round {
+            Some(round) => (
+                needs.person.then(|| round.asker()),
+                needs.model.then(|| round.sampler()),
+            ),
+            None => (
+                needs.person.then(|| asker(&context)),
+                needs.model.then(|| sampler(&context)),
+            ),
+        };
         let (mut relay, cancel) = Relay::new(
             &request.name,
             context.meta.get_progress_token(),
             &self.log_threshold,
-            needs.person.then(|| asker(&context)),
-            needs.model.then(|| sampler(&context)),
+            ask,
+            sample,
         );
+        if let Some(round) = &round {
+            round.runs_with(&cancel);
+        }
         let watch = watch(&context, cancel.clone());
         let call = self.run_call(
             &request.name,
@@ -899,6 +928,9 @@ impl ServerHandler for McpServer {
             result = relayed => result,
             never = watch => match never {},
         };
+        if let Some(input) = round.as_ref().and_then(|round| round.input_required()) {
+            return Ok(CallToolResponse::InputRequired(input));
+        }
         Ok(result.into())
     }
 

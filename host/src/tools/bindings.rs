@@ -418,7 +418,13 @@ impl ask::Host for CallState {
                     .into(),
             }
         } else if let Some(asker) = self.cancel.asker() {
-            asker(asked.clone()).await
+            let answer = asker(asked.clone()).await;
+            // A call cancelled while it waited stops here, whatever it
+            // was told.
+            if self.cancel.is_cancelled() {
+                return Err(wasmtime::Error::new(crate::sandbox::Stop::Cancelled));
+            }
+            answer
         } else {
             Answer::Unavailable {
                 why: "nobody can be asked here: the call's caller takes no questions".into(),
@@ -487,7 +493,14 @@ impl ask::Host for CallState {
             Some(grant) => {
                 let request = request(max_tokens.min(grant.max_tokens));
                 match self.cancel.sampler() {
-                    Some(sampler) => sampler(request).await,
+                    Some(sampler) => {
+                        let reply = sampler(request).await;
+                        // A call cancelled while it waited stops here.
+                        if self.cancel.is_cancelled() {
+                            return Err(wasmtime::Error::new(crate::sandbox::Stop::Cancelled));
+                        }
+                        reply
+                    }
                     None => SampleReply::Refused {
                         why: "nobody can be asked here: the call's caller has no model for it"
                             .into(),

@@ -1,0 +1,282 @@
+//! A call's questions for a client of the 2026-07-28 revision:
+//! `input_required` round trips. Such a client takes no request from the
+//! server mid-call, so a call whose tool asks its person or the model
+//! ends `input_required`, naming the question (an elicitation, or a
+//! request for a completion); the client sends the call again with the
+//! answer, and the call runs again from its start, every answer given so
+//! far handed back in order, until it reaches its next question or its
+//! end.
+//!
+//! What was answered travels in the result's `requestState`: JSON, with
+//! an HMAC-SHA256 under a key this process draws when it starts, bound to
+//! the tool and its arguments. A state that does not verify (forged, for
+//! another call, or from another process or before a restart) is refused
+//! and the client must start the call over. Each round is a call of its
+//! own in the session's journal (the ones that stopped at a question end
+//! `cancelled`); a tool that has effects repeats them each round, which
+//! is why a tool that may ask never runs twice in a parallel turn but may
+//! here: the revision's protocol re-runs it.
+
+// Sampling is deprecated by SEP-2577 for later revisions; a call of this
+// revision still asks its client's model through it.
+#![allow(deprecated)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use base64::Engine;
+use rmcp::model::{
+    CreateMessageRequest, CreateMessageRequestParams, ElicitRequest, ElicitRequestParams,
+    ElicitationSchema, InputRequest, InputRequests, InputRequiredResult, InputResponses,
+    SamplingMessage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::sandbox::{Asker, CancelToken, Sampler};
+use crate::spec::{Answer, Asked, SampleReply, SampleRequest};
+
+/// What a round trip carries from one round to the next.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    /// The tool and a digest of its arguments: a state opens only for the
+    /// call it was made for.
+    tool: String,
+    arguments: String,
+    /// The person's answers and the model's replies so far, in order.
+    answers: Vec<Answer>,
+    replies: Vec<SampleReply>,
+}
+
+/// The question a round stopped at.
+#[derive(Debug)]
+enum Waiting {
+    Person(Asked),
+    Model(SampleRequest),
+}
+
+/// One round of a call: what it may answer from earlier rounds, and the
+/// question it stops at.
+#[derive(Debug)]
+pub(super) struct Round {
+    state: Mutex<State>,
+    answers: Mutex<VecDeque<Answer>>,
+    replies: Mutex<VecDeque<SampleReply>>,
+    waiting: Mutex<Option<Waiting>>,
+    /// The call's token, cancelled when it stops at a question.
+    cancel: OnceLock<CancelToken>,
+}
+
+/// The key that seals this process's states.
+fn key() -> &'static ring::hmac::Key {
+    static KEY: OnceLock<ring::hmac::Key> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let rng = ring::rand::SystemRandom::new();
+        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
+            .unwrap_or_else(|_| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[0; 32]))
+    })
+}
+
+fn digest(text: &str) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(text.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+impl Round {
+    /// The round of a call of `tool` with `arguments` (JSON text) that the
+    /// client sent with `state` and `responses` (none on the first);
+    /// why not, when they do not fit the call.
+    pub(super) fn resume(
+        tool: &str,
+        arguments: &str,
+        state: Option<&str>,
+        responses: Option<&InputResponses>,
+    ) -> Result<Self, String> {
+        let mut opened = match state {
+            None => State {
+                tool: tool.to_owned(),
+                arguments: digest(arguments),
+                ..State::default()
+            },
+            Some(sealed) => open(sealed)?,
+        };
+        if opened.tool != tool || opened.arguments != digest(arguments) {
+            return Err(
+                "the requestState is for another call: send the call again without it".into(),
+            );
+        }
+        for (id, response) in responses.into_iter().flatten() {
+            match id.split_once('-') {
+                Some(("person", _)) => opened.answers.push(answer(response)),
+                Some(("model", _)) => opened.replies.push(reply(response)),
+                _ => return Err(format!("no question of this call is named {id:?}")),
+            }
+        }
+        Ok(Self {
+            answers: Mutex::new(opened.answers.iter().cloned().collect()),
+            replies: Mutex::new(opened.replies.iter().cloned().collect()),
+            state: Mutex::new(opened),
+            waiting: Mutex::new(None),
+            cancel: OnceLock::new(),
+        })
+    }
+
+    /// The call's token, to stop it at a question.
+    pub(super) fn runs_with(&self, cancel: &CancelToken) {
+        let _ = self.cancel.set(cancel.clone());
+    }
+
+    /// Answers the call's questions from earlier rounds; stops it at the
+    /// first one not answered yet.
+    pub(super) fn asker(self: &Arc<Self>) -> Asker {
+        let round = Arc::clone(self);
+        Arc::new(move |asked: Asked| {
+            let next = lock(&round.answers).pop_front();
+            let answer = next.unwrap_or_else(|| {
+                round.stop(Waiting::Person(asked));
+                Answer::Cancel
+            });
+            Box::pin(async move { answer })
+        })
+    }
+
+    /// Answers the call's requests for a completion from earlier rounds;
+    /// stops it at the first one not answered yet.
+    pub(super) fn sampler(self: &Arc<Self>) -> Sampler {
+        let round = Arc::clone(self);
+        Arc::new(move |request: SampleRequest| {
+            let next = lock(&round.replies).pop_front();
+            let reply = next.unwrap_or_else(|| {
+                round.stop(Waiting::Model(request));
+                SampleReply::Refused {
+                    why: "waiting for the client's model".into(),
+                }
+            });
+            Box::pin(async move { reply })
+        })
+    }
+
+    fn stop(&self, waiting: Waiting) {
+        *lock(&self.waiting) = Some(waiting);
+        if let Some(cancel) = self.cancel.get() {
+            cancel.cancel();
+        }
+    }
+
+    /// The `input_required` result, when the call stopped at a question.
+    pub(super) fn input_required(&self) -> Option<InputRequiredResult> {
+        let waiting = lock(&self.waiting).take()?;
+        let state = lock(&self.state);
+        let (id, request) = match waiting {
+            Waiting::Person(asked) => {
+                let schema: ElicitationSchema = serde_json::from_value(asked.schema)
+                    .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
+                let params = ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: asked.message,
+                    requested_schema: schema,
+                };
+                (
+                    format!("person-{}", state.answers.len() + 1),
+                    InputRequest::Elicitation(ElicitRequest::new(params)),
+                )
+            }
+            Waiting::Model(request) => (
+                format!("model-{}", state.replies.len() + 1),
+                InputRequest::CreateMessage(CreateMessageRequest::new(sample_params(request))),
+            ),
+        };
+        let requests = InputRequests::from([(id, request)]);
+        Some(InputRequiredResult::new(Some(requests), Some(seal(&state))))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `state` as JSON and its HMAC, both base64url.
+fn seal(state: &State) -> String {
+    let json = serde_json::to_vec(state).unwrap_or_default();
+    let tag = ring::hmac::sign(key(), &json);
+    format!("{}.{}", B64.encode(&json), B64.encode(tag.as_ref()))
+}
+
+/// The state `sealed` holds, when its HMAC verifies under this process's
+/// key.
+fn open(sealed: &str) -> Result<State, String> {
+    let refused = || {
+        "the requestState does not verify (forged, or from another server or before a restart): \
+         send the call again without it"
+            .to_owned()
+    };
+    let (json, tag) = sealed.split_once('.').ok_or_else(refused)?;
+    let json = B64.decode(json).map_err(|_| refused())?;
+    let tag = B64.decode(tag).map_err(|_| refused())?;
+    ring::hmac::verify(key(), &json, &tag).map_err(|_| refused())?;
+    serde_json::from_slice(&json).map_err(|_| refused())
+}
+
+/// A client's answer to an elicitation (`{"action": …, "content": …}`).
+fn answer(response: &Value) -> Answer {
+    match response.get("action").and_then(Value::as_str) {
+        Some("accept") => Answer::Accept {
+            content: response
+                .get("content")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        },
+        Some("decline") => Answer::Decline,
+        Some("cancel") => Answer::Cancel,
+        _ => Answer::Unavailable {
+            why: "the client's answer is not an elicitation result".into(),
+        },
+    }
+}
+
+/// A client's reply to a request for a completion (a `CreateMessageResult`).
+fn reply(response: &Value) -> SampleReply {
+    let content = &response["content"];
+    let texts: Vec<&str> = match content {
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+        block => block["text"].as_str().into_iter().collect(),
+    };
+    match response["model"].as_str() {
+        Some(model) if !texts.is_empty() => SampleReply::Answered {
+            text: texts.join("\n"),
+            model: model.to_owned(),
+            stop_reason: response["stopReason"].as_str().map(str::to_owned),
+        },
+        _ => SampleReply::Refused {
+            why: "the client's reply is not a completion".into(),
+        },
+    }
+}
+
+/// A request for a completion as MCP carries it.
+pub(super) fn sample_params(request: SampleRequest) -> CreateMessageRequestParams {
+    use rmcp::model::Role;
+    let messages = request
+        .messages
+        .into_iter()
+        .map(|(role, text)| {
+            let role = if role == "assistant" {
+                Role::Assistant
+            } else {
+                Role::User
+            };
+            SamplingMessage::new(role, rmcp::model::SamplingMessageContentBlock::text(text))
+        })
+        .collect();
+    let mut params = CreateMessageRequestParams::new(messages, request.max_tokens);
+    params.system_prompt = request.system;
+    params
+}
