@@ -1715,9 +1715,10 @@ fn journaled_outputs(id: &str, store: &Path) -> Vec<Value> {
 /// mid-call: a tool that asks its person and then the model ends the call
 /// `input_required` each time, and the client (rmcp's, driving the rounds
 /// with its own handlers) sends the call again with the answer, until it
-/// completes with both. Each round is journaled (those that stopped at a
-/// question as cancelled), the ops are applied once, and a requestState
-/// that does not verify is refused.
+/// completes with both; its approval (`approval = "ask"`) is the first
+/// round, before anything runs. Each round that ran is journaled (those
+/// that stopped at a question as cancelled), the ops are applied once,
+/// and a requestState that does not verify is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_answers_a_tools_questions_in_rounds() {
     use rmcp::model::ProtocolVersion;
@@ -1728,7 +1729,7 @@ async fn a_2026_client_answers_a_tools_questions_in_rounds() {
     std::fs::write(
         &policy,
         format!(
-            "[[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
+            "[[tool]]\npath = {:?}\napproval = \"ask\"\nask = true\nsample = {{ max_tokens = 50 }}\n",
             guest("everything")
         ),
     )
@@ -1772,7 +1773,14 @@ async fn a_2026_client_answers_a_tools_questions_in_rounds() {
         Some(json!({"name": "Ann", "greeting": "hello from the client's model"})),
         "{greeted:?}"
     );
-    assert_eq!(*handler.asked.lock().unwrap(), ["Whom shall I greet?"]);
+    // Its approval first (before anything runs), then its questions.
+    assert_eq!(
+        *handler.asked.lock().unwrap(),
+        [
+            "Allow the tool greet to run with {}?",
+            "Whom shall I greet?"
+        ]
+    );
     assert_eq!(*handler.sampled.lock().unwrap(), [50]);
 
     // A state the server did not seal is refused before anything runs.

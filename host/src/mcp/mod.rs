@@ -344,10 +344,7 @@ impl McpServer {
         }
         let question = ElicitRequestParams::FormElicitationParams {
             meta: None,
-            message: format!(
-                "Allow the tool {name} to run with {}?",
-                crate::text::truncate(arguments, 2000)
-            ),
+            message: approval_question(name, arguments),
             requested_schema: ElicitationSchema::new(std::collections::BTreeMap::new()),
         };
         match context.peer.create_elicitation(question).await {
@@ -534,6 +531,14 @@ impl Drop for McpServer {
     fn drop(&mut self) {
         self.tools.watchers.forget(self.number, None);
     }
+}
+
+/// What a person is asked before a call of an `approval = "ask"` tool.
+fn approval_question(name: &str, arguments: &str) -> String {
+    format!(
+        "Allow the tool {name} to run with {}?",
+        crate::text::truncate(arguments, 2000)
+    )
 }
 
 /// What a call needs of its client while it runs ([`McpServer::needs`]).
@@ -849,22 +854,10 @@ impl ServerHandler for McpServer {
         }
         let arguments = arguments_text(request.arguments.clone());
         let needs = self.needs(&request.name);
-        if needs.approval
-            && let Err(refused) = Self::approve(&request.name, &arguments, &context).await
-        {
-            return Ok(error_result(refused).into());
-        }
-        // The client's cancellation stops the tool through its epoch
-        // deadline, as Ctrl-C does for `airlock run`. A client that sent a
-        // progress token, or set a log level, hears what the call reports
-        // ([`relay`]). All of it is watched in this request's own task: no
-        // task is spawned and no timer set for a call whose client asked
-        // for nothing.
-        //
-        // A client of the 2026-07-28 revision takes the call's questions as
-        // `input_required` results ([`rounds`]); earlier ones, as requests
-        // of the server's mid-call.
-        let round = if (needs.person || needs.model)
+        // A client of the 2026-07-28 revision takes the call's questions
+        // (its approval first) as `input_required` results ([`rounds`]);
+        // earlier ones, as requests of the server's mid-call.
+        let round = if (needs.approval || needs.person || needs.model)
             && context
                 .protocol_version()
                 .is_some_and(|version| !version.has_initialize())
@@ -874,6 +867,7 @@ impl ServerHandler for McpServer {
                 &arguments,
                 request.request_state.as_deref(),
                 request.input_responses.as_ref(),
+                &context.client_capabilities().unwrap_or_default(),
             );
             match resumed {
                 Ok(round) => Some(Arc::new(round)),
@@ -882,6 +876,30 @@ impl ServerHandler for McpServer {
         } else {
             None
         };
+        if needs.approval {
+            match &round {
+                Some(round) => match round.approval(approval_question(&request.name, &arguments)) {
+                    rounds::Approval::Given => {}
+                    rounds::Approval::Refused => {
+                        return Ok(error_result(REJECTED_MESSAGE.to_owned()).into());
+                    }
+                    rounds::Approval::Ask(input) => {
+                        return Ok(CallToolResponse::InputRequired(input));
+                    }
+                },
+                None => {
+                    if let Err(refused) = Self::approve(&request.name, &arguments, &context).await {
+                        return Ok(error_result(refused).into());
+                    }
+                }
+            }
+        }
+        // The client's cancellation stops the tool through its epoch
+        // deadline, as Ctrl-C does for `airlock run`. A client that sent a
+        // progress token, or set a log level, hears what the call reports
+        // ([`relay`]). All of it is watched in this request's own task: no
+        // task is spawned and no timer set for a call whose client asked
+        // for nothing.
         let (ask, sample) = match &round {
             Some(round) => (
                 needs.person.then(|| round.asker()),

@@ -46,6 +46,20 @@ struct State {
     /// The person's answers and the model's replies so far, in order.
     answers: Vec<Answer>,
     replies: Vec<SampleReply>,
+    /// Whether the person approved the call (`approval = "ask"`).
+    #[serde(default)]
+    approved: bool,
+}
+
+/// Where a round stands on the call's approval (`approval = "ask"`).
+#[derive(Debug)]
+pub(super) enum Approval {
+    /// The person allowed the call.
+    Given,
+    /// The person refused it.
+    Refused,
+    /// The person is to be asked first: the `input_required` result.
+    Ask(InputRequiredResult),
 }
 
 /// The question a round stopped at.
@@ -65,6 +79,11 @@ pub(super) struct Round {
     waiting: Mutex<Option<Waiting>>,
     /// The call's token, cancelled when it stops at a question.
     cancel: OnceLock<CancelToken>,
+    /// The person's answer to the approval question, in this round.
+    approval: Option<Answer>,
+    /// What the client declared it can do: ask its user, ask its model.
+    person: bool,
+    model: bool,
 }
 
 /// The key that seals this process's states.
@@ -97,6 +116,7 @@ impl Round {
         arguments: &str,
         state: Option<&str>,
         responses: Option<&InputResponses>,
+        client: &rmcp::model::ClientCapabilities,
     ) -> Result<Self, String> {
         let mut opened = match state {
             None => State {
@@ -111,8 +131,10 @@ impl Round {
                 "the requestState is for another call: send the call again without it".into(),
             );
         }
+        let mut approval = None;
         for (id, response) in responses.into_iter().flatten() {
             match id.split_once('-') {
+                _ if id == "approval" => approval = Some(answer(response)),
                 Some(("person", _)) => opened.answers.push(answer(response)),
                 Some(("model", _)) => opened.replies.push(reply(response)),
                 _ => return Err(format!("no question of this call is named {id:?}")),
@@ -124,7 +146,39 @@ impl Round {
             state: Mutex::new(opened),
             waiting: Mutex::new(None),
             cancel: OnceLock::new(),
+            approval,
+            person: client.elicitation.is_some(),
+            model: client.sampling.is_some(),
         })
+    }
+
+    /// Where the call's approval stands: given in an earlier round or
+    /// this one, refused now, or to be asked (`question`).
+    pub(super) fn approval(&self, question: String) -> Approval {
+        let mut state = lock(&self.state);
+        if state.approved {
+            return Approval::Given;
+        }
+        match &self.approval {
+            Some(Answer::Accept { .. }) => {
+                state.approved = true;
+                Approval::Given
+            }
+            Some(_) => Approval::Refused,
+            None if !self.person => Approval::Refused,
+            None => {
+                let params = ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: question,
+                    requested_schema: ElicitationSchema::new(Default::default()),
+                };
+                let requests = InputRequests::from([(
+                    "approval".to_owned(),
+                    InputRequest::Elicitation(ElicitRequest::new(params)),
+                )]);
+                Approval::Ask(InputRequiredResult::new(Some(requests), Some(seal(&state))))
+            }
+        }
     }
 
     /// The call's token, to stop it at a question.
@@ -139,6 +193,11 @@ impl Round {
         Arc::new(move |asked: Asked| {
             let next = lock(&round.answers).pop_front();
             let answer = next.unwrap_or_else(|| {
+                if !round.person {
+                    return Answer::Unavailable {
+                        why: "this client cannot ask its user (it declared no elicitation)".into(),
+                    };
+                }
                 round.stop(Waiting::Person(asked));
                 Answer::Cancel
             });
@@ -153,6 +212,11 @@ impl Round {
         Arc::new(move |request: SampleRequest| {
             let next = lock(&round.replies).pop_front();
             let reply = next.unwrap_or_else(|| {
+                if !round.model {
+                    return SampleReply::Refused {
+                        why: "this client cannot ask its model (it declared no sampling)".into(),
+                    };
+                }
                 round.stop(Waiting::Model(request));
                 SampleReply::Refused {
                     why: "waiting for the client's model".into(),
