@@ -86,14 +86,16 @@ pub(super) struct Round {
     model: bool,
 }
 
-/// The key that seals this process's states.
-fn key() -> &'static ring::hmac::Key {
-    static KEY: OnceLock<ring::hmac::Key> = OnceLock::new();
+/// The key that seals this process's states: none when the system's
+/// random source fails (then no state is sealed or opened: a call that
+/// asks is refused, never sealed with a key anyone could guess).
+fn key() -> Option<&'static ring::hmac::Key> {
+    static KEY: OnceLock<Option<ring::hmac::Key>> = OnceLock::new();
     KEY.get_or_init(|| {
         let rng = ring::rand::SystemRandom::new();
-        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
-            .unwrap_or_else(|_| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[0; 32]))
+        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).ok()
     })
+    .as_ref()
 }
 
 fn digest(text: &str) -> String {
@@ -118,6 +120,9 @@ impl Round {
         responses: Option<&InputResponses>,
         client: &rmcp::model::ClientCapabilities,
     ) -> Result<Self, String> {
+        if key().is_none() {
+            return Err("this server cannot seal a requestState (no random source)".into());
+        }
         let mut opened = match state {
             None => State {
                 tool: tool.to_owned(),
@@ -267,10 +272,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// `state` as JSON and its HMAC, both base64url.
+/// `state` as JSON and its HMAC, both base64url (empty without a key:
+/// it opens nowhere).
 fn seal(state: &State) -> String {
+    let Some(key) = key() else {
+        return String::new();
+    };
     let json = serde_json::to_vec(state).unwrap_or_default();
-    let tag = ring::hmac::sign(key(), &json);
+    let tag = ring::hmac::sign(key, &json);
     format!("{}.{}", B64.encode(&json), B64.encode(tag.as_ref()))
 }
 
@@ -282,10 +291,11 @@ fn open(sealed: &str) -> Result<State, String> {
          send the call again without it"
             .to_owned()
     };
+    let key = key().ok_or_else(refused)?;
     let (json, tag) = sealed.split_once('.').ok_or_else(refused)?;
     let json = B64.decode(json).map_err(|_| refused())?;
     let tag = B64.decode(tag).map_err(|_| refused())?;
-    ring::hmac::verify(key(), &json, &tag).map_err(|_| refused())?;
+    ring::hmac::verify(key, &json, &tag).map_err(|_| refused())?;
     serde_json::from_slice(&json).map_err(|_| refused())
 }
 
