@@ -13,9 +13,9 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::support::mcp::{
-    Client, HttpServer, RawHttp, Watching, call_with, connect, connect_noting, connect_with,
-    http_client, policy, policy_spinning, serve_http, serve_http_with, wait_for_changes,
-    wait_for_note,
+    Client, HttpServer, RawHttp, Watching, call_with, connect, connect_2026, connect_noting,
+    connect_with, http_client, policy, policy_spinning, serve_http, serve_http_with,
+    wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -1721,8 +1721,6 @@ fn journaled_outputs(id: &str, store: &Path) -> Vec<Value> {
 /// and a requestState that does not verify is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_answers_a_tools_questions_in_rounds() {
-    use rmcp::model::ProtocolVersion;
-    use rmcp::service::ClientServiceExt;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rounds.db");
     let policy = dir.path().join("airlock.toml");
@@ -1741,9 +1739,9 @@ async fn a_2026_client_answers_a_tools_questions_in_rounds() {
         content: Some(json!({"name": "Ann"})),
         sampled: Default::default(),
     };
-    let command = airlock_command(
+    let client = connect_2026(
+        handler.clone(),
         &[
-            "mcp",
             "--config",
             policy.to_str().unwrap(),
             "--store",
@@ -1751,19 +1749,8 @@ async fn a_2026_client_answers_a_tools_questions_in_rounds() {
             "--session",
             "rounds",
         ],
-        &[],
-    );
-    let transport = TokioChildProcess::new(tokio::process::Command::from(command)).unwrap();
-    let client = handler
-        .clone()
-        .serve_with_lifecycle(
-            transport,
-            rmcp::ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("discover");
+    )
+    .await;
     let greeted = client
         .call_tool(CallToolRequestParams::new("greet"))
         .await

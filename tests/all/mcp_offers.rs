@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::support::guest;
-use crate::support::mcp::{connect_with, serve_http};
+use crate::support::mcp::{connect_2026, connect_with, serve_http};
 
 /// A client that passes on each `notifications/resources/updated` URI.
 #[derive(Clone)]
@@ -288,14 +288,13 @@ async fn next_note(listening: &mut rmcp::service::Subscription) -> rmcp::model::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_listens_for_the_resources_it_names() {
     use rmcp::model::GetMeta;
-    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
-    use rmcp::service::ClientServiceExt;
+    use rmcp::model::{ServerNotification, SubscriptionFilter};
     let dir = tempfile::tempdir().unwrap();
     let config = everything_policy(dir.path());
     let db = dir.path().join("sessions.db");
-    let command = crate::support::airlock_command(
+    let client = connect_2026(
+        (),
         &[
-            "mcp",
             "--config",
             &config,
             "--store",
@@ -303,19 +302,8 @@ async fn a_2026_client_listens_for_the_resources_it_names() {
             "--session",
             "listened",
         ],
-        &[],
-    );
-    let transport =
-        rmcp::transport::TokioChildProcess::new(tokio::process::Command::from(command)).unwrap();
-    let client = ()
-        .serve_with_lifecycle(
-            transport,
-            rmcp::ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("discover");
+    )
+    .await;
     let mut listening = client
         .listen(
             SubscriptionFilter::builder()

@@ -24,6 +24,29 @@ pub async fn connect_with<H: rmcp::ClientHandler>(
     connect_command(handler, airlock_command(&all, &[])).await
 }
 
+/// Starts `airlock mcp` with `args` over stdio and connects `handler` as
+/// a client of the 2026-07-28 revision (`server/discover`, no
+/// `initialize`).
+pub async fn connect_2026<H: rmcp::ClientHandler>(
+    handler: H,
+    args: &[&str],
+) -> RunningService<RoleClient, H> {
+    use rmcp::service::ClientServiceExt;
+    let mut all = vec!["mcp"];
+    all.extend_from_slice(args);
+    let command = tokio::process::Command::from(airlock_command(&all, &[]));
+    let transport = rmcp::transport::TokioChildProcess::new(command).expect("airlock mcp starts");
+    handler
+        .serve_with_lifecycle(
+            transport,
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover")
+}
+
 /// Starts `command` (an `airlock mcp` over stdio) and connects `handler`
 /// as its client; also returns the server's pid.
 pub async fn connect_command<H: rmcp::ClientHandler>(
