@@ -324,25 +324,40 @@ impl Template {
         })
     }
 
-    /// Each variable and the text it matched in `uri`, when `uri` matches.
+    /// Each variable and the text it matched in `uri`, when `uri` matches
+    /// (within [`MATCH_STEPS`] tries: a template and a URI made to
+    /// backtrack without end do not match).
     pub(crate) fn matches(&self, uri: &str) -> Option<Vec<(String, String)>> {
         let mut found = Vec::new();
-        match_parts(&self.parts, uri, &mut found).then_some(found)
+        let mut steps = MATCH_STEPS;
+        match_parts(&self.parts, uri, &mut found, &mut steps).then_some(found)
     }
 }
 
+/// The most tries one match may make.
+const MATCH_STEPS: usize = 10_000;
+
 /// Whether `parts` match all of `input`, pushing each variable's decoded
 /// text onto `found`. A variable is followed by a literal or by the end
-/// (never by another variable), so each try is one search: linear in the
-/// input per variable.
-fn match_parts(parts: &[Part], input: &str, found: &mut Vec<(String, String)>) -> bool {
+/// (never by another variable); where several ends fit, each is tried in
+/// turn, at most `steps` tries in all.
+fn match_parts(
+    parts: &[Part],
+    input: &str,
+    found: &mut Vec<(String, String)>,
+    steps: &mut usize,
+) -> bool {
+    if *steps == 0 {
+        return false;
+    }
+    *steps -= 1;
     let Some((first, rest)) = parts.split_first() else {
         return input.is_empty();
     };
     match first {
         Part::Literal(literal) => input
             .strip_prefix(literal.as_str())
-            .is_some_and(|after| match_parts(rest, after, found)),
+            .is_some_and(|after| match_parts(rest, after, found, steps)),
         Part::Variable(name) => {
             // The variable's text ends at the first character it may not
             // hold; the next literal must start at or before it.
@@ -365,7 +380,7 @@ fn match_parts(parts: &[Part], input: &str, found: &mut Vec<(String, String)>) -
                     continue;
                 };
                 found.push((name.clone(), value));
-                if match_parts(rest, &input[end..], found) {
+                if match_parts(rest, &input[end..], found, steps) {
                     return true;
                 }
                 found.pop();
@@ -925,6 +940,20 @@ mod tests {
         assert_eq!(matched("notes://{name}", "notes://%ff"), None);
         assert_eq!(matched("notes://{name}", "notes://"), None);
         assert_eq!(matched("notes://{name}", "other://x"), None);
+    }
+
+    #[test]
+    fn a_match_made_to_backtrack_gives_up() {
+        let template = Template::parse("x://{a}.{b}.{c}.{d}.{e}.{f}!").unwrap();
+        // Without the bound this would try some 2000^5 splits.
+        let uri = format!("x://{}", ".".repeat(2000));
+        assert_eq!(template.matches(&uri), None);
+        assert!(
+            Template::parse("x://{a}.{b}")
+                .unwrap()
+                .matches("x://1.2")
+                .is_some()
+        );
     }
 
     #[test]
