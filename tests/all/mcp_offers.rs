@@ -139,6 +139,20 @@ async fn resources_and_prompts(
     set("second").await.unwrap();
     let seen = updates_until(heard, "airlock://session/deps").await;
     assert_eq!(seen, ["airlock://session/deps"], "after unsubscribing");
+    // A client watches at most 256 resources (2 so far).
+    for n in 0..254 {
+        let uri = format!("test://template/{n}/data");
+        client
+            .subscribe(SubscribeRequestParams::new(uri))
+            .await
+            .unwrap();
+    }
+    let err = client
+        .subscribe(SubscribeRequestParams::new("test://template/x/data"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at most 256 resources"), "{err}");
 
     // Prompts: listed with their arguments, filled in, checked first.
     let prompts = client.list_all_prompts().await.unwrap();

@@ -41,6 +41,9 @@ pub(super) struct Watchers {
     next: std::sync::atomic::AtomicU64,
 }
 
+/// The most resources one client (or one listen) may watch.
+pub(super) const MAX_WATCHES: usize = 256;
+
 /// An Airlock session, as watches name it: its user and its id.
 pub(super) type SessionKey = (Option<String>, String);
 
@@ -77,7 +80,8 @@ impl Watchers {
     }
 
     /// `by` watches `uri` of `session`, whose read looked at `reads`
-    /// (replacing its earlier watch of the same).
+    /// (replacing its earlier watch of the same); refused past
+    /// [`MAX_WATCHES`] of its own.
     pub(super) fn watch(
         &self,
         session: SessionKey,
@@ -85,9 +89,15 @@ impl Watchers {
         reads: Reads,
         by: u64,
         to: Notifier,
-    ) {
+    ) -> Result<(), ErrorData> {
         let mut watches = self.lock();
         watches.retain(|w| !(w.by == by && w.uri == uri));
+        if watches.iter().filter(|w| w.by == by).count() >= MAX_WATCHES {
+            return Err(ErrorData::invalid_request(
+                format!("a client may watch at most {MAX_WATCHES} resources"),
+                None,
+            ));
+        }
         watches.push(Watch {
             session,
             uri: uri.to_owned(),
@@ -95,6 +105,7 @@ impl Watchers {
             by,
             to,
         });
+        Ok(())
     }
 
     /// `by` read `uri` of `session` again: what it looked at now.
@@ -364,8 +375,7 @@ impl McpServer {
         let to = Notifier::Peer(context.peer.clone());
         self.tools
             .watchers
-            .watch(session, uri, reads, self.number, to);
-        Ok(())
+            .watch(session, uri, reads, self.number, to)
     }
 
     /// Forgets the client's subscription to `uri` (none is not an error).
@@ -386,13 +396,22 @@ impl McpServer {
             .resource_subscriptions
             .clone()
             .unwrap_or_default();
+        if uris.len() > MAX_WATCHES {
+            return Err(ErrorData::invalid_request(
+                format!("a listen may name at most {MAX_WATCHES} resources"),
+                None,
+            ));
+        }
         let mut watched = Vec::with_capacity(uris.len());
         for uri in uris {
             watched.push((self.first_read(&uri, context.request_context()).await?, uri));
         }
         for ((session, reads), uri) in watched {
             let to = Notifier::Listen(sink.clone());
-            self.tools.watchers.watch(session, &uri, reads, by, to);
+            if let Err(refused) = self.tools.watchers.watch(session, &uri, reads, by, to) {
+                self.tools.watchers.forget(by, None);
+                return Err(refused);
+            }
         }
         self.tools.listen(by, sink).await;
         context.cancelled().await;
