@@ -399,15 +399,17 @@ impl McpServer {
         let answer = match result {
             Ok(outcome) => {
                 // Whoever watches a resource of this session hears of what
-                // its read looked at.
+                // its read looked at: in a task of its own, so that a client
+                // slow to read its stream never holds the session.
                 if !outcome.updates.is_empty() {
-                    let written = outcome
+                    let written: std::collections::BTreeSet<String> = outcome
                         .updates
                         .iter()
                         .map(|op| op.key().to_owned())
                         .collect();
                     let key = offers::session_key(session.context());
-                    self.tools.watchers.changed(&key, &written).await;
+                    let tools = Arc::clone(&self.tools);
+                    tokio::spawn(async move { tools.watchers.changed(&key, &written).await });
                 }
                 let mut answer = match outcome.result {
                     Value::Object(_) => CallToolResult::structured(outcome.result),
