@@ -35,15 +35,6 @@ struct Asking {
     used: Arc<std::sync::Mutex<Usage>>,
 }
 
-/// A call's own token, cancelled with the agent's until dropped.
-struct Linked(tokio::task::JoinHandle<()>);
-
-impl Drop for Linked {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl<'a, 'c> Run<'a, 'c> {
     pub(super) fn new(agent: &'a Agent, recorder: Recorder<'c>) -> Self {
         let samples = agent
@@ -68,16 +59,15 @@ impl<'a, 'c> Run<'a, 'c> {
 
     /// The token `call` runs with: the agent's own, unless someone answers
     /// its questions or hears what it reports; then one of its own that
-    /// does so (its events named by the call) and is cancelled with the
-    /// agent's while the guard lives.
-    fn token_for(&self, call: &ToolCall) -> (CancelToken, Option<Linked>) {
+    /// does so (its events named by the call), cancelled with the agent's.
+    fn token_for(&self, call: &ToolCall) -> CancelToken {
         let agent = self.agent;
         let asks = agent.host.component_for(&call.name).is_some_and(|c| {
             let grants = c.grants();
             grants.ask_user || grants.sampling.is_some()
         });
         if !asks && agent.call_events.is_none() {
-            return (agent.cancel.clone(), None);
+            return agent.cancel.clone();
         }
         let observer = agent.call_events.clone().map(|sender| {
             let (id, tool) = (call.id.clone(), call.name.clone());
@@ -89,17 +79,11 @@ impl<'a, 'c> Run<'a, 'c> {
                 });
             }) as Box<dyn Fn(CallEvent) + Send + Sync>
         });
-        let token = CancelToken::watched(
+        agent.cancel.watched_with(
             observer,
             agent.asker.clone(),
             self.asking.as_ref().map(|a| Arc::clone(&a.sampler)),
-        );
-        let (from, to) = (agent.cancel.clone(), token.clone());
-        let link = tokio::spawn(async move {
-            from.cancelled().await;
-            to.cancel();
-        });
-        (token, Some(Linked(link)))
+        )
     }
 
     /// Adds what the model's answers to the calls' questions cost since
@@ -291,11 +275,10 @@ impl<'a, 'c> Run<'a, 'c> {
                     .saturating_add(before)
                     .saturating_add(1);
                 let request = self.request(call, call.arguments.clone());
-                let (cancel, linked) = self.token_for(&request);
+                let cancel = self.token_for(&request);
                 let (host, limit, run) =
                     (Arc::clone(&agent.host), Arc::clone(&limit), request.clone());
                 let task = tokio::spawn(async move {
-                    let _linked = linked;
                     // The semaphore is never closed.
                     let _permit = limit.acquire_owned().await;
                     host.run_only(&view, &run, &cancel, true).await
@@ -351,7 +334,7 @@ impl<'a, 'c> Run<'a, 'c> {
             }
         }
         let request = self.request(call, arguments);
-        let (cancel, _linked) = self.token_for(&request);
+        let cancel = self.token_for(&request);
         let result = agent
             .host
             .run_and_apply(self.recorder.ctx_mut(), &request, Some(&cancel), false)

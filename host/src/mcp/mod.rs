@@ -400,8 +400,9 @@ impl McpServer {
             Ok(outcome) => {
                 // Whoever watches a resource of this session hears of what
                 // its read looked at: in a task of its own, so that a client
-                // slow to read its stream never holds the session.
-                if !outcome.updates.is_empty() {
+                // slow to read its stream never holds the session. A call
+                // nobody watches pays one look.
+                if !outcome.updates.is_empty() && self.tools.watchers.any() {
                     let written: std::collections::BTreeSet<String> = outcome
                         .updates
                         .iter()

@@ -74,6 +74,11 @@ impl Watchers {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether anyone watches anything.
+    pub(super) fn any(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
     /// A number for a new listener.
     pub(super) fn number(&self) -> u64 {
         self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)

@@ -98,13 +98,10 @@ fn key() -> Option<&'static ring::hmac::Key> {
     .as_ref()
 }
 
+/// The SHA-256 of `text`, hex.
 fn digest(text: &str) -> String {
     use sha2::Digest;
-    hex(&sha2::Sha256::digest(text.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;

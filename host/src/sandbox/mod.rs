@@ -322,11 +322,19 @@ pub struct CancelToken {
 
 #[derive(Default)]
 struct CancelState {
-    cancelled: AtomicBool,
-    notify: Notify,
+    /// Whether it is cancelled: its own, or shared with the token it was
+    /// made from ([`CancelToken::watched_with`]).
+    signal: Arc<Signal>,
     observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
     asker: Option<Asker>,
     sampler: Option<Sampler>,
+}
+
+/// A token's cancellation, shared by the tokens made with it.
+#[derive(Debug, Default)]
+struct Signal {
+    cancelled: AtomicBool,
+    notify: Notify,
 }
 
 /// Who answers a call's requests for a completion (the `ask` import's
@@ -360,7 +368,7 @@ pub const MAX_QUESTION_BYTES: usize = 16 << 10;
 impl std::fmt::Debug for CancelState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CancelState")
-            .field("cancelled", &self.cancelled)
+            .field("cancelled", &self.signal.cancelled)
             .field("observed", &self.observer.is_some())
             .field("asks", &self.asker.is_some())
             .field("samples", &self.sampler.is_some())
@@ -441,12 +449,25 @@ impl CancelToken {
         asker: Option<Asker>,
         sampler: Option<Sampler>,
     ) -> Self {
+        Self::new().watched_with(observer, asker, sampler)
+    }
+
+    /// A token cancelled with this one (and cancelling it, and every
+    /// clone of either), whose call is watched as [`CancelToken::watched`]
+    /// says: one call's own observer and answers in a run that one token
+    /// cancels. Costs one allocation, and nothing to keep them in step.
+    pub fn watched_with(
+        &self,
+        observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
+        asker: Option<Asker>,
+        sampler: Option<Sampler>,
+    ) -> Self {
         Self {
             inner: Arc::new(CancelState {
+                signal: Arc::clone(&self.inner.signal),
                 observer,
                 asker,
                 sampler,
-                ..CancelState::default()
             }),
         }
     }
@@ -476,18 +497,18 @@ impl CancelToken {
 
     /// Cancels every clone, for good.
     pub fn cancel(&self) {
-        self.inner.cancelled.store(true, Ordering::SeqCst);
-        self.inner.notify.notify_waiters();
+        self.inner.signal.cancelled.store(true, Ordering::SeqCst);
+        self.inner.signal.notify.notify_waiters();
     }
 
     /// Whether any clone was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst)
+        self.inner.signal.cancelled.load(Ordering::SeqCst)
     }
 
     /// Completes once the token is cancelled.
     pub async fn cancelled(&self) {
-        let notified = self.inner.notify.notified();
+        let notified = self.inner.signal.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         if self.is_cancelled() {

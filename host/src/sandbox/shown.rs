@@ -169,26 +169,35 @@ impl ShownSoFar {
 
 /// Refuses a URI without a scheme of `schemes` (empty:
 /// [`DEFAULT_URI_SCHEMES`]); schemes compare without case.
-pub(crate) fn check_uri(uri: &str, schemes: &[String]) -> Result<(), String> {
-    let scheme = uri
-        .split_once(':')
-        .map(|(scheme, _)| scheme)
-        .filter(|s| is_uri_scheme(s))
+fn check_uri(uri: &str, schemes: &[String]) -> Result<(), String> {
+    let scheme = uri_scheme(uri)
         .ok_or_else(|| format!("the tool showed a URI without a scheme ({})", shorten(uri)))?;
-    let allowed = if schemes.is_empty() {
-        DEFAULT_URI_SCHEMES
-            .iter()
-            .any(|s| s.eq_ignore_ascii_case(scheme))
-    } else {
-        schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme))
-    };
-    if allowed {
+    if scheme_allowed(scheme, schemes) {
         Ok(())
     } else {
         Err(format!(
             "the tool showed a {}: URI, a scheme its policy does not allow (uri_schemes)",
             scheme.to_ascii_lowercase()
         ))
+    }
+}
+
+/// The scheme of `uri`, when it has one.
+pub(crate) fn uri_scheme(uri: &str) -> Option<&str> {
+    uri.split_once(':')
+        .map(|(scheme, _)| scheme)
+        .filter(|s| is_uri_scheme(s))
+}
+
+/// Whether `scheme` is one of `schemes` (empty: [`DEFAULT_URI_SCHEMES`]),
+/// without case.
+pub(crate) fn scheme_allowed(scheme: &str, schemes: &[String]) -> bool {
+    if schemes.is_empty() {
+        DEFAULT_URI_SCHEMES
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(scheme))
+    } else {
+        schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme))
     }
 }
 

@@ -19,7 +19,7 @@ use super::call::{Armed, Run, take_reads};
 use super::{CallError, Host, Kind, LoadError, LoadedComponent, Reads, ToolCall};
 use crate::context::RunContext;
 use crate::sandbox::CancelToken;
-use crate::sandbox::shown::{Block, Body, ShownSoFar, check_uri};
+use crate::sandbox::shown::{Block, Body, ShownSoFar, scheme_allowed, uri_scheme};
 use crate::spec::{
     MAX_DESCRIPTION_BYTES, MAX_OFFERS, Prompt, PromptArgument, PromptSpec, ResourceSpec, Role,
     Shown,
@@ -140,24 +140,13 @@ impl Offers {
             let bad = |problem| bad("resource", &uri, problem);
             check_text("its name", &spec.name, MAX_NAME_BYTES, false).map_err(bad)?;
             check_text("its URI", &spec.uri, MAX_URI_BYTES, false).map_err(bad)?;
-            for (field, text) in [
-                ("its title", &spec.title),
-                ("its description", &spec.description),
-            ] {
-                if let Some(text) = text {
-                    check_text(field, text, MAX_DESCRIPTION_BYTES, true).map_err(bad)?;
-                }
-            }
+            check_about(&spec.title, &spec.description).map_err(bad)?;
             if !seen.insert(spec.uri.clone()) {
                 return Err(bad("described twice by the same component".into()));
             }
-            let scheme = spec
-                .uri
-                .split_once(':')
-                .map(|(scheme, _)| scheme)
-                .filter(|s| crate::policy::grants::is_uri_scheme(s))
-                .ok_or_else(|| bad("its URI has no scheme".into()))?;
-            if check_uri(&spec.uri, schemes).is_err() {
+            let scheme =
+                uri_scheme(&spec.uri).ok_or_else(|| bad("its URI has no scheme".into()))?;
+            if !scheme_allowed(scheme, schemes) {
                 let reason = format!(
                     "its scheme {}: is not one the policy allows this component (uri_schemes)",
                     scheme.to_ascii_lowercase()
@@ -189,14 +178,7 @@ impl Offers {
             let name = spec.name.clone();
             let bad = |problem| bad("prompt", &name, problem);
             check_text("its name", &spec.name, MAX_NAME_BYTES, false).map_err(bad)?;
-            for (field, text) in [
-                ("its title", &spec.title),
-                ("its description", &spec.description),
-            ] {
-                if let Some(text) = text {
-                    check_text(field, text, MAX_DESCRIPTION_BYTES, true).map_err(bad)?;
-                }
-            }
+            check_about(&spec.title, &spec.description).map_err(bad)?;
             if !seen.insert(spec.name.clone()) {
                 return Err(bad("described twice by the same component".into()));
             }
@@ -241,6 +223,16 @@ impl Offers {
         }
         Ok(offers)
     }
+}
+
+/// Refuses a title or description over [`MAX_DESCRIPTION_BYTES`].
+fn check_about(title: &Option<String>, description: &Option<String>) -> Result<(), String> {
+    for (field, text) in [("its title", title), ("its description", description)] {
+        if let Some(text) = text {
+            check_text(field, text, MAX_DESCRIPTION_BYTES, true)?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuses `text` (what `field` is) when empty (unless `may_be_empty`),
@@ -729,36 +721,22 @@ impl Host {
             arguments: String::new(),
             retry: 0,
         };
-        run(self, component, ctx, &call, cancel, serving, record_reads).await
+        if !matches!(component.kind, Kind::Airlock(_)) {
+            return Err(CallError::Busy(
+                "a plain component offers no resources or prompts".into(),
+            ));
+        }
+        let span = tracing::debug_span!("serve", what = %call.id);
+        let run = Run {
+            host: self,
+            component,
+            ctx,
+            call: &call,
+            cancel,
+            span: &span,
+        };
+        run.serve(serving, record_reads).await
     }
-}
-
-/// Runs `serving` on `component` (one of `host`'s) with `ctx` as its view:
-/// what [`Host::read_resource`] and its siblings run.
-async fn run(
-    host: &Host,
-    component: &LoadedComponent,
-    ctx: &RunContext,
-    call: &ToolCall,
-    cancel: &CancelToken,
-    serving: &Serving<'_>,
-    record_reads: bool,
-) -> Result<(Served, Reads), CallError> {
-    if !matches!(component.kind, Kind::Airlock(_)) {
-        return Err(CallError::Busy(
-            "a plain component offers no resources or prompts".into(),
-        ));
-    }
-    let span = tracing::debug_span!("serve", what = %call.id);
-    let run = Run {
-        host,
-        component,
-        ctx,
-        call,
-        cancel,
-        span: &span,
-    };
-    run.serve(serving, record_reads).await
 }
 
 impl Run<'_> {
