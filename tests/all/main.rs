@@ -20,6 +20,7 @@ mod isolation;
 mod limits;
 mod mcp;
 mod mcp_offers;
+mod mcp_tasks;
 mod oauth;
 mod oci;
 mod oci_trust;

@@ -70,12 +70,13 @@ impl Session {
         cancel: &CancelToken,
         by: Option<&CalledBy>,
     ) -> Result<CallOutcome, SessionCallError> {
-        self.call_journaled(host, call, cancel, by, false).await
+        self.call_journaled(host, call, cancel, by, false, None)
+            .await
     }
 
     /// [`Session::call`], its items recorded as a keyed call's when
     /// `keyed`; its intent committed before it runs when it is keyed or its
-    /// tool may have effects outside the sandbox.
+    /// tool may have effects outside the sandbox, and then `begun` told.
     async fn call_journaled(
         &mut self,
         host: &Host,
@@ -83,6 +84,7 @@ impl Session {
         cancel: &CancelToken,
         by: Option<&CalledBy>,
         keyed: bool,
+        begun: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> Result<CallOutcome, SessionCallError> {
         let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
         let intent_first = keyed || !pure;
@@ -92,6 +94,10 @@ impl Session {
         recorder.call_asked(call, iteration, by);
         if intent_first {
             recorder.commit().await?;
+            if let Some(begun) = begun {
+                // Whoever waited may have stopped waiting.
+                let _ = begun.send(());
+            }
         }
         let result = host
             .run_and_apply(recorder.ctx_mut(), call, Some(cancel), false)
@@ -129,13 +135,35 @@ impl Session {
         cancel: &CancelToken,
         by: Option<&CalledBy>,
     ) -> Result<CallOutcome, SessionCallError> {
+        self.call_once_telling(host, call, cancel, by, None).await
+    }
+
+    /// [`Session::call_once`], telling `begun` once the call's intent is
+    /// committed and before the tool runs: from then on the call is in
+    /// the store ([`SessionStore::call_records`] finds it), and a handle
+    /// to it (an MCP task) outlives this process. A call answered from an
+    /// earlier one, or that fails before its intent is committed, never
+    /// tells `begun` (it drops it).
+    ///
+    /// [`SessionStore::call_records`]: crate::session::SessionStore::call_records
+    pub async fn call_once_telling(
+        &mut self,
+        host: &Host,
+        call: &ToolCall,
+        cancel: &CancelToken,
+        by: Option<&CalledBy>,
+        begun: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Result<CallOutcome, SessionCallError> {
         let events = self.keyed_call_items(&call.id).await?;
         match earlier_call(&events, call) {
             Earlier::Completed(done) => Ok(*done),
             Earlier::Reused => Err(SessionCallError::IdReused {
                 call_id: call.id.clone(),
             }),
-            Earlier::None => self.call_journaled(host, call, cancel, by, true).await,
+            Earlier::None => {
+                self.call_journaled(host, call, cancel, by, true, begun)
+                    .await
+            }
         }
     }
 }
@@ -152,7 +180,17 @@ fn earlier_call(items: &[Event], call: &ToolCall) -> Earlier {
     if reused {
         return Earlier::Reused;
     }
-    let Some((output, guest, duration_us)) = items.iter().rev().find_map(|e| match &e.item {
+    match completed(items, &call.id) {
+        Some(done) => Earlier::Completed(Box::new(done)),
+        None => Earlier::None,
+    }
+}
+
+/// The outcome of the call `call_id` among `items`, as committed, if it
+/// completed.
+fn completed(items: &[Event], call_id: &str) -> Option<CallOutcome> {
+    let same_id = |id: &str| id == call_id;
+    let (output, guest, duration_us) = items.iter().rev().find_map(|e| match &e.item {
         Item::FunctionCallOutput {
             call_id,
             status: CallStatus::Completed,
@@ -162,9 +200,7 @@ fn earlier_call(items: &[Event], call: &ToolCall) -> Earlier {
             ..
         } if same_id(call_id) => Some((output, guest, *duration_us)),
         _ => None,
-    }) else {
-        return Earlier::None;
-    };
+    })?;
     let updates = items
         .iter()
         .filter_map(|e| match &e.item {
@@ -173,10 +209,68 @@ fn earlier_call(items: &[Event], call: &ToolCall) -> Earlier {
         })
         .flatten()
         .collect();
-    Earlier::Completed(Box::new(CallOutcome {
+    Some(CallOutcome {
         result: serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.clone())),
         updates,
         output: guest_output(guest),
         duration: Duration::from_micros(duration_us),
-    }))
+    })
+}
+
+/// What a session's records say of one keyed call
+/// ([`SessionStore::call_records`](crate::session::SessionStore::call_records)).
+#[derive(Debug)]
+pub(crate) enum KeyedCall {
+    /// No record of it.
+    Unknown,
+    /// Asked for at `asked_ms` (ms since the epoch), not ended.
+    Open {
+        /// When its intent was recorded.
+        asked_ms: u64,
+    },
+    /// Ended.
+    Ended {
+        /// When its intent was recorded.
+        asked_ms: u64,
+        /// When its outcome was.
+        ended_ms: u64,
+        /// How it ended.
+        status: CallStatus,
+        /// Its outcome, when it completed.
+        outcome: Option<Box<CallOutcome>>,
+        /// What the model would see: the result JSON or the error text.
+        output: String,
+    },
+}
+
+impl KeyedCall {
+    /// What `events` (the records of keyed call `call_id`) say of it.
+    pub(crate) fn of(events: &[Event], call_id: &str) -> Self {
+        let asked = events.iter().find_map(|e| match &e.item {
+            Item::FunctionCall { call, .. } if call.id == call_id => Some(e.at_ms),
+            _ => None,
+        });
+        let Some(asked_ms) = asked else {
+            return Self::Unknown;
+        };
+        let ended = events.iter().rev().find_map(|e| match &e.item {
+            Item::FunctionCallOutput {
+                call_id: id,
+                status,
+                output,
+                ..
+            } if id == call_id => Some((e.at_ms, *status, output.clone())),
+            _ => None,
+        });
+        match ended {
+            None => Self::Open { asked_ms },
+            Some((ended_ms, status, output)) => Self::Ended {
+                asked_ms,
+                ended_ms,
+                status,
+                outcome: completed(events, call_id).map(Box::new),
+                output,
+            },
+        }
+    }
 }

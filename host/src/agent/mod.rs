@@ -15,6 +15,7 @@
 mod direct;
 mod turn;
 
+pub(crate) use direct::KeyedCall;
 pub use direct::SessionCallError;
 
 use std::sync::Arc;

@@ -188,7 +188,7 @@ pub async fn run(args: McpArgs) -> ExitCode {
             _ => None,
         };
         let loaded = load(&args.config, &args.tools, &args.registry).await?;
-        let tools = ToolSet::new(Arc::new(loaded.host));
+        let tools = ToolSet::with_tasks(Arc::new(loaded.host), loaded.mcp.tasks);
         let reloader = tokio::spawn(reload_on_change(
             Arc::clone(&tools),
             loaded.files,

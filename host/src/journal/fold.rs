@@ -163,12 +163,17 @@ pub fn unanswered_calls(transcript: &Transcript) -> Vec<(String, String, bool)> 
 /// The entries that answer every unanswered call with
 /// [`INTERRUPTED_MESSAGE`]: an `interrupted` output item each (which is
 /// the tool message for those the model waits on). Empty when nothing is
-/// unanswered, so patching twice adds nothing.
+/// unanswered, so patching twice adds nothing. The answer to a call the
+/// model did not ask for (one made directly, keyed or not) is indexed by
+/// the call's id, as a keyed call's records are, so that what a key finds
+/// (an MCP task's state) says the call was interrupted.
 pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<Entry> {
     (transcript.next_item()..)
         .zip(unanswered_calls(transcript))
-        .map(|(next_item, (call_id, name, _))| {
-            Entry::item(Event::numbered(
+        .map(|(next_item, (call_id, name, by_model))| {
+            let keyed = !by_model;
+            let entry = |event| Entry::Event { event, keyed };
+            entry(Event::numbered(
                 next_item,
                 run_id,
                 now_ms,

@@ -484,7 +484,11 @@ impl Sessions {
                     result, request.id,
                 ))))
             }
-            ClientRequest::CallToolRequest(call) if !server.needs_client(&call.params.name) => {
+            // A call that may become a task goes through rmcp
+            // ([`super::tasks`]).
+            ClientRequest::CallToolRequest(call)
+                if !server.needs_client(&call.params.name) && !declares_tasks(meta) =>
+            {
                 Ok(self
                     .call(id, server, &call.params, meta, &request.id, caller)
                     .await)
@@ -596,6 +600,13 @@ impl Sessions {
             request: request.clone(),
         }
     }
+}
+
+/// Whether a request's own capabilities (`_meta`, the 2026-07-28
+/// revision's) declare the tasks extension.
+fn declares_tasks(meta: &RequestMetaObject) -> bool {
+    meta.client_capabilities()
+        .is_some_and(|caps| caps.supports_tasks())
 }
 
 /// How many notifications of a call may wait for a slow client before the

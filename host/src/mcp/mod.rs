@@ -24,6 +24,7 @@ pub mod limits;
 mod offers;
 pub mod relay;
 mod rounds;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -48,7 +49,7 @@ use self::relay::{LogThreshold, Relay};
 use self::rounds::Round;
 use crate::agent::SessionCallError;
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
-use crate::policy::Approval;
+use crate::policy::{Approval, TaskSettings};
 use crate::sandbox::{Asker, CancelToken, Sampler};
 use crate::session::{Session, SessionError, SessionOptions, SessionStore};
 use crate::spec::{Answer, Asked, SampleReply, SampleRequest, Shown};
@@ -128,16 +129,25 @@ pub struct ToolSet {
     listeners: Mutex<Vec<(u64, rmcp::service::SubscriptionSink)>>,
     /// Who waits to hear that a resource changed.
     watchers: offers::Watchers,
+    /// The calls running as tasks.
+    tasks: tasks::Tasks,
 }
 
 impl ToolSet {
-    /// Serves `host`'s tools.
+    /// Serves `host`'s tools, calls made tasks as the defaults of
+    /// [`TaskSettings`] say.
     pub fn new(host: Arc<Host>) -> Arc<Self> {
+        Self::with_tasks(host, TaskSettings::default())
+    }
+
+    /// Serves `host`'s tools, calls made tasks as `tasks` says.
+    pub fn with_tasks(host: Arc<Host>, tasks: TaskSettings) -> Arc<Self> {
         Arc::new(Self {
             host: std::sync::RwLock::new(host),
             peers: Mutex::new(Vec::new()),
             listeners: Mutex::new(Vec::new()),
             watchers: offers::Watchers::default(),
+            tasks: tasks::Tasks::new(tasks),
         })
     }
 
@@ -222,7 +232,7 @@ pub struct McpServer {
     /// The server's session: given (stdio's `--session`), or opened by
     /// `opener` at the first request that needs it (one per MCP session
     /// over HTTP).
-    session: OnceCell<Arc<Mutex<Session>>>,
+    session: OnceCell<Held>,
     /// Opens the server's session, and sessions named in a request's
     /// `_meta`; `None` refuses those.
     opener: Option<SessionOpener>,
@@ -246,7 +256,7 @@ impl McpServer {
         let number = tools.watchers.number();
         Self {
             tools,
-            session: OnceCell::new_with(Some(Arc::new(Mutex::new(session)))),
+            session: OnceCell::new_with(Some(Held::new(session))),
             opener: named,
             owner: None,
             limiter: None,
@@ -279,7 +289,7 @@ impl McpServer {
 
     /// The session, once there is one, to release it when serving ends.
     pub fn session(&self) -> Option<Arc<Mutex<Session>>> {
-        self.session.get().cloned()
+        self.session.get().map(|held| Arc::clone(&held.session))
     }
 
     /// The session a request of `caller` works on: the one its `_meta`
@@ -309,7 +319,7 @@ impl McpServer {
                 .open(Some(id.to_owned()), user, &self.tools.current())
                 .await
                 .map_err(|e| e.to_string())?;
-            return Ok(Working::Named(Arc::new(Mutex::new(session))));
+            return Ok(Working::Named(Held::new(session)));
         }
         let opener = self.opener.as_ref();
         self.session
@@ -319,10 +329,10 @@ impl McpServer {
                     .open(None, self.owner.as_deref(), &self.tools.current())
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok::<_, String>(Arc::new(Mutex::new(session)))
+                Ok::<_, String>(Held::new(session))
             })
             .await
-            .map(|s| Working::Shared(Arc::clone(s)))
+            .map(|held| Working::Shared(held.clone()))
     }
 
     /// Asks the client's user about a call of tool `name`, an `approval =
@@ -374,24 +384,28 @@ impl McpServer {
     }
 
     /// One call, on the session, as a tool result; at most once per id
-    /// when the client keyed it.
+    /// when the client keyed it (then `begun` is told once its intent is
+    /// committed).
     async fn call(
-        &self,
+        tools: &Arc<ToolSet>,
         session: &Working,
         call: ToolCall,
         keyed: bool,
         cancel: CancelToken,
         caller: Option<&Caller>,
+        begun: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> CallToolResult {
         let mut session = session.handle().lock().await;
-        let host = self.tools.current();
+        let host = tools.current();
         let by = caller.map(|c| CalledBy {
             user: c.user.clone(),
             client: c.client_id.clone(),
         });
         let started = std::time::Instant::now();
         let result = if keyed {
-            session.call_once(&host, &call, &cancel, by.as_ref()).await
+            session
+                .call_once_telling(&host, &call, &cancel, by.as_ref(), begun)
+                .await
         } else {
             session.call(&host, &call, &cancel, by.as_ref()).await
         };
@@ -402,26 +416,17 @@ impl McpServer {
                 // its read looked at: in a task of its own, so that a client
                 // slow to read its stream never holds the session. A call
                 // nobody watches pays one look.
-                if !outcome.updates.is_empty() && self.tools.watchers.any() {
+                if !outcome.updates.is_empty() && tools.watchers.any() {
                     let written: std::collections::BTreeSet<String> = outcome
                         .updates
                         .iter()
                         .map(|op| op.key().to_owned())
                         .collect();
                     let key = offers::session_key(session.context());
-                    let tools = Arc::clone(&self.tools);
+                    let tools = Arc::clone(tools);
                     tokio::spawn(async move { tools.watchers.changed(&key, &written).await });
                 }
-                let mut answer = match outcome.result {
-                    Value::Object(_) => CallToolResult::structured(outcome.result),
-                    // A string is the text itself, not its JSON.
-                    Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
-                    other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
-                };
-                answer
-                    .content
-                    .extend(outcome.output.shown.into_iter().map(content_block));
-                answer
+                tool_result(outcome)
             }
             Err(SessionCallError::Call(failure)) => error_result(failure_text(&failure)),
             Err(e) => error_result(e.to_string()),
@@ -479,9 +484,8 @@ impl McpServer {
                 arguments,
                 retry: 0,
             };
-            let result = self
-                .call(&session, call, key.is_some(), cancel, caller)
-                .await;
+            let keyed = key.is_some();
+            let result = Self::call(&self.tools, &session, call, keyed, cancel, caller, None).await;
             session.done().await;
             Ok::<_, String>(result)
         };
@@ -495,15 +499,23 @@ impl McpServer {
         let Some(limiter) = &self.limiter else {
             return Ok(None);
         };
-        let user = caller
+        let user = self.user(caller).unwrap_or_default();
+        limiter
+            .start_call(&user)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The user whose sessions `caller` works on: its token's, else the
+    /// server's owner, else the opener's or the server's session's (`None`:
+    /// the anonymous bucket).
+    fn user(&self, caller: Option<&Caller>) -> Option<String> {
+        caller
             .map(|c| c.user.as_str())
             .or(self.owner.as_deref())
             .or(self.opener.as_ref().and_then(SessionOpener::user))
-            .unwrap_or_default();
-        limiter
-            .start_call(user)
-            .map(Some)
-            .map_err(|e| e.to_string())
+            .or(self.session.get().and_then(|held| held.user.as_deref()))
+            .map(str::to_owned)
     }
 
     /// Why `caller` may not call tool `name`, as the error of a tool that
@@ -575,6 +587,22 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Option<&Caller> {
         .and_then(|parts| parts.extensions.get::<Caller>())
 }
 
+/// A completed call's outcome as MCP's tool result: an object result as
+/// `structuredContent`, a string as its text, anything else as its JSON;
+/// then the blocks it showed.
+fn tool_result(outcome: crate::tools::CallOutcome) -> CallToolResult {
+    let mut answer = match outcome.result {
+        Value::Object(_) => CallToolResult::structured(outcome.result),
+        // A string is the text itself, not its JSON.
+        Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
+    };
+    answer
+        .content
+        .extend(outcome.output.shown.into_iter().map(content_block));
+    answer
+}
+
 /// A block a call showed, as an MCP content block.
 fn content_block(shown: Shown) -> ContentBlock {
     match shown {
@@ -636,25 +664,53 @@ fn arguments_text(arguments: Option<rmcp::model::JsonObject>) -> String {
 /// How often a call with a progress token reports.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A session a server works on, with what a request may want of it
+/// without waiting for its lock (a call may hold it).
+#[derive(Debug, Clone)]
+struct Held {
+    session: Arc<Mutex<Session>>,
+    /// Its id.
+    id: String,
+    /// Its owner.
+    user: Option<String>,
+    /// Where it is kept.
+    store: Arc<dyn SessionStore>,
+}
+
+impl Held {
+    fn new(session: Session) -> Self {
+        Self {
+            id: session.id().to_owned(),
+            user: session.context().user_id().map(str::to_owned),
+            store: session.store(),
+            session: Arc::new(Mutex::new(session)),
+        }
+    }
+}
+
 /// The session one request works on.
 enum Working {
     /// The server's own.
-    Shared(Arc<Mutex<Session>>),
+    Shared(Held),
     /// One the request named, leased for the request.
-    Named(Arc<Mutex<Session>>),
+    Named(Held),
 }
 
 impl Working {
-    fn handle(&self) -> &Arc<Mutex<Session>> {
+    fn held(&self) -> &Held {
         match self {
-            Working::Shared(session) | Working::Named(session) => session,
+            Working::Shared(held) | Working::Named(held) => held,
         }
+    }
+
+    fn handle(&self) -> &Arc<Mutex<Session>> {
+        &self.held().session
     }
 
     /// Releases a named session's lease at once.
     async fn done(self) {
-        if let Working::Named(session) = self
-            && let Err(e) = session.lock().await.release().await
+        if let Working::Named(held) = self
+            && let Err(e) = held.session.lock().await.release().await
         {
             tracing::warn!(error = %e, "cannot release a session");
         }
@@ -808,6 +864,7 @@ impl ServerHandler for McpServer {
             .enable_prompts()
             .enable_prompts_list_changed()
             .enable_completions()
+            .enable_tasks()
             .build();
         let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new("airlock", env!("CARGO_PKG_VERSION"));
@@ -856,6 +913,9 @@ impl ServerHandler for McpServer {
             return Ok(error_result(unknown).into());
         }
         let arguments = arguments_text(request.arguments.clone());
+        if self.may_be_task(&request.name, &context) {
+            return Ok(self.call_as_task(&request.name, arguments, &context).await);
+        }
         let needs = self.needs(&request.name);
         // A client of the 2026-07-28 revision takes the call's questions
         // (its approval first) as `input_required` results ([`rounds`]);
@@ -953,6 +1013,37 @@ impl ServerHandler for McpServer {
             return Ok(CallToolResponse::InputRequired(input));
         }
         Ok(result.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        let task = self.task(&request.task_id, caller_of(&context)).await?;
+        Ok(rmcp::model::GetTaskResult::new(task))
+    }
+
+    /// A task never waits for input: a call that may ask its client is
+    /// never made a task.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task(&request.task_id, caller_of(&context)).await?;
+        Err(ErrorData::invalid_params(
+            format!("task {:?} asks for no input", request.task_id),
+            None,
+        ))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        McpServer::cancel_task(self, &request.task_id, caller_of(&context)).await
     }
 
     async fn list_resources(

@@ -1,6 +1,7 @@
-//! What a policy says about serving MCP over HTTP (`[mcp]`): the OAuth
-//! resource server that admits a request (`[mcp.auth]`, [`AuthSettings`])
-//! and what one user may use at once (`[mcp.limits]`, [`UserLimits`]).
+//! What a policy says about serving MCP (`[mcp]`): the OAuth resource
+//! server that admits an HTTP request (`[mcp.auth]`, [`AuthSettings`]),
+//! what one user may use at once (`[mcp.limits]`, [`UserLimits`]) and
+//! when a call becomes a task (`[mcp.tasks]`, [`TaskSettings`]).
 //! Data only: validating tokens and counting calls are `crate::mcp`'s.
 
 use std::time::Duration;
@@ -39,6 +40,32 @@ pub struct McpSettings {
     pub auth: Option<AuthSettings>,
     /// What one user may use at once.
     pub limits: UserLimits,
+    /// When a call becomes a task, and how long one is kept.
+    pub tasks: TaskSettings,
+}
+
+/// `[mcp.tasks]`: calls as tasks (the MCP tasks extension), for clients
+/// that declare it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskSettings {
+    /// A call still running this long after its request becomes a task
+    /// (its handle answers the request); one that ends sooner is answered
+    /// with its result. Zero makes every such call a task.
+    pub after: Duration,
+    /// How long after it starts a task can be looked up (`ttlMs`).
+    pub ttl: Duration,
+    /// How often a client is asked to poll (`pollIntervalMs`).
+    pub poll: Duration,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        Self {
+            after: Duration::from_secs(1),
+            ttl: Duration::from_secs(24 * 60 * 60),
+            poll: Duration::from_secs(1),
+        }
+    }
 }
 
 /// `[mcp.auth]`: the server is an OAuth 2.1 resource server (the MCP
@@ -106,6 +133,33 @@ pub(crate) struct McpFile {
     auth: Option<AuthFile>,
     #[serde(default)]
     limits: LimitsFile,
+    #[serde(default)]
+    tasks: TasksFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TasksFile {
+    after_ms: Option<u64>,
+    ttl_secs: Option<u64>,
+    poll_ms: Option<u64>,
+}
+
+impl TasksFile {
+    fn settings(self) -> Result<TaskSettings, String> {
+        let default = TaskSettings::default();
+        if self.ttl_secs == Some(0) {
+            return Err("[mcp.tasks] ttl_secs must be at least 1".into());
+        }
+        if self.poll_ms.is_some_and(|ms| ms < 10) {
+            return Err("[mcp.tasks] poll_ms must be at least 10".into());
+        }
+        Ok(TaskSettings {
+            after: self.after_ms.map_or(default.after, Duration::from_millis),
+            ttl: self.ttl_secs.map_or(default.ttl, Duration::from_secs),
+            poll: self.poll_ms.map_or(default.poll, Duration::from_millis),
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,6 +199,7 @@ impl McpFile {
     /// The settings, checked; an error names the key at fault.
     pub(crate) fn settings(self) -> Result<McpSettings, String> {
         let auth = self.auth.map(AuthFile::settings).transpose()?;
+        let tasks = self.tasks.settings()?;
         let limits = self.limits;
         for (key, value) in [
             ("concurrent_calls", limits.concurrent_calls),
@@ -167,6 +222,7 @@ impl McpFile {
                 calls_per_minute: limits.calls_per_minute,
                 open_sessions: limits.open_sessions,
             },
+            tasks,
         })
     }
 }

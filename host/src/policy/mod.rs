@@ -79,7 +79,7 @@ use grants::{
 pub use keys::PublicKey;
 pub use limits::Limits;
 use limits::LimitsConfig;
-pub use mcp::{AuthSettings, McpSettings, UserLimits};
+pub use mcp::{AuthSettings, McpSettings, TaskSettings, UserLimits};
 use oci::{OciFile, VerifyFile};
 pub use oci::{OciSettings, OciTool, Resolved};
 pub use reference::{InvalidReference, Reference};

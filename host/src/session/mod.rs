@@ -521,6 +521,11 @@ impl Session {
         &self.transcript
     }
 
+    /// The store it is kept in.
+    pub fn store(&self) -> Arc<dyn SessionStore> {
+        Arc::clone(self.writer.store())
+    }
+
     /// The session's id.
     pub fn id(&self) -> &str {
         self.ctx.session_id()

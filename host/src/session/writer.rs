@@ -287,6 +287,11 @@ impl Writer {
         self.state = None;
     }
 
+    /// The store it writes to.
+    pub(crate) fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.store
+    }
+
     /// The committed records about the tool call `call_id`.
     pub(crate) async fn call_records(&self, call_id: &str) -> Result<Vec<Record>, StoreError> {
         let Holding::Leased { lease, .. } = &self.holding else {

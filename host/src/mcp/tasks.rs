@@ -1,0 +1,519 @@
+//! Calls as tasks: the MCP tasks extension (`io.modelcontextprotocol/tasks`,
+//! SEP-2663) for calls that run long.
+//!
+//! A client that declares the extension in a `tools/call` request's
+//! capabilities may get a task instead of the result: when the call is
+//! still running [`TaskSettings::after`] into its request (and, for a
+//! tool that may need its client while it runs, never: its questions go
+//! the way they go without tasks). The call runs as a keyed call
+//! ([`CALL_META_KEY`](super::CALL_META_KEY)) whose key is the task's: its
+//! intent is committed before the handle is given, so the task is in the
+//! session's journal from its first moment.
+//!
+//! A task's id is `SESSION/CALL`: the Airlock session it runs on and the
+//! call's id in that session's journal. `tasks/get` reads the call's
+//! records (one indexed read, no lease) among the caller's own sessions,
+//! so a task id of another user's session is unknown to the caller, and
+//! answers on any host of a shared store and after a restart:
+//!
+//! - its outcome committed: `completed` with the result a call without a
+//!   task would have had (a failed call's is an error result), or
+//!   `cancelled`; a call interrupted by the death of the host that ran it
+//!   is `failed` (none of its ops were applied);
+//! - running in this process: `working`, with its latest progress report
+//!   as the status message;
+//! - running nowhere this process knows: the session is leased, as
+//!   resuming it would (a dead holder's calls are answered
+//!   "interrupted"); when another host holds it, `working`.
+//!
+//! `tasks/cancel` stops a task running in this process as the client's
+//! cancellation of a request would; `tasks/update` has nothing to take
+//! (a task never waits for input). A task is known for
+//! [`TaskSettings::ttl`] after it started.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::model::{
+    CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask, JsonObject, Task,
+    TaskPayload, TaskStatus,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use tokio::sync::oneshot;
+
+use super::auth::Caller;
+use super::{McpServer, call_key, caller_of, error_result, tool_result};
+use crate::agent::KeyedCall;
+use crate::journal::{CallStatus, StoreError, now_ms};
+use crate::policy::TaskSettings;
+use crate::sandbox::{CallEvent, CancelToken};
+use crate::session::{CallKey, SessionError, SessionStore};
+use crate::tools::ToolCall;
+
+impl McpServer {
+    /// Whether a call of tool `name` in `context` may become a task: its
+    /// request declares the extension, and the tool needs nothing of its
+    /// client while it runs (an approval, a question, a completion).
+    pub(super) fn may_be_task(&self, name: &str, context: &RequestContext<RoleServer>) -> bool {
+        context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks())
+            && !self.needs_client(name)
+    }
+
+    /// Runs a call of tool `name` with `arguments` that may become a task:
+    /// its result when it ends within [`TaskSettings::after`] (or before
+    /// its intent is committed), else the task's handle, given once the
+    /// call is in the journal. The call runs to its end either way; only
+    /// `tasks/cancel`, or the client's cancellation of the request before
+    /// the handle, stops it.
+    pub(super) async fn call_as_task(
+        &self,
+        name: &str,
+        arguments: String,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let caller = caller_of(context);
+        let prepared = async {
+            let key = call_key(&context.meta)?;
+            let permit = self.permit(caller)?;
+            let session = self.session_for(&context.meta, caller).await?;
+            Ok::<_, String>((key, permit, session))
+        };
+        let (key, permit, session) = match prepared.await {
+            Ok(prepared) => prepared,
+            Err(why) => return error_result(why).into(),
+        };
+        let Some(call_id) = key.or_else(fresh_call_id) else {
+            session.done().await;
+            return error_result("this server cannot name a task (no random source)".into()).into();
+        };
+        let id = task_id(&session.held().id, &call_id);
+        let tools = Arc::clone(&self.tools);
+        let cancel = tools.tasks.start(&id, session.held().user.as_deref());
+        let (begun, in_journal) = oneshot::channel();
+        let (done, mut ended) = oneshot::channel();
+        let call = ToolCall {
+            id: call_id,
+            name: name.to_owned(),
+            arguments,
+            retry: 0,
+        };
+        let caller = caller.cloned();
+        let work = {
+            let (tools, cancel, id) = (Arc::clone(&tools), cancel.clone(), id.clone());
+            async move {
+                let _permit = permit;
+                let result = McpServer::call(
+                    &tools,
+                    &session,
+                    call,
+                    true,
+                    cancel,
+                    caller.as_ref(),
+                    Some(begun),
+                )
+                .await;
+                session.done().await;
+                tools.tasks.ended(&id);
+                // The request may have gone (the client has the handle).
+                let _ = done.send(result);
+            }
+        };
+        tokio::spawn(work);
+        let answer = |result: Result<CallToolResult, oneshot::error::RecvError>| {
+            result
+                .unwrap_or_else(|_| error_result("the call ended without an answer".into()))
+                .into()
+        };
+        let after = tools.tasks.settings().after;
+        let due = async {
+            if !after.is_zero() {
+                tokio::time::sleep(after).await;
+            }
+            in_journal.await
+        };
+        let mut due = std::pin::pin!(due);
+        // Told `due` only once the call's intent is committed; a call that
+        // never was ends soon, with its result. With no wait, every such
+        // call is a task, however soon it ends.
+        let settled = async {
+            if after.is_zero() {
+                tokio::select! {
+                    biased;
+                    Ok(()) = &mut due => None,
+                    result = &mut ended => Some(result),
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    result = &mut ended => Some(result),
+                    Ok(()) = &mut due => None,
+                }
+            }
+        };
+        let cancelled = tokio::select! {
+            settled = settled => match settled {
+                Some(result) => return answer(result),
+                None => false,
+            },
+            () = context.ct.cancelled() => true,
+        };
+        if cancelled {
+            cancel.cancel();
+            return answer(ended.await);
+        }
+        let now = now_ms();
+        let task = tools
+            .tasks
+            .detailed(&id, now, now, None, TaskPayload::Working);
+        CallToolResponse::Task(CreateTaskResult::new(task.task))
+    }
+
+    /// Task `id` of `caller` as `tasks/get` answers it; an unknown task
+    /// (never made, another user's, past its time to live) is an invalid
+    /// parameter.
+    pub(super) async fn task(
+        &self,
+        id: &str,
+        caller: Option<&Caller>,
+    ) -> Result<DetailedTask, ErrorData> {
+        let unknown = || ErrorData::invalid_params(format!("unknown task {id:?}"), None);
+        let (session_id, call_id) = parse_task_id(id).ok_or_else(unknown)?;
+        let user = self.user(caller);
+        let store = self.store().ok_or_else(unknown)?;
+        let tasks = &self.tools.tasks;
+        // At most twice: a call open in the journal, running nowhere here,
+        // is looked at again once its session has been leased.
+        let mut leased = false;
+        loop {
+            let key = CallKey {
+                owner: user.as_deref(),
+                session_id,
+                call_id,
+            };
+            let records = store
+                .call_records(key)
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let events: Vec<_> = records
+                .into_iter()
+                .filter_map(|r| r.entry.into_event())
+                .collect();
+            let now = now_ms();
+            let asked_ms = match KeyedCall::of(&events, call_id) {
+                KeyedCall::Unknown => return Err(unknown()),
+                KeyedCall::Open { asked_ms } | KeyedCall::Ended { asked_ms, .. }
+                    if tasks.expired(asked_ms, now) =>
+                {
+                    return Err(unknown());
+                }
+                KeyedCall::Ended {
+                    asked_ms,
+                    ended_ms,
+                    status,
+                    outcome,
+                    output,
+                } => {
+                    let payload = match (status, outcome) {
+                        (CallStatus::Completed, Some(outcome)) => completed(&tool_result(*outcome)),
+                        (CallStatus::Cancelled, _) => TaskPayload::Cancelled,
+                        (CallStatus::Interrupted, _) => failed(&output),
+                        _ => completed(&error_result(output)),
+                    };
+                    return Ok(tasks.detailed(id, asked_ms, ended_ms, None, payload));
+                }
+                KeyedCall::Open { asked_ms } => asked_ms,
+            };
+            if let Here::Running(said) = tasks.here(id, user.as_deref()) {
+                return Ok(tasks.detailed(id, asked_ms, now, said, TaskPayload::Working));
+            }
+            let another_host = || {
+                let said = Some("running on another host".to_owned());
+                Ok(tasks.detailed(id, asked_ms, now, said, TaskPayload::Working))
+            };
+            // Its host may be alive (another host of a shared store) or
+            // dead: leasing the session tells, as resuming it would, and
+            // answers a dead host's calls "interrupted".
+            let Some(opener) = self.opener.as_ref().filter(|_| !leased) else {
+                return another_host();
+            };
+            let host = self.tools.current();
+            match opener
+                .open(Some(session_id.to_owned()), user.as_deref(), &host)
+                .await
+            {
+                Ok(mut session) => {
+                    if let Err(e) = session.release().await {
+                        tracing::warn!(error = %e, "cannot release a session");
+                    }
+                    leased = true;
+                }
+                Err(SessionError::Store(StoreError::InUse { .. })) => return another_host(),
+                Err(e) => return Err(ErrorData::internal_error(e.to_string(), None)),
+            }
+        }
+    }
+
+    /// Stops task `id` of `caller`: one that has ended, or that runs on
+    /// another host, cannot be (an invalid parameter, saying which).
+    pub(super) async fn cancel_task(
+        &self,
+        id: &str,
+        caller: Option<&Caller>,
+    ) -> Result<(), ErrorData> {
+        let task = self.task(id, caller).await?;
+        if task.status().is_terminal() {
+            return Err(ErrorData::invalid_params(
+                format!("task {id:?} has already ended ({:?})", task.status()),
+                None,
+            ));
+        }
+        if self.tools.tasks.cancel(id, self.user(caller).as_deref()) {
+            Ok(())
+        } else {
+            Err(ErrorData::invalid_params(
+                format!("task {id:?} runs on another host; cancel it there"),
+                None,
+            ))
+        }
+    }
+
+    /// The store the caller's tasks are in: the opener's, or the server's
+    /// own session's.
+    fn store(&self) -> Option<Arc<dyn SessionStore>> {
+        match (&self.opener, self.session.get()) {
+            (Some(opener), _) => Some(Arc::clone(&opener.store)),
+            (None, Some(held)) => Some(held.store.clone()),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The tasks running in this process, and the settings every task of it
+/// follows.
+#[derive(Debug, Default)]
+pub(super) struct Tasks {
+    settings: TaskSettings,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// A task running in this process.
+#[derive(Debug)]
+struct Live {
+    /// Whose it is (the user of its session).
+    user: Option<String>,
+    /// Stops it.
+    cancel: CancelToken,
+    /// Its latest progress report, as a status message.
+    said: Arc<Mutex<Option<String>>>,
+}
+
+/// What this process knows of a task beside its journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Here {
+    /// It runs here; its latest progress report, if any.
+    Running(Option<String>),
+    /// It does not run here.
+    Not,
+}
+
+impl Tasks {
+    /// Tasks that follow `settings`.
+    pub(super) fn new(settings: TaskSettings) -> Self {
+        Self {
+            settings,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The settings every task follows.
+    pub(super) fn settings(&self) -> TaskSettings {
+        self.settings
+    }
+
+    /// Files task `id` of `user` as running, and returns the token that
+    /// runs (and stops) its call: it keeps the call's progress reports as
+    /// the task's status message.
+    pub(super) fn start(&self, id: &str, user: Option<&str>) -> CancelToken {
+        let said = Arc::new(Mutex::new(None));
+        let told = Arc::clone(&said);
+        let cancel = CancelToken::observed(move |event| {
+            if let CallEvent::Progress {
+                done,
+                total,
+                message,
+            } = event
+            {
+                *lock(&told) = Some(progress_text(done, total, message.as_deref()));
+            }
+        });
+        let live = Live {
+            user: user.map(str::to_owned),
+            cancel: cancel.clone(),
+            said,
+        };
+        lock(&self.live).insert(id.to_owned(), live);
+        cancel
+    }
+
+    /// Task `id` has ended (its outcome is committed, or could not be).
+    pub(super) fn ended(&self, id: &str) {
+        lock(&self.live).remove(id);
+    }
+
+    /// What this process knows of task `id` of `user`.
+    pub(super) fn here(&self, id: &str, user: Option<&str>) -> Here {
+        match lock(&self.live).get(id) {
+            Some(live) if live.user.as_deref() == user => Here::Running(lock(&live.said).clone()),
+            _ => Here::Not,
+        }
+    }
+
+    /// Stops task `id` of `user` if it runs here; whether it does.
+    pub(super) fn cancel(&self, id: &str, user: Option<&str>) -> bool {
+        match lock(&self.live).get(id) {
+            Some(live) if live.user.as_deref() == user => {
+                live.cancel.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Task `id` as a client sees it: started at `started_ms`, last
+    /// changed at `updated_ms`, now `payload`.
+    pub(super) fn detailed(
+        &self,
+        id: &str,
+        started_ms: u64,
+        updated_ms: u64,
+        message: Option<String>,
+        payload: TaskPayload,
+    ) -> DetailedTask {
+        let mut task = Task::new(
+            id,
+            TaskStatus::Working,
+            iso(started_ms),
+            iso(updated_ms.max(started_ms)),
+        )
+        .with_ttl_ms(millis(self.settings.ttl))
+        .with_poll_interval_ms(millis(self.settings.poll));
+        task.status_message = message;
+        DetailedTask::new(task, payload)
+    }
+
+    /// Whether a task started at `started_ms` is past its time to live at
+    /// `now_ms` (then it is unknown).
+    pub(super) fn expired(&self, started_ms: u64, now_ms: u64) -> bool {
+        now_ms.saturating_sub(started_ms) > millis(self.settings.ttl)
+    }
+}
+
+/// A task id: the session and the call, `SESSION/CALL` (a session id has
+/// no `/`).
+pub(super) fn task_id(session: &str, call: &str) -> String {
+    format!("{session}/{call}")
+}
+
+/// The session and call task `id` names; `None` for an id this server
+/// never gives.
+pub(super) fn parse_task_id(id: &str) -> Option<(&str, &str)> {
+    let (session, call) = id.split_once('/')?;
+    let session_ok = crate::session::check_session_id(session).is_ok();
+    let call_ok = (1..=128).contains(&call.len()) && call.bytes().all(|b| b.is_ascii_graphic());
+    (session_ok && call_ok).then_some((session, call))
+}
+
+/// A fresh call id for a task the client did not key: 128 random bits.
+/// `None` when the system's random source fails.
+pub(super) fn fresh_call_id() -> Option<String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut bytes).ok()?;
+    Some(format!("task-{}", hex::encode(bytes)))
+}
+
+/// A call's result as a task's `completed` payload.
+pub(super) fn completed(result: &rmcp::model::CallToolResult) -> TaskPayload {
+    let result = match serde_json::to_value(result) {
+        Ok(serde_json::Value::Object(object)) => object,
+        _ => JsonObject::new(),
+    };
+    TaskPayload::Completed { result }
+}
+
+/// A `failed` payload: the JSON-RPC error `message` (an internal error).
+pub(super) fn failed(message: &str) -> TaskPayload {
+    let error = JsonObject::from_iter([
+        ("code".to_owned(), (-32603).into()),
+        ("message".to_owned(), message.into()),
+    ]);
+    TaskPayload::Failed { error }
+}
+
+/// A progress report as one line: `2 of 3: stroke 2 of 3`.
+fn progress_text(done: f64, total: Option<f64>, message: Option<&str>) -> String {
+    let count = match total {
+        Some(total) => format!("{done} of {total}"),
+        None => format!("{done}"),
+    };
+    match message {
+        Some(message) => format!("{count}: {message}"),
+        None => count,
+    }
+}
+
+/// Milliseconds since the Unix epoch as ISO 8601 (UTC).
+fn iso(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(String::new, |t| {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        })
+}
+
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_name_a_session_and_a_call() {
+        let id = task_id("s-1", "task-00ff");
+        assert_eq!(parse_task_id(&id), Some(("s-1", "task-00ff")));
+        // A call key may hold a `/`; a session id never does.
+        assert_eq!(parse_task_id("s/a/b"), Some(("s", "a/b")));
+        for bad in ["", "nosep", "/call", "s/", "s p/call", "s/\u{7f}"] {
+            assert_eq!(parse_task_id(bad), None, "{bad:?}");
+        }
+        let fresh = fresh_call_id().unwrap();
+        assert_eq!(fresh.len(), "task-".len() + 32);
+        assert_ne!(fresh, fresh_call_id().unwrap());
+    }
+
+    #[test]
+    fn a_task_expires_after_its_ttl() {
+        let tasks = Tasks::new(TaskSettings {
+            ttl: std::time::Duration::from_secs(10),
+            ..TaskSettings::default()
+        });
+        assert!(!tasks.expired(1_000, 11_000));
+        assert!(tasks.expired(1_000, 11_001));
+        let task = tasks.detailed("s/c", 0, 1, Some("1 of 2".into()), TaskPayload::Working);
+        let wire = serde_json::to_value(&task).unwrap();
+        assert_eq!(wire["status"], "working");
+        assert_eq!(wire["createdAt"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(wire["ttlMs"], 10_000);
+        assert_eq!(wire["statusMessage"], "1 of 2");
+    }
+}

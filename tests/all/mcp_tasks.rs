@@ -1,0 +1,332 @@
+//! Calls as tasks (the MCP tasks extension): a client that declares it
+//! gets a handle for a call that runs long, polls it with `tasks/get`,
+//! cancels it with `tasks/cancel`; the task lives in the session's journal,
+//! so a server that was SIGKILLed and started again still answers for it.
+//! Real `airlock mcp` processes over stdio, rmcp's client of the
+//! 2026-07-28 revision.
+
+use std::time::{Duration, Instant};
+
+use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, GetTaskParams,
+    GetTaskResult, ReadResourceRequestParams, TaskPayload, TaskStatus, UpdateTaskParams,
+};
+use rmcp::service::ClientServiceExt;
+use rmcp::service::RunningService;
+use serde_json::{Value, json};
+
+use crate::support::{airlock_command, guest};
+
+/// A client of the 2026-07-28 revision that declares the tasks extension
+/// (or not).
+#[derive(Debug, Clone, Copy)]
+struct TaskClient {
+    tasks: bool,
+}
+
+impl rmcp::ClientHandler for TaskClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut config = rmcp::model::ClientConfig::default();
+        if self.tasks {
+            config.capabilities = ClientCapabilities::builder().enable_tasks().build();
+        }
+        config
+    }
+}
+
+type Client = RunningService<RoleClient, TaskClient>;
+
+/// `airlock mcp` over stdio with `args`, and a client of it: the client,
+/// and the server's pid.
+async fn start(client: TaskClient, args: &[&str]) -> (Client, u32) {
+    let mut all = vec!["mcp"];
+    all.extend_from_slice(args);
+    let command = tokio::process::Command::from(airlock_command(&all, &[]));
+    let transport = rmcp::transport::TokioChildProcess::new(command).expect("airlock mcp starts");
+    let pid = transport.id().expect("the server has a pid");
+    let client = client
+        .serve_with_lifecycle(
+            transport,
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover");
+    (client, pid)
+}
+
+/// A call of `tool` with `args` that must become a task: its id.
+async fn task_of(client: &Client, tool: &str, args: Value) -> String {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+    match client.call_tool_once(params).await.unwrap() {
+        CallToolResponse::Task(created) => {
+            assert_eq!(created.task.status, TaskStatus::Working);
+            assert!(created.task.poll_interval_ms.is_some());
+            created.task.task_id
+        }
+        other => panic!("{tool}: not a task: {other:?}"),
+    }
+}
+
+async fn get(client: &Client, id: &str) -> GetTaskResult {
+    client.get_task(GetTaskParams::new(id)).await.unwrap()
+}
+
+/// Polls task `id` until it ends (at most a minute).
+async fn ended(client: &Client, id: &str) -> GetTaskResult {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = get(client, id).await;
+        if task.task.status().is_terminal() {
+            return task;
+        }
+        assert!(Instant::now() < deadline, "task {id} never ended: {task:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The result a completed task carries.
+fn result_of(task: &GetTaskResult) -> &serde_json::Map<String, Value> {
+    match &task.task.payload {
+        TaskPayload::Completed { result } => result,
+        other => panic!("not completed: {other:?}"),
+    }
+}
+
+async fn deps(client: &Client) -> Value {
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("airlock://session/deps"))
+        .await
+        .unwrap();
+    let doc = serde_json::to_value(&read.contents).unwrap();
+    serde_json::from_str(doc[0]["text"].as_str().unwrap()).unwrap()
+}
+
+fn kill9(pid: u32) {
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
+/// The error text of a request the server refused.
+fn refused<T: std::fmt::Debug>(answer: Result<T, rmcp::ServiceError>) -> String {
+    match answer {
+        Err(rmcp::ServiceError::McpError(e)) => {
+            assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{e:?}");
+            e.message.into_owned()
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_calls_become_tasks_that_outlive_a_killed_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let policy = dir.path().join("airlock.toml");
+    // Every call of a client that declares tasks becomes one at once;
+    // `spin` runs until it is stopped (its timeout is far away).
+    std::fs::write(
+        &policy,
+        format!(
+            "[mcp.tasks]\nafter_ms = 0\npoll_ms = 50\n\n[[tool]]\npath = {:?}\n\n\
+             [[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 600000 }}\n",
+            guest("stateful"),
+            guest("hostile"),
+        ),
+    )
+    .unwrap();
+    let (policy, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
+    let args = ["--config", policy, "--store", db, "--session", "desk"];
+    let (client, pid) = start(TaskClient { tasks: true }, &args).await;
+
+    // A call that ends: its task completes with the call's result.
+    let counted = task_of(&client, "increment", json!({"name": "visits"})).await;
+    assert!(counted.starts_with("desk/task-"), "{counted}");
+    let task = ended(&client, &counted).await;
+    assert_eq!(task.task.status(), TaskStatus::Completed);
+    assert_eq!(
+        result_of(&task)["structuredContent"],
+        json!({"counter": "visits", "value": 1})
+    );
+    assert_eq!(deps(&client).await, json!({"counters": {"visits": 1}}));
+
+    // A call that runs: working until the server is killed.
+    let spinning = task_of(&client, "spin", json!({})).await;
+    let task = get(&client, &spinning).await;
+    assert_eq!(task.task.status(), TaskStatus::Working);
+    assert_eq!(task.task.task.ttl_ms, Some(24 * 60 * 60 * 1000));
+    assert_eq!(task.task.task.poll_interval_ms, Some(50));
+    // It never waits for input.
+    let why = refused(
+        client
+            .update_task(UpdateTaskParams::new(&spinning, Default::default()))
+            .await,
+    );
+    assert!(why.contains("asks for no input"), "{why}");
+    kill9(pid);
+    drop(client);
+
+    // Started again on the same store: the finished task still answers
+    // with its result; the one the kill interrupted failed, and none of it
+    // was applied.
+    let (client, _) = start(TaskClient { tasks: true }, &args).await;
+    let task = get(&client, &counted).await;
+    assert_eq!(
+        result_of(&task)["structuredContent"],
+        json!({"counter": "visits", "value": 1})
+    );
+    let task = get(&client, &spinning).await;
+    assert_eq!(task.task.status(), TaskStatus::Failed, "{task:?}");
+    let TaskPayload::Failed { error } = &task.task.payload else {
+        panic!("{task:?}")
+    };
+    assert!(
+        error["message"].as_str().unwrap().contains("interrupted"),
+        "{error:?}"
+    );
+    assert_eq!(deps(&client).await, json!({"counters": {"visits": 1}}));
+
+    // Cancelled: the call stops, its task says so, and a second cancel is
+    // refused; the next call is served.
+    let spinning = task_of(&client, "spin", json!({})).await;
+    client
+        .cancel_task(CancelTaskParams::new(&spinning))
+        .await
+        .unwrap();
+    let task = ended(&client, &spinning).await;
+    assert_eq!(task.task.status(), TaskStatus::Cancelled, "{task:?}");
+    let why = refused(client.cancel_task(CancelTaskParams::new(&spinning)).await);
+    assert!(why.contains("already ended"), "{why}");
+    let counted = task_of(&client, "increment", json!({"name": "visits"})).await;
+    let task = ended(&client, &counted).await;
+    assert_eq!(
+        result_of(&task)["structuredContent"],
+        json!({"counter": "visits", "value": 2})
+    );
+
+    // Ids the server never gave, or gave another user, are unknown.
+    for id in ["nonsense", "desk/task-0", "other/task-0"] {
+        let why = refused(client.get_task(GetTaskParams::new(id)).await);
+        assert!(why.contains("unknown task"), "{id}: {why}");
+    }
+    client.cancel().await.unwrap();
+    let bob = [
+        "--config",
+        policy,
+        "--store",
+        db,
+        "--session",
+        "desk",
+        "--user",
+        "bob",
+    ];
+    let (client, _) = start(TaskClient { tasks: true }, &bob).await;
+    let why = refused(client.get_task(GetTaskParams::new(&counted)).await);
+    assert!(why.contains("unknown task"), "{why}");
+    client.cancel().await.unwrap();
+
+    // A client that does not declare tasks gets results, as before.
+    let (client, _) = start(TaskClient { tasks: false }, &args).await;
+    let result = client
+        .call_tool(
+            CallToolRequestParams::new("increment")
+                .with_arguments(json!({"name": "visits"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"counter": "visits", "value": 3}))
+    );
+    client.cancel().await.unwrap();
+}
+
+/// A client of the 2026-07-28 revision over HTTP (no MCP session: each
+/// request stands alone) that declares tasks.
+async fn over_http(url: &str) -> Client {
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+    TaskClient { tasks: true }
+        .serve_with_lifecycle(
+            transport,
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("discover over HTTP")
+}
+
+/// A `tools/call` of `tool` with `args` on Airlock session `session`.
+async fn call_on(client: &Client, session: &str, tool: &str, args: Value) -> CallToolResponse {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+    let meta = serde_json::Map::from_iter([(
+        airlock::mcp::SESSION_META_KEY.to_owned(),
+        Value::from(session),
+    )]);
+    params.meta = Some(meta.into());
+    client.call_tool_once(params).await.unwrap()
+}
+
+/// Over stateless HTTP every request stands alone, so the task is found
+/// through the store: a request that did not start it polls it, and after
+/// the server was killed, the next one leases its session as a resume
+/// would and finds the call interrupted. A call that ends before the
+/// server's wait is answered with its result, task or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_over_stateless_http_are_found_through_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let policy = dir.path().join("airlock.toml");
+    let write_policy = |after_ms: u64| {
+        std::fs::write(
+            &policy,
+            format!(
+                "[mcp.tasks]\nafter_ms = {after_ms}\n\n[[tool]]\npath = {:?}\n\n\
+                 [[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 600000 }}\n",
+                guest("stateful"),
+                guest("hostile"),
+            ),
+        )
+        .unwrap();
+    };
+    write_policy(0);
+    let (policy_path, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
+    let mut server = crate::support::mcp::serve_http(policy_path, db);
+    let client = over_http(&server.url).await;
+    let CallToolResponse::Task(spinning) = call_on(&client, "team", "spin", json!({})).await else {
+        panic!("spin is not a task")
+    };
+    let spinning = spinning.task.task_id;
+    assert!(spinning.starts_with("team/task-"), "{spinning}");
+    let task = get(&client, &spinning).await;
+    assert_eq!(task.task.status(), TaskStatus::Working);
+    server.kill();
+    drop(client);
+
+    // Calls end long before this server's wait.
+    write_policy(600_000);
+    let server = crate::support::mcp::serve_http(policy_path, db);
+    let client = over_http(&server.url).await;
+    let task = get(&client, &spinning).await;
+    assert_eq!(task.task.status(), TaskStatus::Failed, "{task:?}");
+    let counted = call_on(&client, "team", "increment", json!({"name": "n"})).await;
+    let CallToolResponse::Complete(counted) = counted else {
+        panic!("a call that ends is answered with its result: {counted:?}")
+    };
+    assert_eq!(
+        counted.structured_content,
+        Some(json!({"counter": "n", "value": 1}))
+    );
+    client.cancel().await.unwrap();
+}
