@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::Holder;
 use super::store::{Owner, SessionHeader, StoredSession, StoredSnapshot};
 use crate::journal::{Entry, Record, StoreError};
+use crate::spec::Shown;
 
 /// A failure inside a store operation: the store's own verdict, or its
 /// backend's error `E` (which the store turns into [`StoreError::Backend`]).
@@ -84,22 +85,49 @@ pub(crate) fn owner_of(key: String) -> Option<String> {
 pub(crate) struct Row {
     pub seq: u64,
     pub at_ms: u64,
+    /// The entry, each of its blobs replaced by [`BLOB_MARK`] and the
+    /// blob's digest.
     pub entry: String,
     /// The keyed call the entry is part of, indexed ([`Entry::call_key`]).
     pub call_id: Option<String>,
+    /// The blobs the entry names, to keep once per session (empty as read:
+    /// they are joined back into the entry by [`decode_records`]).
+    pub blobs: Vec<Blob>,
 }
+
+/// The bytes of an image, a sound or a binary resource a call showed
+/// (base64, as journaled), kept once per session however many records
+/// hold it: the records name it by digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Blob {
+    /// The SHA-256 of `data`, hex.
+    pub digest: String,
+    /// The base64 text.
+    pub data: String,
+}
+
+/// What stands for a blob in a stored entry, before its digest: a base64
+/// text never holds a `:`, so no tool's bytes read as a mark.
+pub(crate) const BLOB_MARK: &str = "sha256:";
+
+/// The least base64 text kept apart as a blob: a smaller one stays in its
+/// record (a digest and a lookup would cost more than it saves).
+pub(crate) const MIN_BLOB: usize = 1024;
 
 /// Records as rows.
 pub(crate) fn encode(records: &[Record]) -> Result<Vec<Row>, StoreError> {
     records
         .iter()
         .map(|r| {
-            serde_json::to_string(&r.entry)
+            let mut blobs = Vec::new();
+            let apart = blobs_apart(&r.entry, &mut blobs);
+            serde_json::to_string(apart.as_ref().unwrap_or(&r.entry))
                 .map(|entry| Row {
                     seq: r.seq,
                     at_ms: r.at_ms,
                     entry,
                     call_id: r.entry.call_key().map(str::to_owned),
+                    blobs,
                 })
                 .map_err(|e| StoreError::Backend {
                     location: "session record".into(),
@@ -107,6 +135,107 @@ pub(crate) fn encode(records: &[Record]) -> Result<Vec<Row>, StoreError> {
                 })
         })
         .collect()
+}
+
+/// The base64 texts a call output's shown blocks hold (images, sounds,
+/// binary resources), as places to read or replace.
+fn blob_fields(entry: &mut Entry) -> Vec<&mut String> {
+    let (Entry::Event { event, .. } | Entry::Item { event, .. }) = entry else {
+        return Vec::new();
+    };
+    let crate::journal::Item::FunctionCallOutput { guest, .. } = &mut event.item else {
+        return Vec::new();
+    };
+    guest
+        .shown
+        .iter_mut()
+        .filter_map(|block| match block {
+            Shown::Image { data, .. } | Shown::Audio { data, .. } => Some(data),
+            Shown::Resource {
+                blob: Some(data), ..
+            } => Some(data),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `entry` with each blob of at least [`MIN_BLOB`] replaced by its mark,
+/// the blobs pushed to `blobs`; `None` when it has none. Only an entry
+/// that shows something is copied.
+fn blobs_apart(entry: &Entry, blobs: &mut Vec<Blob>) -> Option<Entry> {
+    use sha2::Digest;
+    let shows = matches!(entry, Entry::Event { event, .. } | Entry::Item { event, .. }
+        if matches!(&event.item, crate::journal::Item::FunctionCallOutput { guest, .. }
+            if !guest.shown.is_empty()));
+    if !shows {
+        return None;
+    }
+    let mut apart = entry.clone();
+    let mut any = false;
+    for data in blob_fields(&mut apart) {
+        if data.len() < MIN_BLOB {
+            continue;
+        }
+        let digest = hex::encode(sha2::Sha256::digest(data.as_bytes()));
+        let text = std::mem::replace(data, format!("{BLOB_MARK}{digest}"));
+        if !blobs.iter().any(|b| b.digest == digest) {
+            blobs.push(Blob { digest, data: text });
+        }
+        any = true;
+    }
+    any.then_some(apart)
+}
+
+/// The blobs of `rows`, each once.
+pub(crate) fn distinct_blobs(rows: &[Row]) -> Vec<&Blob> {
+    let mut distinct: Vec<&Blob> = Vec::new();
+    for blob in rows.iter().flat_map(|row| &row.blobs) {
+        if !distinct.iter().any(|b| b.digest == blob.digest) {
+            distinct.push(blob);
+        }
+    }
+    distinct
+}
+
+/// The digests of the blobs `rows` name (a row may name some twice, and
+/// a text that merely looks like a mark is named too: looking it up finds
+/// nothing and costs a lookup).
+pub(crate) fn wanted_blobs(rows: &[Row]) -> Vec<String> {
+    let mut wanted: Vec<String> = Vec::new();
+    let quoted = format!("\"{BLOB_MARK}");
+    for row in rows {
+        let mut rest = row.entry.as_str();
+        while let Some(at) = rest.find(&quoted) {
+            rest = &rest[at + quoted.len()..];
+            let digest = rest.get(..64).filter(|d| {
+                d.bytes().all(|b| b.is_ascii_hexdigit()) && rest[64..].starts_with('"')
+            });
+            if let Some(digest) = digest
+                && !wanted.iter().any(|w| w == digest)
+            {
+                wanted.push(digest.to_owned());
+            }
+        }
+    }
+    wanted
+}
+
+/// Puts the blobs `entry` names back from `blobs` (digest to base64);
+/// the digest of one missing, if any.
+fn join_blobs(
+    entry: &mut Entry,
+    blobs: &std::collections::HashMap<String, String>,
+) -> Result<(), String> {
+    for data in blob_fields(entry) {
+        let Some(digest) = data.strip_prefix(BLOB_MARK) else {
+            continue;
+        };
+        let Some(blob) = blobs.get(digest) else {
+            return Err(digest.to_owned());
+        };
+        blob.clone_into(data);
+    }
+    Ok(())
 }
 
 /// A session's row and journal, encoded for inserting.
@@ -188,19 +317,29 @@ pub(crate) struct HeaderRow {
     pub ephemeral: bool,
 }
 
-/// The records of `rows` (in order); [`StoreError::Corrupt`] names the
-/// one that does not parse.
+/// The records of `rows` (in order), their blobs joined back from
+/// `blobs` (digest to base64: those [`wanted_blobs`] named);
+/// [`StoreError::Corrupt`] names the one that does not parse, or whose
+/// blob the store lacks.
 pub(crate) fn decode_records(
     session_id: &str,
     rows: impl IntoIterator<Item = Row>,
+    blobs: &std::collections::HashMap<String, String>,
 ) -> Result<Vec<Record>, StoreError> {
+    let corrupt = |problem: String| StoreError::Corrupt {
+        session_id: session_id.to_owned(),
+        problem,
+    };
     rows.into_iter()
         .map(|row| {
-            let mut entry: Entry =
-                serde_json::from_str(&row.entry).map_err(|e| StoreError::Corrupt {
-                    session_id: session_id.to_owned(),
-                    problem: format!("record {} does not parse: {e}", row.seq),
-                })?;
+            let mut entry: Entry = serde_json::from_str(&row.entry)
+                .map_err(|e| corrupt(format!("record {} does not parse: {e}", row.seq)))?;
+            join_blobs(&mut entry, blobs).map_err(|digest| {
+                corrupt(format!(
+                    "record {} names blob {BLOB_MARK}{digest}, which the store lacks",
+                    row.seq
+                ))
+            })?;
             // Indexed is keyed: a record stored before keyed calls were
             // marked, indexed then, reads back marked, so that an export of
             // it still says what a key finds.
@@ -233,6 +372,7 @@ pub(crate) fn decode_session(
     header: HeaderRow,
     snapshot: Option<StoredSnapshot>,
     rows: impl IntoIterator<Item = Row>,
+    blobs: &std::collections::HashMap<String, String>,
 ) -> Result<StoredSession, StoreError> {
     let corrupt = |problem: String| StoreError::Corrupt {
         session_id: session_id.to_owned(),
@@ -240,7 +380,7 @@ pub(crate) fn decode_session(
     };
     let metadata = serde_json::from_str(&header.metadata)
         .map_err(|e| corrupt(format!("its metadata does not parse: {e}")))?;
-    let records = decode_records(session_id, rows)?;
+    let records = decode_records(session_id, rows, blobs)?;
     Ok(StoredSession {
         header: SessionHeader {
             session_id: session_id.to_owned(),

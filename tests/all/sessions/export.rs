@@ -600,7 +600,128 @@ async fn a_large_session_exports_and_imports_in_bounded_memory() {
     assert!(tail.trim_end().ends_with('}'), "{tail}");
 }
 
+/// What calls show (images, sounds, binary resources) is kept once per
+/// session however many records hold it: the same 64 KiB image shown by
+/// five calls (two of them keyed) is one blob, the records hold only its
+/// digest, and every read gives the whole image back: a resume, a keyed
+/// retry, an export; an import into another store keeps it once again.
+async fn shown_bytes_are_kept_once_per_session_and_exported_whole(backend: Backend) {
+    use airlock::spec::Shown;
+    use airlock::tools::ToolCall;
+    let db = TestStore::new(backend, "blobs").await;
+    let store = db.open().await;
+    let mut host = crate::support::builder().build().unwrap();
+    host.load(guest("everything")).await.unwrap();
+    let mut session = open(&store, options(Some("ann"), "pics")).await;
+    let call = |id: &str, kib: u32| ToolCall {
+        id: id.to_owned(),
+        name: "large_image".into(),
+        arguments: json!({"kib": kib}).to_string(),
+        retry: 0,
+    };
+    let cancel = CancelToken::new();
+    let mut shown = Vec::new();
+    for id in ["a", "b", "c"] {
+        let done = session
+            .call(&host, &call(id, 64), &cancel, None)
+            .await
+            .unwrap();
+        shown.push(done.output.shown);
+    }
+    for id in ["k1", "k2"] {
+        let done = session
+            .call_once(&host, &call(id, 64), &cancel, None)
+            .await
+            .unwrap();
+        shown.push(done.output.shown);
+    }
+    // And one other image.
+    session
+        .call(&host, &call("d", 8), &cancel, None)
+        .await
+        .unwrap();
+    let image = shown[0].clone();
+    assert!(shown.iter().all(|s| *s == image));
+    let Shown::Image { data, .. } = &image[0] else {
+        panic!("{image:?}")
+    };
+    assert!(data.len() > 64 * 1024, "{}", data.len());
+    session.close().await.unwrap();
+
+    let (count, bytes, records) = blob_counts(&db).await;
+    assert_eq!(count, 2, "the 64 KiB image and the 8 KiB one");
+    assert_eq!(
+        bytes as usize,
+        data.len() + base64_len(8 * 1024),
+        "each image once"
+    );
+    assert!(records < 16 * 1024, "records hold digests only: {records}");
+
+    // Resumed, the session's items hold the whole image.
+    let again = open(&store, options(Some("ann"), "pics")).await;
+    let outputs: Vec<&Vec<Shown>> = again
+        .transcript()
+        .items
+        .iter()
+        .filter_map(|e| match &e.item {
+            Item::FunctionCallOutput { guest, .. } => Some(&guest.shown),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outputs.len(), 6);
+    assert!(outputs[..5].iter().all(|s| **s == image));
+    again.close().await.unwrap();
+    // A keyed retry gets the committed image back without running.
+    let mut again = open(&store, options(Some("ann"), "pics")).await;
+    let retried = again
+        .call_once(&host, &call("k1", 64), &cancel, None)
+        .await
+        .unwrap();
+    assert_eq!(retried.output.shown, image);
+    again.close().await.unwrap();
+
+    // The export carries the bytes themselves; an import keeps them once.
+    let stored = store.read(Some("ann"), "pics").await.unwrap();
+    let export = SessionExport::new(&stored, &ContextRules::default()).unwrap();
+    let text = serde_json::to_string(&export).unwrap();
+    assert!(!text.contains("sha256:"));
+    assert!(text.matches(data.as_str()).count() >= 5);
+    let other_db = TestStore::new(backend, "blobs-import").await;
+    let other = other_db.open().await;
+    import_into(&other, &export_of(&text).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(other.read(Some("ann"), "pics").await.unwrap(), stored);
+    let (count, bytes, _) = blob_counts(&other_db).await;
+    assert_eq!(
+        (count, bytes as usize),
+        (2, data.len() + base64_len(8 * 1024))
+    );
+
+    // A session removed takes its blobs with it.
+    store.remove(Some("ann"), "pics", u64::MAX).await.unwrap();
+    assert_eq!(blob_counts(&db).await.0, 0);
+}
+
+/// How many blobs `db` keeps, their bytes, and the bytes of its records.
+async fn blob_counts(db: &TestStore) -> (i64, i64, i64) {
+    let count = db.scalar("SELECT count(*) FROM {p}blobs").await;
+    let bytes = db
+        .scalar("SELECT CAST(coalesce(sum(length(data)), 0) AS BIGINT) FROM {p}blobs")
+        .await;
+    let records = db
+        .scalar("SELECT CAST(coalesce(sum(length(entry)), 0) AS BIGINT) FROM {p}records")
+        .await;
+    (count, bytes, records)
+}
+
+/// The length of `bytes` bytes in base64 (padded).
+fn base64_len(bytes: usize) -> usize {
+    bytes.div_ceil(3) * 4
+}
+
 crate::on_both_stores!(
+    shown_bytes_are_kept_once_per_session_and_exported_whole,
     the_streamed_export_is_the_whole_sessions_export,
     every_field_round_trips_through_the_store_and_an_export,
     unknown_missing_and_malformed_versions_import_nothing,

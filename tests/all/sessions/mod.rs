@@ -314,7 +314,7 @@ fn downgrade_to(backend: Backend, version: u32) -> &'static str {
                 PRIMARY KEY (owner, session_id, seq)) WITHOUT ROWID;
              INSERT INTO records_v1 SELECT s.owner, s.session_id, r.seq, r.at_ms, r.entry
                 FROM records r JOIN sessions s USING (sid);
-             DROP TABLE records; DROP TABLE snapshots; DROP TABLE sessions;
+             DROP TABLE records; DROP TABLE snapshots; DROP TABLE blobs; DROP TABLE sessions;
              ALTER TABLE sessions_v1 RENAME TO sessions; ALTER TABLE records_v1 RENAME TO records;
              UPDATE records SET entry = replace(entry, ',\"keyed\":true', '');
              PRAGMA user_version = 1;"
@@ -341,20 +341,23 @@ fn downgrade_to(backend: Backend, version: u32) -> &'static str {
                 body TEXT NOT NULL, PRIMARY KEY (owner, session_id)) WITHOUT ROWID;
              INSERT INTO snapshots_v2 SELECT s.owner, s.session_id, n.seq, n.body
                 FROM snapshots n JOIN sessions s USING (sid);
-             DROP TABLE records; DROP TABLE snapshots; DROP TABLE sessions;
+             DROP TABLE records; DROP TABLE snapshots; DROP TABLE blobs; DROP TABLE sessions;
              ALTER TABLE sessions_v2 RENAME TO sessions; ALTER TABLE records_v2 RENAME TO records;
              ALTER TABLE snapshots_v2 RENAME TO snapshots;
              UPDATE records SET entry = replace(entry, ',\"keyed\":true', '');
              CREATE INDEX records_by_call ON records (owner, session_id, call_id);
              PRAGMA user_version = 2;"
         }
-        // Schema 3 (SQLite) and 2 (Postgres): the tables of today, the
-        // version before format-2 records (which that Airlock would refuse
-        // to read; here they are what the test wrote).
-        (Backend::Sqlite, 3) => "PRAGMA user_version = 3;",
-        (Backend::Postgres, 2) => "UPDATE airlock_schema SET version = 2;",
+        // Schema 3 (SQLite) and 2 (Postgres): the tables of today but
+        // blobs, the version before format-2 records (which that Airlock
+        // would refuse to read; here they are what the test wrote).
+        (Backend::Sqlite, 3) => "DROP TABLE blobs; PRAGMA user_version = 3;",
+        (Backend::Postgres, 2) => {
+            "DROP TABLE airlock_blobs; UPDATE airlock_schema SET version = 2;"
+        }
         (Backend::Postgres, 1) => {
             "ALTER TABLE airlock_records DROP COLUMN call_id; DROP TABLE airlock_snapshots;
+             DROP TABLE airlock_blobs;
              UPDATE airlock_records SET entry = replace(entry, ',\"keyed\":true', '');
              ALTER TABLE airlock_sessions DROP COLUMN ephemeral;
              UPDATE airlock_schema SET version = 1;"

@@ -6,7 +6,7 @@ use super::*;
 /// fact (`tests/data/format1`: schema 3 and format-1 records, made by that
 /// version's `airlock run --session demo` and `airlock call --session
 /// demo`, with that version's export of the session beside it) opens and
-/// migrates (schema 4, its records as they were), and exports the same
+/// migrates (schema 5, its records as they were), and exports the same
 /// session: the same journal, messages, items, deps, usage and iteration.
 /// A run then goes on after it in format 2, and the model's history holds
 /// both.
@@ -49,7 +49,7 @@ fn a_store_written_before_format_2_migrates_and_exports_the_same() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
-    assert_eq!(schema, 4);
+    assert_eq!(schema, 5);
 
     // A run after it: format-2 records follow the format-1 ones, and the
     // messages the model is sent are the old ones and the new run's.

@@ -110,6 +110,35 @@ impl TestStore {
         }
     }
 
+    /// The one integer `sql` selects, read behind Airlock's back (tables
+    /// named as for [`TestStore::execute`]).
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        match self.backend {
+            Backend::Sqlite => {
+                let sql = sql.replace("{p}", "");
+                let conn = rusqlite::Connection::open(&self.file).unwrap();
+                conn.query_row(&sql, [], |row| row.get(0))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+            Backend::Postgres => {
+                let sql = sql.replace("{p}", "airlock_");
+                let (client, connection) =
+                    tokio_postgres::connect(&self.spec, tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                let driver = tokio::spawn(connection);
+                let value: i64 = client
+                    .query_one(&sql, &[])
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                    .get(0);
+                drop(client);
+                let _ = driver.await;
+                value
+            }
+        }
+    }
+
     /// What the store reports as its location.
     pub fn location(&self) -> String {
         match self.backend {

@@ -30,7 +30,7 @@ use tokio::sync::{Semaphore, mpsc};
 use super::sql::{big, describe};
 use crate::journal::StoreError;
 use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill};
-use crate::session::rows::{expiry, owner_key_of};
+use crate::session::rows::{self, expiry, owner_key_of};
 
 /// Every member of a batch at once: its session's head moves where its
 /// lease still holds, then the records and snapshots of the members that
@@ -59,6 +59,12 @@ WITH job AS (
     FROM unnest($13::int[], $14::bigint[], $15::bigint[], $16::text[], $17::text[])
       AS r(n, seq, at_ms, entry, call_id)
     JOIN moved m ON m.n = r.n
+), blob AS (
+    INSERT INTO airlock_blobs (owner, session_id, digest, data)
+    SELECT m.owner, m.session_id, b.digest, b.data
+    FROM unnest($18::int[], $19::text[], $20::text[]) AS b(n, digest, data)
+    JOIN moved m ON m.n = b.n
+    ON CONFLICT DO NOTHING
 )
 SELECT n FROM moved";
 
@@ -216,6 +222,9 @@ async fn append(
                 &columns.record_at_ms,
                 &columns.record_entry,
                 &columns.record_call_id,
+                &columns.blob_n,
+                &columns.blob_digest,
+                &columns.blob_data,
             ],
         )
         .await?;
@@ -246,6 +255,9 @@ struct Columns<'j> {
     record_at_ms: Vec<i64>,
     record_entry: Vec<&'j str>,
     record_call_id: Vec<Option<&'j str>>,
+    blob_n: Vec<i32>,
+    blob_digest: Vec<&'j str>,
+    blob_data: Vec<&'j str>,
 }
 
 impl<'j> Columns<'j> {
@@ -278,6 +290,12 @@ impl<'j> Columns<'j> {
                 c.record_at_ms.push(big(row.at_ms));
                 c.record_entry.push(&row.entry);
                 c.record_call_id.push(row.call_id.as_deref());
+            }
+            // Each blob once per member.
+            for blob in rows::distinct_blobs(&job.rows) {
+                c.blob_n.push(n);
+                c.blob_digest.push(&blob.digest);
+                c.blob_data.push(&blob.data);
             }
         }
         c

@@ -65,8 +65,9 @@ use sql::{big, describe};
 /// journals of record format 2 (`journal::RECORD_FORMAT`: items only)
 /// beside format-1 records written before, which stay as they are. The
 /// tables are version 2's: 3 is there so that an older Airlock refuses the
-/// store instead of misreading its new records.
-const SCHEMA_VERSION: i32 = 3;
+/// store instead of misreading its new records. 4 adds `airlock_blobs`
+/// ([`SCHEMA_V4`]).
+const SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock key under which the schema is migrated (any constant
 /// no other program uses: "airlock" in ASCII).
@@ -122,6 +123,19 @@ CREATE TABLE airlock_snapshots (
     seq bigint NOT NULL,
     body text NOT NULL,
     PRIMARY KEY (owner, session_id),
+    FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
+);
+";
+
+/// Version 4: what a call showed (images, sounds, binary resources), kept
+/// once per session, its records naming it by digest.
+const SCHEMA_V4: &str = "
+CREATE TABLE airlock_blobs (
+    owner text NOT NULL,
+    session_id text NOT NULL,
+    digest text NOT NULL,
+    data text NOT NULL,
+    PRIMARY KEY (owner, session_id, digest),
     FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
 );
 ";
@@ -301,6 +315,9 @@ impl PostgresStore {
                 }
             }
         }
+        if version < 4 {
+            tx.batch_execute(SCHEMA_V4).await.map_err(db)?;
+        }
         if version < SCHEMA_VERSION {
             tx.execute("DELETE FROM airlock_schema", &[])
                 .await
@@ -427,7 +444,46 @@ async fn insert_records(
         &[&owner, &session_id, &seqs, &times, &entries, &calls],
     )
     .await?;
+    let (digests, data): (Vec<&str>, Vec<&str>) = rows::distinct_blobs(rows)
+        .into_iter()
+        .map(|blob| (blob.digest.as_str(), blob.data.as_str()))
+        .unzip();
+    if !digests.is_empty() {
+        // A blob the session already holds is not written again.
+        tx.execute(
+            "INSERT INTO airlock_blobs (owner, session_id, digest, data)
+             SELECT $1, $2, b.digest, b.data FROM unnest($3::text[], $4::text[]) AS b(digest, data)
+             ON CONFLICT DO NOTHING",
+            &[&owner, &session_id, &digests, &data],
+        )
+        .await?;
+    }
     Ok(())
+}
+
+/// The blobs of session `session_id` of `owner` that `rows` name.
+async fn read_blobs(
+    tx: &impl GenericClient,
+    owner: &str,
+    session_id: &str,
+    rows: &[Row],
+) -> Result<std::collections::HashMap<String, String>, tokio_postgres::Error> {
+    let wanted = rows::wanted_blobs(rows);
+    if wanted.is_empty() {
+        return Ok(std::collections::HashMap::new());
+    }
+    let statement = tx
+        .prepare_cached(
+            "SELECT digest, data FROM airlock_blobs
+             WHERE owner = $1 AND session_id = $2 AND digest = ANY($3)",
+        )
+        .await?;
+    Ok(tx
+        .query(&statement, &[&owner, &session_id, &wanted])
+        .await?
+        .into_iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect())
 }
 
 /// The session's lease, its row locked until the transaction ends.
@@ -499,12 +555,16 @@ async fn read_session(
              WHERE owner = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
         )
         .await?;
-    let rows = tx
+    let rows: Vec<Row> = tx
         .query(&statement, &[&owner, &session_id, &after, &limit])
         .await?
         .into_iter()
-        .map(row_of);
-    Ok(decode_session(owner, session_id, header, snapshot, rows)?)
+        .map(row_of)
+        .collect();
+    let blobs = read_blobs(tx, owner, session_id, &rows).await?;
+    Ok(decode_session(
+        owner, session_id, header, snapshot, rows, &blobs,
+    )?)
 }
 
 fn row_of(row: tokio_postgres::Row) -> Row {
@@ -513,6 +573,7 @@ fn row_of(row: tokio_postgres::Row) -> Row {
         at_ms: num(row.get(1)),
         entry: row.get(2),
         call_id: row.get(3),
+        blobs: Vec::new(),
     }
 }
 
@@ -741,12 +802,14 @@ impl SessionStore for PostgresStore {
                      ORDER BY seq",
                 )
                 .await?;
-            let rows = client
+            let rows: Vec<Row> = client
                 .query(&statement, &[&owner, &session_id, &call_id])
                 .await?
                 .into_iter()
-                .map(row_of);
-            Ok(rows::decode_records(session_id, rows)?)
+                .map(row_of)
+                .collect();
+            let blobs = read_blobs(&client, &owner, session_id, &rows).await?;
+            Ok(rows::decode_records(session_id, rows, &blobs)?)
         }))
     }
 

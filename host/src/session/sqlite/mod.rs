@@ -52,10 +52,12 @@ use sql::{Failure, failure, insert_records, lock, not_a_store};
 /// 4 holds journals of record format 2 (`journal::RECORD_FORMAT`: items
 /// only), beside format-1 records written before, which stay as they are.
 /// The tables are schema 3's: 4 is there so that an older Airlock refuses
-/// the store instead of misreading its new records.
-const SCHEMA_VERSION: i64 = 4;
+/// the store instead of misreading its new records. 5 adds `blobs`: what
+/// a call showed, kept once per session, its records naming it by digest
+/// (an older Airlock would not find it).
+const SCHEMA_VERSION: i64 = 5;
 
-/// The tables and indexes of schema 3 (and 4).
+/// The tables and indexes of schema 5 (3's, and `blobs`).
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS sessions (
         sid INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -86,7 +88,13 @@ const SCHEMA: &str = "
         sid INTEGER PRIMARY KEY,
         seq INTEGER NOT NULL,
         body TEXT NOT NULL
-    );";
+    );
+    CREATE TABLE IF NOT EXISTS blobs (
+        sid INTEGER NOT NULL,
+        digest TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (sid, digest)
+    ) WITHOUT ROWID;";
 
 /// The most page cache the store's connection keeps, in KiB.
 const CACHE_KIB: i64 = 32 * 1024;
@@ -445,7 +453,7 @@ fn lease_row(
 
 /// Removes the session `sid`: its journal, snapshot and row.
 fn delete_session(tx: &rusqlite::Transaction<'_>, sid: i64) -> rusqlite::Result<()> {
-    for table in ["records", "snapshots", "sessions"] {
+    for table in ["records", "snapshots", "blobs", "sessions"] {
         tx.prepare_cached(&format!("DELETE FROM {table} WHERE sid = ?1"))?
             .execute([sid])?;
     }
@@ -503,7 +511,33 @@ fn read_session(
     let rows = query
         .query_map(params![sid, after, limit], row_of)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(decode_session(owner, session_id, header, snapshot, rows)?)
+    let blobs = read_blobs(conn, sid, &rows)?;
+    Ok(decode_session(
+        owner, session_id, header, snapshot, rows, &blobs,
+    )?)
+}
+
+/// The blobs of session `sid` that `rows` name: one indexed lookup each.
+fn read_blobs(
+    conn: &Connection,
+    sid: i64,
+    rows: &[Row],
+) -> rusqlite::Result<std::collections::HashMap<String, String>> {
+    let mut blobs = std::collections::HashMap::new();
+    let wanted = rows::wanted_blobs(rows);
+    if wanted.is_empty() {
+        return Ok(blobs);
+    }
+    let mut query = conn.prepare_cached("SELECT data FROM blobs WHERE sid = ?1 AND digest = ?2")?;
+    for digest in wanted {
+        if let Some(data) = query
+            .query_row(params![sid, digest], |row| row.get(0))
+            .optional()?
+        {
+            blobs.insert(digest, data);
+        }
+    }
+    Ok(blobs)
 }
 
 fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
@@ -512,6 +546,7 @@ fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         at_ms: row.get(1)?,
         entry: row.get(2)?,
         call_id: row.get(3)?,
+        blobs: Vec::new(),
     })
 }
 
@@ -687,7 +722,19 @@ impl SessionStore for SqliteStore {
             let rows = query
                 .query_map(params![owner, session_id, call_id], row_of)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows::decode_records(&session_id, rows)?)
+            let mut blobs = std::collections::HashMap::new();
+            if !rows::wanted_blobs(&rows).is_empty() {
+                let sid: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT sid FROM sessions WHERE owner = ?1 AND session_id = ?2",
+                    )?
+                    .query_row(params![owner, session_id], |row| row.get(0))
+                    .optional()?;
+                if let Some(sid) = sid {
+                    blobs = read_blobs(conn, sid, &rows)?;
+                }
+            }
+            Ok(rows::decode_records(&session_id, rows, &blobs)?)
         })
     }
 

@@ -73,7 +73,8 @@ pub(crate) fn failure(location: &str, e: rusqlite::Error) -> StoreError {
 
 /// Appends `rows` to the journal of the session `sid` (after the
 /// records of every append committed before: the table's last pages), up
-/// to [`ROWS_A_STATEMENT`] rows a statement (a call's records are one).
+/// to [`ROWS_A_STATEMENT`] rows a statement (a call's records are one),
+/// and the blobs they name that the session does not hold yet.
 pub(crate) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlite::Result<()> {
     for chunk in rows.chunks(ROWS_A_STATEMENT) {
         let mut insert = tx.prepare_cached(insert_statement(chunk.len()))?;
@@ -87,6 +88,11 @@ pub(crate) fn insert_records(tx: &Connection, sid: i64, rows: &[Row]) -> rusqlit
             at += 5;
         }
         insert.raw_execute()?;
+    }
+    // A blob the session already holds is not written again.
+    for blob in rows::distinct_blobs(rows) {
+        tx.prepare_cached("INSERT OR IGNORE INTO blobs (sid, digest, data) VALUES (?1, ?2, ?3)")?
+            .execute(rusqlite::params![sid, blob.digest, blob.data])?;
     }
     Ok(())
 }
