@@ -1719,6 +1719,126 @@ fn journaled_outputs(id: &str, store: &Path) -> Vec<Value> {
 /// round, before anything runs. Each round that ran is journaled (those
 /// that stopped at a question as cancelled), the ops are applied once,
 /// and a requestState that does not verify is refused.
+/// With the operator's state key (`[mcp] state_key_env`), a round's state
+/// opens on a server started after the one that sealed it (as on another
+/// host of the deployment): the call goes on where it stopped. A server
+/// with its own key refuses it, and one whose key is missing or short
+/// does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_goes_on_after_a_restart_with_the_operators_state_key() {
+    use rmcp::model::CallToolResponse;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rounds.db");
+    let policy = dir.path().join("airlock.toml");
+    let write_policy = |keyed: bool| {
+        let key = if keyed {
+            "[mcp]\nstate_key_env = \"AIRLOCK_TEST_STATE_KEY\"\n\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &policy,
+            format!(
+                "{key}[[tool]]\npath = {:?}\nask = true\n",
+                guest("everything")
+            ),
+        )
+        .unwrap();
+    };
+    write_policy(true);
+    let (policy, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
+    let args = [
+        "mcp",
+        "--config",
+        policy,
+        "--store",
+        db,
+        "--session",
+        "keyed",
+    ];
+    let key = (
+        "AIRLOCK_TEST_STATE_KEY",
+        "a state key of at least 32 bytes, shared",
+    );
+    let start = |env: &[(&str, &str)]| {
+        let command = tokio::process::Command::from(airlock_command(&args, env));
+        let transport = TokioChildProcess::new(command).expect("airlock mcp starts");
+        let handler = AskingClient {
+            answer: rmcp::model::ElicitationAction::Accept,
+            asked: Default::default(),
+            progress: Default::default(),
+            content: None,
+            sampled: Default::default(),
+        };
+        use rmcp::service::ClientServiceExt;
+        handler.serve_with_lifecycle(
+            transport,
+            rmcp::ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+    };
+    let client = start(&[key]).await.expect("discover");
+    let first = client
+        .call_tool_once(CallToolRequestParams::new("greet"))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(asked) = first else {
+        panic!("{first:?}")
+    };
+    let state = asked.request_state.clone().unwrap();
+    assert!(asked.input_requests.unwrap().contains_key("person-1"));
+    client.cancel().await.unwrap();
+
+    let answered = || {
+        CallToolRequestParams::new("greet")
+            .with_request_state(state.clone())
+            .with_input_responses(
+                [(
+                    "person-1".to_owned(),
+                    json!({"action": "accept", "content": {"name": "Ann"}}),
+                )]
+                .into(),
+            )
+    };
+    // Another process with its own key: the state does not verify.
+    write_policy(false);
+    let client = start(&[]).await.expect("discover");
+    let refused = client.call_tool_once(answered()).await.unwrap();
+    let CallToolResponse::Complete(refused) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        text(&refused).contains("does not verify"),
+        "{}",
+        text(&refused)
+    );
+    client.cancel().await.unwrap();
+
+    // Another process with the operator's key: the call goes on.
+    write_policy(true);
+    let client = start(&[key]).await.expect("discover");
+    let greeted = client.call_tool_once(answered()).await.unwrap();
+    let CallToolResponse::Complete(greeted) = greeted else {
+        panic!("{greeted:?}")
+    };
+    assert_eq!(greeted.structured_content.as_ref().unwrap()["name"], "Ann");
+    client.cancel().await.unwrap();
+
+    // A key missing or too short: the server does not start.
+    for env in [&[][..], &[("AIRLOCK_TEST_STATE_KEY", "short")][..]] {
+        let out = airlock_command(&args, env).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("state_key_env"), "{err}");
+        assert!(
+            !err.contains("short"),
+            "the key's value is never shown: {err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_answers_a_tools_questions_in_rounds() {
     let dir = tempfile::tempdir().unwrap();

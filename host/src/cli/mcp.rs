@@ -18,7 +18,7 @@ use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 
 use airlock::mcp::auth::{Authenticator, METADATA_PATH};
 use airlock::mcp::http::{Access, KEEP_ALIVE, McpHttpService};
-use airlock::mcp::{McpServer, SessionOpener, ToolSet};
+use airlock::mcp::{MIN_STATE_KEY, McpServer, Serving, SessionOpener, StateKey, ToolSet};
 use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
 
@@ -188,7 +188,15 @@ pub async fn run(args: McpArgs) -> ExitCode {
             _ => None,
         };
         let loaded = load(&args.config, &args.tools, &args.registry).await?;
-        let tools = ToolSet::with_tasks(Arc::new(loaded.host), loaded.mcp.tasks);
+        let state_key = match &loaded.mcp.state_key_env {
+            None => None,
+            Some(name) => Some(state_key(name)?),
+        };
+        let serving = Serving {
+            tasks: loaded.mcp.tasks,
+            state_key,
+        };
+        let tools = ToolSet::with(Arc::new(loaded.host), serving);
         let reloader = tokio::spawn(reload_on_change(
             Arc::clone(&tools),
             loaded.files,
@@ -694,6 +702,19 @@ fn raw_stdio() -> (
             None => Box::new(tokio::io::stdout()),
         },
     )
+}
+
+/// The key in environment variable `name` (`[mcp] state_key_env`).
+fn state_key(name: &str) -> Result<StateKey, Failure> {
+    let fail =
+        |problem: String| Failure::input("policy", format!("[mcp] state_key_env: {problem}"));
+    let secret = std::env::var_os(name)
+        .ok_or_else(|| fail(format!("the environment variable {name} is not set")))?;
+    StateKey::from_secret(secret.as_encoded_bytes()).ok_or_else(|| {
+        fail(format!(
+            "the environment variable {name} holds fewer than {MIN_STATE_KEY} bytes"
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ use self::auth::Caller;
 use self::limits::UserLimiter;
 use self::relay::{LogThreshold, Relay};
 use self::rounds::Round;
+pub use self::rounds::{MIN_STATE_KEY, StateKey};
 use crate::agent::SessionCallError;
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
 use crate::policy::{Approval, TaskSettings};
@@ -131,23 +132,35 @@ pub struct ToolSet {
     watchers: offers::Watchers,
     /// The calls running as tasks.
     tasks: tasks::Tasks,
+    /// What seals the state of a call's rounds.
+    state_key: StateKey,
+}
+
+/// How a server serves, beside its tools: what [`ToolSet::with`] takes.
+#[derive(Debug, Clone, Default)]
+pub struct Serving {
+    /// When a call becomes a task.
+    pub tasks: TaskSettings,
+    /// What seals the state of a 2026-07-28 client's rounds: `None` draws
+    /// a key for this process (a round then continues only on it).
+    pub state_key: Option<StateKey>,
 }
 
 impl ToolSet {
-    /// Serves `host`'s tools, calls made tasks as the defaults of
-    /// [`TaskSettings`] say.
+    /// Serves `host`'s tools as [`Serving`]'s defaults say.
     pub fn new(host: Arc<Host>) -> Arc<Self> {
-        Self::with_tasks(host, TaskSettings::default())
+        Self::with(host, Serving::default())
     }
 
-    /// Serves `host`'s tools, calls made tasks as `tasks` says.
-    pub fn with_tasks(host: Arc<Host>, tasks: TaskSettings) -> Arc<Self> {
+    /// Serves `host`'s tools as `serving` says.
+    pub fn with(host: Arc<Host>, serving: Serving) -> Arc<Self> {
         Arc::new(Self {
             host: std::sync::RwLock::new(host),
             peers: Mutex::new(Vec::new()),
             listeners: Mutex::new(Vec::new()),
             watchers: offers::Watchers::default(),
-            tasks: tasks::Tasks::new(tasks),
+            tasks: tasks::Tasks::new(serving.tasks),
+            state_key: serving.state_key.unwrap_or_else(StateKey::random),
         })
     }
 
@@ -931,6 +944,7 @@ impl ServerHandler for McpServer {
                 request.request_state.as_deref(),
                 request.input_responses.as_ref(),
                 &context.client_capabilities().unwrap_or_default(),
+                &self.tools.state_key,
             );
             match resumed {
                 Ok(round) => Some(Arc::new(round)),

@@ -8,10 +8,11 @@
 //! end.
 //!
 //! What was answered travels in the result's `requestState`: JSON, with
-//! an HMAC-SHA256 under a key this process draws when it starts, bound to
-//! the tool and its arguments. A state that does not verify (forged, for
-//! another call, or from another process or before a restart) is refused
-//! and the client must start the call over. Each round is a call of its
+//! an HMAC-SHA256 under the server's [`StateKey`] (drawn when the process
+//! starts, or the operator's, shared by every host of a deployment and
+//! kept across restarts), bound to the tool and its arguments. A state
+//! that does not verify (forged, for another call, or sealed under
+//! another key) is refused and the client must start the call over. Each round is a call of its
 //! own in the session's journal (the ones that stopped at a question end
 //! `cancelled`); a tool that has effects repeats them each round, which
 //! is why a tool that may ask never runs twice in a parallel turn but may
@@ -84,18 +85,52 @@ pub(super) struct Round {
     /// What the client declared it can do: ask its user, ask its model.
     person: bool,
     model: bool,
+    /// What seals the state it hands on.
+    key: StateKey,
 }
 
-/// The key that seals this process's states: none when the system's
-/// random source fails (then no state is sealed or opened: a call that
-/// asks is refused, never sealed with a key anyone could guess).
-fn key() -> Option<&'static ring::hmac::Key> {
-    static KEY: OnceLock<Option<ring::hmac::Key>> = OnceLock::new();
-    KEY.get_or_init(|| {
+/// The key that seals a server's round states.
+#[derive(Clone)]
+pub struct StateKey(Option<Arc<ring::hmac::Key>>);
+
+impl std::fmt::Debug for StateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateKey(…)")
+    }
+}
+
+/// The fewest bytes of an operator's state key.
+pub const MIN_STATE_KEY: usize = 32;
+
+impl StateKey {
+    /// A key drawn now: states it seals open in this process only. None
+    /// when the system's random source fails (then no state is sealed or
+    /// opened: a call that asks is refused, never sealed with a key anyone
+    /// could guess).
+    pub fn random() -> Self {
         let rng = ring::rand::SystemRandom::new();
-        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).ok()
-    })
-    .as_ref()
+        Self(
+            ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
+                .ok()
+                .map(Arc::new),
+        )
+    }
+
+    /// The operator's key, the same on every host that serves the same
+    /// clients: a state sealed by one opens on all, and after a restart.
+    /// `None` when `secret` is shorter than [`MIN_STATE_KEY`] bytes.
+    pub fn from_secret(secret: &[u8]) -> Option<Self> {
+        (secret.len() >= MIN_STATE_KEY).then(|| {
+            Self(Some(Arc::new(ring::hmac::Key::new(
+                ring::hmac::HMAC_SHA256,
+                secret,
+            ))))
+        })
+    }
+
+    fn get(&self) -> Option<&ring::hmac::Key> {
+        self.0.as_deref()
+    }
 }
 
 /// The SHA-256 of `text`, hex.
@@ -116,8 +151,9 @@ impl Round {
         state: Option<&str>,
         responses: Option<&InputResponses>,
         client: &rmcp::model::ClientCapabilities,
+        key: &StateKey,
     ) -> Result<Self, String> {
-        if key().is_none() {
+        if key.get().is_none() {
             return Err("this server cannot seal a requestState (no random source)".into());
         }
         let mut opened = match state {
@@ -126,7 +162,7 @@ impl Round {
                 arguments: digest(arguments),
                 ..State::default()
             },
-            Some(sealed) => open(sealed)?,
+            Some(sealed) => open(sealed, key)?,
         };
         if opened.tool != tool || opened.arguments != digest(arguments) {
             return Err(
@@ -151,6 +187,7 @@ impl Round {
             approval,
             person: client.elicitation.is_some(),
             model: client.sampling.is_some(),
+            key: key.clone(),
         })
     }
 
@@ -178,7 +215,10 @@ impl Round {
                     "approval".to_owned(),
                     InputRequest::Elicitation(ElicitRequest::new(params)),
                 )]);
-                Approval::Ask(InputRequiredResult::new(Some(requests), Some(seal(&state))))
+                Approval::Ask(InputRequiredResult::new(
+                    Some(requests),
+                    Some(seal(&state, &self.key)),
+                ))
             }
         }
     }
@@ -259,7 +299,10 @@ impl Round {
             ),
         };
         let requests = InputRequests::from([(id, request)]);
-        Some(InputRequiredResult::new(Some(requests), Some(seal(&state))))
+        Some(InputRequiredResult::new(
+            Some(requests),
+            Some(seal(&state, &self.key)),
+        ))
     }
 }
 
@@ -271,8 +314,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// `state` as JSON and its HMAC, both base64url (empty without a key:
 /// it opens nowhere).
-fn seal(state: &State) -> String {
-    let Some(key) = key() else {
+fn seal(state: &State, key: &StateKey) -> String {
+    let Some(key) = key.get() else {
         return String::new();
     };
     let json = serde_json::to_vec(state).unwrap_or_default();
@@ -280,15 +323,14 @@ fn seal(state: &State) -> String {
     format!("{}.{}", B64.encode(&json), B64.encode(tag.as_ref()))
 }
 
-/// The state `sealed` holds, when its HMAC verifies under this process's
-/// key.
-fn open(sealed: &str) -> Result<State, String> {
+/// The state `sealed` holds, when its HMAC verifies under `key`.
+fn open(sealed: &str, key: &StateKey) -> Result<State, String> {
     let refused = || {
-        "the requestState does not verify (forged, or from another server or before a restart): \
-         send the call again without it"
+        "the requestState does not verify (forged, or sealed by another server or before a \
+         restart, without a shared state key): send the call again without it"
             .to_owned()
     };
-    let key = key().ok_or_else(refused)?;
+    let key = key.get().ok_or_else(refused)?;
     let (json, tag) = sealed.split_once('.').ok_or_else(refused)?;
     let json = B64.decode(json).map_err(|_| refused())?;
     let tag = B64.decode(tag).map_err(|_| refused())?;

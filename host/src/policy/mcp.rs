@@ -42,6 +42,10 @@ pub struct McpSettings {
     pub limits: UserLimits,
     /// When a call becomes a task, and how long one is kept.
     pub tasks: TaskSettings,
+    /// The environment variable holding the key that seals a 2026-07-28
+    /// client's round states (the policy never holds the key itself);
+    /// `None`: each process draws its own.
+    pub state_key_env: Option<String>,
 }
 
 /// `[mcp.tasks]`: calls as tasks (the MCP tasks extension), for clients
@@ -135,6 +139,7 @@ pub(crate) struct McpFile {
     limits: LimitsFile,
     #[serde(default)]
     tasks: TasksFile,
+    state_key_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -223,6 +228,7 @@ impl McpFile {
                 open_sessions: limits.open_sessions,
             },
             tasks,
+            state_key_env: self.state_key_env,
         })
     }
 }
