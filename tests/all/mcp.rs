@@ -1925,3 +1925,57 @@ async fn a_2026_client_answers_a_tools_questions_in_rounds() {
         .collect();
     assert_eq!(statuses, ["Cancelled", "Cancelled", "Completed"]);
 }
+
+/// A call that reports 20 times, over HTTP, to a client that set a log
+/// level and sent a progress token: however its answer is sent (one body
+/// when it ends soon, a stream when it runs on), every log record arrives
+/// (merged lines, none lost), the last progress report says 20 of 20, and
+/// the result comes last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("told.db");
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {:?}\n", guest("everything")),
+    )
+    .unwrap();
+    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let client = RawHttp::initialized(&server.url).await;
+    let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+        "params": {"level": "info"}});
+    assert_eq!(client.post(level).await.unwrap().status(), 200);
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "chatty", "arguments": {"n": 20}, "_meta": {"progressToken": "p"}}});
+    let answer = client.post(call).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        answer.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let body = answer.text().await.unwrap();
+    let messages: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| !data.is_empty())
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let (last, notes) = messages.split_last().unwrap();
+    assert_eq!(last["id"], 3, "{body}");
+    assert_eq!(last["result"]["structuredContent"], json!({"reported": 20}));
+    let logged: Vec<&str> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .flat_map(|n| n["params"]["data"].as_str().unwrap().lines())
+        .collect();
+    let expected: Vec<String> = (1..=20).map(|i| format!("step {i} of 20")).collect();
+    assert_eq!(logged, expected);
+    let progress: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty() && progress.len() <= 20, "{body}");
+    assert_eq!(progress.last().unwrap()["params"]["progress"], 20.0);
+}

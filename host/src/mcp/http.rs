@@ -14,8 +14,12 @@
 //!   client while it runs, are answered with one JSON body (the protocol
 //!   lets a server answer so rather than with an event stream);
 //! - such a call that reports what its client asked to hear (progress,
-//!   log records), or runs past a second with a progress token, goes on in
-//!   a task of its own and answers with an event stream: what it reports,
+//!   log records) holds its first notification up to 10 ms
+//!   ([`PROGRESS_GAP`], the gap within which reports merge anyway): ended
+//!   by then, it is answered with one event-stream body, its length known
+//!   (what it reported, then its result); still running then (or past a
+//!   second, with a progress token), it goes on in a task of its own and
+//!   answers with an event stream that carries its reports as they come,
 //!   then its result;
 //! - a call whose client hangs up still runs to its end and commits; it
 //!   stops early only when the client cancels it
@@ -60,7 +64,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
-use super::relay::Relay;
+use super::relay::{PROGRESS_GAP, Relay};
 use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text};
 use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
@@ -79,8 +83,9 @@ struct InRequest {
     /// session's id (rmcp makes both in the request's task).
     made: Option<Weak<McpServer>>,
     /// The request's answer, when it was answered directly and at once:
-    /// sent as one JSON body rather than an event stream.
-    answer: Option<ServerJsonRpcMessage>,
+    /// sent whole, as one JSON body, or (notifications before it) as one
+    /// event-stream body, rather than through rmcp's stream.
+    answer: Option<Whole>,
     /// Who the request comes from, when its token said.
     caller: Option<Caller>,
     /// The user's place for the MCP session this request may create, for
@@ -266,7 +271,8 @@ impl McpHttpService {
         let served = async {
             let response = self.service.handle(request).await;
             match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
-                Some(answer) => json_response(&answer),
+                Some(Whole::Json(answer)) => json_response(&answer),
+                Some(Whole::Events(messages)) => events_response(&messages),
                 None => response,
             }
         };
@@ -321,6 +327,31 @@ fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes
         ),
     };
     text_response(status, kind, body, None)
+}
+
+/// `messages` (notifications, then the answer) as a response of its own:
+/// one event-stream body, its length known, each message an event without
+/// an id (as a JSON answer, it cannot be resumed: a client that lost it
+/// retries the call with its key).
+fn events_response(
+    messages: &[ServerJsonRpcMessage],
+) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    let mut body = Vec::new();
+    for message in messages {
+        body.extend_from_slice(b"data: ");
+        if let Err(e) = serde_json::to_writer(&mut body, message) {
+            let error = format!("cannot write the answer: {e}");
+            let status = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+            return text_response(status, "text/plain", error, None);
+        }
+        body.extend_from_slice(b"\n\n");
+    }
+    let mut response = text_response(hyper::StatusCode::OK, "text/event-stream", body, None);
+    response.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
+    response
 }
 
 /// How long a session lives without a request, unless told otherwise
@@ -500,9 +531,11 @@ impl Sessions {
     /// Runs call `request` of session `id` in this request's task,
     /// answered with one JSON body. One that reports something its client
     /// asked to hear (progress, with a progress token; log records, at the
-    /// session's level), or runs past [`PROGRESS_EVERY`] with a progress
-    /// token, goes on in a task of its own and answers with an event
-    /// stream: what it reports ([`Relay`]), then its result.
+    /// session's level) and ends within [`PROGRESS_GAP`] of its first
+    /// notification is answered with one event-stream body; one that runs
+    /// on, or past [`PROGRESS_EVERY`] with a progress token, goes on in a
+    /// task of its own and answers with an event stream: what it reports
+    /// ([`Relay`]), then its result.
     async fn call(
         &self,
         id: &SessionId,
@@ -544,28 +577,41 @@ impl Sessions {
         };
         let second = tokio::time::sleep(PROGRESS_EVERY);
         let mut second = std::pin::pin!(second);
+        // What the call reports is held for up to PROGRESS_GAP after its
+        // first notification: a call that ends by then is answered whole,
+        // its notifications and result in one body; one that runs on
+        // streams them.
+        let mut held: Vec<ServerNotification> = Vec::new();
+        let mut until: Option<tokio::time::Instant> = None;
         let first = loop {
             tokio::select! {
                 biased;
                 result = &mut work => {
-                    let rest = relay.rest();
-                    if rest.is_empty() {
+                    held.extend(relay.rest());
+                    if held.is_empty() {
                         return Answer::Now(answer(result));
                     }
-                    let (mut sender, receiver) = futures::channel::mpsc::channel(rest.len() + 1);
-                    for note in rest {
-                        let _ = sender.try_send(event(note));
-                    }
-                    let _ = sender.try_send(ServerSseMessage::from_message(*answer(result)));
-                    return Answer::Later(receiver);
+                    let mut messages: Vec<ServerJsonRpcMessage> = held
+                        .into_iter()
+                        .map(ServerJsonRpcMessage::notification)
+                        .collect();
+                    messages.push(*answer(result));
+                    return Answer::Ended(messages);
                 }
                 Some(happened) = relay.next() => {
-                    let notes = relay.relay(happened);
+                    // Those that wait with it too, in one turn.
+                    let mut notes = relay.relay(happened);
+                    notes.extend(relay.relay_waiting());
                     if !notes.is_empty() {
-                        break notes;
+                        held.extend(notes);
+                        until.get_or_insert_with(|| tokio::time::Instant::now() + PROGRESS_GAP);
                     }
                 }
-                () = &mut second, if relay.has_token() => break relay.tick().into_iter().collect(),
+                () = sleep_until(until), if until.is_some() => break held,
+                () = &mut second, if relay.has_token() => {
+                    held.extend(relay.tick());
+                    break held;
+                }
             }
         };
         let (mut sender, receiver) = futures::channel::mpsc::channel(RELAYED);
@@ -622,6 +668,8 @@ fn event(note: ServerNotification) -> ServerSseMessage {
 enum Answer {
     /// Ready.
     Now(Box<ServerJsonRpcMessage>),
+    /// A call that ended: what it reported, then its answer, all ready.
+    Ended(Vec<ServerJsonRpcMessage>),
     /// A long call's progress reports, then its answer.
     Later(futures::channel::mpsc::Receiver<ServerSseMessage>),
 }
@@ -681,6 +729,37 @@ impl Drop for OpenStream {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sleeps until `at` (forever without one: its branch is off then).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An answer sent whole by [`McpHttpService::handle`].
+enum Whole {
+    /// One JSON body.
+    Json(Box<ServerJsonRpcMessage>),
+    /// One event-stream body: notifications, then the answer.
+    Events(Vec<ServerJsonRpcMessage>),
+}
+
+/// Leaves `answer` for [`McpHttpService::handle`] to send whole; outside
+/// it (no request in flight), its messages, for rmcp's stream.
+fn whole(answer: Whole) -> Vec<ServerSseMessage> {
+    let mut answer = Some(answer);
+    let _ = IN_REQUEST.try_with(|now| now.borrow_mut().answer = answer.take());
+    match answer {
+        None => Vec::new(),
+        Some(Whole::Json(message)) => vec![ServerSseMessage::from_message(*message)],
+        Some(Whole::Events(messages)) => messages
+            .into_iter()
+            .map(ServerSseMessage::from_message)
+            .collect(),
+    }
 }
 
 /// A call's work, run to its end even when the request's task drops it
@@ -763,9 +842,12 @@ impl SessionManager for Sessions {
                     Ok(Answer::Now(answer)) => {
                         // Within `handle`, the answer goes out as JSON and
                         // rmcp's event stream is left empty.
-                        let mut answer = Some(*answer);
-                        let _ = IN_REQUEST.try_with(|now| now.borrow_mut().answer = answer.take());
-                        let answers = answer.map(ServerSseMessage::from_message);
+                        let answers = whole(Whole::Json(answer));
+                        return Ok(stream::iter(answers).left_stream().left_stream());
+                    }
+                    Ok(Answer::Ended(messages)) => {
+                        // Within `handle`, one event-stream body.
+                        let answers = whole(Whole::Events(messages));
                         return Ok(stream::iter(answers).left_stream().left_stream());
                     }
                     Ok(Answer::Later(answers)) => return Ok(answers.right_stream().left_stream()),

@@ -191,13 +191,19 @@ impl Relay {
         }
     }
 
-    /// What is left once the call has ended: the events it made that are
-    /// not sent yet, and what was merged away.
-    pub fn rest(&mut self) -> Vec<ServerNotification> {
+    /// The notifications of the events waiting now (none waits after).
+    pub fn relay_waiting(&mut self) -> Vec<ServerNotification> {
         let mut notes = Vec::new();
         while let Ok(event) = self.events.try_recv() {
             notes.extend(self.relay(event));
         }
+        notes
+    }
+
+    /// What is left once the call has ended: the events it made that are
+    /// not sent yet, and what was merged away.
+    pub fn rest(&mut self) -> Vec<ServerNotification> {
+        let mut notes = self.relay_waiting();
         notes.extend(self.flush_logs());
         notes.extend(self.flush());
         notes
