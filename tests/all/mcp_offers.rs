@@ -385,3 +385,84 @@ async fn a_2026_client_listens_for_the_resources_it_names() {
         "{heard:?}"
     );
 }
+
+/// A 2026-07-28 message over stateless HTTP (no MCP session): the
+/// revision's `_meta` keys, and the Airlock session it works on.
+fn stateless(id: u32, method: &str, mut params: serde_json::Value) -> serde_json::Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "airlock/session": "shared",
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// A POST of `message` as a 2026-07-28 client sends it: the revision's
+/// headers, the method and (for a call) the tool's name among them.
+fn post_2026(url: &str, message: serde_json::Value) -> reqwest::RequestBuilder {
+    let mut request = crate::support::mcp::RawHttp::new(url)
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", message["method"].as_str().unwrap());
+    if let Some(name) = message["params"]["name"].as_str() {
+        request = request.header("mcp-name", name);
+    }
+    request.body(message.to_string())
+}
+
+/// Over stateless HTTP, where each request stands alone, a listen names
+/// its Airlock session in `_meta` like any request: a call on that
+/// session, in a request of its own, is heard on the listen's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_over_stateless_http_hears_a_call_in_another_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("listen.db");
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\nuri_schemes = [\"test\"]\n",
+            guest("everything")
+        ),
+    )
+    .unwrap();
+    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let listen = stateless(
+        1,
+        "subscriptions/listen",
+        json!({"notifications": {"resourceSubscriptions": ["test://watched-resource"]}}),
+    );
+    let mut stream = post_2026(&server.url, listen).send().await.unwrap();
+    if stream.status() != 200 {
+        panic!("{}: {}", stream.status(), stream.text().await.unwrap());
+    }
+    // The call is made once the listen is acknowledged.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut heard = String::new();
+    let mut hear = async |heard: &mut String, what: &str| {
+        while !heard.contains(what) {
+            let chunk = tokio::time::timeout_at(deadline, stream.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no {what} on the listen's stream: {heard}"))
+                .unwrap()
+                .expect("the stream stays open");
+            heard.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    hear(&mut heard, "notifications/subscriptions/acknowledged").await;
+    let call = stateless(
+        2,
+        "tools/call",
+        json!({"name": "set_watched", "arguments": {"text": "seen"}}),
+    );
+    let answer = post_2026(&server.url, call).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer = answer.text().await.unwrap();
+    assert!(answer.contains("\"id\":2"), "{answer}");
+    hear(&mut heard, "notifications/resources/updated").await;
+    assert!(heard.contains("test://watched-resource"), "{heard}");
+}

@@ -23,6 +23,7 @@ use rmcp::service::{Peer, RequestContext, SubscriptionContext, SubscriptionSink}
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
+use super::auth::Caller;
 use super::{DEPS_URI, McpServer, Working, caller_of, content_block, resource_contents, watch};
 use crate::context::RunContext;
 use crate::sandbox::CancelToken;
@@ -351,6 +352,23 @@ impl McpServer {
 
     /// What a watch of `uri` for `context` starts from: the session it is
     /// of, and what a read of it looks at (every key, for the deps).
+    /// The session a request of `meta` works on, as watches name it,
+    /// without opening it: the one `meta` names (the caller's), or the
+    /// server's own once it has one.
+    fn session_named(
+        &self,
+        meta: &rmcp::model::RequestMetaObject,
+        caller: Option<&Caller>,
+    ) -> Option<SessionKey> {
+        match meta.get(super::SESSION_META_KEY) {
+            Some(named) => Some((self.user(caller), named.as_str()?.to_owned())),
+            None => self
+                .session
+                .get()
+                .map(|held| (held.user.clone(), held.id.clone())),
+        }
+    }
+
     async fn first_read(
         &self,
         uri: &str,
@@ -407,10 +425,32 @@ impl McpServer {
                 None,
             ));
         }
+        // The client has the acknowledgment already (the SDK sends it
+        // before this runs), and each first read runs its component: until
+        // it has, each resource is watched as reading all of the session,
+        // so that a call made as soon as the client is told is heard.
+        let request = context.request_context();
+        if let Some(session) = self.session_named(&request.meta, caller_of(request)) {
+            for uri in &uris {
+                let to = Notifier::Listen(sink.clone());
+                let all = Reads::everything();
+                if let Err(refused) = self.tools.watchers.watch(session.clone(), uri, all, by, to) {
+                    self.tools.watchers.forget(by, None);
+                    return Err(refused);
+                }
+            }
+        }
         let mut watched = Vec::with_capacity(uris.len());
         for uri in uris {
-            watched.push((self.first_read(&uri, context.request_context()).await?, uri));
+            match self.first_read(&uri, context.request_context()).await {
+                Ok(read) => watched.push((read, uri)),
+                Err(refused) => {
+                    self.tools.watchers.forget(by, None);
+                    return Err(refused);
+                }
+            }
         }
+        // Each watch narrowed to what its resource's read looked at.
         for ((session, reads), uri) in watched {
             let to = Notifier::Listen(sink.clone());
             if let Err(refused) = self.tools.watchers.watch(session, &uri, reads, by, to) {
