@@ -9,7 +9,7 @@
 //! durable, a fenced member fails alone, and a failed commit fails every
 //! member it held (the `commit` module of each store).
 
-use super::rows::{Row, encode};
+use super::rows::{Blob, Row, encode};
 use super::store::{Append, Lease, StoredSnapshot};
 use crate::journal::StoreError;
 
@@ -105,7 +105,16 @@ impl<Q: JobQueue> Inbox<Q> {
     /// Queues `append` for the next batch: `Ok` once it is durable (at
     /// once when it has no record).
     pub(super) async fn append(&self, append: Append<'_>) -> Result<(), StoreError> {
-        let rows = encode(append.records)?;
+        let mut rows = encode(append.records)?;
+        // What the snapshot names is kept with the records (a blob the
+        // session holds already is not written again).
+        if let (Some(snapshot), Some(last)) = (append.snapshot, rows.last_mut()) {
+            last.blobs
+                .extend(snapshot.blobs.iter().map(|(digest, data)| Blob {
+                    digest: digest.clone(),
+                    data: data.clone(),
+                }));
+        }
         if rows.is_empty() {
             return Ok(());
         }

@@ -397,9 +397,19 @@ impl Session {
             session_id: session_id.clone(),
             problem: e.to_string(),
         };
+        // A snapshot naming a blob the store lacks cannot be used (then
+        // the whole journal is read).
         let snapshot = stored.snapshot.map(|s| {
             let seq = s.seq;
-            (seq, Snapshot::decode(seq, &s.body))
+            let decoded = Snapshot::decode(seq, &s.body).and_then(|mut snapshot| {
+                rows::snapshot_join(&mut snapshot, &s.blobs)
+                    .map(|()| snapshot)
+                    .map_err(|digest| crate::journal::SnapshotError {
+                        seq,
+                        problem: format!("it names blob sha256:{digest}, which the store lacks"),
+                    })
+            });
+            (seq, decoded)
         });
         // Where the journal ends (`records`' last, or `after` if none), and
         // how many records were folded after the snapshot (or without one).

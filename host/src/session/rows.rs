@@ -197,25 +197,116 @@ pub(crate) fn distinct_blobs(rows: &[Row]) -> Vec<&Blob> {
     distinct
 }
 
+/// The base64 texts the tool messages of `snapshot` hold (what calls
+/// showed), as places to read or replace.
+fn snapshot_fields(snapshot: &mut crate::journal::Snapshot) -> Vec<&mut String> {
+    snapshot
+        .messages
+        .iter_mut()
+        .filter_map(|message| match message {
+            crate::journal::Message::Tool { shown, .. } => Some(shown),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|block| match block {
+            Shown::Image { data, .. } | Shown::Audio { data, .. } => Some(data),
+            Shown::Resource {
+                blob: Some(data), ..
+            } => Some(data),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `snapshot` as stored: its encoding with each blob of at least
+/// [`MIN_BLOB`] named by digest, and those blobs. `snapshot` is as it
+/// was after (its blobs are moved out for the encoding and back).
+pub(crate) fn snapshot_apart(
+    snapshot: &mut crate::journal::Snapshot,
+) -> (String, std::collections::BTreeMap<String, String>) {
+    use sha2::Digest;
+    let mut blobs = std::collections::BTreeMap::new();
+    let mut taken = Vec::new();
+    for data in snapshot_fields(snapshot) {
+        if data.len() < MIN_BLOB {
+            continue;
+        }
+        let digest = hex::encode(sha2::Sha256::digest(data.as_bytes()));
+        let mark = format!("{BLOB_MARK}{digest}");
+        let text = std::mem::replace(data, mark);
+        blobs.entry(digest).or_insert_with(|| text.clone());
+        taken.push(text);
+    }
+    let body = snapshot.encode();
+    let mut taken = taken.into_iter();
+    for data in snapshot_fields(snapshot) {
+        // A base64 text never starts with the mark.
+        if data.starts_with(BLOB_MARK)
+            && let Some(text) = taken.next()
+        {
+            *data = text;
+        }
+    }
+    (body, blobs)
+}
+
+/// Puts the blobs `snapshot` names back from `blobs`; the digest of one
+/// missing, if any.
+pub(crate) fn snapshot_join(
+    snapshot: &mut crate::journal::Snapshot,
+    blobs: &std::collections::BTreeMap<String, String>,
+) -> Result<(), String> {
+    for data in snapshot_fields(snapshot) {
+        let Some(digest) = data.strip_prefix(BLOB_MARK) else {
+            continue;
+        };
+        let Some(blob) = blobs.get(digest) else {
+            return Err(digest.to_owned());
+        };
+        blob.clone_into(data);
+    }
+    Ok(())
+}
+
+/// Gives `snapshot` the blobs (of `blobs`, all a read found) its body
+/// names.
+pub(crate) fn snapshot_blobs(
+    snapshot: &mut StoredSnapshot,
+    blobs: &std::collections::HashMap<String, String>,
+) {
+    let mut named = Vec::new();
+    marks_in(&snapshot.body, &mut named);
+    snapshot.blobs = named
+        .into_iter()
+        .filter_map(|digest| Some((digest.clone(), blobs.get(&digest)?.clone())))
+        .collect();
+}
+
+/// The digests of the marks in `text` (see [`wanted_blobs`]), added to
+/// `wanted`.
+pub(crate) fn marks_in(text: &str, wanted: &mut Vec<String>) {
+    let quoted = format!("\"{BLOB_MARK}");
+    let mut rest = text;
+    while let Some(at) = rest.find(&quoted) {
+        rest = &rest[at + quoted.len()..];
+        let digest = rest
+            .get(..64)
+            .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()) && rest[64..].starts_with('"'));
+        if let Some(digest) = digest
+            && !wanted.iter().any(|w| w == digest)
+        {
+            wanted.push(digest.to_owned());
+        }
+    }
+}
+
 /// The digests of the blobs `rows` name (a row may name some twice, and
 /// a text that merely looks like a mark is named too: looking it up finds
 /// nothing and costs a lookup).
 pub(crate) fn wanted_blobs(rows: &[Row]) -> Vec<String> {
-    let mut wanted: Vec<String> = Vec::new();
-    let quoted = format!("\"{BLOB_MARK}");
+    let mut wanted = Vec::new();
     for row in rows {
-        let mut rest = row.entry.as_str();
-        while let Some(at) = rest.find(&quoted) {
-            rest = &rest[at + quoted.len()..];
-            let digest = rest.get(..64).filter(|d| {
-                d.bytes().all(|b| b.is_ascii_hexdigit()) && rest[64..].starts_with('"')
-            });
-            if let Some(digest) = digest
-                && !wanted.iter().any(|w| w == digest)
-            {
-                wanted.push(digest.to_owned());
-            }
-        }
+        marks_in(&row.entry, &mut wanted);
     }
     wanted
 }

@@ -60,8 +60,14 @@ pub struct StoredSession {
 pub struct StoredSnapshot {
     /// The last record it folds.
     pub seq: u64,
-    /// Its encoding.
+    /// Its encoding, what calls showed named by digest (as records name
+    /// it).
     pub body: String,
+    /// What calls showed that the body names, digest to base64: given
+    /// with an append (a store keeps those it lacks, once per session, as
+    /// it keeps records'), and filled in by a read with those the store
+    /// has.
+    pub blobs: std::collections::BTreeMap<String, String>,
 }
 
 /// A session's records for [`SessionStore::insert`], a page at a time.

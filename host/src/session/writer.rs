@@ -252,10 +252,12 @@ impl Writer {
             self.give_up_state(&e.to_string());
             return None;
         }
-        let snapshot = Snapshot::of(&next, last);
+        let mut snapshot = Snapshot::of(&next, last);
+        let (body, blobs) = super::rows::snapshot_apart(&mut snapshot);
         let stored = StoredSnapshot {
             seq: last,
-            body: snapshot.encode(),
+            body,
+            blobs,
         };
         Some((stored, Folded::from_snapshot(snapshot)))
     }

@@ -698,9 +698,56 @@ async fn shown_bytes_are_kept_once_per_session_and_exported_whole(backend: Backe
         (2, data.len() + base64_len(8 * 1024))
     );
 
+    // An agent run whose calls show the same image: its snapshots (every
+    // 4 records here) name it too, and a resume from one gives the model
+    // the whole image back.
+    let script = db.dir.path().join("shows.json");
+    let show = json!({"name": "large_image", "arguments": {"kib": 64}});
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [show, show]},
+            {"tool_calls": [show, show]},
+            {"text": "shown"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let model = Arc::new(ScriptModel::load(&script).unwrap());
+    let mut opening = options(Some("ann"), "run");
+    opening.snapshot_every = 4;
+    let mut run = Session::open(Arc::clone(&store), opening, &ContextRules::default())
+        .await
+        .unwrap();
+    let agent = Agent::new(Arc::new(host), model);
+    agent.run_session(&mut run, "Show it.").await.unwrap();
+    run.close().await.unwrap();
+    let (count, _, _) = blob_counts(&db).await;
+    assert_eq!(count, 3, "the run's session keeps its image once");
+    let snapshot = db
+        .scalar("SELECT CAST(max(length(body)) AS BIGINT) FROM {p}snapshots")
+        .await;
+    assert!(
+        snapshot < 16 * 1024,
+        "the snapshot names the image: {snapshot}"
+    );
+    let resumed = open(&store, options(Some("ann"), "run")).await;
+    let told: Vec<&Vec<Shown>> = resumed
+        .transcript()
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { shown, .. } => Some(shown),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 4);
+    assert!(told.iter().all(|s| **s == image));
+    resumed.close().await.unwrap();
+
     // A session removed takes its blobs with it.
     store.remove(Some("ann"), "pics", u64::MAX).await.unwrap();
-    assert_eq!(blob_counts(&db).await.0, 0);
+    assert_eq!(blob_counts(&db).await.0, 1, "the run's");
 }
 
 /// How many blobs `db` keeps, their bytes, and the bytes of its records.

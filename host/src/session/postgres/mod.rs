@@ -461,14 +461,19 @@ async fn insert_records(
     Ok(())
 }
 
-/// The blobs of session `session_id` of `owner` that `rows` name.
+/// The blobs of session `session_id` of `owner` that `rows` and
+/// `snapshot` name.
 async fn read_blobs(
     tx: &impl GenericClient,
     owner: &str,
     session_id: &str,
     rows: &[Row],
+    snapshot: Option<&StoredSnapshot>,
 ) -> Result<std::collections::HashMap<String, String>, tokio_postgres::Error> {
-    let wanted = rows::wanted_blobs(rows);
+    let mut wanted = rows::wanted_blobs(rows);
+    if let Some(snapshot) = snapshot {
+        rows::marks_in(&snapshot.body, &mut wanted);
+    }
     if wanted.is_empty() {
         return Ok(std::collections::HashMap::new());
     }
@@ -544,6 +549,7 @@ async fn read_session(
             .map(|row| StoredSnapshot {
                 seq: num(row.get(0)),
                 body: row.get(1),
+                blobs: Default::default(),
             })
     } else {
         None
@@ -561,7 +567,11 @@ async fn read_session(
         .into_iter()
         .map(row_of)
         .collect();
-    let blobs = read_blobs(tx, owner, session_id, &rows).await?;
+    let mut snapshot = snapshot;
+    let blobs = read_blobs(tx, owner, session_id, &rows, snapshot.as_ref()).await?;
+    if let Some(snapshot) = &mut snapshot {
+        rows::snapshot_blobs(snapshot, &blobs);
+    }
     Ok(decode_session(
         owner, session_id, header, snapshot, rows, &blobs,
     )?)
@@ -808,7 +818,7 @@ impl SessionStore for PostgresStore {
                 .into_iter()
                 .map(row_of)
                 .collect();
-            let blobs = read_blobs(&client, &owner, session_id, &rows).await?;
+            let blobs = read_blobs(&client, &owner, session_id, &rows, None).await?;
             Ok(rows::decode_records(session_id, rows, &blobs)?)
         }))
     }

@@ -497,6 +497,7 @@ fn read_session(
                 Ok(StoredSnapshot {
                     seq: row.get(0)?,
                     body: row.get(1)?,
+                    blobs: Default::default(),
                 })
             })
             .optional()?
@@ -511,20 +512,29 @@ fn read_session(
     let rows = query
         .query_map(params![sid, after, limit], row_of)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let blobs = read_blobs(conn, sid, &rows)?;
+    let mut snapshot = snapshot;
+    let blobs = read_blobs(conn, sid, &rows, snapshot.as_ref())?;
+    if let Some(snapshot) = &mut snapshot {
+        rows::snapshot_blobs(snapshot, &blobs);
+    }
     Ok(decode_session(
         owner, session_id, header, snapshot, rows, &blobs,
     )?)
 }
 
-/// The blobs of session `sid` that `rows` name: one indexed lookup each.
+/// The blobs of session `sid` that `rows` and `snapshot` name: one
+/// indexed lookup each.
 fn read_blobs(
     conn: &Connection,
     sid: i64,
     rows: &[Row],
+    snapshot: Option<&StoredSnapshot>,
 ) -> rusqlite::Result<std::collections::HashMap<String, String>> {
     let mut blobs = std::collections::HashMap::new();
-    let wanted = rows::wanted_blobs(rows);
+    let mut wanted = rows::wanted_blobs(rows);
+    if let Some(snapshot) = snapshot {
+        rows::marks_in(&snapshot.body, &mut wanted);
+    }
     if wanted.is_empty() {
         return Ok(blobs);
     }
@@ -731,7 +741,7 @@ impl SessionStore for SqliteStore {
                     .query_row(params![owner, session_id], |row| row.get(0))
                     .optional()?;
                 if let Some(sid) = sid {
-                    blobs = read_blobs(conn, sid, &rows)?;
+                    blobs = read_blobs(conn, sid, &rows, None)?;
                 }
             }
             Ok(rows::decode_records(&session_id, rows, &blobs)?)
