@@ -98,9 +98,10 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         out,
         "A told call's client heard {progress} progress and {messages} log notifications: reports \
          closer than 10 ms apart are merged (the last progress report always sent; merged log \
-         records one per line in one notification, none lost). What the told call pays beyond \
-         them is its events' way to the relay (an unbounded channel, 200 sends), the relay, and \
-         an event stream for its answer instead of one JSON body.\n"
+         records one per line in one notification, none lost). A call that ends within 10 ms of \
+         its first notification is answered with one event-stream body (its notifications, then \
+         its result). What the told call pays beyond the untold one is its events' way to the \
+         relay (an unbounded channel, 200 sends), the merging, and a larger answer.\n"
     )
     .unwrap();
     let _ = server.kill();
