@@ -32,6 +32,9 @@ pub enum SessionsCommand {
     Export(ExportArgs),
     /// Adds a session from an export file (`-` for stdin), under the user.
     Import(ImportArgs),
+    /// Makes a new session whose history is this one's up to a record or
+    /// a call; both go on independently.
+    Fork(ForkArgs),
     /// Removes a session and its journal.
     Rm(IdArgs),
     /// Removes the sessions not updated for a while (never one in use);
@@ -80,6 +83,29 @@ pub struct IdArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The session to fork.
+    id: String,
+    /// Where its history ends: a record's number (as `sessions show
+    /// --json` numbers them, from 1), or a call's id (up to and including
+    /// that call).
+    #[arg(long, value_name = "RECORD|CALL")]
+    at: String,
+    /// The new session's id (default: the session's, `-fork-` and 8 random
+    /// hex digits).
+    #[arg(long = "as", value_name = "ID")]
+    as_id: Option<String>,
+    /// The policy whose `[context] hidden` keys the fork never stores.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ExportArgs {
     /// The session's id.
     id: String,
@@ -119,6 +145,7 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
         SessionsCommand::List(a) => a.json,
         SessionsCommand::Show(a) | SessionsCommand::Rm(a) => a.json,
         SessionsCommand::Import(a) => a.json,
+        SessionsCommand::Fork(a) => a.json,
         SessionsCommand::Prune(a) => a.json,
         SessionsCommand::Export(_) => false,
     };
@@ -127,6 +154,7 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
         SessionsCommand::Show(args) => show(args).await,
         SessionsCommand::Export(args) => export(args).await,
         SessionsCommand::Import(args) => import(args).await,
+        SessionsCommand::Fork(args) => fork(args).await,
         SessionsCommand::Rm(args) => remove(args).await,
         SessionsCommand::Prune(args) => prune(args).await,
     };
@@ -144,12 +172,23 @@ async fn open(flags: &StoreFlags) -> Result<(Arc<dyn SessionStore>, Option<&str>
 /// A store error, a missing or existing session named with its owner and
 /// its store, and what to do about an existing one.
 fn located(e: StoreError, owner: Option<&str>, store: &dyn SessionStore) -> Failure {
+    located_doing(e, owner, store, "import")
+}
+
+/// [`located`], for a command (`verb`) that makes a session and takes
+/// `--as`.
+fn located_doing(
+    e: StoreError,
+    owner: Option<&str>,
+    store: &dyn SessionStore,
+    verb: &str,
+) -> Failure {
     let whose = owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
     let (extra, mut failure) = match &e {
         StoreError::NotFound { .. } => (String::new(), Failure::from(e)),
         StoreError::AlreadyExists { session_id } => (
             format!(
-                "; import it under another id with --as NEW_ID, or remove this one first \
+                "; {verb} it under another id with --as NEW_ID, or remove this one first \
                  (airlock sessions rm {session_id})"
             ),
             Failure::from(e),
@@ -451,6 +490,43 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
         print_out(&format!(
             "imported {} ({records} records) into {}",
             header.session_id,
+            store.location()
+        ));
+    }
+    Ok(())
+}
+
+async fn fork(args: ForkArgs) -> Result<(), Failure> {
+    use airlock::session::{ForkError, ForkPoint, Session};
+    let rules = context_rules(args.config.as_deref())?;
+    let at = match args.at.parse::<u64>() {
+        Ok(n) => ForkPoint::Record(n),
+        Err(_) => ForkPoint::Call(args.at.clone()),
+    };
+    let to = args.as_id.clone().unwrap_or_else(|| {
+        let random = uuid::Uuid::new_v4().simple().to_string();
+        format!("{}-fork-{}", args.id, &random[..8])
+    });
+    let (store, owner) = open(&args.store).await?;
+    let held = Session::fork(Arc::clone(&store), owner, &args.id, &at, &to, &rules)
+        .await
+        .map_err(|e| match e {
+            ForkError::Store(e) => located_doing(e, owner, store.as_ref(), "fork"),
+            ForkError::InvalidId(e) => Failure::input("invalid_id", format!("--as: {e}")),
+            other => Failure::input("invalid_fork_point", format!("--at: {other}")),
+        })?;
+    if args.json {
+        print_json(&json!({
+            "ok": true,
+            "store": store.location(),
+            "session_id": to,
+            "forked_from": args.id,
+            "records": held,
+        }));
+    } else {
+        print_out(&format!(
+            "forked {} at record {held} as {to} in {}",
+            args.id,
             store.location()
         ));
     }

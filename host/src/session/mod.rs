@@ -36,6 +36,7 @@
 
 mod batch;
 pub mod export;
+mod fork;
 mod holder;
 pub mod import;
 mod postgres;
@@ -54,12 +55,13 @@ use serde_json::{Map, Value};
 /// What a store operation fails with (the journal's [`StoreError`]).
 pub use crate::journal::StoreError;
 pub use batch::MAX_BATCH;
+pub use fork::{ForkError, ForkPoint};
 pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
 pub use store::{
-    Append, CallKey, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned, RecordPages,
-    Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned,
+    RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 
 use crate::context::{ContextRules, RunContext};

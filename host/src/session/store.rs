@@ -191,6 +191,22 @@ pub struct Page<'a> {
     pub limit: u64,
 }
 
+/// A session made from the start of another's journal
+/// ([`SessionStore::fork`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Fork<'a> {
+    /// The owner of both.
+    pub owner: Owner<'a>,
+    /// The session forked.
+    pub from: &'a str,
+    /// Its last record the fork holds.
+    pub at: u64,
+    /// The new session.
+    pub to: &'a str,
+    /// The time now (the fork's creation).
+    pub now_ms: u64,
+}
+
 /// A keyed call of a session ([`SessionStore::call_records`]).
 #[derive(Debug, Clone, Copy)]
 pub struct CallKey<'a> {
@@ -311,4 +327,15 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// Removes a session and its journal. [`StoreError::InUse`] while a
     /// current lease is held on it.
     fn remove<'a>(&'a self, owner: Owner<'a>, session_id: &'a str, now_ms: u64) -> Reply<'a, ()>;
+
+    /// Makes session `fork.to` of the owner, not leased, whose journal is
+    /// records 1 to `fork.at` of session `fork.from` (its metadata, its
+    /// blobs, and its snapshot when that folds no further), in one
+    /// transaction inside the store: nothing passes through the caller,
+    /// and on any error nothing was made. Returns how many records the
+    /// fork holds (fewer than `at` when `from` has fewer).
+    /// [`StoreError::NotFound`] when `from` does not exist,
+    /// [`StoreError::AlreadyExists`] when `to` does. `from` may be in use:
+    /// its records up to `at` never change.
+    fn fork<'a>(&'a self, fork: Fork<'a>) -> Reply<'a, u64>;
 }

@@ -21,6 +21,7 @@ use crate::support::{airlock_with_env, guest, host, hostile_host, root, tool_mes
 
 mod calls;
 mod export;
+mod fork;
 mod leases;
 mod retention;
 mod secrets;
@@ -464,6 +465,9 @@ impl SessionStore for Counting {
         request: airlock::session::PruneRequest<'a>,
     ) -> airlock::session::Reply<'a, Vec<airlock::session::Pruned>> {
         self.inner.prune(request)
+    }
+    fn fork<'a>(&'a self, fork: airlock::session::Fork<'a>) -> airlock::session::Reply<'a, u64> {
+        self.inner.fork(fork)
     }
 }
 

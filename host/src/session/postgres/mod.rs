@@ -54,8 +54,8 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Append, CallKey, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned, RecordPages,
-    Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned,
+    RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
@@ -852,6 +852,65 @@ impl SessionStore for PostgresStore {
                     session_id: row.get(1),
                 })
                 .collect())
+        }))
+    }
+
+    fn fork<'a>(&'a self, fork: Fork<'a>) -> Reply<'a, u64> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(fork.owner);
+            let (from, to) = (fork.from, fork.to);
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // The row is locked against a remove for the transaction.
+            let parent = tx
+                .query_opt(
+                    "SELECT metadata, head FROM airlock_sessions
+                     WHERE owner = $1 AND session_id = $2 FOR SHARE",
+                    &[&owner, &from],
+                )
+                .await?;
+            let Some(parent) = parent else {
+                return Err(StoreError::NotFound {
+                    session_id: from.to_owned(),
+                }
+                .into());
+            };
+            let (metadata, head): (String, i64) = (parent.get(0), parent.get(1));
+            let held = big(fork.at).min(head);
+            let made = tx
+                .execute(
+                    "INSERT INTO airlock_sessions (owner, session_id, created_at_ms, updated_at_ms,
+                         metadata, head, lease_holder, lease_token, lease_expires_ms, ephemeral)
+                     VALUES ($1, $2, $3, $3, $4, $5, NULL, 0, 0, false)
+                     ON CONFLICT DO NOTHING",
+                    &[&owner, &to, &big(fork.now_ms), &metadata, &held],
+                )
+                .await?;
+            if made == 0 {
+                return Err(StoreError::AlreadyExists {
+                    session_id: to.to_owned(),
+                }
+                .into());
+            }
+            for copy in [
+                "INSERT INTO airlock_records (owner, session_id, seq, at_ms, entry, call_id)
+                 SELECT owner, $3, seq, at_ms, entry, call_id FROM airlock_records
+                 WHERE owner = $1 AND session_id = $2 AND seq <= $4",
+                "INSERT INTO airlock_snapshots (owner, session_id, seq, body)
+                 SELECT owner, $3, seq, body FROM airlock_snapshots
+                 WHERE owner = $1 AND session_id = $2 AND seq <= $4",
+            ] {
+                tx.execute(copy, &[&owner, &from, &to, &held]).await?;
+            }
+            tx.execute(
+                "INSERT INTO airlock_blobs (owner, session_id, digest, data)
+                 SELECT owner, $3, digest, data FROM airlock_blobs
+                 WHERE owner = $1 AND session_id = $2",
+                &[&owner, &from, &to],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(num(held))
         }))
     }
 

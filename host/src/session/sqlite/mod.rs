@@ -38,8 +38,8 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Append, CallKey, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned, RecordPages,
-    Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned,
+    RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
@@ -779,6 +779,52 @@ impl SessionStore for SqliteStore {
                     session_id,
                 })
                 .collect())
+        })
+    }
+
+    fn fork<'a>(&'a self, fork: Fork<'a>) -> Reply<'a, u64> {
+        let owner = owner_key(fork.owner);
+        let (from, to) = (fork.from.to_owned(), fork.to.to_owned());
+        let (at, now_ms) = (fork.at, fork.now_ms);
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some((sid, _)) = lease_row(&tx, &owner, &from)? else {
+                return Err(StoreError::NotFound { session_id: from }.into());
+            };
+            if lease_row(&tx, &owner, &to)?.is_some() {
+                return Err(StoreError::AlreadyExists { session_id: to }.into());
+            }
+            let (metadata, head): (String, u64) = tx.query_row(
+                "SELECT metadata, head FROM sessions WHERE sid = ?1",
+                [sid],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
+            let held = at.min(head);
+            let forked: i64 = tx.query_row(
+                "INSERT INTO sessions (owner, session_id, created_at_ms, updated_at_ms, metadata,
+                       head, lease_holder, lease_token, lease_expires_ms, ephemeral)
+                 VALUES (?1, ?2, ?3, ?3, ?4, ?5, NULL, 0, 0, 0) RETURNING sid",
+                params![owner, to, now_ms, metadata, held],
+                |row| row.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO records (sid, seq, at_ms, entry, call_id)
+                 SELECT ?1, seq, at_ms, entry, call_id FROM records
+                 WHERE sid = ?2 AND seq <= ?3 ORDER BY seq",
+                params![forked, sid, held],
+            )?;
+            tx.execute(
+                "INSERT INTO blobs (sid, digest, data) SELECT ?1, digest, data FROM blobs
+                 WHERE sid = ?2",
+                params![forked, sid],
+            )?;
+            tx.execute(
+                "INSERT INTO snapshots (sid, seq, body) SELECT ?1, seq, body FROM snapshots
+                 WHERE sid = ?2 AND seq <= ?3",
+                params![forked, sid, held],
+            )?;
+            tx.commit()?;
+            Ok(held)
         })
     }
 
