@@ -120,7 +120,14 @@ pub(crate) fn encode(records: &[Record]) -> Result<Vec<Row>, StoreError> {
         .iter()
         .map(|r| {
             let mut blobs = Vec::new();
-            let apart = blobs_apart(&r.entry, &mut blobs);
+            let apart = blobs_apart(&r.entry, &mut blobs).map_err(|()| StoreError::Backend {
+                location: "session record".into(),
+                message: format!(
+                    "record {} shows bytes that are not base64 (they read as a stored blob's \
+                     name): refused",
+                    r.seq
+                ),
+            })?;
             serde_json::to_string(apart.as_ref().unwrap_or(&r.entry))
                 .map(|entry| Row {
                     seq: r.seq,
@@ -161,18 +168,23 @@ fn blob_fields(entry: &mut Entry) -> Vec<&mut String> {
 
 /// `entry` with each blob of at least [`MIN_BLOB`] replaced by its mark,
 /// the blobs pushed to `blobs`; `None` when it has none. Only an entry
-/// that shows something is copied.
-fn blobs_apart(entry: &Entry, blobs: &mut Vec<Blob>) -> Option<Entry> {
+/// that shows something is copied. `Err` for bytes that already read as
+/// a mark (not base64: only an imported file can hold them), which would
+/// name a blob on the way back.
+fn blobs_apart(entry: &Entry, blobs: &mut Vec<Blob>) -> Result<Option<Entry>, ()> {
     use sha2::Digest;
     let shows = matches!(entry, Entry::Event { event, .. } | Entry::Item { event, .. }
         if matches!(&event.item, crate::journal::Item::FunctionCallOutput { guest, .. }
             if !guest.shown.is_empty()));
     if !shows {
-        return None;
+        return Ok(None);
     }
     let mut apart = entry.clone();
     let mut any = false;
     for data in blob_fields(&mut apart) {
+        if data.starts_with(BLOB_MARK) {
+            return Err(());
+        }
         if data.len() < MIN_BLOB {
             continue;
         }
@@ -183,7 +195,7 @@ fn blobs_apart(entry: &Entry, blobs: &mut Vec<Blob>) -> Option<Entry> {
         }
         any = true;
     }
-    any.then_some(apart)
+    Ok(any.then_some(apart))
 }
 
 /// The blobs of `rows`, each once.

@@ -697,6 +697,21 @@ async fn shown_bytes_are_kept_once_per_session_and_exported_whole(backend: Backe
         (count, bytes as usize),
         (2, data.len() + base64_len(8 * 1024))
     );
+    // A file whose shown bytes read as a blob's name (not base64) would
+    // name a blob on the way back: refused, nothing inserted.
+    let forged = text.replace(data.as_str(), &format!("sha256:{}", "0".repeat(64)));
+    let refused = match export_of(&forged) {
+        Ok(mut parsed) => {
+            parsed.session_id = "forged".into();
+            import_into(&other, &parsed).await.unwrap_err().to_string()
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(refused.contains("not base64"), "{refused}");
+    assert!(matches!(
+        other.read(Some("ann"), "forged").await,
+        Err(StoreError::NotFound { .. })
+    ));
 
     // An agent run whose calls show the same image: its snapshots (every
     // 4 records here) name it too, and a resume from one gives the model
