@@ -153,17 +153,30 @@ fn blob_fields(entry: &mut Entry) -> Vec<&mut String> {
     let crate::journal::Item::FunctionCallOutput { guest, .. } = &mut event.item else {
         return Vec::new();
     };
-    guest
-        .shown
-        .iter_mut()
-        .filter_map(|block| match block {
-            Shown::Image { data, .. } | Shown::Audio { data, .. } => Some(data),
-            Shown::Resource {
-                blob: Some(data), ..
-            } => Some(data),
-            _ => None,
-        })
-        .collect()
+    guest.shown.iter_mut().filter_map(bytes_of).collect()
+}
+
+/// The base64 text a shown block holds, if it holds bytes.
+fn bytes_of(block: &mut Shown) -> Option<&mut String> {
+    match block {
+        Shown::Image { data, .. } | Shown::Audio { data, .. } => Some(data),
+        Shown::Resource {
+            blob: Some(data), ..
+        } => Some(data),
+        _ => None,
+    }
+}
+
+/// Puts back each blob `fields` name from what `find` gives for its
+/// digest; the digest of one it lacks, if any.
+fn join(fields: Vec<&mut String>, find: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    for data in fields {
+        let Some(digest) = data.strip_prefix(BLOB_MARK) else {
+            continue;
+        };
+        *data = find(digest).ok_or_else(|| digest.to_owned())?;
+    }
+    Ok(())
 }
 
 /// `entry` with each blob of at least [`MIN_BLOB`] replaced by its mark,
@@ -220,13 +233,7 @@ fn snapshot_fields(snapshot: &mut crate::journal::Snapshot) -> Vec<&mut String> 
             _ => None,
         })
         .flatten()
-        .filter_map(|block| match block {
-            Shown::Image { data, .. } | Shown::Audio { data, .. } => Some(data),
-            Shown::Resource {
-                blob: Some(data), ..
-            } => Some(data),
-            _ => None,
-        })
+        .filter_map(bytes_of)
         .collect()
 }
 
@@ -268,16 +275,9 @@ pub(crate) fn snapshot_join(
     snapshot: &mut crate::journal::Snapshot,
     blobs: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), String> {
-    for data in snapshot_fields(snapshot) {
-        let Some(digest) = data.strip_prefix(BLOB_MARK) else {
-            continue;
-        };
-        let Some(blob) = blobs.get(digest) else {
-            return Err(digest.to_owned());
-        };
-        blob.clone_into(data);
-    }
-    Ok(())
+    join(snapshot_fields(snapshot), |digest| {
+        blobs.get(digest).cloned()
+    })
 }
 
 /// Gives `snapshot` the blobs (of `blobs`, all a read found) its body
@@ -329,16 +329,7 @@ fn join_blobs(
     entry: &mut Entry,
     blobs: &std::collections::HashMap<String, String>,
 ) -> Result<(), String> {
-    for data in blob_fields(entry) {
-        let Some(digest) = data.strip_prefix(BLOB_MARK) else {
-            continue;
-        };
-        let Some(blob) = blobs.get(digest) else {
-            return Err(digest.to_owned());
-        };
-        blob.clone_into(data);
-    }
-    Ok(())
+    join(blob_fields(entry), |digest| blobs.get(digest).cloned())
 }
 
 /// A session's row and journal, encoded for inserting.

@@ -450,34 +450,18 @@ async fn an_import_killed_at_any_point_leaves_all_or_nothing() {
     let mut left_nothing = 0;
     for (round, (point, reached)) in points.iter().enumerate() {
         // A fresh log each round, so its growth is this import's.
-        {
-            let conn = rusqlite::Connection::open(&db.spec).unwrap();
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-                .unwrap();
-        }
+        truncate_wal(&db.spec);
         let id = format!("copy-{round}");
-        let mut child = crate::support::airlock_command(
-            &[
-                "sessions",
-                "import",
-                path(&file),
-                "--as",
-                &id,
-                "--store",
-                &db.spec,
-            ],
-            &[],
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-        let pid = child.id();
-        while child.try_wait().unwrap().is_none() && !reached(pid) {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let _ = child.kill();
-        child.wait().unwrap();
+        let import = [
+            "sessions",
+            "import",
+            path(&file),
+            "--as",
+            &id,
+            "--store",
+            &db.spec,
+        ];
+        run_killed(&import, reached);
         let store = db.open().await;
         match store.read(None, &id).await {
             Err(StoreError::NotFound { .. }) => left_nothing += 1,

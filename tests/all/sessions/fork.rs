@@ -223,27 +223,12 @@ async fn a_fork_killed_at_any_point_is_whole_or_absent() {
     ];
     let mut left_nothing = 0;
     for (round, (point, reached)) in points.iter().enumerate() {
-        {
-            let conn = rusqlite::Connection::open(&db.spec).unwrap();
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-                .unwrap();
-        }
+        truncate_wal(&db.spec);
         let id = format!("copy-{round}");
-        let mut child = crate::support::airlock_command(
-            &[
-                "sessions", "fork", "big", "--at", "200", "--as", &id, "--store", &db.spec,
-            ],
-            &[],
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-        while child.try_wait().unwrap().is_none() && !reached() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let _ = child.kill();
-        child.wait().unwrap();
+        let fork = [
+            "sessions", "fork", "big", "--at", "200", "--as", &id, "--store", &db.spec,
+        ];
+        run_killed(&fork, &|_| reached());
         let store = db.open().await;
         match store.read(None, &id).await {
             Err(StoreError::NotFound { .. }) => left_nothing += 1,

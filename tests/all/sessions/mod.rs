@@ -207,6 +207,30 @@ fn sessions(store: &str, args: &[&str]) -> Output {
     airlock_with_env(&all, &[])
 }
 
+/// Empties the SQLite store's write-ahead log, so that its growth from
+/// here is the next command's.
+fn truncate_wal(file: &str) {
+    let conn = rusqlite::Connection::open(file).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+}
+
+/// Runs `airlock ARGS`, its output dropped, and SIGKILLs it once
+/// `reached(its pid)` says so (unless it ended first); then reaps it.
+fn run_killed(args: &[&str], reached: &dyn Fn(u32) -> bool) {
+    let mut child = crate::support::airlock_command(args, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    while child.try_wait().unwrap().is_none() && !reached(pid) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let _ = child.kill();
+    child.wait().unwrap();
+}
+
 /// `airlock run` on the vowels script and the example tools, on session
 /// `id` in `store` (a file or a URL).
 fn run_vowels(store: &str, id: &str, extra: &[&str]) -> Output {

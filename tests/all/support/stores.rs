@@ -95,11 +95,7 @@ impl TestStore {
             }
             Backend::Postgres => {
                 let sql = sql.replace("{p}", "airlock_");
-                let (client, connection) =
-                    tokio_postgres::connect(&self.spec, tokio_postgres::NoTls)
-                        .await
-                        .unwrap();
-                let driver = tokio::spawn(connection);
+                let (client, driver) = self.client().await;
                 client
                     .batch_execute(&sql)
                     .await
@@ -122,11 +118,7 @@ impl TestStore {
             }
             Backend::Postgres => {
                 let sql = sql.replace("{p}", "airlock_");
-                let (client, connection) =
-                    tokio_postgres::connect(&self.spec, tokio_postgres::NoTls)
-                        .await
-                        .unwrap();
-                let driver = tokio::spawn(connection);
+                let (client, driver) = self.client().await;
                 let value: i64 = client
                     .query_one(&sql, &[])
                     .await
@@ -137,6 +129,18 @@ impl TestStore {
                 value
             }
         }
+    }
+
+    /// A connection to the Postgres store behind Airlock's back, and the
+    /// task that drives it (it ends once the client is dropped).
+    async fn client(&self) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+        let (client, connection) = tokio_postgres::connect(&self.spec, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        (client, driver)
     }
 
     /// What the store reports as its location.
