@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use airlock::journal::Folded;
 use airlock::session::{SessionStore, SqliteStore};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::Peer;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::support::mcp::{
     Client, HttpServer, RawHttp, Watching, call_with, connect, connect_2026, connect_noting,
-    connect_with, http_client, policy, policy_spinning, serve_http, serve_http_with,
-    wait_for_changes, wait_for_note,
+    connect_with, deps, discovering, http_client, policy, policy_spinning, serve_http,
+    serve_http_with, wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -50,15 +50,6 @@ fn text(result: &CallToolResult) -> String {
         .as_str()
         .unwrap()
         .to_owned()
-}
-
-async fn deps(client: &Peer<RoleClient>) -> Value {
-    let read = client
-        .read_resource(ReadResourceRequestParams::new("airlock://session/deps"))
-        .await
-        .unwrap();
-    let doc = serde_json::to_value(&read.contents).unwrap();
-    serde_json::from_str(doc[0]["text"].as_str().unwrap()).unwrap()
 }
 
 /// Waits (up to 30 s) for a process to be gone.
@@ -670,22 +661,14 @@ async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stateless_revision_names_its_session_in_meta() {
     use rmcp::model::ProtocolVersion;
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::service::ClientServiceExt;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("stateless.db");
     let config = policy(dir.path());
     let server = serve_http(&config, db.to_str().unwrap());
     let url = server.url.clone();
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
-    let client = ()
-        .serve_with_lifecycle(
-            transport,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("server/discover");
+    let client = ().serve_with_lifecycle(transport, discovering()).await.expect("server/discover");
     let version = client.peer_info().unwrap().protocol_version.clone();
     assert_eq!(version, ProtocolVersion::V_2026_07_28);
     assert!(
@@ -1771,12 +1754,7 @@ async fn a_round_goes_on_after_a_restart_with_the_operators_state_key() {
             sampled: Default::default(),
         };
         use rmcp::service::ClientServiceExt;
-        handler.serve_with_lifecycle(
-            transport,
-            rmcp::ClientLifecycleMode::Discover {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            },
-        )
+        handler.serve_with_lifecycle(transport, discovering())
     };
     let client = start(&[key]).await.expect("discover");
     let first = client

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, GetTaskParams,
-    GetTaskResult, ReadResourceRequestParams, TaskPayload, TaskStatus, UpdateTaskParams,
+    GetTaskResult, TaskPayload, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::ClientServiceExt;
 use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
+use crate::support::mcp::{deps, discovering};
 use crate::support::{airlock_command, guest};
 
 /// A client of the 2026-07-28 revision that declares the tasks extension
@@ -46,12 +47,7 @@ async fn start(client: TaskClient, args: &[&str]) -> (Client, u32) {
     let transport = rmcp::transport::TokioChildProcess::new(command).expect("airlock mcp starts");
     let pid = transport.id().expect("the server has a pid");
     let client = client
-        .serve_with_lifecycle(
-            transport,
-            rmcp::ClientLifecycleMode::Discover {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            },
-        )
+        .serve_with_lifecycle(transport, discovering())
         .await
         .expect("discover");
     (client, pid)
@@ -96,15 +92,6 @@ fn result_of(task: &GetTaskResult) -> &serde_json::Map<String, Value> {
         TaskPayload::Completed { result } => result,
         other => panic!("not completed: {other:?}"),
     }
-}
-
-async fn deps(client: &Client) -> Value {
-    let read = client
-        .read_resource(ReadResourceRequestParams::new("airlock://session/deps"))
-        .await
-        .unwrap();
-    let doc = serde_json::to_value(&read.contents).unwrap();
-    serde_json::from_str(doc[0]["text"].as_str().unwrap()).unwrap()
 }
 
 fn kill9(pid: u32) {
@@ -254,12 +241,7 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
 async fn over_http(url: &str) -> Client {
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
     TaskClient { tasks: true }
-        .serve_with_lifecycle(
-            transport,
-            rmcp::ClientLifecycleMode::Discover {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            },
-        )
+        .serve_with_lifecycle(transport, discovering())
         .await
         .expect("discover over HTTP")
 }

@@ -141,9 +141,13 @@ fn ask_person(asked: &Asked) -> Answer {
 
 /// A progress report in words: `2 of 3: stroke 2 of 3`.
 pub(super) fn progress(done: f64, total: Option<f64>, message: Option<&str>) -> String {
-    let total = total.map_or(String::new(), |t| format!(" of {t}"));
-    let message = message.map_or(String::new(), |m| format!(": {}", field(m)));
-    format!("{done}{total}{message}")
+    let message = message.map(|m| field(m).into_owned());
+    airlock::sandbox::Progress {
+        done,
+        total,
+        message,
+    }
+    .to_string()
 }
 
 #[cfg(test)]

@@ -518,7 +518,8 @@ impl Sessions {
             // A call that may become a task goes through rmcp
             // ([`super::tasks`]).
             ClientRequest::CallToolRequest(call)
-                if !server.needs_client(&call.params.name) && !declares_tasks(meta) =>
+                if !server.needs_client(&call.params.name)
+                    && !super::tasks::declares_tasks(meta) =>
             {
                 Ok(self
                     .call(id, server, &call.params, meta, &request.id, caller)
@@ -646,13 +647,6 @@ impl Sessions {
             request: request.clone(),
         }
     }
-}
-
-/// Whether a request's own capabilities (`_meta`, the 2026-07-28
-/// revision's) declare the tasks extension.
-fn declares_tasks(meta: &RequestMetaObject) -> bool {
-    meta.client_capabilities()
-        .is_some_and(|caps| caps.supports_tasks())
 }
 
 /// How many notifications of a call may wait for a slow client before the

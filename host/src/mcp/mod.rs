@@ -466,8 +466,7 @@ impl McpServer {
     /// approve it, or to answer its questions. Over HTTP a call that does
     /// not is answered in its request's own task ([`http`]).
     fn needs_client(&self, name: &str) -> bool {
-        let needs = self.needs(name);
-        needs.approval || needs.person || needs.model
+        self.needs(name).any()
     }
 
     /// A `tools/call` of `caller` whose approval (if any) is given: on the
@@ -578,6 +577,13 @@ struct Needs {
     person: bool,
     /// Completions from its model (`sample`).
     model: bool,
+}
+
+impl Needs {
+    /// Whether it needs anything.
+    fn any(self) -> bool {
+        self.approval || self.person || self.model
+    }
 }
 
 /// Whether `caller` may see and call tool `name` of `host`: its token
@@ -926,14 +932,23 @@ impl ServerHandler for McpServer {
             return Ok(error_result(unknown).into());
         }
         let arguments = arguments_text(request.arguments.clone());
-        if self.may_be_task(&request.name, &context) {
+        let needs = self.needs(&request.name);
+        // A call of a tool that needs nothing of its client may become a
+        // task, when its client declares the extension (in the request,
+        // or at `initialize`).
+        if !needs.any()
+            && (tasks::declares_tasks(&context.meta)
+                || context
+                    .peer
+                    .peer_info()
+                    .is_some_and(|info| info.capabilities.supports_tasks()))
+        {
             return Ok(self.call_as_task(&request.name, arguments, &context).await);
         }
-        let needs = self.needs(&request.name);
         // A client of the 2026-07-28 revision takes the call's questions
         // (its approval first) as `input_required` results ([`rounds`]);
         // earlier ones, as requests of the server's mid-call.
-        let round = if (needs.approval || needs.person || needs.model)
+        let round = if needs.any()
             && context
                 .protocol_version()
                 .is_some_and(|version| !version.has_initialize())

@@ -47,21 +47,21 @@ use super::{McpServer, call_key, caller_of, error_result, tool_result};
 use crate::agent::KeyedCall;
 use crate::journal::{CallStatus, StoreError, now_ms};
 use crate::policy::TaskSettings;
-use crate::sandbox::{CallEvent, CancelToken};
+use crate::sandbox::{CallEvent, CancelToken, Progress};
 use crate::session::{CallKey, SessionError, SessionStore};
 use crate::tools::ToolCall;
 
-impl McpServer {
-    /// Whether a call of tool `name` in `context` may become a task: its
-    /// request declares the extension, and the tool needs nothing of its
-    /// client while it runs (an approval, a question, a completion).
-    pub(super) fn may_be_task(&self, name: &str, context: &RequestContext<RoleServer>) -> bool {
-        context
-            .client_capabilities()
-            .is_some_and(|caps| caps.supports_tasks())
-            && !self.needs_client(name)
-    }
+/// Whether a request's own capabilities (`_meta`, the 2026-07-28
+/// revision's) declare the tasks extension: one lookup in the request's
+/// JSON, nothing decoded (every call of such a client asks).
+pub(super) fn declares_tasks(meta: &rmcp::model::RequestMetaObject) -> bool {
+    meta.get("io.modelcontextprotocol/clientCapabilities")
+        .and_then(|caps| caps.get("extensions"))
+        .and_then(|extensions| extensions.get(rmcp::model::TASKS_EXTENSION_ID))
+        .is_some()
+}
 
+impl McpServer {
     /// Runs a call of tool `name` with `arguments` that may become a task:
     /// its result when it ends within [`TaskSettings::after`] (or before
     /// its intent is committed), else the task's handle, given once the
@@ -346,7 +346,12 @@ impl Tasks {
                 message,
             } = event
             {
-                *lock(&told) = Some(progress_text(done, total, message.as_deref()));
+                let report = Progress {
+                    done,
+                    total,
+                    message,
+                };
+                *lock(&told) = Some(report.to_string());
             }
         });
         let live = Live {
@@ -451,18 +456,6 @@ pub(super) fn failed(message: &str) -> TaskPayload {
         ("message".to_owned(), message.into()),
     ]);
     TaskPayload::Failed { error }
-}
-
-/// A progress report as one line: `2 of 3: stroke 2 of 3`.
-fn progress_text(done: f64, total: Option<f64>, message: Option<&str>) -> String {
-    let count = match total {
-        Some(total) => format!("{done} of {total}"),
-        None => format!("{done}"),
-    };
-    match message {
-        Some(message) => format!("{count}: {message}"),
-        None => count,
-    }
 }
 
 /// Milliseconds since the Unix epoch as ISO 8601 (UTC).

@@ -417,6 +417,21 @@ pub struct Progress {
 // an equivalence.
 impl Eq for Progress {}
 
+/// In words: `2 of 3: stroke 2 of 3` (the message as it is: a terminal
+/// escapes it first).
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.done)?;
+        if let Some(total) = self.total {
+            write!(f, " of {total}")?;
+        }
+        if let Some(message) = &self.message {
+            write!(f, ": {message}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The most `progress.report`s one call may make; the next fails it.
 pub const MAX_PROGRESS_REPORTS: u32 = 1000;
 

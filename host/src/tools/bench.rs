@@ -39,7 +39,7 @@ impl Host {
     pub async fn bench_raw_call(&self, ctx: &RunContext, call: &ToolCall) -> Result<(), CallError> {
         let (component, pre, mut store) = self.bench_store(call).await?;
         let view = push_view(&mut store, component, ctx, call, false)?;
-        match instantiate_and_call(&mut store, pre, view, &call.name, call).await {
+        match instantiate_and_call(&mut store, pre, view, call).await {
             Ok(_) => Ok(()),
             Err(e) => Err(classify(e, &store, &component.limits)),
         }
@@ -64,16 +64,7 @@ impl Host {
             Err(e) => return Err(classify(e, &store, &component.limits)),
         };
         let instantiated = Instant::now();
-        if let Err(e) = call_in(
-            &mut store,
-            pre,
-            &instance,
-            view,
-            &call.name,
-            &call.arguments,
-        )
-        .await
-        {
+        if let Err(e) = call_in(&mut store, pre, &instance, view, call).await {
             return Err(classify(e, &store, &component.limits));
         }
         let called = Instant::now();
@@ -106,16 +97,7 @@ impl Host {
         for _ in 0..n {
             let view = push_view(&mut store, component, ctx, call, false)?;
             let rep = view.rep();
-            if let Err(e) = call_in(
-                &mut store,
-                pre,
-                &instance,
-                view,
-                &call.name,
-                &call.arguments,
-            )
-            .await
-            {
+            if let Err(e) = call_in(&mut store, pre, &instance, view, call).await {
                 return Err(classify(e, &store, &component.limits));
             }
             // A reusing host frees each call's handles, as its table is
@@ -144,25 +126,23 @@ async fn instantiate_and_call(
     store: &mut wasmtime::Store<CallState>,
     pre: &AirlockPre,
     view: wasmtime::component::Resource<ContextView>,
-    name: &str,
     call: &ToolCall,
 ) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
     let instance = pre.instantiate_async(&mut *store).await?;
-    call_in(store, pre, &instance, view, name, &call.arguments).await
+    call_in(store, pre, &instance, view, call).await
 }
 
-/// The guest's `call` of tool `name` (as the component describes it) with
-/// `arguments` and `view`, in `instance` (one of `pre`'s).
+/// The guest's `call` of `call` (its tool as the component describes it,
+/// its arguments) with `view`, in `instance` (one of `pre`'s).
 async fn call_in(
     store: &mut wasmtime::Store<CallState>,
     pre: &AirlockPre,
     instance: &wasmtime::component::Instance,
     view: wasmtime::component::Resource<ContextView>,
-    name: &str,
-    arguments: &String,
+    call: &ToolCall,
 ) -> wasmtime::Result<Result<guest::ToolOutput, guest::ToolError>> {
     pre.exports()
         .tool(&mut *store, instance)?
-        .call_call(&mut *store, view, name, arguments)
+        .call_call(&mut *store, view, &call.name, &call.arguments)
         .await
 }

@@ -37,14 +37,29 @@ pub async fn connect_2026<H: rmcp::ClientHandler>(
     let command = tokio::process::Command::from(airlock_command(&all, &[]));
     let transport = rmcp::transport::TokioChildProcess::new(command).expect("airlock mcp starts");
     handler
-        .serve_with_lifecycle(
-            transport,
-            rmcp::ClientLifecycleMode::Discover {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-            },
-        )
+        .serve_with_lifecycle(transport, discovering())
         .await
         .expect("discover")
+}
+
+/// How a client of the 2026-07-28 revision starts: `server/discover`, no
+/// `initialize`.
+pub fn discovering() -> rmcp::ClientLifecycleMode {
+    rmcp::ClientLifecycleMode::Discover {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+    }
+}
+
+/// The session's deps, as the server's deps resource reads them.
+pub async fn deps(client: &Peer<RoleClient>) -> Value {
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "airlock://session/deps",
+        ))
+        .await
+        .unwrap();
+    let doc = serde_json::to_value(&read.contents).unwrap();
+    serde_json::from_str(doc[0]["text"].as_str().unwrap()).unwrap()
 }
 
 /// Starts `command` (an `airlock mcp` over stdio) and connects `handler`
