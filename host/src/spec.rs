@@ -339,3 +339,61 @@ pub struct Prompt {
     /// The conversation it starts.
     pub messages: Vec<(Role, Shown)>,
 }
+
+/// What a call read of the clocks and the random number generators
+/// (wasi:clocks, wasi:random), in the order it read them: journaled with
+/// the call, so that a replay ([`crate::agent::replay`]) gives the call
+/// exactly what it had. Only the sources the component imports are
+/// recorded; a component that imports none has an empty tape.
+///
+/// A random generator is kept as its seed: each call's generators are
+/// ChaCha20 (a cipher's stream: the same seed gives the same bytes in any
+/// Airlock), seeded from the operating system's generator. So however
+/// many bytes a call draws, its tape holds 32 bytes per generator, and
+/// whoever can read the journal can compute every random byte the call
+/// was given: a tool must not keep a secret made of them beyond the call.
+///
+/// Clocks are bounded per call: at most [`Tape::MAX_CLOCK_READS`] reads
+/// of each. A call that reads more goes on as before (it gets real
+/// time), and its tape says so in `past`: a replay reports it cannot be
+/// reproduced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tape {
+    /// `wasi:clocks/wall-clock.now` readings, nanoseconds since the Unix
+    /// epoch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wall: Vec<u64>,
+    /// `wasi:clocks/monotonic-clock.now` readings (also those that a
+    /// `subscribe-instant` makes), nanoseconds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub monotonic: Vec<u64>,
+    /// The seed of `wasi:random/random`'s ChaCha20 (32 bytes, base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random: Option<String>,
+    /// The seed of `wasi:random/insecure`'s ChaCha20 (32 bytes, base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure: Option<String>,
+    /// The value of `wasi:random/insecure-seed`, 32 hex digits (recorded
+    /// when the component imports it, whether or not it read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
+    /// What the call read past the bounds (or, played back, past what
+    /// was recorded): why it cannot be reproduced. `None`: it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub past: Option<String>,
+}
+
+impl Tape {
+    /// The most readings of each clock a tape keeps.
+    pub const MAX_CLOCK_READS: usize = 1024;
+
+    /// Whether nothing was read and nothing is said.
+    pub fn is_empty(&self) -> bool {
+        self.wall.is_empty()
+            && self.monotonic.is_empty()
+            && self.random.is_none()
+            && self.insecure.is_none()
+            && self.seed.is_none()
+            && self.past.is_none()
+    }
+}

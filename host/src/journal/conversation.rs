@@ -104,6 +104,10 @@ pub struct Captured {
     /// The completions the call asked the model for, and the replies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sampled: Vec<crate::spec::Sampled>,
+    /// What it read of the clocks and random numbers, for a replay
+    /// (`None`: nothing; boxed, as most calls have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tape: Option<Box<crate::spec::Tape>>,
 }
 
 /// One record a tool logged.

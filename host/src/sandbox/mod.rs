@@ -21,6 +21,7 @@ pub mod grants;
 mod limits;
 mod output;
 pub(crate) mod shown;
+mod tape;
 mod until;
 
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub(crate) use limits::{CallLimiter, ResourceHit};
 pub(crate) use output::Refusals;
 pub(crate) use output::{CapturedOutput, OutputLimitExceeded};
 pub use output::{GuestOutput, MAX_REFUSALS, Stream};
+pub(crate) use tape::Reel;
+pub(crate) use tape::Sources;
 pub(crate) use until::{Stop, until};
 
 /// How often the epoch advances. A call's deadline is checked on each tick,
@@ -328,6 +331,9 @@ struct CancelState {
     observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
     asker: Option<Asker>,
     sampler: Option<Sampler>,
+    /// The clock readings and random bytes the call is given, played
+    /// back from its journal (a replay); `None`: real ones, recorded.
+    played: Option<Arc<crate::spec::Tape>>,
 }
 
 /// A token's cancellation, shared by the tokens made with it.
@@ -372,6 +378,7 @@ impl std::fmt::Debug for CancelState {
             .field("observed", &self.observer.is_some())
             .field("asks", &self.asker.is_some())
             .field("samples", &self.sampler.is_some())
+            .field("replays", &self.played.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -483,8 +490,30 @@ impl CancelToken {
                 observer,
                 asker,
                 sampler,
+                played: None,
             }),
         }
+    }
+
+    /// A token that is not cancelled, for a call played back from its
+    /// journal: its clocks and random numbers read from `tape`, its
+    /// questions answered by `asker` and its requests for a completion by
+    /// `sampler` (as they were answered). Such a call is never given an
+    /// instance prepared ahead (it would have recorded its reads).
+    pub fn replaying(tape: crate::spec::Tape, asker: Asker, sampler: Sampler) -> Self {
+        Self {
+            inner: Arc::new(CancelState {
+                asker: Some(asker),
+                sampler: Some(sampler),
+                played: Some(Arc::new(tape)),
+                ..CancelState::default()
+            }),
+        }
+    }
+
+    /// What the call's clocks and random numbers play back, for a replay.
+    pub(crate) fn played(&self) -> Option<&Arc<crate::spec::Tape>> {
+        self.inner.played.as_ref()
     }
 
     /// Who answers the call's requests for a completion, if anyone.
@@ -567,6 +596,8 @@ pub struct CallState {
     pub(crate) sampled: Vec<crate::spec::Sampled>,
     /// What it is granted: what it may show, ask and sample too.
     pub(crate) grants: Arc<Grants>,
+    /// Its clock readings and random bytes (`None`: it imports neither).
+    reel: Option<Reel>,
 }
 
 impl std::fmt::Debug for CallState {
@@ -581,10 +612,13 @@ impl std::fmt::Debug for CallState {
 impl CallState {
     /// State for a call under `limits`, starting now, with exactly `grants`:
     /// with none, no preopened directories, no environment, no network (no
-    /// HTTP, no sockets), and an empty stdin.
+    /// HTTP, no sockets), and an empty stdin. The clocks and random
+    /// numbers of `sources` (what the component imports) are recorded, or
+    /// played back when `cancel` replays a call.
     pub(crate) fn new(
         limits: &Limits,
         grants: &Arc<Grants>,
+        sources: Sources,
         admitted: Admitted,
         cancel: CancelToken,
     ) -> Result<Self, GrantError> {
@@ -597,8 +631,19 @@ impl CallState {
             wasi: &mut wasi,
             secrets: Vec::new(),
         };
-        grants.prepare(&mut setup)?;
+        let played = cancel.played().cloned();
+        let replaying = played.is_some();
+        grants.prepare(&mut setup, replaying)?;
         let secrets = setup.secrets;
+        let reel = Reel::arm(&mut wasi, sources, played);
+        // A replay always has a reel: where what it cannot reproduce is
+        // noted.
+        let replayed = reel.clone().filter(|_| replaying);
+        if let Some(reel) = &replayed
+            && !grants.dirs.is_empty()
+        {
+            reel.short("is granted directories, whose files are not recorded");
+        }
         let refusals = Refusals::default();
         // What the host holds for the guest is bounded like its memory:
         // this many resources at once, each buffer capped so that together
@@ -611,7 +656,13 @@ impl CallState {
             wasi: wasi.build(),
             table,
             http,
-            http_hooks: HttpHooks::new(Arc::clone(grants), secrets, deadline, refusals.clone()),
+            http_hooks: HttpHooks::new(
+                Arc::clone(grants),
+                secrets,
+                deadline,
+                refusals.clone(),
+                replayed,
+            ),
             refusals,
             limiter: CallLimiter::new(limits),
             stdout,
@@ -627,6 +678,7 @@ impl CallState {
             asked: Vec::new(),
             sampled: Vec::new(),
             grants: Arc::clone(grants),
+            reel,
         })
     }
 
@@ -660,6 +712,7 @@ impl CallState {
             asked: std::mem::take(&mut self.asked),
             sampled: std::mem::take(&mut self.sampled),
             progress: std::mem::take(&mut self.progress),
+            tape: self.reel.as_ref().map(Reel::take).unwrap_or_default(),
         }
     }
 }

@@ -43,6 +43,9 @@ pub struct GuestOutput {
     /// [`MAX_PROGRESS_REPORTS`](super::MAX_PROGRESS_REPORTS)); shown by
     /// `airlock call`, never journaled.
     pub progress: Vec<super::Progress>,
+    /// What it read of the clocks and random numbers, journaled so that
+    /// a replay gives it the same; played back, what ran short.
+    pub tape: crate::spec::Tape,
 }
 
 impl GuestOutput {

@@ -52,7 +52,7 @@ use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
 use super::bindings::{Exports, tool};
-use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, ToolGate};
+use crate::sandbox::{CallState, CancelToken, Grants, Limits, Sandbox, Sources, ToolGate};
 
 /// The shortest instantiation worth doing ahead of demand: a Python
 /// tool's takes about 90 µs, a JavaScript tool's 7 µs, a Rust or C
@@ -108,6 +108,7 @@ pub(crate) struct Ahead {
     indices: Option<Exports>,
     limits: Limits,
     grants: Arc<Grants>,
+    sources: Sources,
     gate: Arc<ToolGate>,
     state: Mutex<State>,
     /// Set when instantiating ahead failed: the component is not prepared
@@ -158,6 +159,7 @@ impl Ahead {
         indices: Option<Exports>,
         limits: &Limits,
         grants: &Arc<Grants>,
+        sources: Sources,
         gate: &Arc<ToolGate>,
     ) -> Arc<Self> {
         let target = if grants.is_none() {
@@ -172,6 +174,7 @@ impl Ahead {
             indices,
             limits: limits.clone(),
             grants: Arc::clone(grants),
+            sources,
             gate: Arc::clone(gate),
             state: Mutex::default(),
             failed: AtomicBool::new(false),
@@ -422,8 +425,14 @@ impl Ahead {
             .admission()
             .try_admit(&self.gate)
             .ok_or(Skip::NoRoom)?;
-        let state = CallState::new(&self.limits, &self.grants, admitted, CancelToken::new())
-            .map_err(|e| failed(&e))?;
+        let state = CallState::new(
+            &self.limits,
+            &self.grants,
+            self.sources,
+            admitted,
+            CancelToken::new(),
+        )
+        .map_err(|e| failed(&e))?;
         let mut store = self.sandbox.store(state).map_err(|e| failed(&e))?;
         // Bounded as a call's instantiation is: the store's deadline stops
         // running wasm at the tool's timeout. Nothing is granted, so there

@@ -26,6 +26,7 @@ impl Host {
             .new_store(
                 &component.limits,
                 &component.grants,
+                component.sources,
                 &component.gate,
                 CancelToken::new(),
             )

@@ -19,7 +19,7 @@ use super::{
 use crate::context::{JsonType, OpKind, ParsedOutput, RunContext, WireOp, parse_output};
 use crate::sandbox::{
     CallState, CancelToken, Grants, GuestOutput, ImportMisused, Limits, OutputLimitExceeded,
-    ResourceHit, Stop, ToolGate, until,
+    ResourceHit, Sources, Stop, ToolGate, until,
 };
 
 /// A call that ran without changing the context ([`Host::run_only`]).
@@ -203,6 +203,7 @@ impl Host {
         &self,
         limits: &Limits,
         grants: &Arc<Grants>,
+        sources: Sources,
         gate: &ToolGate,
         cancel: CancelToken,
     ) -> Result<Store<CallState>, CallError> {
@@ -214,7 +215,7 @@ impl Host {
             })
             .await
             .map_err(CallError::Busy)?;
-        let state = CallState::new(limits, grants, admitted, cancel)?;
+        let state = CallState::new(limits, grants, sources, admitted, cancel)?;
         self.sandbox
             .store(state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))
@@ -278,7 +279,13 @@ impl Run<'_> {
     pub(super) async fn store(&self) -> Result<(Store<CallState>, Option<Instance>), CallFailure> {
         let component = self.component;
         let ahead = &component.ahead;
-        if let Some(fresh) = ahead.take() {
+        // A replayed call's reads are played back from its start: never
+        // an instance that recorded its own.
+        let fresh = match self.cancel.played() {
+            None => ahead.take(),
+            Some(_) => None,
+        };
+        if let Some(fresh) = fresh {
             let Fresh {
                 mut store,
                 instance,
@@ -293,6 +300,7 @@ impl Run<'_> {
         let admitted = self.host.new_store(
             &component.limits,
             &component.grants,
+            component.sources,
             &component.gate,
             self.cancel.clone(),
         );

@@ -23,8 +23,8 @@ use super::{CallError, Host, Kind, LoadError, LoadedComponent, Target, guest};
 use crate::context::{KeyAccess, KeyRules};
 use crate::policy::{Approval, ToolConfig, ToolPolicy};
 use crate::sandbox::{
-    CacheOutcome, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox, ToolGate,
-    UnsafeCache, until,
+    CacheOutcome, CancelToken, CompileFailure, FileStamp, Grants, Limits, Sandbox, Sources,
+    ToolGate, UnsafeCache, until,
 };
 use crate::spec::{
     MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TOOLS, MAX_TOTAL_SCHEMA_BYTES, ToolSpec,
@@ -376,6 +376,7 @@ impl Host {
             }
             let grants = Arc::new(prepared.grants);
             let gate = Arc::new(prepared.gate);
+            let sources = Sources::of(&prepared.component, self.sandbox.engine());
             let ahead = match &prepared.kind {
                 // `None` is a plain component's.
                 Kind::Airlock(pre) => Ahead::new(
@@ -384,11 +385,18 @@ impl Host {
                     Some(pre.exports().clone()),
                     &prepared.limits,
                     &grants,
+                    sources,
                     &gate,
                 ),
-                Kind::Plain(pre) => {
-                    Ahead::new(&self.sandbox, pre, None, &prepared.limits, &grants, &gate)
-                }
+                Kind::Plain(pre) => Ahead::new(
+                    &self.sandbox,
+                    pre,
+                    None,
+                    &prepared.limits,
+                    &grants,
+                    sources,
+                    &gate,
+                ),
             };
             if let Some(took) = prepared.instantiated {
                 ahead.instantiated(took);
@@ -414,6 +422,7 @@ impl Host {
                 gate,
                 ahead,
                 offers: prepared.offers,
+                sources,
             });
             let index = self.components.len();
             for spec in &component.specs {
@@ -462,7 +471,13 @@ impl Host {
     ) -> Result<(Described, Duration), CallError> {
         // `describe` runs with nothing granted, whatever the tool's grants.
         let mut store = self
-            .new_store(limits, &Arc::new(Grants::none()), gate, CancelToken::new())
+            .new_store(
+                limits,
+                &Arc::new(Grants::none()),
+                Sources::default(),
+                gate,
+                CancelToken::new(),
+            )
             .await?;
         let deadline = timer_deadline(&store);
         let run = async {

@@ -36,7 +36,7 @@ use crate::journal::{CallEnd, Captured, CapturedLog};
 use crate::policy::{Approval, Policy};
 use crate::sandbox::{
     CacheOutcome, CallState, CompileCache, Grants, GuestOutput, Limits, LogLevel, LogRecord,
-    Sandbox, SandboxConfig, ToolGate,
+    Sandbox, SandboxConfig, Sources, ToolGate,
 };
 pub use crate::spec::ToolCall;
 use crate::spec::ToolSpec;
@@ -96,6 +96,7 @@ fn captured(output: &GuestOutput) -> Captured {
         shown: output.shown.clone(),
         asked: output.asked.clone(),
         sampled: output.sampled.clone(),
+        tape: (!output.tape.is_empty()).then(|| Box::new(output.tape.clone())),
     }
 }
 
@@ -119,6 +120,7 @@ pub(crate) fn guest_output(captured: &Captured) -> GuestOutput {
         sampled: captured.sampled.clone(),
         // Progress is not journaled.
         progress: Vec::new(),
+        tape: captured.tape.as_deref().cloned().unwrap_or_default(),
     }
 }
 
@@ -167,6 +169,9 @@ pub struct LoadedComponent {
     ahead: Arc<ahead::Ahead>,
     /// Its resources and prompts (none for a plain component).
     offers: serve::Offers,
+    /// The clocks and random generators it imports (what its calls'
+    /// tapes record).
+    sources: Sources,
 }
 
 impl std::fmt::Debug for LoadedComponent {

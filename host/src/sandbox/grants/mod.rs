@@ -89,8 +89,21 @@ impl Grants {
 
     /// Step 3 for every grant, for one call. Fails (and the call with it)
     /// if a grant cannot be honoured now: a granted directory that is
-    /// gone, a secret whose variable is unset.
-    pub(crate) fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
+    /// gone, a secret whose variable is unset. A `replayed` call (one
+    /// played back from its journal, which must change nothing outside
+    /// it) gets no directory and no secret: its HTTP requests are refused
+    /// too ([`HttpHooks`]).
+    pub(crate) fn prepare(
+        &self,
+        call: &mut CallSetup<'_>,
+        replayed: bool,
+    ) -> Result<(), GrantError> {
+        if replayed {
+            for env in &self.env {
+                env.prepare(call)?;
+            }
+            return Ok(());
+        }
         for dir in &self.dirs {
             dir.prepare(call)?;
         }

@@ -36,7 +36,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use super::{CallSetup, Capability, GrantError, Grants, HostPattern, HttpGrant};
 use crate::policy::grants::Scheme;
-use crate::sandbox::{CallState, Refusals};
+use crate::sandbox::{CallState, Reel, Refusals};
 
 impl Capability for HttpGrant {
     /// Links `wasi:http/outgoing-handler` and its types. Every request goes
@@ -83,6 +83,8 @@ pub(crate) struct HttpHooks {
     connections: Option<Arc<Semaphore>>,
     /// Where a refused request is noted, with why, for the call's output.
     refusals: Refusals,
+    /// A replayed call's reel: every request is refused and noted there.
+    replayed: Option<Reel>,
 }
 
 impl HttpHooks {
@@ -91,6 +93,7 @@ impl HttpHooks {
         secrets: Vec<ResolvedSecret>,
         deadline: Instant,
         refusals: Refusals,
+        replayed: Option<Reel>,
     ) -> Self {
         Self {
             grants,
@@ -99,6 +102,7 @@ impl HttpHooks {
             requests: 0,
             connections: None,
             refusals,
+            replayed,
         }
     }
 
@@ -119,6 +123,12 @@ impl WasiHttpHooks for HttpHooks {
     ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>
     {
         drop(fut);
+        if let Some(reel) = &self.replayed {
+            reel.short("sends HTTP requests, which are not recorded");
+            self.refusals
+                .note("HTTP request not sent: a replayed call sends none".to_owned());
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
         let grant = &self.grants.http;
         self.requests = self.requests.saturating_add(1);
         let permit = if self.requests > grant.max_requests {
