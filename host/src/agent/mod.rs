@@ -13,6 +13,7 @@
 //! either case.
 
 mod direct;
+pub mod replay;
 mod turn;
 
 pub(crate) use direct::KeyedCall;

@@ -10,6 +10,7 @@ mod call;
 mod inspect;
 mod mcp;
 mod oci;
+mod replay;
 mod run;
 mod sessions;
 mod terminal;
@@ -144,6 +145,9 @@ enum Command {
     /// The session store: list, show, export, import, remove sessions.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Replay the journaled calls of a tool against another version of it
+    /// and show what differs (nothing is written).
+    Replay(replay::ReplayArgs),
     /// Fetch components named by reference into the local store, check
     /// their signatures, and pin them in airlock.lock.
     Pull(oci::PullArgs),
@@ -162,6 +166,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Run(args) => run::run(args).await,
         Command::Mcp(args) => mcp::run(args).await,
         Command::Sessions(command) => sessions::run(command).await,
+        Command::Replay(args) => replay::run(args).await,
         Command::Pull(args) => oci::pull(args).await,
         Command::Push(args) => oci::push(args).await,
         Command::Sign(args) => oci::sign(args).await,

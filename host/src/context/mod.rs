@@ -153,6 +153,12 @@ impl RunContext {
         &self.run_id
     }
 
+    /// The same context under run `id` (a replayed call's own run).
+    pub(crate) fn with_run_id(mut self, id: String) -> Self {
+        self.run_id = id;
+        self
+    }
+
     /// Starts a new run on this context: a fresh run id, and the iteration
     /// count back to 0. Deps, ids of the session and user, and usage
     /// totals carry on. The agent loop calls it at the start of every run,

@@ -308,6 +308,10 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// The owner's sessions, most recently updated first.
     fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>>;
 
+    /// Every owner that has a session (`None`: the anonymous bucket), in
+    /// order: what an operator's command over all users goes through.
+    fn owners(&self) -> Reply<'_, Vec<Option<String>>>;
+
     /// Creates a whole session at once (an import) in one transaction,
     /// its records taken a page at a time from `records` (which must
     /// number them 1, 2, 3, ...): a session of any length is inserted in

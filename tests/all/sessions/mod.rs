@@ -23,6 +23,7 @@ mod calls;
 mod export;
 mod fork;
 mod leases;
+mod replay;
 mod retention;
 mod secrets;
 mod store;
@@ -467,6 +468,9 @@ impl SessionStore for Counting {
         owner: Option<&'a str>,
     ) -> airlock::session::Reply<'a, Vec<airlock::session::SessionSummary>> {
         self.inner.list(owner)
+    }
+    fn owners(&self) -> airlock::session::Reply<'_, Vec<Option<String>>> {
+        self.inner.owners()
     }
     fn insert<'a>(
         &'a self,

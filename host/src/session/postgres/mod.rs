@@ -726,6 +726,19 @@ impl SessionStore for PostgresStore {
         Box::pin(self.read_span(page.owner, page.session_id, Span::page(&page)))
     }
 
+    fn owners(&self) -> Reply<'_, Vec<Option<String>>> {
+        Box::pin(self.run(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT DISTINCT owner FROM airlock_sessions ORDER BY owner",
+                    &[],
+                )
+                .await?;
+            Ok(rows.into_iter().map(|row| owner_of(row.get(0))).collect())
+        }))
+    }
+
     fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>> {
         Box::pin(self.run(async move {
             let owner = owner_key(owner);

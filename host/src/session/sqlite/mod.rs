@@ -661,6 +661,16 @@ impl SessionStore for SqliteStore {
         self.read_span(page.owner, page.session_id, Span::page(&page))
     }
 
+    fn owners(&self) -> Reply<'_, Vec<Option<String>>> {
+        self.run(move |conn| {
+            let mut query =
+                conn.prepare_cached("SELECT DISTINCT owner FROM sessions ORDER BY owner")?;
+            let rows = query.query_map([], |row| row.get::<_, String>(0))?;
+            let keys = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(keys.into_iter().map(owner_of).collect())
+        })
+    }
+
     fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>> {
         let owner = owner_key(owner);
         self.run(move |conn| {

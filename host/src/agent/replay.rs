@@ -1,0 +1,567 @@
+//! Replaying a session's calls against another version of their tools
+//! ([`Session::replay`]): what a new version would have done on the
+//! sessions the old one served.
+//!
+//! Each journaled call of the named tools runs again in a fresh sandbox,
+//! with the context view it had (deps as they were before it, its run,
+//! session and user ids, metadata, usage, iteration and retry count), its
+//! clocks and random numbers played back from its
+//! [`Tape`](crate::spec::Tape), and its
+//! questions and requests for a completion answered as they were. The
+//! result and the ops are compared with what the journal holds. Nothing
+//! is written: not to the session, and not outside the sandbox (a
+//! replayed call gets no directory, no secret, and no HTTP request is
+//! sent; a call that needs one cannot be reproduced, and says why).
+//!
+//! The journal is read a page at a time and folded as it goes (deps and
+//! usage, the calls asked for and not yet answered), so memory is bounded
+//! by the deps and the calls in flight, not by the journal's size. Calls
+//! run on the runtime's threads, at most `parallel` at once; they are
+//! reported in the journal's order.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::context::{ContextOp, ContextRules, RunContext, Usage};
+use crate::journal::secrets::{scrub_ops, scrub_value};
+use crate::journal::{CallEnd, CallStatus, Captured, Entry, Item, Record, StoreError};
+use crate::sandbox::{Asker, CancelToken, Sampler};
+use crate::session::{Page, Session, SessionHeader, SessionStore};
+use crate::spec::{Answer, SampleReply, ToolCall};
+use crate::tools::{CallFailure, CallOutcome, Host, call_end};
+
+/// What to replay: the calls of `tools` in one session.
+#[derive(Debug, Clone, Copy)]
+pub struct Replay<'a> {
+    /// The session's owner (`None`: the anonymous bucket).
+    pub owner: Option<&'a str>,
+    /// The session.
+    pub session_id: &'a str,
+    /// The tools whose calls run again (by the names the journal has).
+    pub tools: &'a BTreeSet<String>,
+    /// How many calls run at once (at least 1).
+    pub parallel: usize,
+}
+
+/// One call, replayed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Replayed {
+    /// Its session.
+    pub session_id: String,
+    /// The number of its output's record.
+    pub seq: u64,
+    /// Its id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments as journaled, secret-looking keys removed.
+    pub arguments: Value,
+    /// How the replay compares with the journal.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// How a replayed call compares with its journal.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The same status, result (or error text) and ops.
+    Same,
+    /// Something differs.
+    Different {
+        /// What the journal holds.
+        recorded: Ended,
+        /// What the replay gave.
+        replayed: Ended,
+    },
+    /// The call completed when it was made; replayed, it fails.
+    Failed {
+        /// What the journal holds.
+        recorded: Ended,
+        /// What the failure says.
+        error: String,
+    },
+    /// The replay cannot be a reproduction: the call read more than was
+    /// recorded (a clock past the tape's bound, files, HTTP), or asked
+    /// more than it was answered.
+    CannotReproduce {
+        /// Why.
+        why: String,
+    },
+}
+
+impl Verdict {
+    /// Its name: `same`, `different`, `failed`, `cannot_reproduce`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Same => "same",
+            Verdict::Different { .. } => "different",
+            Verdict::Failed { .. } => "failed",
+            Verdict::CannotReproduce { .. } => "cannot_reproduce",
+        }
+    }
+}
+
+/// How a call ended, as compared: its status, its result (the error
+/// text, as a string, for a failure) and its ops (hidden and
+/// secret-looking keys removed, as the journal keeps them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ended {
+    /// `completed` or `failed`.
+    pub status: CallStatus,
+    /// The result, or the error text.
+    pub result: Value,
+    /// The ops, in order.
+    pub ops: Vec<ContextOp>,
+}
+
+/// How many calls of each verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReplaySummary {
+    /// Replayed and the same.
+    pub same: u64,
+    /// Replayed and different.
+    pub different: u64,
+    /// Completed when made, failing now.
+    pub failed: u64,
+    /// Not reproducible.
+    pub cannot_reproduce: u64,
+    /// Calls of the tools that were not replayed: rejected, cancelled or
+    /// interrupted when made (they did not run to an end).
+    pub skipped: u64,
+}
+
+impl ReplaySummary {
+    /// Counts one verdict.
+    pub fn count(&mut self, verdict: &Verdict) {
+        let n = match verdict {
+            Verdict::Same => &mut self.same,
+            Verdict::Different { .. } => &mut self.different,
+            Verdict::Failed { .. } => &mut self.failed,
+            Verdict::CannotReproduce { .. } => &mut self.cannot_reproduce,
+        };
+        *n += 1;
+    }
+
+    /// Adds another summary's counts.
+    pub fn add(&mut self, other: &ReplaySummary) {
+        self.same += other.same;
+        self.different += other.different;
+        self.failed += other.failed;
+        self.cannot_reproduce += other.cannot_reproduce;
+        self.skipped += other.skipped;
+    }
+
+    /// Calls replayed.
+    pub fn replayed(&self) -> u64 {
+        self.same + self.different + self.failed + self.cannot_reproduce
+    }
+}
+
+/// Why a session could not be replayed. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The store failed, or has no such session.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A record does not fold (the store holds what Airlock did not
+    /// write).
+    #[error("session {session_id}, record {seq}: {problem}")]
+    Damaged {
+        /// The session.
+        session_id: String,
+        /// The record.
+        seq: u64,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// How many records a page of the journal holds.
+const PAGE: u64 = 512;
+
+impl Session {
+    /// Replays the calls of `replay.tools` in session `replay.session_id`
+    /// against `host`'s components of those tools (see the module
+    /// documentation), handing each to `each` in the journal's order.
+    /// `host`'s context rules scrub the replayed ops as the journal's were.
+    ///
+    /// Cost: one read per page of the journal; one sandboxed call per
+    /// replayed call, `replay.parallel` at once; a copy of the deps per
+    /// call of the tools that is followed by ops.
+    pub async fn replay(
+        store: &dyn SessionStore,
+        host: &Arc<Host>,
+        replay: Replay<'_>,
+        mut each: impl FnMut(Replayed),
+    ) -> Result<ReplaySummary, ReplayError> {
+        let parallel = replay.parallel.max(1);
+        let mut summary = ReplaySummary::default();
+        let mut follow: Option<Follow> = None;
+        let mut running: VecDeque<Running> = VecDeque::new();
+        let mut after = 0;
+        loop {
+            let page = Page {
+                owner: replay.owner,
+                session_id: replay.session_id,
+                after,
+                limit: PAGE,
+            };
+            let read = store.read_page(page).await?;
+            let follow = follow.get_or_insert_with(|| Follow::new(&read.header, replay.tools));
+            let Some(last) = read.records.last().map(|r| r.seq) else {
+                if let Some(job) = follow.pending.take() {
+                    running.push_back(Running::start(host, job));
+                }
+                break;
+            };
+            after = last;
+            for record in read.records {
+                let job = follow
+                    .absorb(record)
+                    .map_err(|(seq, problem)| ReplayError::Damaged {
+                        session_id: replay.session_id.to_owned(),
+                        seq,
+                        problem,
+                    })?;
+                if let Some(job) = job {
+                    running.push_back(Running::start(host, job));
+                }
+                while running.len() >= parallel {
+                    if let Some(call) = running.pop_front() {
+                        call.report(&mut summary, &mut each).await;
+                    }
+                }
+            }
+        }
+        while let Some(call) = running.pop_front() {
+            call.report(&mut summary, &mut each).await;
+        }
+        summary.skipped = follow.map_or(0, |f| f.skipped);
+        Ok(summary)
+    }
+}
+
+/// The journal folded as far as it was read: what a call's view needs.
+struct Follow<'a> {
+    /// Deps, ids and metadata; usage and iteration as last committed.
+    ctx: RunContext,
+    tools: &'a BTreeSet<String>,
+    /// Calls of the tools asked for and not yet answered: id → (the
+    /// call, its iteration, its run).
+    asked: HashMap<String, (ToolCall, u32, String)>,
+    /// Failed calls per (run, tool) so far: the retry count a call of
+    /// the model sees.
+    failures: HashMap<(String, String), u32>,
+    /// A call whose output was read, waiting for its ops (the next
+    /// record, when it has any).
+    pending: Option<Job>,
+    skipped: u64,
+}
+
+impl<'a> Follow<'a> {
+    fn new(header: &SessionHeader, tools: &'a BTreeSet<String>) -> Self {
+        let mut ctx = RunContext::default().with_session_id(&header.session_id);
+        if let Some(user) = &header.user_id {
+            ctx = ctx.with_user_id(user);
+        }
+        for (key, value) in &header.metadata {
+            ctx = ctx.with_metadata(key, value);
+        }
+        Self {
+            ctx,
+            tools,
+            asked: HashMap::new(),
+            failures: HashMap::new(),
+            pending: None,
+            skipped: 0,
+        }
+    }
+
+    /// Folds one record; a call ready to run, if this record completes
+    /// one. A record that does not fold: its number and why.
+    fn absorb(&mut self, record: Record) -> Result<Option<Job>, (u64, String)> {
+        let seq = record.seq;
+        let damaged = |problem: String| (seq, problem);
+        let mut ready = None;
+        if let Some(mut job) = self.pending.take() {
+            match record.entry.event().map(|e| &e.item) {
+                Some(Item::ContextUpdate { call_id, ops }) if *call_id == job.call.id => {
+                    job.recorded.ops = ops.clone();
+                }
+                _ => {}
+            }
+            ready = Some(job);
+        }
+        match record.entry {
+            Entry::Deps { deps } => *self.ctx.deps_mut() = deps,
+            Entry::Usage { usage, iteration } => {
+                self.ctx.usage = usage;
+                self.ctx.iteration = iteration;
+            }
+            Entry::Message { .. } => {}
+            Entry::Event { event, .. } | Entry::Item { event, .. } => match event.item {
+                Item::FunctionCall {
+                    call, iteration, ..
+                } if self.tools.contains(&call.name) => {
+                    self.asked
+                        .insert(call.id.clone(), (call, iteration, event.run_id));
+                }
+                Item::FunctionCallOutput {
+                    call_id,
+                    name,
+                    status,
+                    output,
+                    guest,
+                    ..
+                } => {
+                    let asked = self.asked.remove(&call_id);
+                    if let Some((call, iteration, run_id)) = asked {
+                        if matches!(status, CallStatus::Completed | CallStatus::Failed) {
+                            self.pending =
+                                Some(self.job(seq, call, iteration, run_id, status, output, guest));
+                        } else {
+                            self.skipped += 1;
+                        }
+                    }
+                    if status == CallStatus::Failed {
+                        *self.failures.entry((event.run_id, name)).or_default() += 1;
+                    }
+                }
+                Item::ContextUpdate { ops, .. } => {
+                    crate::context::replay(self.ctx.deps_mut(), &ops)
+                        .map_err(|e| damaged(e.to_string()))?;
+                }
+                _ => {}
+            },
+        }
+        Ok(ready)
+    }
+
+    /// The call whose output is record `seq`, with the view it had.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the fields of one journaled call"
+    )]
+    fn job(
+        &self,
+        seq: u64,
+        mut call: ToolCall,
+        iteration: u32,
+        run_id: String,
+        status: CallStatus,
+        output: String,
+        guest: Captured,
+    ) -> Job {
+        // The model's calls (iteration 1 on) see their tool's failures
+        // in the run so far; a direct call sees 0.
+        if iteration > 0 {
+            let key = (run_id.clone(), call.name.clone());
+            call.retry = self.failures.get(&key).copied().unwrap_or(0);
+        }
+        let mut ctx = self.ctx.clone().with_run_id(run_id);
+        ctx.iteration = iteration;
+        // The call counted itself before it ran; the count was committed
+        // with its output.
+        ctx.usage = Usage {
+            tool_calls: ctx.usage.tool_calls.saturating_add(1),
+            ..ctx.usage
+        };
+        let result = match status {
+            CallStatus::Completed => serde_json::from_str(&output).unwrap_or(Value::String(output)),
+            _ => Value::String(output),
+        };
+        Job {
+            seq,
+            call,
+            ctx,
+            recorded: Ended {
+                status,
+                result,
+                ops: Vec::new(),
+            },
+            guest,
+        }
+    }
+}
+
+/// A call to run again.
+struct Job {
+    seq: u64,
+    call: ToolCall,
+    /// The view it had.
+    ctx: RunContext,
+    /// How it ended (its ops filled in once read).
+    recorded: Ended,
+    /// What it wrote, read and was answered.
+    guest: Captured,
+}
+
+/// A replay in flight.
+struct Running {
+    session_id: String,
+    seq: u64,
+    call_id: String,
+    tool: String,
+    arguments: Value,
+    task: tokio::task::JoinHandle<Verdict>,
+}
+
+impl Running {
+    fn start(host: &Arc<Host>, job: Job) -> Self {
+        let mut arguments = serde_json::from_str(&job.call.arguments)
+            .unwrap_or_else(|_| Value::String(job.call.arguments.clone()));
+        scrub_value(&mut arguments);
+        Self {
+            session_id: job.ctx.session_id().to_owned(),
+            seq: job.seq,
+            call_id: job.call.id.clone(),
+            tool: job.call.name.clone(),
+            arguments,
+            task: tokio::spawn(run(Arc::clone(host), job)),
+        }
+    }
+
+    async fn report(self, summary: &mut ReplaySummary, each: &mut impl FnMut(Replayed)) {
+        let verdict = self
+            .task
+            .await
+            .unwrap_or_else(|e| Verdict::CannotReproduce {
+                why: format!("the replay stopped: {e}"),
+            });
+        summary.count(&verdict);
+        each(Replayed {
+            session_id: self.session_id,
+            seq: self.seq,
+            call_id: self.call_id,
+            tool: self.tool,
+            arguments: self.arguments,
+            verdict,
+        });
+    }
+}
+
+/// Runs `job` again and compares.
+async fn run(host: Arc<Host>, job: Job) -> Verdict {
+    let Job {
+        call,
+        mut ctx,
+        recorded,
+        guest,
+        ..
+    } = job;
+    let tape = guest.tape.map(|tape| *tape).unwrap_or_default();
+    if let Some(past) = &tape.past {
+        return Verdict::CannotReproduce {
+            why: format!("it {past} when it ran"),
+        };
+    }
+    let short: Arc<Mutex<Option<String>>> = Arc::default();
+    let cancel = CancelToken::replaying(
+        tape,
+        answers(guest.asked, Arc::clone(&short)),
+        replies(guest.sampled, Arc::clone(&short)),
+    );
+    let ran = host.run_only(&ctx, &call, &cancel, false).await;
+    let result = host.apply_ran(&mut ctx, &call, ran);
+    let output = match &result {
+        Ok(outcome) => &outcome.output,
+        Err(failure) => &failure.output,
+    };
+    let asked_more = short.lock().ok().and_then(|mut s| s.take());
+    if let Some(why) = output.tape.past.clone().or(asked_more) {
+        return Verdict::CannotReproduce { why };
+    }
+    compare(recorded, &result, host.context_rules())
+}
+
+/// The verdict on a replay that ended with `result`.
+fn compare(
+    recorded: Ended,
+    result: &Result<CallOutcome, CallFailure>,
+    rules: &ContextRules,
+) -> Verdict {
+    let replayed = match call_end(result) {
+        CallEnd::Completed { result, ops, .. } => Ended {
+            status: CallStatus::Completed,
+            result: result.clone(),
+            ops: scrub_ops(ops, rules),
+        },
+        CallEnd::Failed { text, .. } if recorded.status == CallStatus::Completed => {
+            return Verdict::Failed {
+                recorded,
+                error: text,
+            };
+        }
+        CallEnd::Failed { text, .. } => Ended {
+            status: CallStatus::Failed,
+            result: Value::String(text),
+            ops: Vec::new(),
+        },
+        CallEnd::Rejected => Ended {
+            status: CallStatus::Rejected,
+            result: Value::Null,
+            ops: Vec::new(),
+        },
+    };
+    if replayed == recorded {
+        Verdict::Same
+    } else {
+        Verdict::Different { recorded, replayed }
+    }
+}
+
+/// Answers a replayed call's questions with the recorded answers, in
+/// order; past them, cancels and notes it in `short`.
+fn answers(asked: Vec<crate::spec::Asked>, short: Arc<Mutex<Option<String>>>) -> Asker {
+    let next = Arc::new(AtomicUsize::new(0));
+    Arc::new(move |_question| {
+        let at = next.fetch_add(1, Ordering::SeqCst);
+        let answer = match asked.get(at) {
+            Some(recorded) => recorded.answer.clone(),
+            None => {
+                note(
+                    &short,
+                    format!(
+                        "asks more than the {} questions it was answered",
+                        asked.len()
+                    ),
+                );
+                Answer::Cancel
+            }
+        };
+        Box::pin(async move { answer })
+    })
+}
+
+/// Answers a replayed call's requests for a completion with the recorded
+/// replies, in order; past them, refuses and notes it in `short`.
+fn replies(sampled: Vec<crate::spec::Sampled>, short: Arc<Mutex<Option<String>>>) -> Sampler {
+    let next = Arc::new(AtomicUsize::new(0));
+    Arc::new(move |_request| {
+        let at = next.fetch_add(1, Ordering::SeqCst);
+        let reply = match sampled.get(at) {
+            Some(recorded) => recorded.reply.clone(),
+            None => {
+                let why = format!(
+                    "asks the model more than the {} times it was answered",
+                    sampled.len()
+                );
+                note(&short, why.clone());
+                SampleReply::Refused { why }
+            }
+        };
+        Box::pin(async move { reply })
+    })
+}
+
+fn note(short: &Mutex<Option<String>>, why: String) {
+    if let Ok(mut short) = short.lock() {
+        short.get_or_insert(why);
+    }
+}

@@ -1,0 +1,426 @@
+//! `airlock replay [SESSION…] --tool NAME=FILE|oci://REF`: what another
+//! version of a tool would have done on the sessions the journal holds.
+//!
+//! Exit codes: 0 every replayed call is the same (or cannot be
+//! reproduced: not a difference); 1 a call differs or fails; 2 bad input
+//! (an unknown session, a tool with no call in them, a component that does
+//! not load or does not offer the tool). Nothing is written to any session.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use airlock::Host;
+use airlock::agent::replay::{Ended, Replay, ReplaySummary, Replayed, Verdict};
+use airlock::policy::ToolConfig;
+use airlock::session::{Session, SessionStore};
+
+use super::oci::{ComponentArg, RegistryFlags, resolve_one};
+use super::terminal::field;
+use super::{
+    EXIT_TOOL_FAILED, Failure, StoreFlags, host_builder, load_policy, print_json, print_out,
+    report_failure, tools_host,
+};
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The sessions whose calls to replay (default: every session of the
+    /// user, or of every user with --all-users, within --since).
+    #[arg(value_name = "SESSION")]
+    sessions: Vec<String>,
+    /// The candidate: replay the journaled calls of tool NAME against this
+    /// component (a file, or oci://REGISTRY/REPO:TAG). Repeat it for more
+    /// tools. It runs with the grants --config gives the tool now.
+    #[arg(long = "tool", value_name = "NAME=FILE|oci://REF", required = true)]
+    tools: Vec<String>,
+    /// Only sessions updated within this long (`7d`, `12h`, `90m`).
+    #[arg(long, value_name = "AGE")]
+    since: Option<String>,
+    /// Every user's sessions, not only --user's.
+    #[arg(long)]
+    all_users: bool,
+    /// The policy the tools run under (their grants, limits, context
+    /// rules), as `run` and `mcp` take it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// How many calls run at once (default: the machine's cores).
+    #[arg(long, value_name = "N")]
+    parallel: Option<usize>,
+    #[command(flatten)]
+    store: StoreFlags,
+    #[command(flatten)]
+    registry: RegistryFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The most differing paths a text diff lists per call.
+const MAX_DIFF_LINES: usize = 12;
+
+pub async fn run(args: ReplayArgs) -> ExitCode {
+    match replay(&args).await {
+        Ok(summary) if summary.different + summary.failed > 0 => ExitCode::from(EXIT_TOOL_FAILED),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(failure) => report_failure(&failure, args.json, serde_json::Map::new()),
+    }
+}
+
+async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
+    let candidates = args
+        .tools
+        .iter()
+        .map(|text| parse_tool(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let since = args
+        .since
+        .as_deref()
+        .map(|text| {
+            airlock::retention::parse_age(text)
+                .map_err(|e| Failure::input("invalid_age", format!("--since {text:?}: {e}")))
+        })
+        .transpose()?;
+    let host = Arc::new(candidate_host(args, &candidates).await?);
+    let tools: BTreeSet<String> = candidates.iter().map(|(name, _)| name.clone()).collect();
+    let owner = args.store.owner()?;
+    let store = args.store.open().await?;
+    let sessions = chosen(args, store.as_ref(), owner, since).await?;
+    let parallel = args.parallel.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+
+    let mut total = ReplaySummary::default();
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    let mut reported: Vec<Replayed> = Vec::new();
+    let mut per_session = Vec::new();
+    for (user, session_id) in &sessions {
+        let replay = Replay {
+            owner: user.as_deref(),
+            session_id,
+            tools: &tools,
+            parallel,
+        };
+        let summary = Session::replay(store.as_ref(), &host, replay, |call| {
+            *seen.entry(call.tool.clone()).or_default() += 1;
+            if call.verdict != Verdict::Same {
+                reported.push(call);
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            airlock::agent::replay::ReplayError::Store(e) => {
+                let whose = user
+                    .as_deref()
+                    .map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
+                let mut failure = Failure::from(e);
+                failure.message = format!("{} ({whose}) in {}", failure.message, store.location());
+                failure
+            }
+            other => Failure::input("session_damaged", other.to_string()),
+        })?;
+        total.add(&summary);
+        per_session.push((user.clone(), session_id.clone(), summary));
+    }
+    let skipped_only = |tool: &str| total.skipped > 0 && !seen.contains_key(tool);
+    if let Some(missing) = tools
+        .iter()
+        .find(|t| !seen.contains_key(*t) && !skipped_only(t))
+    {
+        let names: Vec<&str> = sessions.iter().map(|(_, id)| id.as_str()).collect();
+        let within = if names.is_empty() {
+            "no session was chosen".to_owned()
+        } else {
+            format!("the sessions replayed ({})", names.join(", "))
+        };
+        return Err(Failure::input(
+            "no_calls",
+            format!("no call of tool {missing} in {within}; nothing to compare"),
+        ));
+    }
+
+    if args.json {
+        let sessions: Vec<Value> = per_session
+            .iter()
+            .map(|(user, id, summary)| json!({"user": user, "session_id": id, "summary": summary}))
+            .collect();
+        print_json(&json!({
+            "ok": total.different + total.failed == 0,
+            "store": store.location(),
+            "summary": total,
+            "sessions": sessions,
+            "calls": reported,
+        }));
+    } else {
+        print_out(&text(
+            &store.location(),
+            &tools,
+            sessions.len(),
+            &total,
+            &reported,
+        ));
+    }
+    Ok(total)
+}
+
+/// `NAME=FILE|oci://REF`.
+fn parse_tool(text: &str) -> Result<(String, ComponentArg), Failure> {
+    let bad = || {
+        Failure::input(
+            "invalid_tool",
+            format!(
+                "--tool {text:?}: say which tool and which component, NAME=FILE or NAME=oci://REF"
+            ),
+        )
+    };
+    let (name, component) = text.split_once('=').ok_or_else(bad)?;
+    if name.is_empty() || component.is_empty() {
+        return Err(bad());
+    }
+    let component = component
+        .parse::<ComponentArg>()
+        .map_err(|e| Failure::input("invalid_tool", format!("--tool {text:?}: {e}")))?;
+    Ok((name.to_owned(), component))
+}
+
+/// A host with each candidate loaded under the policy's entry for the
+/// tool it replaces (the grants, limits and names the tool has now), or
+/// with nothing granted when the policy has no such tool.
+async fn candidate_host(
+    args: &ReplayArgs,
+    candidates: &[(String, ComponentArg)],
+) -> Result<Host, Failure> {
+    let mut policy = load_policy(args.config.as_deref())?;
+    let mut configs: BTreeMap<String, ToolConfig> = BTreeMap::new();
+    if let Some(listed) = policy.as_ref().filter(|p| !p.tools.is_empty()) {
+        let current = tools_host(Some(listed.clone()), &[], &args.registry)
+            .await?
+            .host;
+        for (name, _) in candidates {
+            let Some(component) = current.component_for(name) else {
+                continue;
+            };
+            let path = component.path().canonicalize().ok();
+            let entry = listed
+                .tools
+                .iter()
+                .find(|t| t.path.canonicalize().ok() == path);
+            if let Some(entry) = entry {
+                configs.insert(name.clone(), entry.config.clone());
+            }
+        }
+    }
+    let mut builder = host_builder();
+    if let Some(policy) = &policy {
+        builder = builder.context_rules(policy.context.clone());
+    }
+    let mut host = builder.build()?;
+    for (name, component) in candidates {
+        let (path, _) = resolve_one(component, policy.as_mut(), &args.registry).await?;
+        let config = configs.get(name).cloned().unwrap_or_default();
+        let loaded = host.load_with(&path, config).await?;
+        if !loaded.tools().iter().any(|t| &t.name == name) {
+            let offered: Vec<&str> = loaded.tools().iter().map(|t| t.name.as_str()).collect();
+            return Err(Failure::input(
+                "unknown_tool",
+                format!(
+                    "{} does not offer a tool {name} (it offers: {})",
+                    path.display(),
+                    offered.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(host)
+}
+
+/// The sessions to replay, with their owners: those named (the user's),
+/// or every session of the user (of every user with `--all-users`)
+/// updated within `since`.
+async fn chosen(
+    args: &ReplayArgs,
+    store: &dyn SessionStore,
+    owner: Option<&str>,
+    since: Option<std::time::Duration>,
+) -> Result<Vec<(Option<String>, String)>, Failure> {
+    if !args.sessions.is_empty() {
+        if args.all_users || since.is_some() {
+            return Err(Failure::input(
+                "invalid_selection",
+                "name sessions, or choose them with --since and --all-users, not both",
+            ));
+        }
+        let user = owner.map(str::to_owned);
+        return Ok(args
+            .sessions
+            .iter()
+            .map(|id| (user.clone(), id.clone()))
+            .collect());
+    }
+    let owners = if args.all_users {
+        store.owners().await?
+    } else {
+        vec![owner.map(str::to_owned)]
+    };
+    let after = since.map(|age| {
+        let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        airlock::journal::now_ms().saturating_sub(age)
+    });
+    let mut chosen = Vec::new();
+    for user in owners {
+        let mut sessions = store.list(user.as_deref()).await?;
+        sessions.retain(|s| after.is_none_or(|after| s.updated_at_ms >= after));
+        // Oldest first: the order they were made in.
+        sessions.reverse();
+        chosen.extend(sessions.into_iter().map(|s| (user.clone(), s.session_id)));
+    }
+    Ok(chosen)
+}
+
+/// The text report: the summary line, then each call that is not the
+/// same, with its place and what differs.
+fn text(
+    store: &str,
+    tools: &BTreeSet<String>,
+    sessions: usize,
+    total: &ReplaySummary,
+    reported: &[Replayed],
+) -> String {
+    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    let mut out = format!(
+        "replayed {} call{} of {} in {sessions} session{} of {store}: {} same, {} different, {} \
+         failed, {} cannot be reproduced",
+        total.replayed(),
+        plural(total.replayed()),
+        tools.join(", "),
+        plural(sessions as u64),
+        total.same,
+        total.different,
+        total.failed,
+        total.cannot_reproduce,
+    );
+    if total.skipped > 0 {
+        out.push_str(&format!(
+            " ({} not replayed: rejected, cancelled or interrupted when made)",
+            total.skipped
+        ));
+    }
+    for call in reported {
+        let place = format!(
+            "{} record {}: {} {} {}",
+            call.session_id,
+            call.seq,
+            call.tool,
+            call.call_id,
+            field(&call.arguments.to_string())
+        );
+        match &call.verdict {
+            Verdict::Same => {}
+            Verdict::Different { recorded, replayed } => {
+                out.push_str(&format!("\ndifferent  {place}"));
+                for line in diff(recorded, replayed) {
+                    out.push_str(&format!("\n  {line}"));
+                }
+            }
+            Verdict::Failed { error, .. } => {
+                out.push_str(&format!("\nfailed     {place}\n  {}", field(error)));
+            }
+            Verdict::CannotReproduce { why } => {
+                out.push_str(&format!("\ncannot reproduce  {place}\n  {}", field(why)));
+            }
+        }
+    }
+    out
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// What differs between two ends, one line per differing place (at most
+/// [`MAX_DIFF_LINES`]): `result.stamp.label: "Beta" → "beta"`.
+fn diff(recorded: &Ended, replayed: &Ended) -> Vec<String> {
+    let mut lines = Vec::new();
+    if recorded.status != replayed.status {
+        lines.push(format!(
+            "status: {} → {}",
+            recorded.status.as_str(),
+            replayed.status.as_str()
+        ));
+    }
+    let ops = |ops: &[airlock::ContextOp]| serde_json::to_value(ops).unwrap_or(Value::Null);
+    differing("result", &recorded.result, &replayed.result, &mut lines);
+    differing("ops", &ops(&recorded.ops), &ops(&replayed.ops), &mut lines);
+    if lines.len() > MAX_DIFF_LINES {
+        let more = lines.len() - MAX_DIFF_LINES;
+        lines.truncate(MAX_DIFF_LINES);
+        lines.push(format!("… and {more} more (--json has both whole)"));
+    }
+    lines
+}
+
+/// Appends `path: a → b` for each place where `a` and `b` differ,
+/// descending into objects and arrays of the same shape.
+fn differing(path: &str, a: &Value, b: &Value, lines: &mut Vec<String>) {
+    if a == b || lines.len() > MAX_DIFF_LINES {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for key in keys {
+                let (p, q) = (x.get(key), y.get(key));
+                let at = format!("{path}.{key}");
+                match (p, q) {
+                    (Some(p), Some(q)) => differing(&at, p, q, lines),
+                    (Some(p), None) => lines.push(format!("{at}: {} → (absent)", shown(p))),
+                    (None, Some(q)) => lines.push(format!("{at}: (absent) → {}", shown(q))),
+                    (None, None) => {}
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differing(&format!("{path}[{i}]"), p, q, lines);
+            }
+        }
+        _ => lines.push(format!("{path}: {} → {}", shown(a), shown(b))),
+    }
+}
+
+/// A value on one line, escaped for the terminal and cut at 200 bytes.
+fn shown(value: &Value) -> String {
+    let mut text = value.to_string();
+    if text.len() > 200 {
+        let mut end = 200;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    field(&text).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock::journal::CallStatus;
+
+    #[test]
+    fn a_diff_names_the_places_that_differ() {
+        let end = |label: &str| Ended {
+            status: CallStatus::Completed,
+            result: json!({"stamp": {"label": label, "id": "ab"}, "n": [1, 2]}),
+            ops: Vec::new(),
+        };
+        assert_eq!(
+            diff(&end("Beta"), &end("beta")),
+            vec!["result.stamp.label: \"Beta\" → \"beta\"".to_owned()]
+        );
+        assert!(diff(&end("a"), &end("a")).is_empty());
+    }
+}
