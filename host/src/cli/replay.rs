@@ -22,8 +22,8 @@ use airlock::session::{Session, SessionStore};
 use super::oci::{ComponentArg, RegistryFlags, resolve_one};
 use super::terminal::field;
 use super::{
-    EXIT_TOOL_FAILED, Failure, StoreFlags, host_builder, load_policy, print_json, print_out,
-    report_failure, tools_host,
+    EXIT_TOOL_FAILED, Failure, StoreFlags, host_builder, load_policy, print_json, print_note,
+    print_out, report_failure, tools_host,
 };
 
 #[derive(Debug, Args)]
@@ -161,6 +161,15 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
             sessions.len(),
             &total,
             &reported,
+        ));
+    }
+    let differ = total.different + total.failed;
+    if differ > 0 {
+        print_note(&format!(
+            "{differ} call{} of {} {} from the journal",
+            plural(differ),
+            total.replayed(),
+            if differ == 1 { "differs" } else { "differ" }
         ));
     }
     Ok(total)

@@ -199,3 +199,203 @@ async fn a_replay_finds_exactly_the_calls_a_new_version_changes(backend: Backend
 }
 
 crate::on_both_stores!(a_replay_finds_exactly_the_calls_a_new_version_changes);
+
+/// `airlock replay` on sessions `airlock call` made with the Rust, Python
+/// and JavaScript examples: the same builds reproduce every call (exit 0);
+/// v2 is reported with the call's place and what changed (exit 1, in text
+/// and `--json`); the broken build fails each call with its trap; bad
+/// input exits 2 naming what is wrong. Nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
+    use crate::support::{airlock, built, guest};
+    let db = TestStore::new(Backend::Sqlite, "cli").await;
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    let (v1, v2, broken) = (
+        path(guest("stamp")),
+        path(guest("stamp_v2")),
+        path(guest("stamp_broken")),
+    );
+    let (python, js) = (path(built("python-stateful")), path(built("js-stateful")));
+    let call = |component: &str, tool: &str, args: Value, session: &str| {
+        let args = args.to_string();
+        let out = airlock(&[
+            "call",
+            component,
+            tool,
+            &args,
+            "--session",
+            session,
+            "--store",
+            &db.spec,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    for label in ["alpha", "Beta", "x"] {
+        call(&v1, "stamp", json!({"label": label}), "s1");
+    }
+    call(&python, "increment", json!({"name": "a"}), "s1");
+    call(&js, "increment", json!({"name": "a"}), "s2");
+    let store = db.open().await;
+    let journal = store.read(None, "s1").await.unwrap().records;
+    let replay = |args: &[&str]| {
+        let mut all = vec!["replay", "--store", db.spec.as_str()];
+        all.extend_from_slice(args);
+        airlock(&all)
+    };
+
+    let stamp_v1 = format!("stamp={v1}");
+    let out = replay(&[
+        "s1",
+        "--tool",
+        &stamp_v1,
+        "--tool",
+        &format!("increment={python}"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.starts_with("replayed 4 calls of increment, stamp in 1 session of sqlite:"),
+        "{said}"
+    );
+    assert!(
+        said.contains(": 4 same, 0 different, 0 failed, 0 cannot be reproduced"),
+        "{said}"
+    );
+    let out = replay(&["s2", "--tool", &format!("increment={js}"), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["summary"]["same"], 1);
+
+    let out = replay(&["--tool", &format!("stamp={v2}")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("2 same, 1 different, 0 failed"), "{said}");
+    assert!(said.contains("\ndifferent  s1 record "), "{said}");
+    assert!(
+        said.contains(r#"result.stamp.label: "Beta" → "beta""#),
+        "{said}"
+    );
+    assert!(
+        said.contains(r#"ops[0].value.label: "Beta" → "beta""#),
+        "{said}"
+    );
+    let out = replay(&["s1", "--tool", &format!("stamp={v2}"), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = stdout_json(&out);
+    assert_eq!(report["ok"], false);
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{report}");
+    assert_eq!(calls[0]["verdict"], "different");
+    assert_eq!(calls[0]["arguments"], json!({"label": "Beta"}));
+    assert_eq!(calls[0]["replayed"]["result"]["stamp"]["label"], "beta");
+    let seq = calls[0]["seq"].as_u64().unwrap();
+    let at = journal.iter().find(|r| r.seq == seq).unwrap();
+    assert!(matches!(
+        &at.entry.event().unwrap().item,
+        Item::FunctionCallOutput { name, .. } if name == "stamp"
+    ));
+
+    let out = replay(&["s1", "--tool", &format!("stamp={broken}")]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("0 same, 0 different, 3 failed"), "{said}");
+    assert_eq!(said.matches("unreachable").count(), 3, "{said}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, "not a component").unwrap();
+    let stateful = path(guest("stateful"));
+    for (args, needle) in [
+        (
+            vec!["nothing".to_owned(), "--tool".into(), stamp_v1.clone()],
+            "no session nothing".to_owned(),
+        ),
+        (
+            vec!["s1".into(), "--tool".into(), format!("add_note={stateful}")],
+            "no call of tool add_note".into(),
+        ),
+        (
+            vec![
+                "s1".into(),
+                "--tool".into(),
+                format!("stamp={}", junk.display()),
+            ],
+            junk.display().to_string(),
+        ),
+        (
+            vec!["s1".into(), "--tool".into(), format!("stamp={stateful}")],
+            "does not offer a tool stamp".into(),
+        ),
+        (
+            vec!["s1".into(), "--tool".into(), "stamp".into()],
+            "NAME=FILE".into(),
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = replay(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&needle), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(store.read(None, "s1").await.unwrap().records, journal);
+    assert_eq!(store.list(None).await.unwrap().len(), 2);
+}
+
+/// A replay changes nothing outside the sandbox: a call that fetched over
+/// HTTP (with a secret) and one that read a granted directory are
+/// replayed as "cannot be reproduced", saying why; the server hears no
+/// second request; the host serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_call_sends_no_request_and_gets_no_directory() {
+    use crate::support::loopback::Loopback;
+    use airlock::sandbox::grants::{
+        DirGrant, DirMode, HostPattern, HttpGrant, SecretConfig, SecretGrant,
+    };
+
+    let server = Loopback::start().await;
+    let origin = server.url("");
+    let mut fetcher = ToolConfig::default();
+    fetcher.grants.http = HttpGrant::new(vec![HostPattern::parse(&origin).unwrap()]);
+    let mut secret = SecretConfig::new("TEST_TOKEN", vec![origin.clone()]);
+    secret.cleartext_loopback = true;
+    fetcher.grants.secrets = vec![SecretGrant::with_value(secret, "never-replayed").unwrap()];
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("a.txt"), "from the file").unwrap();
+    let mut reader = ToolConfig::default();
+    reader.grants.dirs = vec![DirGrant::new(data.path(), "/data", DirMode::Ro).unwrap()];
+    let guests = [("http_fetch", fetcher), ("reach", reader)];
+    let host = Arc::new(host_with(&guests, ContextRules::default()).await);
+
+    let db = TestStore::new(Backend::Sqlite, "effects").await;
+    let store = db.open().await;
+    let mut session = open(&store, options(Some("alice"), "effects")).await;
+    let fetch = ToolCall::new("fetch", json!({"url": server.url("/hello")}).to_string());
+    let read = ToolCall::new("read-text", json!({"path": "/data/a.txt"}).to_string());
+    for call in [&fetch, &read] {
+        session
+            .call(&host, call, &CancelToken::new(), None)
+            .await
+            .unwrap();
+    }
+    session.close().await.unwrap();
+    assert_eq!(server.requests().len(), 1);
+
+    let (summary, calls) = replayed(&store, &host, "effects", &["fetch", "read-text"]).await;
+    assert_eq!(summary.cannot_reproduce, 2, "{calls:?}");
+    let whys: Vec<String> = calls
+        .iter()
+        .map(|c| match &c.verdict {
+            Verdict::CannotReproduce { why } => why.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        whys,
+        [
+            "sends HTTP requests, which are not recorded",
+            "is granted directories, whose files are not recorded"
+        ]
+    );
+    assert_eq!(server.requests().len(), 1, "a replay sent a request");
+    let mut ctx = airlock::RunContext::default();
+    let again = host.call(&mut ctx, &read).await.unwrap();
+    assert_eq!(again.result, json!("from the file"));
+}
