@@ -377,6 +377,10 @@ pub struct Tape {
     /// when the component imports it, whether or not it read it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<String>,
+    /// The HTTP responses it read, in order, when its policy says
+    /// `record = true` (at most [`Tape::MAX_HTTP_BYTES`] of bodies).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<Exchange>,
     /// What the call read past the bounds (or, played back, past what
     /// was recorded): why it cannot be reproduced. `None`: it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -386,6 +390,8 @@ pub struct Tape {
 impl Tape {
     /// The most readings of each clock a tape keeps.
     pub const MAX_CLOCK_READS: usize = 1024;
+    /// The most bytes of HTTP response bodies a tape keeps.
+    pub const MAX_HTTP_BYTES: usize = 1 << 20;
 
     /// Whether nothing was read and nothing is said.
     pub fn is_empty(&self) -> bool {
@@ -394,6 +400,27 @@ impl Tape {
             && self.random.is_none()
             && self.insecure.is_none()
             && self.seed.is_none()
+            && self.http.is_empty()
             && self.past.is_none()
     }
+}
+
+/// One HTTP request a call sent and the response it read, as a tape
+/// keeps it: the request as the tool made it (never the headers the host
+/// added: no secret), the response as the tool read it (secrets the
+/// server echoed already redacted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exchange {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The URL, as the tool asked for it.
+    pub url: String,
+    /// The response's status.
+    pub status: u16,
+    /// Its headers, in order (a value that is not UTF-8 is kept lossily).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// Its body, base64.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub body: String,
 }

@@ -169,6 +169,12 @@ fn bad_policies_name_the_line_and_the_problem() {
         "{err}"
     );
 
+    let err = policy_error(&format!("{tool}record = true\n"), &[]);
+    assert!(
+        err.contains("airlock.toml:3:") && err.contains("granted no `http` origin"),
+        "{err}"
+    );
+
     let err = policy_error(&format!("{tool}http = [\"https://a.*.example\"]\n"), &[]);
     assert!(
         err.contains("airlock.toml:3:") && err.contains("first label"),

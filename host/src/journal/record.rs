@@ -617,6 +617,13 @@ mod tests {
                             random: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".into()),
                             insecure: None,
                             seed: Some("000102030405060708090a0b0c0d0e0f".into()),
+                            http: vec![crate::spec::Exchange {
+                                method: "GET".into(),
+                                url: "https://example.com/r".into(),
+                                status: 200,
+                                headers: vec![("content-type".into(), "text/plain".into())],
+                                body: "aGk=".into(),
+                            }],
                             past: None,
                         })),
                     },

@@ -21,6 +21,7 @@
 //! limits = { timeout_ms = 2000 }
 //! context = { read = ["city", "units"], write = ["forecast"] }
 //! idempotent = true               # safe to run twice: may run speculatively
+//! record = true                  # journal its HTTP responses, for replay
 //! functions = ["forecast"]         # offer only these of its tools
 //! rename = { forecast = "weather" } # under another name
 //!
@@ -481,6 +482,8 @@ struct ToolFile {
     #[serde(default)]
     max_connections: Option<usize>,
     #[serde(default)]
+    record: Option<Spanned<bool>>,
+    #[serde(default)]
     secrets: Vec<Spanned<SecretConfig>>,
     limits: Option<Spanned<LimitsConfig>>,
     context: Option<Spanned<ToolContextFile>>,
@@ -633,7 +636,21 @@ impl ToolFile {
             max_response_bytes: self.max_response_bytes,
             max_requests: self.max_requests,
             max_connections: self.max_connections,
+            record: self.record.as_ref().is_some_and(|r| *r.get_ref()),
         };
+        if let Some(record) = &self.record
+            && *record.get_ref()
+            && self.http.is_empty()
+        {
+            return Err(at(
+                Some(record.span()),
+                prefix(
+                    "record = true journals HTTP responses, but the tool is granted no `http` \
+                     origin (files are never recorded)"
+                        .to_owned(),
+                ),
+            ));
+        }
         let http = HttpGrant::from_config(http_config, base).map_err(|e| {
             // Name the line of the pattern at fault.
             let span = match &e {

@@ -635,10 +635,11 @@ impl CallState {
         let replaying = played.is_some();
         grants.prepare(&mut setup, replaying)?;
         let secrets = setup.secrets;
-        let reel = Reel::arm(&mut wasi, sources, played);
+        let reel = Reel::arm(&mut wasi, sources, grants.http.record, played);
         // A replay always has a reel: where what it cannot reproduce is
         // noted.
         let replayed = reel.clone().filter(|_| replaying);
+        let recording = reel.clone().filter(|_| !replaying && grants.http.record);
         if let Some(reel) = &replayed
             && !grants.dirs.is_empty()
         {
@@ -662,6 +663,7 @@ impl CallState {
                 deadline,
                 refusals.clone(),
                 replayed,
+                recording,
             ),
             refusals,
             limiter: CallLimiter::new(limits),

@@ -82,19 +82,21 @@ struct Deck {
 struct Cursors {
     wall: usize,
     monotonic: usize,
+    http: usize,
 }
 
 impl Reel {
     /// Serves `sources` of a new call from a reel: recording what they
-    /// give, or playing `played` back. `None` when the component imports
-    /// none of them and nothing is played back (the builder is left as it
-    /// was).
+    /// give (and its HTTP exchanges, when `records_http`), or playing
+    /// `played` back. `None` when there is nothing to record or play back
+    /// (the builder is left as it was).
     pub(crate) fn arm(
         wasi: &mut WasiCtxBuilder,
         sources: Sources,
+        records_http: bool,
         played: Option<Arc<Tape>>,
     ) -> Option<Self> {
-        if !sources.any() && played.is_none() {
+        if !sources.any() && !records_http && played.is_none() {
             return None;
         }
         let mut deck = Deck::default();
@@ -181,6 +183,51 @@ impl Reel {
             }
         }
         ChaCha20Rng::from_seed(seed)
+    }
+
+    /// Keeps an HTTP exchange the call had, while the tape has room for
+    /// its body; past that, notes that the call cannot be reproduced.
+    pub(crate) fn keep_exchange(&self, exchange: crate::spec::Exchange, body_bytes: usize) {
+        let mut deck = self.deck();
+        let kept: usize = deck.tape.http.iter().map(|e| e.body.len() / 4 * 3).sum();
+        if kept + body_bytes <= Tape::MAX_HTTP_BYTES {
+            deck.tape.http.push(exchange);
+        } else {
+            deck.short(|| {
+                format!(
+                    "read more than {} bytes of HTTP responses to record",
+                    Tape::MAX_HTTP_BYTES
+                )
+            });
+        }
+    }
+
+    /// The recorded response to a replayed call's next request, if it is
+    /// the request the recorded call sent next (same method and URL);
+    /// otherwise notes why the call cannot be reproduced.
+    pub(crate) fn next_exchange(&self, method: &str, url: &str) -> Option<crate::spec::Exchange> {
+        let mut deck = self.deck();
+        let next = deck.played.as_mut().and_then(|(tape, cursors)| {
+            let exchange = tape.http.get(cursors.http)?;
+            (exchange.method == method && exchange.url == url).then(|| {
+                cursors.http += 1;
+                exchange.clone()
+            })
+        });
+        if next.is_none() {
+            let recorded = deck
+                .played
+                .as_ref()
+                .is_some_and(|(tape, _)| !tape.http.is_empty());
+            deck.short(|| {
+                if recorded {
+                    format!("sends a request its recorded call did not send next ({method} {url})")
+                } else {
+                    "sends HTTP requests, which are not recorded".to_owned()
+                }
+            });
+        }
+        next
     }
 
     /// Notes that the call did something a replay does not reproduce

@@ -399,3 +399,73 @@ async fn a_replayed_call_sends_no_request_and_gets_no_directory() {
     let again = host.call(&mut ctx, &read).await.unwrap();
     assert_eq!(again.result, json!("from the file"));
 }
+
+/// A fetcher whose policy says `record = true`: its responses go into its
+/// calls' tapes (the secret it sent never does, and one the server echoed
+/// is redacted), so its calls replay with the server stopped; a response
+/// past the tape's bound makes its call one that cannot be reproduced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server() {
+    use crate::support::loopback::Loopback;
+    use airlock::sandbox::grants::{HostPattern, HttpGrant, SecretConfig, SecretGrant};
+    const SECRET: &str = "recorded-never-this";
+
+    let server = Loopback::start().await;
+    let origin = server.url("");
+    let mut fetcher = ToolConfig::default();
+    fetcher.grants.http = HttpGrant::new(vec![HostPattern::parse(&origin).unwrap()]);
+    fetcher.grants.http.record = true;
+    let mut secret = SecretConfig::new("TEST_TOKEN", vec![origin.clone()]);
+    secret.cleartext_loopback = true;
+    fetcher.grants.secrets = vec![SecretGrant::with_value(secret, SECRET).unwrap()];
+    let host = Arc::new(host_with(&[("http_fetch", fetcher)], ContextRules::default()).await);
+
+    let db = TestStore::new(Backend::Sqlite, "recorded").await;
+    let store = db.open().await;
+    let mut session = open(&store, options(Some("alice"), "fetches")).await;
+    let mut results = Vec::new();
+    for path in ["/hello", "/echo", "/big"] {
+        let fetch = ToolCall::new("fetch", json!({"url": server.url(path)}).to_string());
+        let done = session
+            .call(&host, &fetch, &CancelToken::new(), None)
+            .await
+            .unwrap();
+        results.push(done.result);
+    }
+    session.close().await.unwrap();
+    assert_eq!(results[0]["body"], "hello from loopback");
+    assert!(
+        results[1]["body"].as_str().unwrap().contains("[redacted]"),
+        "{}",
+        results[1]
+    );
+    let sent = server.requests().len();
+    drop(server);
+
+    let journal = store.read(Some("alice"), "fetches").await.unwrap().records;
+    let text = serde_json::to_string(&journal).unwrap();
+    assert!(!text.contains(SECRET), "the secret is in the journal");
+    let tapes: Vec<usize> = journal
+        .iter()
+        .filter_map(|r| match &r.entry.event()?.item {
+            Item::FunctionCallOutput { guest, .. } => {
+                Some(guest.tape.as_ref().map_or(0, |t| t.http.len()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tapes, [1, 1, 0]);
+
+    let (summary, calls) = replayed(&store, &host, "fetches", &["fetch"]).await;
+    let verdicts: Vec<&str> = calls.iter().map(|c| c.verdict.name()).collect();
+    assert_eq!(verdicts, ["same", "same", "cannot_reproduce"], "{calls:?}");
+    let Verdict::CannotReproduce { why } = &calls[2].verdict else {
+        unreachable!()
+    };
+    assert!(
+        why.contains("more than 1048576 bytes of HTTP responses"),
+        "{why}"
+    );
+    assert_eq!(summary.same, 2);
+    assert_eq!(sent, 3);
+}

@@ -23,6 +23,7 @@
 //! (`MAX_HOST_CONNECTIONS`); a lookup holds one of the host's `MAX_LOOKUPS`
 //! slots until it really ends.
 
+mod recorded;
 mod sender;
 
 use std::future::Future;
@@ -83,8 +84,11 @@ pub(crate) struct HttpHooks {
     connections: Option<Arc<Semaphore>>,
     /// Where a refused request is noted, with why, for the call's output.
     refusals: Refusals,
-    /// A replayed call's reel: every request is refused and noted there.
+    /// A replayed call's reel: a request is answered from it, or refused
+    /// unsent and noted there.
     replayed: Option<Reel>,
+    /// Where a call whose grant says `record = true` keeps its exchanges.
+    recording: Option<Reel>,
 }
 
 impl HttpHooks {
@@ -94,6 +98,7 @@ impl HttpHooks {
         deadline: Instant,
         refusals: Refusals,
         replayed: Option<Reel>,
+        recording: Option<Reel>,
     ) -> Self {
         Self {
             grants,
@@ -103,6 +108,7 @@ impl HttpHooks {
             connections: None,
             refusals,
             replayed,
+            recording,
         }
     }
 
@@ -124,7 +130,10 @@ impl WasiHttpHooks for HttpHooks {
     {
         drop(fut);
         if let Some(reel) = &self.replayed {
-            reel.short("sends HTTP requests, which are not recorded");
+            let (method, url) = (request.method().to_string(), request.uri().to_string());
+            if let Some(exchange) = reel.next_exchange(&method, &url) {
+                return Box::new(async move { recorded::played(exchange) });
+            }
             self.refusals
                 .note("HTTP request not sent: a replayed call sends none".to_owned());
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
@@ -159,9 +168,13 @@ impl WasiHttpHooks for HttpHooks {
         let secrets = self.secrets.clone();
         let deadline = self.deadline;
         let refusals = self.refusals.clone();
+        let recording = self.recording.clone().map(|reel| {
+            let (method, url) = (request.method().to_string(), request.uri().to_string());
+            (reel, method, url)
+        });
         Box::new(async move {
             let permit = permit.ok_or(HttpError::ConnectionLimitReached)?;
-            sender::send(
+            let sent = sender::send(
                 &grants.http,
                 &secrets,
                 deadline,
@@ -170,7 +183,11 @@ impl WasiHttpHooks for HttpHooks {
                 permit,
                 &refusals,
             )
-            .await
+            .await?;
+            match recording {
+                None => Ok(sent),
+                Some((reel, method, url)) => recorded::record(reel, method, url, sent).await,
+            }
         })
     }
 }
