@@ -31,6 +31,7 @@ mod parallel_turns;
 mod peers;
 mod per_call;
 mod plain;
+mod replay;
 mod report;
 mod rich;
 mod scale_out;
@@ -120,7 +121,8 @@ fn main() {
                 true group_commit,
                 false export_memory,
                 false auth,
-                true rich
+                true rich,
+                true replay
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

@@ -15,9 +15,9 @@
 //!
 //! The journal is read a page at a time and folded as it goes (deps and
 //! usage, the calls asked for and not yet answered), so memory is bounded
-//! by the deps and the calls in flight, not by the journal's size. Calls
-//! run on the runtime's threads, at most `parallel` at once; they are
-//! reported in the journal's order.
+//! by the deps and one page's calls, not by the journal's size. Calls
+//! run on `parallel` worker tasks; they are reported in the journal's
+//! order.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -191,9 +191,12 @@ impl Session {
     /// documentation), handing each to `each` in the journal's order.
     /// `host`'s context rules scrub the replayed ops as the journal's were.
     ///
-    /// Cost: one read per page of the journal; one sandboxed call per
-    /// replayed call, `replay.parallel` at once; a copy of the deps per
-    /// call of the tools that is followed by ops.
+    /// Cost: one read per page of the journal (512 records), the next
+    /// page read while the calls of this one run; one sandboxed call per
+    /// replayed call, on `replay.parallel` worker tasks (spawned per page,
+    /// not per call); a copy of the deps per call of the tools that is
+    /// followed by ops. A component that reads neither clocks nor random
+    /// numbers is given instances prepared ahead, as a fresh call is.
     pub async fn replay(
         store: &dyn SessionStore,
         host: &Arc<Host>,
@@ -201,48 +204,48 @@ impl Session {
         mut each: impl FnMut(Replayed),
     ) -> Result<ReplaySummary, ReplayError> {
         let parallel = replay.parallel.max(1);
+        let page = |after| Page {
+            owner: replay.owner,
+            session_id: replay.session_id,
+            after,
+            limit: PAGE,
+        };
+        let damaged = |(seq, problem)| ReplayError::Damaged {
+            session_id: replay.session_id.to_owned(),
+            seq,
+            problem,
+        };
         let mut summary = ReplaySummary::default();
-        let mut follow: Option<Follow> = None;
-        let mut running: VecDeque<Running> = VecDeque::new();
-        let mut after = 0;
+        let mut read = store.read_page(page(0)).await?;
+        let mut follow = Follow::new(&read.header, replay.tools);
         loop {
-            let page = Page {
-                owner: replay.owner,
-                session_id: replay.session_id,
-                after,
-                limit: PAGE,
+            let last = read.records.last().map(|r| r.seq);
+            let mut jobs = Vec::new();
+            for record in std::mem::take(&mut read.records) {
+                jobs.extend(follow.absorb(record).map_err(damaged)?);
+            }
+            if last.is_none() {
+                jobs.extend(follow.pending.take());
+            }
+            // This page's calls run while the next page is read.
+            let (done, next) = match last {
+                Some(last) => {
+                    let (done, next) =
+                        tokio::join!(run_all(host, jobs, parallel), store.read_page(page(last)));
+                    (done, Some(next?))
+                }
+                None => (run_all(host, jobs, parallel).await, None),
             };
-            let read = store.read_page(page).await?;
-            let follow = follow.get_or_insert_with(|| Follow::new(&read.header, replay.tools));
-            let Some(last) = read.records.last().map(|r| r.seq) else {
-                if let Some(job) = follow.pending.take() {
-                    running.push_back(Running::start(host, job));
-                }
-                break;
-            };
-            after = last;
-            for record in read.records {
-                let job = follow
-                    .absorb(record)
-                    .map_err(|(seq, problem)| ReplayError::Damaged {
-                        session_id: replay.session_id.to_owned(),
-                        seq,
-                        problem,
-                    })?;
-                if let Some(job) = job {
-                    running.push_back(Running::start(host, job));
-                }
-                while running.len() >= parallel {
-                    if let Some(call) = running.pop_front() {
-                        call.report(&mut summary, &mut each).await;
-                    }
-                }
+            for call in done {
+                summary.count(&call.verdict);
+                each(call);
+            }
+            match next {
+                Some(next) => read = next,
+                None => break,
             }
         }
-        while let Some(call) = running.pop_front() {
-            call.report(&mut summary, &mut each).await;
-        }
-        summary.skipped = follow.map_or(0, |f| f.skipped);
+        summary.skipped = follow.skipped;
         Ok(summary)
     }
 }
@@ -402,52 +405,70 @@ struct Job {
     guest: Captured,
 }
 
-/// A replay in flight.
-struct Running {
-    session_id: String,
-    seq: u64,
-    call_id: String,
-    tool: String,
-    arguments: Value,
-    task: tokio::task::JoinHandle<Verdict>,
-}
-
-impl Running {
-    fn start(host: &Arc<Host>, job: Job) -> Self {
-        let mut arguments = serde_json::from_str(&job.call.arguments)
-            .unwrap_or_else(|_| Value::String(job.call.arguments.clone()));
+impl Job {
+    /// Where it is and what it was asked, with the verdict a replay that
+    /// never ends gives it.
+    fn place(&self) -> Replayed {
+        let mut arguments = serde_json::from_str(&self.call.arguments)
+            .unwrap_or_else(|_| Value::String(self.call.arguments.clone()));
         scrub_value(&mut arguments);
-        Self {
-            session_id: job.ctx.session_id().to_owned(),
-            seq: job.seq,
-            call_id: job.call.id.clone(),
-            tool: job.call.name.clone(),
+        Replayed {
+            session_id: self.ctx.session_id().to_owned(),
+            seq: self.seq,
+            call_id: self.call.id.clone(),
+            tool: self.call.name.clone(),
             arguments,
-            task: tokio::spawn(run(Arc::clone(host), job)),
+            verdict: Verdict::CannotReproduce {
+                why: "its replay stopped before it ended".to_owned(),
+            },
         }
     }
+}
 
-    async fn report(self, summary: &mut ReplaySummary, each: &mut impl FnMut(Replayed)) {
-        let verdict = self
-            .task
-            .await
-            .unwrap_or_else(|e| Verdict::CannotReproduce {
-                why: format!("the replay stopped: {e}"),
-            });
-        summary.count(&verdict);
-        each(Replayed {
-            session_id: self.session_id,
-            seq: self.seq,
-            call_id: self.call_id,
-            tool: self.tool,
-            arguments: self.arguments,
-            verdict,
-        });
+/// Runs `jobs` again, `parallel` at a time (each worker task takes the
+/// next job until none is left: one task per worker, not per call), and
+/// gives them back in order.
+async fn run_all(host: &Arc<Host>, jobs: Vec<Job>, parallel: usize) -> Vec<Replayed> {
+    let mut calls: Vec<Replayed> = jobs.iter().map(Job::place).collect();
+    if jobs.is_empty() {
+        return calls;
     }
+    let workers = parallel.min(jobs.len());
+    let queue = Arc::new(Mutex::new(
+        jobs.into_iter().enumerate().collect::<VecDeque<_>>(),
+    ));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (queue, host) = (Arc::clone(&queue), Arc::clone(host));
+            tokio::spawn(async move {
+                let mut done = Vec::new();
+                loop {
+                    let next = queue.lock().ok().and_then(|mut q| q.pop_front());
+                    let Some((at, job)) = next else {
+                        break;
+                    };
+                    done.push((at, run(&host, job).await));
+                }
+                done
+            })
+        })
+        .collect();
+    for task in tasks {
+        match task.await {
+            Ok(done) => {
+                for (at, verdict) in done {
+                    calls[at].verdict = verdict;
+                }
+            }
+            // Its calls keep the verdict they were made with.
+            Err(e) => tracing::warn!(error = %e, "a replay worker stopped"),
+        }
+    }
+    calls
 }
 
 /// Runs `job` again and compares.
-async fn run(host: Arc<Host>, job: Job) -> Verdict {
+async fn run(host: &Host, job: Job) -> Verdict {
     let Job {
         call,
         mut ctx,

@@ -59,7 +59,7 @@ impl Sources {
         sources
     }
 
-    fn any(self) -> bool {
+    pub(crate) fn any(self) -> bool {
         self.wall || self.monotonic || self.random || self.insecure || self.seed
     }
 }

@@ -280,10 +280,13 @@ impl Run<'_> {
         let component = self.component;
         let ahead = &component.ahead;
         // A replayed call's reads are played back from its start: never
-        // an instance that recorded its own.
+        // an instance that recorded its own. A component that reads
+        // neither clocks nor random numbers records nothing, and one
+        // prepared ahead has no grant to withhold: its instances serve a
+        // replay as they are.
         let fresh = match self.cancel.played() {
-            None => ahead.take(),
-            Some(_) => None,
+            Some(_) if component.sources.any() => None,
+            _ => ahead.take(),
         };
         if let Some(fresh) = fresh {
             let Fresh {

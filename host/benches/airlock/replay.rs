@@ -1,0 +1,191 @@
+//! §19 Replay: a session's calls run again (`Session::replay`) beside the
+//! same calls made fresh, and replay's scaling from one core to two.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Bench, component, root};
+use airlock::agent::replay::Replay;
+use airlock::context::ContextRules;
+use airlock::session::{Durability, SessionStore};
+use airlock::{Host, RunContext, Session, SessionOptions, SqliteStore, ToolCall};
+
+/// A session `id` in `store` holding `calls` journaled calls of
+/// `increment` (each made on the session, as `airlock call --session`
+/// makes them).
+async fn made(store: &Arc<dyn SessionStore>, host: &Host, id: &str, calls: usize) {
+    let options = SessionOptions {
+        session_id: Some(id.to_owned()),
+        ..SessionOptions::default()
+    };
+    let mut session = Session::open(Arc::clone(store), options, &ContextRules::default())
+        .await
+        .unwrap();
+    let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+    let cancel = airlock::sandbox::CancelToken::new();
+    for _ in 0..calls {
+        session.call(host, &call, &cancel, None).await.unwrap();
+    }
+    session.close().await.unwrap();
+}
+
+/// Per call: every call of session `id` replayed, `parallel` at once.
+async fn replayed(
+    store: &Arc<dyn SessionStore>,
+    host: &Arc<Host>,
+    id: &str,
+    parallel: usize,
+) -> Duration {
+    let tools = BTreeSet::from(["increment".to_owned()]);
+    let replay = Replay {
+        owner: None,
+        session_id: id,
+        tools: &tools,
+        parallel,
+    };
+    let started = Instant::now();
+    let summary = Session::replay(store.as_ref(), host, replay, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(summary.different + summary.failed, 0);
+    started.elapsed() / summary.same.max(1) as u32
+}
+
+/// Per call of session `id` (`calls` of them): the journal read and
+/// folded, no call run (a replay of no tool).
+async fn journal_pass(
+    store: &Arc<dyn SessionStore>,
+    host: &Arc<Host>,
+    id: &str,
+    calls: usize,
+) -> Duration {
+    let tools = BTreeSet::new();
+    let replay = Replay {
+        owner: None,
+        session_id: id,
+        tools: &tools,
+        parallel: 1,
+    };
+    let started = Instant::now();
+    Session::replay(store.as_ref(), host, replay, |_| {})
+        .await
+        .unwrap();
+    started.elapsed() / calls as u32
+}
+
+/// Per call: `calls` fresh calls of `increment`, from two tasks at once
+/// (what two cores give calls that need no journal).
+async fn fresh(host: &Arc<Host>, calls: usize) -> Duration {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let host = Arc::clone(host);
+            tokio::spawn(async move {
+                let mut ctx = RunContext::default();
+                let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+                for _ in 0..calls / 2 {
+                    host.call(&mut ctx, &call).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    started.elapsed() / calls as u32
+}
+
+pub(crate) async fn run(b: &Bench, out: &mut String) {
+    writeln!(
+        out,
+        "## 19. Replay\n\n\
+         A session of journaled `increment` calls (made one at a time on the session, SQLite) \
+         replayed whole by `Session::replay` against the component that made them (each call \
+         rebuilt from the journal read a page at a time, its view and tape played back, its result \
+         and ops compared), two calls at once, paired with as many fresh `Host::call`s from two \
+         tasks at once; and the Rust replay with one call at a time paired with two. On 2 cores.\n"
+    )
+    .unwrap();
+    let dir = tempfile::tempdir_in(root().join("target")).unwrap();
+    let store: Arc<dyn SessionStore> =
+        Arc::new(SqliteStore::open_with(dir.path().join("replay.db"), Durability::Normal).unwrap());
+    let pairs = if b.quick { 3 } else { 15 };
+    let mut rows = String::new();
+    let mut scaling = None;
+    for (language, file, calls) in [
+        (
+            "Rust",
+            "wasm32-wasip2/release/stateful.wasm",
+            if b.quick { 100 } else { 400 },
+        ),
+        (
+            "Python",
+            "python-stateful.wasm",
+            if b.quick { 20 } else { 100 },
+        ),
+    ] {
+        let host = Arc::new(b.host(&[component(file)]).await);
+        let id = language.to_lowercase();
+        if store
+            .list(None)
+            .await
+            .unwrap()
+            .iter()
+            .all(|s| s.session_id != id)
+        {
+            made(&store, &host, &id, calls).await;
+        }
+        let mut passes = Vec::new();
+        for _ in 0..5 {
+            passes.push(journal_pass(&store, &host, &id, calls).await);
+        }
+        passes.sort();
+        let pass = passes[passes.len() / 2];
+        let versus = b
+            .paired(
+                &format!("{language} fresh vs replayed, 2 at once"),
+                pairs,
+                async || fresh(&host, calls).await,
+                async || replayed(&store, &host, &id, 2).await,
+            )
+            .await;
+        writeln!(
+            rows,
+            "| {language} ({calls} calls) | {} | {} | {} | {} | ≥ 0.9× | {} |",
+            crate::harness::us(versus.b()),
+            crate::harness::us(pass),
+            crate::harness::us(versus.a()),
+            versus.cell(),
+            versus.at_least(0.9)
+        )
+        .unwrap();
+        if language == "Rust" {
+            scaling = Some(
+                b.paired(
+                    "Rust replay 1 → 2 at once",
+                    pairs,
+                    async || replayed(&store, &host, &id, 1).await,
+                    async || replayed(&store, &host, &id, 2).await,
+                )
+                .await,
+            );
+        }
+    }
+    writeln!(
+        out,
+        "| tool | replayed, per call | of it, reading the journal | fresh, per call | replay's rate beside fresh | target | |\n\
+         |---|---|---|---|---|---|---|\n{rows}"
+    )
+    .unwrap();
+    if let Some(scaling) = scaling {
+        writeln!(
+            out,
+            "Rust replay, one call at a time → two: throughput {} — target at least 1.8×: {}.\n",
+            scaling.cell(),
+            scaling.at_least(1.8)
+        )
+        .unwrap();
+    }
+}
