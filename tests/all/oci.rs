@@ -381,6 +381,88 @@ fn a_tag_moved_to_other_bytes_is_refused_until_update() {
     assert_eq!(converted["result"], 1000.0);
 }
 
+/// `pull --update --replay`: a tag moved to v2 of `stamp`; the calls
+/// sessions made with v1 are replayed against v2 before the lock moves.
+/// One differs: the lock is not written (exit 1, the difference shown, in
+/// text and JSON) until `--yes`; once it has moved, nothing is replayed.
+#[test]
+fn an_update_replays_the_sessions_before_it_moves_the_lock() {
+    let registry = Registry::start();
+    let scene = Scene::new();
+    let reference = registry.oci("tools/stamp:1");
+    scene.push(&guest("stamp"), &reference, None);
+    ok_json(&scene.run(&["pull", &reference, "--insecure", "--json"]));
+    let sessions = scene.path("sessions.db");
+    let sessions = sessions.to_str().unwrap();
+    for label in ["Launch", "review"] {
+        let args = json!({ "label": label }).to_string();
+        ok_json(&scene.call(
+            &reference,
+            "stamp",
+            &args,
+            &["--session", "s1", "--store", sessions],
+        ));
+    }
+    let pinned = scene.lock();
+    let second = scene.push(&guest("stamp_v2"), &reference, None);
+    let update = |extra: &[&str]| {
+        let mut args = vec![
+            "pull",
+            reference.as_str(),
+            "--insecure",
+            "--update",
+            "--replay",
+            "s1",
+            "--store",
+            sessions,
+        ];
+        args.extend_from_slice(extra);
+        scene.run(&args)
+    };
+
+    let out = update(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(said.contains("replayed against oci://"), "{said}");
+    assert!(said.contains("1 same, 1 different, 0 failed"), "{said}");
+    assert!(
+        said.contains(r#"result.stamp.label: "Launch" → "launch""#),
+        "{said}"
+    );
+    assert!(stderr(&out).contains("was not written"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--yes"), "{}", stderr(&out));
+    assert_eq!(
+        scene.lock(),
+        pinned,
+        "the lock moved although a call differs"
+    );
+
+    let out = update(&["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "replay_differs", "{doc}");
+    assert_eq!(doc["replays"][0]["summary"]["different"], 1, "{doc}");
+    assert_eq!(
+        doc["replays"][0]["calls"][0]["arguments"]["label"],
+        "Launch"
+    );
+    assert_eq!(scene.lock(), pinned);
+
+    let out = update(&["--yes"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(scene.lock().contains(&second), "{}", scene.lock());
+    let said = stdout(&out);
+    assert!(
+        said.contains("1 different") && said.contains("wrote "),
+        "{said}"
+    );
+
+    // Pinned to v2 already: nothing moves, nothing is replayed.
+    let out = update(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("replayed"), "{}", stdout(&out));
+}
+
 #[test]
 fn with_the_lock_and_the_store_filled_no_network_is_needed() {
     let mut registry = Registry::start();

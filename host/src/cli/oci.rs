@@ -242,6 +242,24 @@ pub struct PullArgs {
     /// Without it, a tag that now names other bytes is refused.
     #[arg(long)]
     update: bool,
+    /// With --update: before the lock is written, replay the journaled
+    /// calls of each component that changes against its new version (in
+    /// the sessions named, or every session of --user within --since),
+    /// and show what differs. When a call differs or fails, the lock is
+    /// written only with --yes.
+    #[arg(long, num_args = 0.., value_name = "SESSION", requires = "update")]
+    replay: Option<Vec<String>>,
+    /// With --replay: only sessions updated within this long (`7d`).
+    #[arg(long, value_name = "AGE", requires = "replay")]
+    since: Option<String>,
+    /// With --replay: every user's sessions.
+    #[arg(long, requires = "replay")]
+    all_users: bool,
+    /// Write the lock although a replayed call differs.
+    #[arg(long, requires = "replay")]
+    yes: bool,
+    #[command(flatten)]
+    store: super::StoreFlags,
     #[command(flatten)]
     registry: RegistryFlags,
     /// Print one JSON object instead of text.
@@ -253,15 +271,24 @@ pub struct PullArgs {
 /// against the lock and its signature against the trusted keys, downloads
 /// what the store lacks, and writes the lock.
 pub async fn pull(args: PullArgs) -> ExitCode {
-    match pull_all(&args).await {
+    let mut replays = Vec::new();
+    match pull_all(&args, &mut replays).await {
         Ok((pulled, lock, changed)) => {
             if args.json {
                 let components: Vec<Value> = pulled.iter().map(|r| describe(r).1).collect();
-                print_json(
-                    &json!({"ok": true, "components": components, "lock": lock, "lock_changed": changed}),
-                );
+                print_json(&json!({
+                    "ok": true,
+                    "components": components,
+                    "lock": lock,
+                    "lock_changed": changed,
+                    "replays": replays,
+                }));
             } else {
                 let mut text: String = pulled.iter().map(|r| describe(r).0).collect();
+                for replay in &replays {
+                    text.push_str(replay["text"].as_str().unwrap_or_default());
+                    text.push('\n');
+                }
                 text.push_str(&if changed {
                     format!("wrote {}", lock.display())
                 } else {
@@ -271,11 +298,26 @@ pub async fn pull(args: PullArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(failure) => report_failure(&failure, args.json, serde_json::Map::new()),
+        Err(failure) => {
+            if !args.json {
+                for replay in &replays {
+                    print_out(replay["text"].as_str().unwrap_or_default());
+                }
+            }
+            let mut extra = serde_json::Map::new();
+            extra.insert("replays".into(), Value::from(replays));
+            report_failure(&failure, args.json, extra)
+        }
     }
 }
 
-async fn pull_all(args: &PullArgs) -> Result<(Vec<Resolved>, PathBuf, bool), Failure> {
+/// Resolves every reference (and, with `--replay`, compares each changed
+/// component's calls, its report added to `replays`); writes the lock
+/// unless a replayed call differs and `--yes` was not given.
+async fn pull_all(
+    args: &PullArgs,
+    replays: &mut Vec<Value>,
+) -> Result<(Vec<Resolved>, PathBuf, bool), Failure> {
     let policy = load_policy(args.config.as_deref())?;
     let mut tools = Vec::new();
     for text in &args.references {
@@ -303,11 +345,97 @@ async fn pull_all(args: &PullArgs) -> Result<(Vec<Resolved>, PathBuf, bool), Fai
         Fetch::Check
     };
     let mut pulled = Vec::with_capacity(tools.len());
+    let mut moved = Vec::new();
     for tool in &tools {
-        pulled.push(resolver.resolve(tool, fetch).await?);
+        // What the lock pins now, when it pins it and the store has it.
+        let before = match args.replay {
+            Some(_) => resolver.resolve(tool, Fetch::Never).await.ok(),
+            None => None,
+        };
+        let resolved = resolver.resolve(tool, fetch).await?;
+        if before.is_some_and(|b| b.component != resolved.component) {
+            moved.push(resolved.clone());
+        }
+        pulled.push(resolved);
+    }
+    if let Some(sessions) = &args.replay {
+        let differ = replay_moved(args, policy.as_ref(), sessions, &moved, replays).await?;
+        if differ > 0 && !args.yes {
+            return Err(Failure {
+                kind: "replay_differs",
+                message: format!(
+                    "{differ} replayed call{} differ{} from the journal: {} was not written \
+                     (review the differences, then run again with --yes to write it)",
+                    if differ == 1 { "" } else { "s" },
+                    if differ == 1 { "s" } else { "" },
+                    resolver.lock().path().display()
+                ),
+                exit: super::EXIT_TOOL_FAILED,
+            });
+        }
     }
     let changed = resolver.save()?;
     Ok((pulled, resolver.lock().path().to_path_buf(), changed))
+}
+
+/// Replays the journaled calls of each `moved` component's tools against
+/// its new version, under the policy's entry for it; each report (text
+/// and JSON) added to `replays`. How many calls differ or fail in all.
+async fn replay_moved(
+    args: &PullArgs,
+    policy: Option<&Policy>,
+    sessions: &[String],
+    moved: &[Resolved],
+    replays: &mut Vec<Value>,
+) -> Result<u64, Failure> {
+    use super::replay::{Selection, chosen, compare, cores};
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    if moved.is_empty() {
+        return Ok(0);
+    }
+    let owner = args.store.owner()?;
+    let store = args.store.open().await?;
+    let selection = Selection {
+        sessions,
+        since: args.since.as_deref(),
+        all_users: args.all_users,
+    };
+    let chosen = chosen(&selection, store.as_ref(), owner).await?;
+    let mut differ = 0;
+    for resolved in moved {
+        let entry = policy.and_then(|p| p.for_reference(&resolved.reference));
+        let mut builder = super::host_builder();
+        if let Some(policy) = policy {
+            builder = builder.context_rules(policy.context.clone());
+        }
+        let mut host = builder.build()?;
+        let config = entry.map(|t| t.config.clone()).unwrap_or_default();
+        let loaded = host.load_with(&resolved.path, config).await?;
+        let tools: BTreeSet<String> = loaded.tools().iter().map(|t| t.name.clone()).collect();
+        let host = Arc::new(host);
+        let compared = compare(store.as_ref(), &host, &tools, &chosen, cores()).await?;
+        differ += compared.differ();
+        let title = format!(
+            "replayed against {}{} (component {}):\n",
+            airlock::oci::SCHEME,
+            resolved.reference,
+            resolved.component
+        );
+        let mut report = compared.json(&store.location());
+        if let Some(report) = report.as_object_mut() {
+            report.insert(
+                "reference".into(),
+                Value::from(resolved.reference.to_string()),
+            );
+            report.insert(
+                "text".into(),
+                Value::from(title + &compared.text(&store.location(), &tools) + "\n"),
+            );
+        }
+        replays.push(report);
+    }
+    Ok(differ)
 }
 
 #[derive(Debug, Args)]

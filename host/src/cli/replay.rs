@@ -76,35 +76,86 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
         .iter()
         .map(|text| parse_tool(text))
         .collect::<Result<Vec<_>, _>>()?;
-    let since = args
-        .since
-        .as_deref()
-        .map(|text| {
-            airlock::retention::parse_age(text)
-                .map_err(|e| Failure::input("invalid_age", format!("--since {text:?}: {e}")))
-        })
-        .transpose()?;
     let host = Arc::new(candidate_host(args, &candidates).await?);
     let tools: BTreeSet<String> = candidates.iter().map(|(name, _)| name.clone()).collect();
     let owner = args.store.owner()?;
     let store = args.store.open().await?;
-    let sessions = chosen(args, store.as_ref(), owner, since).await?;
-    let parallel = args.parallel.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
+    let selection = Selection {
+        sessions: &args.sessions,
+        since: args.since.as_deref(),
+        all_users: args.all_users,
+    };
+    let sessions = chosen(&selection, store.as_ref(), owner).await?;
+    let parallel = args.parallel.unwrap_or_else(cores);
+    let compared = compare(store.as_ref(), &host, &tools, &sessions, parallel).await?;
+    if let Some(missing) = tools.iter().find(|t| !compared.seen.contains_key(*t)) {
+        let names: Vec<&str> = sessions.iter().map(|(_, id)| id.as_str()).collect();
+        let within = if names.is_empty() {
+            "no session was chosen".to_owned()
+        } else {
+            format!("the sessions replayed ({})", names.join(", "))
+        };
+        return Err(Failure::input(
+            "no_calls",
+            format!("no call of tool {missing} to compare in {within}"),
+        ));
+    }
+    if args.json {
+        print_json(&compared.json(&store.location()));
+    } else {
+        print_out(&compared.text(&store.location(), &tools));
+    }
+    compared.say_what_differs();
+    Ok(compared.total)
+}
 
-    let mut total = ReplaySummary::default();
-    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
-    let mut reported: Vec<Replayed> = Vec::new();
-    let mut per_session = Vec::new();
-    for (user, session_id) in &sessions {
+/// The machine's cores: how many calls a replay runs at once by default.
+pub(super) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// Which sessions to replay: those named (the user's), or every session
+/// of the user (of every user with `all_users`) updated within `since`.
+pub(super) struct Selection<'a> {
+    pub(super) sessions: &'a [String],
+    pub(super) since: Option<&'a str>,
+    pub(super) all_users: bool,
+}
+
+/// What a replay over several sessions found.
+pub(super) struct Compared {
+    pub(super) total: ReplaySummary,
+    /// Each session: its owner, id and summary.
+    per_session: Vec<(Option<String>, String, ReplaySummary)>,
+    /// The calls that are not the same, in order.
+    reported: Vec<Replayed>,
+    /// Calls replayed per tool.
+    seen: BTreeMap<String, u64>,
+}
+
+/// Replays `tools` in each of `sessions` against `host`.
+pub(super) async fn compare(
+    store: &dyn SessionStore,
+    host: &Arc<Host>,
+    tools: &BTreeSet<String>,
+    sessions: &[(Option<String>, String)],
+    parallel: usize,
+) -> Result<Compared, Failure> {
+    let mut compared = Compared {
+        total: ReplaySummary::default(),
+        per_session: Vec::new(),
+        reported: Vec::new(),
+        seen: BTreeMap::new(),
+    };
+    for (user, session_id) in sessions {
         let replay = Replay {
             owner: user.as_deref(),
             session_id,
-            tools: &tools,
+            tools,
             parallel,
         };
-        let summary = Session::replay(store.as_ref(), &host, replay, |call| {
+        let (seen, reported) = (&mut compared.seen, &mut compared.reported);
+        let summary = Session::replay(store, host, replay, |call| {
             *seen.entry(call.tool.clone()).or_default() += 1;
             if call.verdict != Verdict::Same {
                 reported.push(call);
@@ -122,57 +173,59 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
             }
             other => Failure::input("session_damaged", other.to_string()),
         })?;
-        total.add(&summary);
-        per_session.push((user.clone(), session_id.clone(), summary));
+        compared.total.add(&summary);
+        compared
+            .per_session
+            .push((user.clone(), session_id.clone(), summary));
     }
-    let skipped_only = |tool: &str| total.skipped > 0 && !seen.contains_key(tool);
-    if let Some(missing) = tools
-        .iter()
-        .find(|t| !seen.contains_key(*t) && !skipped_only(t))
-    {
-        let names: Vec<&str> = sessions.iter().map(|(_, id)| id.as_str()).collect();
-        let within = if names.is_empty() {
-            "no session was chosen".to_owned()
-        } else {
-            format!("the sessions replayed ({})", names.join(", "))
-        };
-        return Err(Failure::input(
-            "no_calls",
-            format!("no call of tool {missing} in {within}; nothing to compare"),
-        ));
+    Ok(compared)
+}
+
+impl Compared {
+    /// How many calls differ from their journal or fail.
+    pub(super) fn differ(&self) -> u64 {
+        self.total.different + self.total.failed
     }
 
-    if args.json {
-        let sessions: Vec<Value> = per_session
+    /// The report as one JSON object.
+    pub(super) fn json(&self, store: &str) -> Value {
+        let sessions: Vec<Value> = self
+            .per_session
             .iter()
             .map(|(user, id, summary)| json!({"user": user, "session_id": id, "summary": summary}))
             .collect();
-        print_json(&json!({
-            "ok": total.different + total.failed == 0,
-            "store": store.location(),
-            "summary": total,
+        json!({
+            "ok": self.differ() == 0,
+            "store": store,
+            "summary": self.total,
             "sessions": sessions,
-            "calls": reported,
-        }));
-    } else {
-        print_out(&text(
-            &store.location(),
-            &tools,
-            sessions.len(),
-            &total,
-            &reported,
-        ));
+            "calls": self.reported,
+        })
     }
-    let differ = total.different + total.failed;
-    if differ > 0 {
-        print_note(&format!(
-            "{differ} call{} of {} {} from the journal",
-            plural(differ),
-            total.replayed(),
-            if differ == 1 { "differs" } else { "differ" }
-        ));
+
+    /// The report as text: [`text`].
+    pub(super) fn text(&self, store: &str, tools: &BTreeSet<String>) -> String {
+        text(
+            store,
+            tools,
+            self.per_session.len(),
+            &self.total,
+            &self.reported,
+        )
     }
-    Ok(total)
+
+    /// Says on stderr how many calls differ, if any do.
+    pub(super) fn say_what_differs(&self) {
+        let differ = self.differ();
+        if differ > 0 {
+            print_note(&format!(
+                "{differ} call{} of {} {} from the journal",
+                plural(differ),
+                self.total.replayed(),
+                if differ == 1 { "differs" } else { "differ" }
+            ));
+        }
+    }
 }
 
 /// `NAME=FILE|oci://REF`.
@@ -246,30 +299,34 @@ async fn candidate_host(
     Ok(host)
 }
 
-/// The sessions to replay, with their owners: those named (the user's),
-/// or every session of the user (of every user with `--all-users`)
-/// updated within `since`.
-async fn chosen(
-    args: &ReplayArgs,
+/// The sessions `selection` names, with their owners.
+pub(super) async fn chosen(
+    selection: &Selection<'_>,
     store: &dyn SessionStore,
     owner: Option<&str>,
-    since: Option<std::time::Duration>,
 ) -> Result<Vec<(Option<String>, String)>, Failure> {
-    if !args.sessions.is_empty() {
-        if args.all_users || since.is_some() {
+    let since = selection
+        .since
+        .map(|text| {
+            airlock::retention::parse_age(text)
+                .map_err(|e| Failure::input("invalid_age", format!("--since {text:?}: {e}")))
+        })
+        .transpose()?;
+    if !selection.sessions.is_empty() {
+        if selection.all_users || since.is_some() {
             return Err(Failure::input(
                 "invalid_selection",
                 "name sessions, or choose them with --since and --all-users, not both",
             ));
         }
         let user = owner.map(str::to_owned);
-        return Ok(args
+        return Ok(selection
             .sessions
             .iter()
             .map(|id| (user.clone(), id.clone()))
             .collect());
     }
-    let owners = if args.all_users {
+    let owners = if selection.all_users {
         store.owners().await?
     } else {
         vec![owner.map(str::to_owned)]
