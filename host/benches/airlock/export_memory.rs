@@ -1,5 +1,6 @@
-//! §16 Exporting and importing a session of a gigabyte: the peak
-//! resident memory of `airlock sessions export` and `import`.
+//! §16 Exporting, importing and replaying a session of a gigabyte: the
+//! peak resident memory of `airlock sessions export`, `import` and
+//! `replay`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -7,11 +8,14 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Bench, root, verdict};
-use airlock::SqliteStore;
+use crate::harness::{Bench, component, root, verdict};
+use airlock::context::ContextRules;
 use airlock::journal::{Entry, now_ms};
 use airlock::llm::Message;
+use airlock::sandbox::CancelToken;
+use airlock::session::Durability;
 use airlock::session::{SessionHeader, SessionStore};
+use airlock::{Session, SessionOptions, SqliteStore, ToolCall};
 
 /// Bytes of one record's message.
 const RECORD_BYTES: usize = 64 << 10;
@@ -34,7 +38,7 @@ fn peak_kib(pid: u32) -> u64 {
 pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(
         out,
-        "## 16. Exporting and importing a session of a gigabyte\n"
+        "## 16. Exporting, importing and replaying a session of a gigabyte\n"
     )
     .unwrap();
     let total: u64 = if b.quick { 128 << 20 } else { 1 << 30 };
@@ -83,6 +87,36 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         .find(|s| s.session_id == "copy")
         .map_or(0, |s| s.records);
     assert_eq!(copied, count, "the import is the whole session");
+
+    // A session of as many bytes made of real calls: the context probe's
+    // `read` of one 64 KiB key name (its arguments, and its result naming
+    // the key missing), then replayed whole against the same component.
+    let probe = component("wasm32-wasip2/release/context_probe.wasm");
+    let calls = count / 2;
+    {
+        let host = b.host(std::slice::from_ref(&probe)).await;
+        let store: Arc<dyn SessionStore> =
+            Arc::new(SqliteStore::open_with(&db, Durability::Normal).unwrap());
+        let options = SessionOptions {
+            session_id: Some("calls".into()),
+            ..SessionOptions::default()
+        };
+        let mut session = Session::open(store, options, &ContextRules::default())
+            .await
+            .unwrap();
+        let key = "k".repeat(RECORD_BYTES);
+        let read = ToolCall::new("read", serde_json::json!({ "keys": [key] }).to_string());
+        for _ in 0..calls {
+            session
+                .call(&host, &read, &CancelToken::new(), None)
+                .await
+                .unwrap();
+        }
+        session.close().await.unwrap();
+    }
+    let tool = format!("read={}", probe.display());
+    let (replay_took, replay_peak_mib) =
+        peak_of(&["replay", "calls", "--tool", &tool, "--store"], &db, &db);
     writeln!(
         out,
         "`airlock sessions export` (release build) of one session of {count} records of {} KiB each ({} MiB of messages), \
@@ -111,18 +145,34 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         )
         .unwrap();
     }
-    writeln!(out).unwrap();
+    writeln!(
+        out,
+        "\n`airlock replay` (release build) of a session of {calls} real calls of the context \
+         probe's `read` (each call's arguments and result hold one {} KiB key name: {} MiB of \
+         journal), against the component that made them: every call run again and compared, the \
+         journal read a page at a time.\n\n\
+         | command | calls | took | peak resident memory | target ≤ {TARGET_MIB} MiB |\n\
+         |---|---|---|---|---|\n\
+         | replay | {calls} | {:.1} s | {replay_peak_mib} MiB | {} |\n",
+        RECORD_BYTES >> 10,
+        total >> 20,
+        replay_took.as_secs_f64(),
+        verdict(replay_peak_mib <= TARGET_MIB)
+    )
+    .unwrap();
 }
 
 /// Runs `airlock ARGS FILE --store DB` (release build); how long it took
-/// and its peak resident memory in MiB.
+/// and its peak resident memory in MiB. (An `ARGS` ending in `--store`
+/// names the store as `FILE`.)
 fn peak_of(args: &[&str], file: &Path, db: &Path) -> (Duration, u64) {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(args)
-        .arg(file)
-        .arg("--store")
-        .arg(db)
+    let mut command = Command::new(env!("CARGO_BIN_EXE_airlock"));
+    command.args(args).arg(file);
+    if args.last() != Some(&"--store") {
+        command.arg("--store").arg(db);
+    }
+    let mut child = command
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .spawn()

@@ -182,8 +182,10 @@ pub enum ReplayError {
     },
 }
 
-/// How many records a page of the journal holds.
-const PAGE: u64 = 512;
+/// How many records a page of the journal holds: two pages (the one
+/// whose calls run, the next one read meanwhile) and their calls are what
+/// a replay holds.
+const PAGE: u64 = 128;
 
 impl Session {
     /// Replays the calls of `replay.tools` in session `replay.session_id`
@@ -191,7 +193,7 @@ impl Session {
     /// documentation), handing each to `each` in the journal's order.
     /// `host`'s context rules scrub the replayed ops as the journal's were.
     ///
-    /// Cost: one read per page of the journal (512 records), the next
+    /// Cost: one read per page of the journal (128 records), the next
     /// page read while the calls of this one run; one sandboxed call per
     /// replayed call, on `replay.parallel` worker tasks (spawned per page,
     /// not per call); a copy of the deps per call of the tools that is
