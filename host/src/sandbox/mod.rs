@@ -498,8 +498,9 @@ impl CancelToken {
     /// A token that is not cancelled, for a call played back from its
     /// journal: its clocks and random numbers read from `tape`, its
     /// questions answered by `asker` and its requests for a completion by
-    /// `sampler` (as they were answered). Such a call is never given an
-    /// instance prepared ahead (it would have recorded its reads).
+    /// `sampler` (as they were answered). Such a call is given an instance
+    /// prepared ahead only when its component reads neither clocks nor
+    /// random numbers (one that does would have recorded its own).
     pub fn replaying(tape: crate::spec::Tape, asker: Asker, sampler: Sampler) -> Self {
         Self {
             inner: Arc::new(CancelState {
@@ -596,7 +597,9 @@ pub struct CallState {
     pub(crate) sampled: Vec<crate::spec::Sampled>,
     /// What it is granted: what it may show, ask and sample too.
     pub(crate) grants: Arc<Grants>,
-    /// Its clock readings and random bytes (`None`: it imports neither).
+    /// What it reads of clocks, random generators and (with `record =
+    /// true`) HTTP, recorded or played back (`None`: nothing to record or
+    /// play back).
     reel: Option<Reel>,
 }
 
