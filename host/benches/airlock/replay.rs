@@ -31,14 +31,18 @@ async fn made(store: &Arc<dyn SessionStore>, host: &Host, id: &str, calls: usize
     session.close().await.unwrap();
 }
 
-/// Per call: every call of session `id` replayed, `parallel` at once.
+/// Per call (of `calls`): session `id` replayed, its calls of `tools`
+/// run `parallel` at once (with no tool, the journal read and folded
+/// alone).
 async fn replayed(
     store: &Arc<dyn SessionStore>,
     host: &Arc<Host>,
     id: &str,
+    tools: &[&str],
     parallel: usize,
+    calls: usize,
 ) -> Duration {
-    let tools = BTreeSet::from(["increment".to_owned()]);
+    let tools: BTreeSet<String> = tools.iter().map(|t| (*t).to_owned()).collect();
     let replay = Replay {
         owner: None,
         session_id: id,
@@ -50,28 +54,6 @@ async fn replayed(
         .await
         .unwrap();
     assert_eq!(summary.different + summary.failed, 0);
-    started.elapsed() / summary.same.max(1) as u32
-}
-
-/// Per call of session `id` (`calls` of them): the journal read and
-/// folded, no call run (a replay of no tool).
-async fn journal_pass(
-    store: &Arc<dyn SessionStore>,
-    host: &Arc<Host>,
-    id: &str,
-    calls: usize,
-) -> Duration {
-    let tools = BTreeSet::new();
-    let replay = Replay {
-        owner: None,
-        session_id: id,
-        tools: &tools,
-        parallel: 1,
-    };
-    let started = Instant::now();
-    Session::replay(store.as_ref(), host, replay, |_| {})
-        .await
-        .unwrap();
     started.elapsed() / calls as u32
 }
 
@@ -139,7 +121,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         }
         let mut passes = Vec::new();
         for _ in 0..5 {
-            passes.push(journal_pass(&store, &host, &id, calls).await);
+            passes.push(replayed(&store, &host, &id, &[], 1, calls).await);
         }
         passes.sort();
         let pass = passes[passes.len() / 2];
@@ -148,7 +130,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                 &format!("{language} fresh vs replayed, 2 at once"),
                 pairs,
                 async || fresh(&host, calls).await,
-                async || replayed(&store, &host, &id, 2).await,
+                async || replayed(&store, &host, &id, &["increment"], 2, calls).await,
             )
             .await;
         writeln!(
@@ -166,8 +148,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                 b.paired(
                     "Rust replay 1 → 2 at once",
                     pairs,
-                    async || replayed(&store, &host, &id, 1).await,
-                    async || replayed(&store, &host, &id, 2).await,
+                    async || replayed(&store, &host, &id, &["increment"], 1, calls).await,
+                    async || replayed(&store, &host, &id, &["increment"], 2, calls).await,
                 )
                 .await,
             );

@@ -542,22 +542,10 @@ fn compare(
 /// Answers a replayed call's questions with the recorded answers, in
 /// order; past them, cancels and notes it in `short`.
 fn answers(asked: Vec<crate::spec::Asked>, short: Arc<Mutex<Option<String>>>) -> Asker {
-    let next = Arc::new(AtomicUsize::new(0));
+    let given = asked.into_iter().map(|a| a.answer).collect();
+    let next = in_order(given, short, "asks its person", |_| Answer::Cancel);
     Arc::new(move |_question| {
-        let at = next.fetch_add(1, Ordering::SeqCst);
-        let answer = match asked.get(at) {
-            Some(recorded) => recorded.answer.clone(),
-            None => {
-                note(
-                    &short,
-                    format!(
-                        "asks more than the {} questions it was answered",
-                        asked.len()
-                    ),
-                );
-                Answer::Cancel
-            }
-        };
+        let answer = next();
         Box::pin(async move { answer })
     })
 }
@@ -565,26 +553,59 @@ fn answers(asked: Vec<crate::spec::Asked>, short: Arc<Mutex<Option<String>>>) ->
 /// Answers a replayed call's requests for a completion with the recorded
 /// replies, in order; past them, refuses and notes it in `short`.
 fn replies(sampled: Vec<crate::spec::Sampled>, short: Arc<Mutex<Option<String>>>) -> Sampler {
-    let next = Arc::new(AtomicUsize::new(0));
+    let given = sampled.into_iter().map(|s| s.reply).collect();
+    let next = in_order(given, short, "asks the model", |why| SampleReply::Refused {
+        why: why.to_owned(),
+    });
     Arc::new(move |_request| {
-        let at = next.fetch_add(1, Ordering::SeqCst);
-        let reply = match sampled.get(at) {
-            Some(recorded) => recorded.reply.clone(),
-            None => {
-                let why = format!(
-                    "asks the model more than the {} times it was answered",
-                    sampled.len()
-                );
-                note(&short, why.clone());
-                SampleReply::Refused { why }
-            }
-        };
+        let reply = next();
         Box::pin(async move { reply })
     })
+}
+
+/// What was `given`, one at a time in order; past it, `past` of why the
+/// call cannot be reproduced (`what` it did more often), noted in `short`.
+fn in_order<T: Clone + Send + Sync + 'static>(
+    given: Vec<T>,
+    short: Arc<Mutex<Option<String>>>,
+    what: &'static str,
+    past: fn(&str) -> T,
+) -> impl Fn() -> T + Send + Sync + 'static {
+    let next = AtomicUsize::new(0);
+    move || {
+        let at = next.fetch_add(1, Ordering::SeqCst);
+        given.get(at).cloned().unwrap_or_else(|| {
+            let why = format!(
+                "{what} more often than when it was recorded ({} times)",
+                given.len()
+            );
+            let value = past(&why);
+            note(&short, why);
+            value
+        })
+    }
 }
 
 fn note(short: &Mutex<Option<String>>, why: String) {
     if let Ok(mut short) = short.lock() {
         short.get_or_insert(why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_answers_come_back_in_order_then_run_short() {
+        let short: Arc<Mutex<Option<String>>> = Arc::default();
+        let next = in_order(vec![1, 2], Arc::clone(&short), "asks its person", |_| 0);
+        assert_eq!((next(), next()), (1, 2));
+        assert!(short.lock().unwrap().is_none());
+        assert_eq!(next(), 0);
+        assert_eq!(
+            short.lock().unwrap().as_deref(),
+            Some("asks its person more often than when it was recorded (2 times)")
+        );
     }
 }
