@@ -1923,7 +1923,15 @@ async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
     let client = RawHttp::initialized(&server.url).await;
     let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
         "params": {"level": "info"}});
-    assert_eq!(client.post(level).await.unwrap().status(), 200);
+    // The level is set once its answer is read (the status comes first,
+    // before the server has handled the request).
+    let set = client.post(level).await.unwrap();
+    assert_eq!(set.status(), 200);
+    let said = set.text().await.unwrap();
+    assert!(
+        said.contains(r#""id":2"#) && said.contains(r#""result""#),
+        "{said}"
+    );
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "chatty", "arguments": {"n": 20}, "_meta": {"progressToken": "p"}}});
     let answer = client.post(call).await.unwrap();

@@ -7,6 +7,7 @@
 //! store failed); 4 the session is in use by another run.
 
 mod call;
+mod compare;
 mod inspect;
 mod mcp;
 mod oci;

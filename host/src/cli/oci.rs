@@ -388,7 +388,7 @@ async fn replay_moved(
     moved: &[Resolved],
     replays: &mut Vec<Value>,
 ) -> Result<u64, Failure> {
-    use super::replay::{Selection, chosen, compare, cores};
+    use super::compare::{Selection, chosen, compare, cores};
     use std::collections::BTreeSet;
     use std::sync::Arc;
     if moved.is_empty() {

@@ -12,18 +12,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use serde_json::{Value, json};
 
 use airlock::Host;
-use airlock::agent::replay::{Ended, Replay, ReplaySummary, Replayed, Verdict};
+use airlock::agent::replay::ReplaySummary;
 use airlock::policy::ToolConfig;
-use airlock::session::{Session, SessionStore};
 
+use super::compare::{Selection, chosen, compare, cores};
 use super::oci::{ComponentArg, RegistryFlags, resolve_one};
-use super::terminal::field;
 use super::{
-    EXIT_TOOL_FAILED, Failure, StoreFlags, host_builder, load_policy, print_json, print_note,
-    print_out, report_failure, tools_host,
+    EXIT_TOOL_FAILED, Failure, StoreFlags, host_builder, load_policy, print_json, print_out,
+    report_failure, tools_host,
 };
 
 #[derive(Debug, Args)]
@@ -58,9 +56,6 @@ pub struct ReplayArgs {
     #[arg(long)]
     json: bool,
 }
-
-/// The most differing paths a text diff lists per call.
-const MAX_DIFF_LINES: usize = 12;
 
 pub async fn run(args: ReplayArgs) -> ExitCode {
     match replay(&args).await {
@@ -107,125 +102,6 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
     }
     compared.say_what_differs();
     Ok(compared.total)
-}
-
-/// The machine's cores: how many calls a replay runs at once by default.
-pub(super) fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
-
-/// Which sessions to replay: those named (the user's), or every session
-/// of the user (of every user with `all_users`) updated within `since`.
-pub(super) struct Selection<'a> {
-    pub(super) sessions: &'a [String],
-    pub(super) since: Option<&'a str>,
-    pub(super) all_users: bool,
-}
-
-/// What a replay over several sessions found.
-pub(super) struct Compared {
-    pub(super) total: ReplaySummary,
-    /// Each session: its owner, id and summary.
-    per_session: Vec<(Option<String>, String, ReplaySummary)>,
-    /// The calls that are not the same, in order.
-    reported: Vec<Replayed>,
-    /// Calls replayed per tool.
-    seen: BTreeMap<String, u64>,
-}
-
-/// Replays `tools` in each of `sessions` against `host`.
-pub(super) async fn compare(
-    store: &dyn SessionStore,
-    host: &Arc<Host>,
-    tools: &BTreeSet<String>,
-    sessions: &[(Option<String>, String)],
-    parallel: usize,
-) -> Result<Compared, Failure> {
-    let mut compared = Compared {
-        total: ReplaySummary::default(),
-        per_session: Vec::new(),
-        reported: Vec::new(),
-        seen: BTreeMap::new(),
-    };
-    for (user, session_id) in sessions {
-        let replay = Replay {
-            owner: user.as_deref(),
-            session_id,
-            tools,
-            parallel,
-        };
-        let (seen, reported) = (&mut compared.seen, &mut compared.reported);
-        let summary = Session::replay(store, host, replay, |call| {
-            *seen.entry(call.tool.clone()).or_default() += 1;
-            if call.verdict != Verdict::Same {
-                reported.push(call);
-            }
-        })
-        .await
-        .map_err(|e| match e {
-            airlock::agent::replay::ReplayError::Store(e) => {
-                let whose = user
-                    .as_deref()
-                    .map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
-                let mut failure = Failure::from(e);
-                failure.message = format!("{} ({whose}) in {}", failure.message, store.location());
-                failure
-            }
-            other => Failure::input("session_damaged", other.to_string()),
-        })?;
-        compared.total.add(&summary);
-        compared
-            .per_session
-            .push((user.clone(), session_id.clone(), summary));
-    }
-    Ok(compared)
-}
-
-impl Compared {
-    /// How many calls differ from their journal or fail.
-    pub(super) fn differ(&self) -> u64 {
-        self.total.different + self.total.failed
-    }
-
-    /// The report as one JSON object.
-    pub(super) fn json(&self, store: &str) -> Value {
-        let sessions: Vec<Value> = self
-            .per_session
-            .iter()
-            .map(|(user, id, summary)| json!({"user": user, "session_id": id, "summary": summary}))
-            .collect();
-        json!({
-            "ok": self.differ() == 0,
-            "store": store,
-            "summary": self.total,
-            "sessions": sessions,
-            "calls": self.reported,
-        })
-    }
-
-    /// The report as text: [`text`].
-    pub(super) fn text(&self, store: &str, tools: &BTreeSet<String>) -> String {
-        text(
-            store,
-            tools,
-            self.per_session.len(),
-            &self.total,
-            &self.reported,
-        )
-    }
-
-    /// Says on stderr how many calls differ, if any do.
-    pub(super) fn say_what_differs(&self) {
-        let differ = self.differ();
-        if differ > 0 {
-            print_note(&format!(
-                "{differ} call{} of {} {} from the journal",
-                plural(differ),
-                self.total.replayed(),
-                if differ == 1 { "differs" } else { "differ" }
-            ));
-        }
-    }
 }
 
 /// `NAME=FILE|oci://REF`.
@@ -297,196 +173,4 @@ async fn candidate_host(
         }
     }
     Ok(host)
-}
-
-/// The sessions `selection` names, with their owners.
-pub(super) async fn chosen(
-    selection: &Selection<'_>,
-    store: &dyn SessionStore,
-    owner: Option<&str>,
-) -> Result<Vec<(Option<String>, String)>, Failure> {
-    let since = selection
-        .since
-        .map(|text| {
-            airlock::retention::parse_age(text)
-                .map_err(|e| Failure::input("invalid_age", format!("--since {text:?}: {e}")))
-        })
-        .transpose()?;
-    if !selection.sessions.is_empty() {
-        if selection.all_users || since.is_some() {
-            return Err(Failure::input(
-                "invalid_selection",
-                "name sessions, or choose them with --since and --all-users, not both",
-            ));
-        }
-        let user = owner.map(str::to_owned);
-        return Ok(selection
-            .sessions
-            .iter()
-            .map(|id| (user.clone(), id.clone()))
-            .collect());
-    }
-    let owners = if selection.all_users {
-        store.owners().await?
-    } else {
-        vec![owner.map(str::to_owned)]
-    };
-    let after = since.map(|age| {
-        let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-        airlock::journal::now_ms().saturating_sub(age)
-    });
-    let mut chosen = Vec::new();
-    for user in owners {
-        let mut sessions = store.list(user.as_deref()).await?;
-        sessions.retain(|s| after.is_none_or(|after| s.updated_at_ms >= after));
-        // Oldest first: the order they were made in.
-        sessions.reverse();
-        chosen.extend(sessions.into_iter().map(|s| (user.clone(), s.session_id)));
-    }
-    Ok(chosen)
-}
-
-/// The text report: the summary line, then each call that is not the
-/// same, with its place and what differs.
-fn text(
-    store: &str,
-    tools: &BTreeSet<String>,
-    sessions: usize,
-    total: &ReplaySummary,
-    reported: &[Replayed],
-) -> String {
-    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
-    let mut out = format!(
-        "replayed {} call{} of {} in {sessions} session{} of {store}: {} same, {} different, {} \
-         failed, {} cannot be reproduced",
-        total.replayed(),
-        plural(total.replayed()),
-        tools.join(", "),
-        plural(sessions as u64),
-        total.same,
-        total.different,
-        total.failed,
-        total.cannot_reproduce,
-    );
-    if total.skipped > 0 {
-        out.push_str(&format!(
-            " ({} not replayed: rejected, cancelled or interrupted when made)",
-            total.skipped
-        ));
-    }
-    for call in reported {
-        let place = format!(
-            "{} record {}: {} {} {}",
-            call.session_id,
-            call.seq,
-            call.tool,
-            call.call_id,
-            field(&call.arguments.to_string())
-        );
-        match &call.verdict {
-            Verdict::Same => {}
-            Verdict::Different { recorded, replayed } => {
-                out.push_str(&format!("\ndifferent  {place}"));
-                for line in diff(recorded, replayed) {
-                    out.push_str(&format!("\n  {line}"));
-                }
-            }
-            Verdict::Failed { error, .. } => {
-                out.push_str(&format!("\nfailed     {place}\n  {}", field(error)));
-            }
-            Verdict::CannotReproduce { why } => {
-                out.push_str(&format!("\ncannot reproduce  {place}\n  {}", field(why)));
-            }
-        }
-    }
-    out
-}
-
-fn plural(n: u64) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
-/// What differs between two ends, one line per differing place (at most
-/// [`MAX_DIFF_LINES`]): `result.stamp.label: "Beta" → "beta"`.
-fn diff(recorded: &Ended, replayed: &Ended) -> Vec<String> {
-    let mut lines = Vec::new();
-    if recorded.status != replayed.status {
-        lines.push(format!(
-            "status: {} → {}",
-            recorded.status.as_str(),
-            replayed.status.as_str()
-        ));
-    }
-    let ops = |ops: &[airlock::ContextOp]| serde_json::to_value(ops).unwrap_or(Value::Null);
-    differing("result", &recorded.result, &replayed.result, &mut lines);
-    differing("ops", &ops(&recorded.ops), &ops(&replayed.ops), &mut lines);
-    if lines.len() > MAX_DIFF_LINES {
-        let more = lines.len() - MAX_DIFF_LINES;
-        lines.truncate(MAX_DIFF_LINES);
-        lines.push(format!("… and {more} more (--json has both whole)"));
-    }
-    lines
-}
-
-/// Appends `path: a → b` for each place where `a` and `b` differ,
-/// descending into objects and arrays of the same shape.
-fn differing(path: &str, a: &Value, b: &Value, lines: &mut Vec<String>) {
-    if a == b || lines.len() > MAX_DIFF_LINES {
-        return;
-    }
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-            for key in keys {
-                let (p, q) = (x.get(key), y.get(key));
-                let at = format!("{path}.{key}");
-                match (p, q) {
-                    (Some(p), Some(q)) => differing(&at, p, q, lines),
-                    (Some(p), None) => lines.push(format!("{at}: {} → (absent)", shown(p))),
-                    (None, Some(q)) => lines.push(format!("{at}: (absent) → {}", shown(q))),
-                    (None, None) => {}
-                }
-            }
-        }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
-            for (i, (p, q)) in x.iter().zip(y).enumerate() {
-                differing(&format!("{path}[{i}]"), p, q, lines);
-            }
-        }
-        _ => lines.push(format!("{path}: {} → {}", shown(a), shown(b))),
-    }
-}
-
-/// A value on one line, escaped for the terminal and cut at 200 bytes.
-fn shown(value: &Value) -> String {
-    let mut text = value.to_string();
-    if text.len() > 200 {
-        let mut end = 200;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    field(&text).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use airlock::journal::CallStatus;
-
-    #[test]
-    fn a_diff_names_the_places_that_differ() {
-        let end = |label: &str| Ended {
-            status: CallStatus::Completed,
-            result: json!({"stamp": {"label": label, "id": "ab"}, "n": [1, 2]}),
-            ops: Vec::new(),
-        };
-        assert_eq!(
-            diff(&end("Beta"), &end("beta")),
-            vec!["result.stamp.label: \"Beta\" → \"beta\"".to_owned()]
-        );
-        assert!(diff(&end("a"), &end("a")).is_empty());
-    }
 }
