@@ -1060,3 +1060,62 @@ fn run_shows_a_calls_progress_as_it_happens() {
         "{text}"
     );
 }
+
+/// ARGS, like `--deps`, is inline JSON, `-` for standard input, or a
+/// file; an unreadable one is refused naming the file, and the two cannot
+/// both come from standard input.
+#[test]
+fn arguments_come_inline_from_a_file_or_from_standard_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let stateful = guest("stateful");
+    let file = dir.path().join("args.json");
+    std::fs::write(&file, r#"{"name": "from_file"}"#).unwrap();
+    let out = airlock(&["call", path(&stateful), "increment", path(&file), "--json"]);
+    assert_eq!(stdout_json(&out)["result"]["counter"], "from_file");
+
+    let piped = |args: &[&str], input: &str| {
+        let input_file = dir.path().join("input.json");
+        std::fs::write(&input_file, input).unwrap();
+        crate::support::airlock_command(args, &[])
+            .stdin(std::fs::File::open(&input_file).unwrap())
+            .output()
+            .unwrap()
+    };
+    let out = piped(
+        &["call", path(&stateful), "increment", "-", "--json"],
+        r#"{"name": "from_stdin"}"#,
+    );
+    assert_eq!(stdout_json(&out)["result"]["counter"], "from_stdin");
+    let out = piped(
+        &[
+            "call",
+            path(&stateful),
+            "increment",
+            r#"{"name":"n"}"#,
+            "--deps",
+            "-",
+            "--json",
+        ],
+        r#"{"counters": {"n": 41}}"#,
+    );
+    assert_eq!(stdout_json(&out)["result"]["value"], 42);
+
+    let out = piped(
+        &["call", path(&stateful), "increment", "-", "--deps", "-"],
+        "{}",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot both be read from standard input"),
+        "{}",
+        stderr(&out)
+    );
+    let missing = dir.path().join("missing.json");
+    let out = airlock(&["call", path(&stateful), "increment", path(&missing)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(&format!("ARGS {}: cannot read", missing.display())),
+        "{}",
+        stderr(&out)
+    );
+}

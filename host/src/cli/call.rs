@@ -24,8 +24,9 @@ pub struct CallArgs {
     component: ComponentArg,
     /// The tool to call (see `airlock inspect`).
     name: String,
-    /// The arguments, a JSON object (`{}` when left out; a required one
-    /// that is missing is named by the tool's schema).
+    /// The arguments, a JSON object: inline, `-` for standard input, or a
+    /// file's path (`{}` when left out; a required one that is missing is
+    /// named by the tool's schema).
     #[arg(value_name = "ARGS", default_value = "{}")]
     args: String,
     #[command(flatten)]
@@ -47,7 +48,18 @@ pub async fn run(args: CallArgs) -> ExitCode {
         Ok((host, component, _)) => (host, component),
         Err(failure) => return fail(&args, &failure, None),
     };
-    let call = ToolCall::new(args.name.as_str(), args.args.as_str());
+    if args.args == "-" && args.flags.session.deps.as_deref() == Some("-") {
+        let failure = Failure::input(
+            "bad_arguments",
+            "ARGS and --deps cannot both be read from standard input (-)",
+        );
+        return fail(&args, &failure, None);
+    }
+    let arguments = match super::json_argument(&args.args, "ARGS", "bad_arguments") {
+        Ok((text, _)) => text,
+        Err(failure) => return fail(&args, &failure, None),
+    };
+    let call = ToolCall::new(args.name.as_str(), arguments);
     // The policy's other tools are in the host; the call is the named
     // component's.
     if !component.tools().iter().any(|t| t.name == args.name) {

@@ -307,7 +307,8 @@ pub struct RunFlags {
 /// The session a command works on: its starting deps, its id, the store.
 #[derive(Debug, Args)]
 pub struct SessionFlags {
-    /// Starting deps: inline JSON (`{...}`) or a JSON file. Default `{}`.
+    /// Starting deps: inline JSON (`{...}`), `-` for standard input, or a
+    /// JSON file. Default `{}`.
     /// On an existing session, these keys are laid over its stored deps.
     #[arg(long, value_name = "FILE_OR_JSON")]
     deps: Option<String>,
@@ -762,20 +763,46 @@ async fn tools_host(
 
 /// `--deps` takes inline JSON (starting with `{` or `[`) or a file path.
 fn read_deps(arg: &str) -> Result<RunContext, Failure> {
-    let (text, origin) = if arg.trim_start().starts_with(['{', '[']) {
-        (arg.to_owned(), "--deps".to_owned())
-    } else {
-        let path = PathBuf::from(arg);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Failure::input(
-                "invalid_deps",
-                format!("--deps {}: cannot read: {e}", path.display()),
-            )
-        })?;
-        (text, format!("--deps {}", path.display()))
-    };
+    let (text, origin) = json_argument(arg, "--deps", "invalid_deps")?;
     RunContext::from_json(&text)
         .map_err(|e: DepsError| Failure::input("invalid_deps", format!("{origin}: {e}")))
+}
+
+/// The most bytes a JSON argument read from stdin or a file may have.
+const MAX_JSON_ARGUMENT: u64 = 64 << 20;
+
+/// A JSON argument of the command line (`flag`): inline JSON (it starts
+/// with `{` or `[`), `-` for standard input, or else a file's path. Its
+/// text and where it came from, for messages; one that cannot be read is
+/// refused as `kind`, naming the file.
+fn json_argument(arg: &str, flag: &str, kind: &'static str) -> Result<(String, String), Failure> {
+    use std::io::Read as _;
+    if arg.trim_start().starts_with(['{', '[']) {
+        return Ok((arg.to_owned(), flag.to_owned()));
+    }
+    let (origin, reader): (String, Box<dyn std::io::Read>) = if arg == "-" {
+        (
+            format!("{flag} (standard input)"),
+            Box::new(std::io::stdin()),
+        )
+    } else {
+        let origin = format!("{flag} {arg}");
+        let file = std::fs::File::open(arg)
+            .map_err(|e| Failure::input(kind, format!("{origin}: cannot read: {e}")))?;
+        (origin, Box::new(file))
+    };
+    let mut text = String::new();
+    reader
+        .take(MAX_JSON_ARGUMENT + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| Failure::input(kind, format!("{origin}: cannot read: {e}")))?;
+    if text.len() as u64 > MAX_JSON_ARGUMENT {
+        return Err(Failure::input(
+            kind,
+            format!("{origin}: more than {} MiB", MAX_JSON_ARGUMENT >> 20),
+        ));
+    }
+    Ok((text, origin))
 }
 
 /// JSON for humans: one line if short, indented otherwise.
