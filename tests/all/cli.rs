@@ -1119,3 +1119,75 @@ fn arguments_come_inline_from_a_file_or_from_standard_input() {
         stderr(&out)
     );
 }
+
+/// A reader that went away (`| head`, here a pipe closed before anything
+/// is written) ends the output quietly: said once on stderr, no warning
+/// per event, and the run goes on to commit all of it. An export to a
+/// closed pipe ends the same way.
+#[test]
+fn a_closed_output_is_said_once_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cut.db");
+    let stateful = guest("stateful");
+    let vowels = root().join("guest-examples/scripts/vowels.json");
+    let closed = |args: &[&str]| {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        crate::support::airlock_command(args, &[])
+            .stdout(writer)
+            .output()
+            .unwrap()
+    };
+    let out = closed(&[
+        "run",
+        "--tool",
+        path(&stateful),
+        "--script",
+        path(&vowels),
+        "--session",
+        "cut",
+        "--store",
+        path(&db),
+        "--events",
+        "-",
+        "Count the vowels.",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert_eq!(said.matches("the output was cut").count(), 1, "{said}");
+    assert!(!said.contains("WARN"), "{said}");
+    let shown = airlock(&["sessions", "show", "cut", "--store", path(&db), "--json"]);
+    assert_eq!(
+        stdout_json(&shown)["deps"]["counters"],
+        json!({"vowels": 3})
+    );
+
+    for args in [
+        vec![
+            "run",
+            "--tool",
+            path(&stateful),
+            "--script",
+            path(&vowels),
+            "--session",
+            "cut2",
+        ],
+        vec!["sessions", "export", "cut"],
+        vec!["sessions", "show", "cut", "--json"],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--store", path(&db)]);
+        if args[0] == "run" {
+            args.push("Again.");
+        }
+        let out = closed(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert_eq!(
+            said.matches("the output was cut").count(),
+            1,
+            "{args:?}: {said}"
+        );
+        assert!(!said.contains("exported"), "{said}");
+    }
+}

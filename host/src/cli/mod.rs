@@ -526,17 +526,48 @@ pub fn print_error(e: &dyn std::fmt::Display) {
 /// Writes text to stdout, control characters escaped. The one place the CLI
 /// prints results as text.
 pub fn print_out(text: &str) {
-    write_line(&mut std::io::stdout(), &terminal::shown(text));
+    write_stdout(&terminal::shown(text));
 }
 
 /// Writes `value` to stdout as one line of JSON (exact JSON, with the
 /// characters a terminal acts on written as escapes).
 pub fn print_json(value: &Value) {
-    write_line(&mut std::io::stdout(), &terminal::json(&value.to_string()));
+    write_stdout(&terminal::json(&value.to_string()));
 }
 
-/// Writes one line. A reader that went away (`| head`, a closed pipe) does
-/// not stop the command: a run goes on and commits what it does.
+/// Whether stdout's reader went away (`| head`, a closed pipe): nothing
+/// more is written to it.
+static STDOUT_CUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes one line to stdout, unless its reader went away; the first
+/// write that fails says so once ([`stdout_cut`]).
+fn write_stdout(line: &str) {
+    if stdout_is_cut() {
+        return;
+    }
+    use std::io::Write as _;
+    let mut out = std::io::stdout();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        stdout_cut();
+    }
+}
+
+/// Whether stdout was cut.
+fn stdout_is_cut() -> bool {
+    STDOUT_CUT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Notes that stdout's reader went away: said once on stderr, and
+/// nothing more is written to stdout. The command goes on (a run finishes
+/// and commits what it does).
+fn stdout_cut() {
+    if !STDOUT_CUT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        print_note("the output was cut (its reader went away); the command goes on");
+    }
+}
+
+/// Writes one line (to stderr: whatever becomes of it, the command goes
+/// on).
 fn write_line(out: &mut dyn std::io::Write, line: &str) {
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }

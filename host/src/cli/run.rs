@@ -154,13 +154,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     continue;
                 }
             };
-            if let Some(sink) = events_file.as_mut() {
-                let line = serde_json::to_string(&event).unwrap_or_default();
-                if let Err(e) =
-                    writeln!(sink, "{}", super::terminal::json(&line)).and_then(|()| sink.flush())
-                {
-                    tracing::warn!(error = %e, "cannot write the event log");
-                }
+            if let Some(log) = events_file.as_mut() {
+                log.line(&serde_json::to_string(&event).unwrap_or_default());
             }
             if progress {
                 show_progress(&event);
@@ -244,20 +239,57 @@ async fn prepare(
     Ok((Arc::new(host), model, asker, turn, retention))
 }
 
-fn open_events(target: Option<&str>) -> Result<Option<Box<dyn Write + Send>>, Failure> {
-    match target {
-        None => Ok(None),
-        Some("-") => Ok(Some(Box::new(std::io::stdout()))),
+fn open_events(target: Option<&str>) -> Result<Option<EventLog>, Failure> {
+    let sink: Box<dyn Write + Send> = match target {
+        None => return Ok(None),
+        Some("-") => Box::new(std::io::stdout()),
         Some(path) => std::fs::File::create(path)
-            .map(|f| Some(Box::new(std::io::BufWriter::new(f)) as Box<dyn Write + Send>))
-            .map_err(|e| Failure::input("events_file", format!("--events {path}: {e}"))),
+            .map(|f| Box::new(std::io::BufWriter::new(f)) as Box<dyn Write + Send>)
+            .map_err(|e| Failure::input("events_file", format!("--events {path}: {e}")))?,
+    };
+    Ok(Some(EventLog {
+        sink,
+        to_stdout: target == Some("-"),
+        cut: false,
+    }))
+}
+
+/// Where `--events` goes. Once a write fails (a closed pipe, a full
+/// disk), nothing more is written to it, and that is said once on stderr;
+/// the run goes on and commits.
+struct EventLog {
+    sink: Box<dyn Write + Send>,
+    /// Whether it is stdout (`--events -`), whose cut the rest of the
+    /// output shares.
+    to_stdout: bool,
+    cut: bool,
+}
+
+impl EventLog {
+    /// Writes one line of JSON.
+    fn line(&mut self, json: &str) {
+        if self.cut || (self.to_stdout && super::stdout_is_cut()) {
+            return;
+        }
+        let written =
+            writeln!(self.sink, "{}", super::terminal::json(json)).and_then(|()| self.sink.flush());
+        if let Err(e) = written {
+            self.cut = true;
+            if self.to_stdout {
+                super::stdout_cut();
+            } else {
+                super::print_note(&format!(
+                    "the event log was cut ({e}); nothing more is written to it, and the run goes on"
+                ));
+            }
+        }
     }
 }
 
 /// A call's progress report as it happens: a line on the terminal, and a
 /// `{"progress": …}` line in the event log (not journaled: the call's
 /// log records are, with its output).
-fn show_report(report: &CallReport, sink: Option<&mut Box<dyn Write + Send>>, progress: bool) {
+fn show_report(report: &CallReport, log: Option<&mut EventLog>, progress: bool) {
     let CallEvent::Progress {
         done,
         total,
@@ -266,7 +298,7 @@ fn show_report(report: &CallReport, sink: Option<&mut Box<dyn Write + Send>>, pr
     else {
         return;
     };
-    if let Some(sink) = sink {
+    if let Some(log) = log {
         let line = json!({"progress": {
             "call_id": report.call_id,
             "tool": report.tool,
@@ -274,11 +306,7 @@ fn show_report(report: &CallReport, sink: Option<&mut Box<dyn Write + Send>>, pr
             "total": total,
             "message": message,
         }});
-        if let Err(e) = writeln!(sink, "{}", super::terminal::json(&line.to_string()))
-            .and_then(|()| sink.flush())
-        {
-            tracing::warn!(error = %e, "cannot write the event log");
-        }
+        log.line(&line.to_string());
     }
     if progress {
         print_out(&format!(

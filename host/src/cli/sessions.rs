@@ -250,7 +250,11 @@ async fn show(args: IdArgs) -> Result<(), Failure> {
         ];
         // A reader that went away (`| head`) ends the output, not an error.
         return match write_export(store, owner, &args.id, &rules, &extra, &mut out).await {
-            Err(ExportError::Write(_)) | Ok(_) => Ok(()),
+            Ok(_) => Ok(()),
+            Err(ExportError::Write(_)) => {
+                super::stdout_cut();
+                Ok(())
+            }
             Err(e) => Err(failed(e)),
         };
     }
@@ -410,9 +414,15 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            write_export(store.as_ref(), owner, &args.id, &rules, &[], &mut out)
-                .await
-                .map_err(failed)?;
+            match write_export(store.as_ref(), owner, &args.id, &rules, &[], &mut out).await {
+                Ok(_) => {}
+                // A reader that went away (`| head`) ends the export.
+                Err(ExportError::Write(_)) => {
+                    super::stdout_cut();
+                    return Ok(());
+                }
+                Err(e) => return Err(failed(e)),
+            }
         }
     }
     print_note(&format!("exported {} from {}", args.id, store.location()));
