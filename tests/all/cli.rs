@@ -1191,3 +1191,116 @@ fn a_closed_output_is_said_once_and_the_run_goes_on() {
         assert!(!said.contains("exported"), "{said}");
     }
 }
+
+/// Refused before anything runs: `--max-iterations 0`, `call --user`
+/// without `--session`. Read-only commands on a store that does not exist
+/// make none. `sessions rm` takes several ids; `keygen --force` replaces
+/// a key pair (and without it, refuses to).
+#[test]
+fn refusals_at_the_door_and_commands_that_make_nothing() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let stateful = guest("stateful");
+    let vowels = root().join("guest-examples/scripts/vowels.json");
+    let out = airlock(&[
+        "run",
+        "--tool",
+        path(&stateful),
+        "--script",
+        path(&vowels),
+        "--max-iterations",
+        "0",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--max-iterations"),
+        "{}",
+        stderr(&out)
+    );
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "increment",
+        r#"{"name":"a"}"#,
+        "--user",
+        "ann",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("pass --session ID too"),
+        "{}",
+        stderr(&out)
+    );
+
+    let none = dir.path().join("none.db");
+    let out = airlock(&["sessions", "list", "--store", path(&none)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no sessions"));
+    for args in [
+        vec!["sessions", "show", "x"],
+        vec!["sessions", "export", "x"],
+        vec!["sessions", "rm", "x"],
+        vec!["sessions", "fork", "x", "--at", "1"],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--store", path(&none)]);
+        let out = airlock(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).contains("does not exist yet"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!none.exists(), "a read-only command made the store");
+
+    let db = dir.path().join("s.db");
+    for id in ["a", "b", "c"] {
+        let out = airlock(&[
+            "call",
+            path(&stateful),
+            "increment",
+            r#"{"name":"n"}"#,
+            "--session",
+            id,
+            "--store",
+            path(&db),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = airlock(&["sessions", "rm", "a", "b", "--store", path(&db)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("removed a, b from sqlite:"));
+    let out = airlock(&["sessions", "rm", "c", "nope", "--store", path(&db)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("removed c from"));
+    assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
+    let listed = airlock(&["sessions", "list", "--store", path(&db), "--json"]);
+    assert_eq!(stdout_json(&listed)["sessions"], json!([]));
+
+    let prefix = dir.path().join("keys/k");
+    let keygen = |extra: &[&str]| {
+        let mut args = vec!["keygen", "--out", path(&prefix)];
+        args.extend_from_slice(extra);
+        airlock(&args)
+    };
+    assert!(keygen(&[]).status.success());
+    let public = dir.path().join("keys/k.pub");
+    let first = std::fs::read_to_string(&public).unwrap();
+    let out = keygen(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--force replaces it"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&public).unwrap(), first);
+    assert!(keygen(&["--force"]).status.success());
+    assert_ne!(std::fs::read_to_string(&public).unwrap(), first);
+    let mode = std::fs::metadata(dir.path().join("keys/k.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

@@ -48,6 +48,14 @@ pub async fn run(args: CallArgs) -> ExitCode {
         Ok((host, component, _)) => (host, component),
         Err(failure) => return fail(&args, &failure, None),
     };
+    if args.flags.session.store.user.is_some() && args.flags.session.id.is_none() {
+        let failure = Failure::input(
+            "usage",
+            "--user names whose session the call is committed to: pass --session ID too \
+             (without --session nothing is stored, for any user)",
+        );
+        return fail(&args, &failure, None);
+    }
     if args.args == "-" && args.flags.session.deps.as_deref() == Some("-") {
         let failure = Failure::input(
             "bad_arguments",

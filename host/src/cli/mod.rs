@@ -349,7 +349,36 @@ impl StoreFlags {
         if let Some(url) = self.store.as_deref().filter(|s| is_postgres_url(s)) {
             return Ok(Arc::new(PostgresStore::connect(url).await?));
         }
-        let path = match &self.store {
+        let path = self.sqlite_path()?;
+        let durability = match std::env::var("AIRLOCK_STORE_SYNC").as_deref() {
+            Err(_) | Ok("full") => Durability::Full,
+            Ok("normal") => Durability::Normal,
+            Ok(_) => {
+                tracing::warn!("AIRLOCK_STORE_SYNC is not `full` or `normal`; using `full`");
+                Durability::Full
+            }
+        };
+        Ok(Arc::new(SqliteStore::open_with(path, durability)?))
+    }
+
+    /// [`StoreFlags::open`] for a command that only reads or removes:
+    /// `None` (and nothing made) when the store is a SQLite file that does
+    /// not exist yet; the store's name for messages either way.
+    async fn open_existing(&self) -> Result<(Option<Arc<dyn SessionStore>>, String), Failure> {
+        if !self.store.as_deref().is_some_and(is_postgres_url) {
+            let path = self.sqlite_path()?;
+            if !path.exists() {
+                return Ok((None, format!("sqlite:{}", path.display())));
+            }
+        }
+        let store = self.open().await?;
+        let location = store.location();
+        Ok((Some(store), location))
+    }
+
+    /// The SQLite file the store is: `--store`, or the default.
+    fn sqlite_path(&self) -> Result<PathBuf, Failure> {
+        Ok(match &self.store {
             Some(path) => {
                 let path = PathBuf::from(path);
                 // A directory named by hand must be there: a typo should not
@@ -375,16 +404,7 @@ impl StoreFlags {
                     "no data directory is known: set AIRLOCK_DATA_DIR or pass --store FILE",
                 )
             })?,
-        };
-        let durability = match std::env::var("AIRLOCK_STORE_SYNC").as_deref() {
-            Err(_) | Ok("full") => Durability::Full,
-            Ok("normal") => Durability::Normal,
-            Ok(_) => {
-                tracing::warn!("AIRLOCK_STORE_SYNC is not `full` or `normal`; using `full`");
-                Durability::Full
-            }
-        };
-        Ok(Arc::new(SqliteStore::open_with(path, durability)?))
+        })
     }
 
     /// The owner, checked.

@@ -637,6 +637,10 @@ pub struct KeygenArgs {
     /// Where to write: PREFIX.key (private, 0600) and PREFIX.pub.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
+    /// Replace a key pair already there (signatures made with it will no
+    /// longer verify against the new public key).
+    #[arg(long)]
+    force: bool,
 }
 
 /// `airlock keygen`: an ECDSA P-256 key pair, the kind cosign uses.
@@ -649,10 +653,13 @@ pub fn keygen(args: KeygenArgs) -> ExitCode {
         };
         let (private, public) = (with(".key"), with(".pub"));
         for path in [&private, &public] {
-            if path.exists() {
+            if path.exists() && !args.force {
                 return Err(Failure::input(
                     "exists",
-                    format!("{}: already exists; not overwritten", path.display()),
+                    format!(
+                        "{}: already exists; not overwritten (--force replaces it)",
+                        path.display()
+                    ),
                 ));
             }
         }
@@ -667,19 +674,33 @@ pub fn keygen(args: KeygenArgs) -> ExitCode {
         let (private_pem, public_pem) = signature::generate()?;
         let write = |path: &Path, text: &str, mode: u32| {
             use std::io::Write as _;
-            use std::os::unix::fs::OpenOptionsExt as _;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .open(path)
-                .and_then(|mut file| file.write_all(text.as_bytes()))
-                .map_err(|e| {
-                    Failure::input(
-                        "file_not_writable",
-                        format!("{}: cannot write: {e}", path.display()),
-                    )
-                })
+            use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+            let written = if args.force {
+                // Replaced whole or not at all: a file beside it (made
+                // 0600), renamed over it once written.
+                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+                tempfile::NamedTempFile::new_in(dir.unwrap_or(Path::new("."))).and_then(
+                    |mut file| {
+                        file.write_all(text.as_bytes())?;
+                        file.as_file()
+                            .set_permissions(std::fs::Permissions::from_mode(mode))?;
+                        file.persist(path).map(drop).map_err(|e| e.error)
+                    },
+                )
+            } else {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .open(path)
+                    .and_then(|mut file| file.write_all(text.as_bytes()))
+            };
+            written.map_err(|e| {
+                Failure::input(
+                    "file_not_writable",
+                    format!("{}: cannot write: {e}", path.display()),
+                )
+            })
         };
         write(&private, &private_pem, 0o600)?;
         write(&public, &public_pem, 0o644)?;

@@ -48,8 +48,9 @@ pub struct RunArgs {
     /// The provider's base URL (default: OPENAI_BASE_URL / ANTHROPIC_BASE_URL).
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
-    /// Model requests allowed before the run fails.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    /// Model requests allowed before the run fails (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: u32,
     /// A system prompt for the model.
     #[arg(long, value_name = "TEXT")]

@@ -35,8 +35,8 @@ pub enum SessionsCommand {
     /// Makes a new session whose history is this one's up to a record or
     /// a call; both go on independently.
     Fork(ForkArgs),
-    /// Removes a session and its journal.
-    Rm(IdArgs),
+    /// Removes sessions and their journals.
+    Rm(RmArgs),
     /// Removes the sessions not updated for a while (never one in use);
     /// ephemeral ones (`airlock run` without `--session`) after a day.
     Prune(PruneArgs),
@@ -75,6 +75,18 @@ pub struct ListArgs {
 pub struct IdArgs {
     /// The session's id.
     id: String,
+    #[command(flatten)]
+    store: StoreFlags,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// The sessions' ids.
+    #[arg(required = true, value_name = "ID")]
+    ids: Vec<String>,
     #[command(flatten)]
     store: StoreFlags,
     /// Print one JSON object instead of text.
@@ -143,7 +155,8 @@ pub struct ImportArgs {
 pub async fn run(command: SessionsCommand) -> ExitCode {
     let json = match &command {
         SessionsCommand::List(a) => a.json,
-        SessionsCommand::Show(a) | SessionsCommand::Rm(a) => a.json,
+        SessionsCommand::Show(a) => a.json,
+        SessionsCommand::Rm(a) => a.json,
         SessionsCommand::Import(a) => a.json,
         SessionsCommand::Fork(a) => a.json,
         SessionsCommand::Prune(a) => a.json,
@@ -161,6 +174,30 @@ pub async fn run(command: SessionsCommand) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => report_failure(&failure, json, serde_json::Map::new()),
+    }
+}
+
+/// The store for a command on session `id` that reads or removes it, and
+/// the owner: when the store does not exist yet, nothing is made and the
+/// session is not found.
+async fn open_for<'a>(
+    flags: &'a StoreFlags,
+    id: &str,
+) -> Result<(Arc<dyn SessionStore>, Option<&'a str>), Failure> {
+    let owner = flags.owner()?;
+    match flags.open_existing().await? {
+        (Some(store), _) => Ok((store, owner)),
+        (None, location) => {
+            let whose = owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
+            let mut failure = Failure::from(StoreError::NotFound {
+                session_id: id.to_owned(),
+            });
+            failure.message = format!(
+                "{} ({whose}) in {location}: the store does not exist yet",
+                failure.message
+            );
+            Err(failure)
+        }
     }
 }
 
@@ -204,13 +241,18 @@ fn located_doing(
 }
 
 async fn list(args: ListArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store).await?;
-    let sessions = store.list(owner).await?;
+    let owner = args.store.owner()?;
+    // A store that does not exist yet has no sessions, and is not made.
+    let (store, location) = args.store.open_existing().await?;
+    let sessions = match &store {
+        Some(store) => store.list(owner).await?,
+        None => Vec::new(),
+    };
     if args.json {
-        print_json(&json!({"ok": true, "store": store.location(), "sessions": sessions}));
+        print_json(&json!({"ok": true, "store": location, "sessions": sessions}));
         return Ok(());
     }
-    let mut text = format!("store: {}\n", store.location());
+    let mut text = format!("store: {location}\n");
     if sessions.is_empty() {
         text.push_str("no sessions");
     }
@@ -234,7 +276,7 @@ async fn list(args: ListArgs) -> Result<(), Failure> {
 /// export does): the messages and events, which the text lists after the
 /// header that needs the whole fold, wait in temporary files.
 async fn show(args: IdArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store).await?;
+    let (store, owner) = open_for(&args.store, &args.id).await?;
     let store = store.as_ref();
     let rules = ContextRules::default();
     let located = |e: StoreError| located(e, owner, store);
@@ -386,7 +428,7 @@ fn context_rules(config: Option<&std::path::Path>) -> Result<ContextRules, Failu
 /// `--output` (a temporary file beside it, renamed once whole).
 async fn export(args: ExportArgs) -> Result<(), Failure> {
     let rules = context_rules(args.config.as_deref())?;
-    let (store, owner) = open(&args.store).await?;
+    let (store, owner) = open_for(&args.store, &args.id).await?;
     let failed = |e: ExportError| match e {
         ExportError::Store(e) => Failure::from(e),
         ExportError::Write(e) => {
@@ -517,7 +559,7 @@ async fn fork(args: ForkArgs) -> Result<(), Failure> {
         let random = uuid::Uuid::new_v4().simple().to_string();
         format!("{}-fork-{}", args.id, &random[..8])
     });
-    let (store, owner) = open(&args.store).await?;
+    let (store, owner) = open_for(&args.store, &args.id).await?;
     let held = Session::fork(Arc::clone(&store), owner, &args.id, &at, &to, &rules)
         .await
         .map_err(|e| match e {
@@ -543,16 +585,32 @@ async fn fork(args: ForkArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn remove(args: IdArgs) -> Result<(), Failure> {
-    let (store, owner) = open(&args.store).await?;
-    store
-        .remove(owner, &args.id, airlock::journal::now_ms())
-        .await
-        .map_err(|e| located(e, owner, store.as_ref()))?;
+/// Removes each session named, in order; stops at the first that cannot
+/// be removed (those before it are gone, and said so).
+async fn remove(args: RmArgs) -> Result<(), Failure> {
+    let (store, owner) = open_for(&args.store, &args.ids[0]).await?;
+    let mut removed = Vec::new();
+    for id in &args.ids {
+        if let Err(e) = store.remove(owner, id, airlock::journal::now_ms()).await {
+            if !removed.is_empty() && !args.json {
+                print_out(&format!(
+                    "removed {} from {}",
+                    removed.join(", "),
+                    store.location()
+                ));
+            }
+            return Err(located(e, owner, store.as_ref()));
+        }
+        removed.push(id.as_str());
+    }
     if args.json {
-        print_json(&json!({"ok": true, "store": store.location(), "session_id": args.id}));
+        print_json(&json!({"ok": true, "store": store.location(), "removed": removed}));
     } else {
-        print_out(&format!("removed {} from {}", args.id, store.location()));
+        print_out(&format!(
+            "removed {} from {}",
+            removed.join(", "),
+            store.location()
+        ));
     }
     Ok(())
 }
