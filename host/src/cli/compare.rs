@@ -11,7 +11,7 @@ use airlock::Host;
 use airlock::agent::replay::{Ended, Replay, ReplaySummary, Replayed, Verdict};
 use airlock::session::{Session, SessionStore};
 
-use super::terminal::field;
+use super::terminal::{counted, field};
 use super::{Failure, print_note};
 
 /// The most differing paths a text diff lists per call.
@@ -127,8 +127,8 @@ impl Compared {
         let differ = self.differ();
         if differ > 0 {
             print_note(&format!(
-                "{differ} call{} of {} {} from the journal",
-                plural(differ),
+                "{} of {} {} from the journal",
+                counted(differ, "call"),
                 self.total.replayed(),
                 if differ == 1 { "differs" } else { "differ" }
             ));
@@ -194,12 +194,11 @@ fn text(
 ) -> String {
     let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
     let mut out = format!(
-        "replayed {} call{} of {} in {sessions} session{} of {store}: {} same, {} different, {} \
-         failed, {} cannot be reproduced",
-        total.replayed(),
-        plural(total.replayed()),
+        "replayed {} of {} in {} of {store}: {} same, {} different, {} failed, {} cannot be \
+         reproduced",
+        counted(total.replayed(), "call"),
         tools.join(", "),
-        plural(sessions as u64),
+        counted(sessions as u64, "session"),
         total.same,
         total.different,
         total.failed,
@@ -237,10 +236,6 @@ fn text(
         }
     }
     out
-}
-
-fn plural(n: u64) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 /// What differs between two ends, one line per differing place (at most

@@ -401,11 +401,14 @@ fn answer_text(answer: &Answer) -> String {
 }
 
 /// Usage in words: `4 requests, 5 tool calls, 2163 input + 124 output
-/// tokens`.
-fn describe_usage(usage: &Usage) -> String {
+/// tokens` (`1 request`, `1 tool call`).
+pub(super) fn describe_usage(usage: &Usage) -> String {
     format!(
-        "{} requests, {} tool calls, {} input + {} output tokens",
-        usage.requests, usage.tool_calls, usage.input_tokens, usage.output_tokens
+        "{}, {}, {} input + {} output tokens",
+        super::terminal::counted(u64::from(usage.requests), "request"),
+        super::terminal::counted(u64::from(usage.tool_calls), "tool call"),
+        usage.input_tokens,
+        usage.output_tokens
     )
 }
 

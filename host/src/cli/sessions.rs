@@ -322,16 +322,13 @@ async fn show(args: IdArgs) -> Result<(), Failure> {
     let (header, folded) = (&pages.header, pages.folded());
     let u = &folded.usage;
     let head = format!(
-        "store:    {}\nsession:  {}\nuser:     {}\ncreated:  {}\nupdated:  {}\nusage:    {} requests, {} tool calls, {} input + {} output tokens\ndeps:     {}\n",
+        "store:    {}\nsession:  {}\nuser:     {}\ncreated:  {}\nupdated:  {}\nusage:    {}\ndeps:     {}\n",
         store.location(),
         header.session_id,
         header.user_id.as_deref().unwrap_or("(anonymous)"),
         utc(header.created_at_ms),
         utc(pages.updated_at_ms),
-        u.requests,
-        u.tool_calls,
-        u.input_tokens,
-        u.output_tokens,
+        super::run::describe_usage(u),
         show_json(&Value::Object(folded.deps.clone())),
     );
     // A reader that went away (`| head`) ends the output, not an error.
@@ -387,7 +384,10 @@ fn describe_item(item: &Item) -> String {
         Item::RunEnded {
             outcome,
             iterations,
-        } => format!("run ended: {outcome} after {iterations} model requests"),
+        } => format!(
+            "run ended: {outcome} after {}",
+            super::terminal::counted(u64::from(*iterations), "model request")
+        ),
         Item::Message { role, content, .. } => {
             let who = match role {
                 Role::System => "system",

@@ -176,3 +176,12 @@ mod tests {
         );
     }
 }
+
+/// `n` things in words: `1 tool call`, `5 tool calls`.
+pub fn counted(n: u64, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
