@@ -150,6 +150,15 @@ pub(super) fn progress(done: f64, total: Option<f64>, message: Option<&str>) -> 
     .to_string()
 }
 
+/// `n` things in words: `1 tool call`, `5 tool calls`.
+pub fn counted(n: u64, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,14 +183,5 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(&safe).unwrap(),
             value
         );
-    }
-}
-
-/// `n` things in words: `1 tool call`, `5 tool calls`.
-pub fn counted(n: u64, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
     }
 }
