@@ -381,6 +381,66 @@ fn a_tag_moved_to_other_bytes_is_refused_until_update() {
     assert_eq!(converted["result"], 1000.0);
 }
 
+/// Only `pull` pins: `inspect` and `call` of a reference the lock does
+/// not pin run it for that command only, say so, and write no lock (with
+/// or without a policy); `pull` then writes it.
+#[test]
+fn only_pull_writes_the_lock() {
+    let registry = Registry::start();
+    let scene = Scene::new();
+    let reference = registry.oci("tools/stateful:1");
+    scene.push(&guest("stateful"), &reference, None);
+    let out = scene.run(&["inspect", &reference, "--insecure"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not pinned in"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!scene.path("airlock.lock").exists(), "inspect wrote a lock");
+
+    let config = scene.policy(&policy_text(
+        "",
+        &format!("[[tool]]\noci = \"{}/tools/stateful:1\"\n", registry.host()),
+    ));
+    let called = scene.call(
+        &reference,
+        "increment",
+        r#"{"name": "x"}"#,
+        &["--config", &config],
+    );
+    assert!(called.status.success(), "{}", stderr(&called));
+    assert_eq!(ok_json(&called)["result"]["value"], 1);
+    assert!(
+        stderr(&called).contains("`airlock pull` pins it"),
+        "{}",
+        stderr(&called)
+    );
+    assert_eq!(
+        stderr(&called).matches("is not pinned").count(),
+        1,
+        "{}",
+        stderr(&called)
+    );
+    assert!(!scene.path("airlock.lock").exists(), "call wrote a lock");
+
+    let pulled = scene.run(&["pull", "--config", &config]);
+    assert!(pulled.status.success(), "{}", stderr(&pulled));
+    assert!(stdout(&pulled).contains("wrote "), "{}", stdout(&pulled));
+    assert!(scene.path("airlock.lock").exists());
+    let called = scene.call(
+        &reference,
+        "increment",
+        r#"{"name": "x"}"#,
+        &["--config", &config],
+    );
+    assert!(
+        !stderr(&called).contains("is not pinned"),
+        "{}",
+        stderr(&called)
+    );
+}
+
 /// `pull --update --replay`: a tag moved to v2 of `stamp`; the calls
 /// sessions made with v1 are replayed against v2 before the lock moves.
 /// One differs: the lock is not written (exit 1, the difference shown, in

@@ -144,7 +144,8 @@ fn point_entry(policy: Option<&mut Policy>, resolved: &Resolved) {
 /// The component one command works on (`inspect`, `call`): its file, and
 /// what its reference resolved to. Only that reference is resolved
 /// (pulled if the store lacks it); the policy's entry for it, if any,
-/// points at the pulled file.
+/// points at the pulled file. The lock is never written: a reference it
+/// does not pin is resolved for this command only, and said so.
 pub(super) async fn resolve_one(
     component: &ComponentArg,
     policy: Option<&mut Policy>,
@@ -157,14 +158,15 @@ pub(super) async fn resolve_one(
     let mut resolver = resolver(policy.as_deref(), registry)?;
     let tool = tool_for(policy.as_deref(), reference);
     let resolved = resolver.resolve(&tool, Fetch::Missing).await?;
-    resolver.save()?;
+    say_unpinned(&resolver, std::slice::from_ref(&resolved));
     point_entry(policy, &resolved);
     Ok((resolved.path.clone(), Some(resolved)))
 }
 
 /// The policy's references and `extra`'s, resolved (pulling what the store
-/// lacks; the lock saved if that changed it): `extra` as files, in order,
-/// and the lock file, when any reference was involved.
+/// lacks; the lock never written: what it does not pin is resolved for
+/// this command only, and said so): `extra` as files, in order, and the
+/// lock file, when any reference was involved.
 pub(super) async fn resolve_all(
     policy: Option<&mut Policy>,
     extra: &[ComponentArg],
@@ -183,8 +185,25 @@ pub(super) async fn resolve_all(
     }
     let mut resolver = resolver(policy.as_deref(), registry)?;
     let mut policy = policy;
+    let unpinned =
+        |resolver: &Resolver, reference: &Reference| resolver.lock().get(reference).is_none();
+    let mut resolved = Vec::new();
     if let Some(policy) = policy.as_deref_mut() {
+        let new: Vec<Reference> = policy
+            .tools
+            .iter()
+            .filter(|t| t.pulled.is_none())
+            .filter_map(|t| t.oci.as_ref().map(|o| o.reference.clone()))
+            .filter(|r| unpinned(&resolver, r))
+            .collect();
         resolver.resolve_policy(policy, Fetch::Missing).await?;
+        resolved.extend(
+            policy
+                .tools
+                .iter()
+                .filter_map(|t| t.pulled.clone())
+                .filter(|p| new.contains(&p.reference)),
+        );
     }
     let mut files = Vec::with_capacity(extra.len());
     for component in extra {
@@ -192,12 +211,36 @@ pub(super) async fn resolve_all(
             ComponentArg::File(path) => path.clone(),
             ComponentArg::Oci(reference) => {
                 let tool = tool_for(policy.as_deref(), reference);
-                resolver.resolve(&tool, Fetch::Missing).await?.path
+                let new = unpinned(&resolver, reference);
+                let pulled = resolver.resolve(&tool, Fetch::Missing).await?;
+                let path = pulled.path.clone();
+                if new {
+                    resolved.push(pulled);
+                }
+                path
             }
         });
     }
-    resolver.save()?;
+    say_unpinned(&resolver, &resolved);
     Ok((files, Some(resolver.lock().path().to_path_buf())))
+}
+
+/// Says which of `resolved` the lock does not pin: resolved for this
+/// command only (a command that is not `pull` never writes the lock).
+fn say_unpinned(resolver: &Resolver, resolved: &[Resolved]) {
+    if !resolver.changed() {
+        return;
+    }
+    for pulled in resolved {
+        super::print_note(&format!(
+            "{}{} is not pinned in {}: this command runs {} without pinning it; \
+             `airlock pull` pins it",
+            airlock::oci::SCHEME,
+            pulled.reference,
+            resolver.lock().path().display(),
+            pulled.component
+        ));
+    }
 }
 
 /// What `airlock inspect` shows about a pulled component.

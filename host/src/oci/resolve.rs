@@ -48,9 +48,10 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// Resolves every tool `policy` names by reference,
-    /// pointing its `path` at the pulled component and recording what it
-    /// resolved to in its `pulled`. Stops at the first that cannot be used.
+    /// Resolves every tool `policy` names by reference that is not
+    /// resolved yet, pointing its `path` at the pulled component and
+    /// recording what it resolved to in its `pulled`. Stops at the first
+    /// that cannot be used.
     pub async fn resolve_policy(
         &mut self,
         policy: &mut Policy,
@@ -58,6 +59,9 @@ impl Resolver {
     ) -> Result<(), OciError> {
         for tool in &mut policy.tools {
             let Some(oci) = &tool.oci else { continue };
+            if tool.pulled.is_some() {
+                continue;
+            }
             let resolved = self.resolve(oci, fetch).await?;
             tool.path = resolved.path.clone();
             tool.pulled = Some(resolved);
@@ -94,6 +98,12 @@ impl Resolver {
     /// The settings.
     pub fn settings(&self) -> &OciSettings {
         &self.settings
+    }
+
+    /// Whether a resolution changed the lock since it was read or saved
+    /// (a reference it did not pin, or one `Fetch::Update` moved).
+    pub fn changed(&self) -> bool {
+        self.changed
     }
 
     /// Writes the lock if a resolution changed it; whether it did.
