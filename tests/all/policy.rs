@@ -77,10 +77,12 @@ fn example_policy_loads_and_inspect_shows_the_grants() {
 }
 
 /// Secrets are read when a call is prepared, not when the policy loads:
-/// `inspect` works without them, and a call that needs an unset one fails
-/// with `grant_unavailable` naming the variable.
-#[test]
-fn secrets_are_resolved_per_call() {
+/// `inspect` works without them. A call that never sends a request to a
+/// secret's origin runs without it; one whose request would carry an
+/// unset secret has that request refused unsent, and fails with
+/// `grant_unavailable` naming the variable (never a value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_resolved_per_call_and_needed_only_by_their_requests() {
     let fetch = guest("http_fetch");
     let policy = example_policy();
     let doc = inspect_example(&[]);
@@ -98,18 +100,66 @@ fn secrets_are_resolved_per_call() {
         s(&stateful)
     );
     let out = show_state_under(&policy, &["--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+
+    // The fetcher: its secret bound to one loopback server, unset; the
+    // other server is granted too, without a secret.
+    let (bound, free) = (
+        crate::support::loopback::Loopback::start().await,
+        crate::support::loopback::Loopback::start().await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("airlock.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[tool]]\npath = {:?}\nhttp = [{:?}, {:?}]\nsecrets = [{{ env = \"AIRLOCK_TEST_UNSET\", \
+             origins = [{:?}], cleartext_loopback = true }}]\n",
+            s(&fetch),
+            bound.url(""),
+            free.url(""),
+            bound.url("")
+        ),
+    )
+    .unwrap();
+    let call = |url: String, env: &[(&str, &str)]| {
+        let args = serde_json::json!({ "url": url }).to_string();
+        airlock(
+            &[
+                "call",
+                s(&fetch),
+                "fetch",
+                &args,
+                "--config",
+                s(&file),
+                "--json",
+            ],
+            env,
+        )
+    };
+    let out = call(free.url("/hello"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let out = call(bound.url("/hello"), &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc["error"]["kind"], "grant_unavailable");
+    assert_eq!(doc["error"]["kind"], "grant_unavailable", "{doc}");
     let message = doc["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("AIRLOCK_TEST_UNSET") && message.contains("not set"),
         "{message}"
     );
-    // Set, the same policy serves the call.
-    let out = show_state_under(&policy, &["--json"], &[("AIRLOCK_TEST_UNSET", "now-set")]);
+    assert!(
+        bound.requests().is_empty(),
+        "the request went out without its secret"
+    );
+    // Set, the same policy serves the call, and the value is never shown.
+    let out = call(
+        bound.url("/hello"),
+        &[("AIRLOCK_TEST_UNSET", "now-set-value")],
+    );
     assert!(out.status.success(), "{}", text(&out.stdout));
-    assert!(!text(&out.stdout).contains("now-set"));
+    assert!(!text(&out.stdout).contains("now-set-value"));
+    assert_eq!(bound.requests().len(), 1);
 }
 
 /// `airlock call <stateful> show_state {}` under the policy `policy`

@@ -705,6 +705,12 @@ impl CallState {
         self.table = ResourceTable::new();
     }
 
+    /// A grant one of the call's requests needed and could not have (an
+    /// unset secret): the call fails with it.
+    pub(crate) fn missing_grant(&self) -> Option<GrantError> {
+        self.refusals.missing_grant()
+    }
+
     /// Takes what the guest has written so far (logs, stdout, stderr),
     /// leaving the log empty.
     pub(crate) fn take_output(&mut self) -> GuestOutput {

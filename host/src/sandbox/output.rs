@@ -70,21 +70,46 @@ pub const MAX_REFUSALS: usize = 8;
 /// capabilities' hooks. Bounded: a guest that asks a million times costs
 /// [`MAX_REFUSALS`] notes.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Refusals(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Refusals(Arc<Mutex<Refused>>);
+
+#[derive(Debug, Default)]
+struct Refused {
+    notes: Vec<String>,
+    /// A grant a request needed that cannot be honoured (an unset
+    /// secret): the call fails with it, whatever the guest made of the
+    /// refused request.
+    grant: Option<crate::sandbox::GrantError>,
+}
 
 impl Refusals {
+    /// Notes that a request needed `grant`, which cannot be honoured now
+    /// (the first such is kept): the call fails with it.
+    pub(crate) fn grant_missing(&self, grant: crate::sandbox::GrantError) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.grant.get_or_insert(grant);
+    }
+
+    /// The grant a request needed and did not have, if any.
+    pub(crate) fn missing_grant(&self) -> Option<crate::sandbox::GrantError> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .grant
+            .clone()
+    }
+
     /// Notes a refusal (once, and only while fewer than [`MAX_REFUSALS`]
     /// are kept).
     pub(crate) fn note(&self, why: String) {
         let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if kept.len() < MAX_REFUSALS && !kept.contains(&why) {
-            kept.push(why);
+        if kept.notes.len() < MAX_REFUSALS && !kept.notes.contains(&why) {
+            kept.notes.push(why);
         }
     }
 
     /// The refusals noted so far, leaving none.
     pub(crate) fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner).notes)
     }
 }
 

@@ -401,6 +401,7 @@ impl Run<'_> {
             Ok(Err(guest::ToolError::Retry(msg))) => Err(CallError::Retry(bounded_message(msg))),
             Err(e) => Err(e),
         };
+        let returned = grant_first(returned, &store);
         let output = store.data_mut().take_output();
         let reads = take_reads(&mut store, view_rep, record_reads);
         self.retire(store);
@@ -453,9 +454,23 @@ impl Run<'_> {
                 other => other,
             })
             .and_then(|result| outcome(result, limits));
+        let returned = grant_first(returned, &store);
         let output = store.data_mut().take_output();
         self.retire(store);
         Ok((returned, output, Reads::default()))
+    }
+}
+
+/// A call one of whose requests needed a grant that could not be
+/// honoured (an unset secret) fails with it, whatever the guest made of
+/// the refused request.
+fn grant_first<T>(
+    returned: Result<T, CallError>,
+    store: &Store<CallState>,
+) -> Result<T, CallError> {
+    match store.data().missing_grant() {
+        Some(missing) => Err(CallError::Grant(missing)),
+        None => returned,
     }
 }
 

@@ -13,16 +13,20 @@ impl Capability for SecretGrant {
         Ok(())
     }
 
+    /// Read now, for this call. One that cannot be had (its variable
+    /// unset) does not fail the call here: a request to its origins is
+    /// refused, and only then does the call fail, naming it.
     fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
-        let (value, raw) = self.resolve()?;
-        // Redacted from responses besides the header value: the secret
-        // alone, unless it is too short to redact safely.
-        let raw = (raw.len() >= MIN_REDACTED_BYTES && raw.as_bytes() != value.as_bytes())
-            .then(|| raw.into_bytes());
+        let value = self.resolve().map(|(value, raw)| {
+            // Redacted from responses besides the header value: the secret
+            // alone, unless it is too short to redact safely.
+            let raw = (raw.len() >= MIN_REDACTED_BYTES && raw.as_bytes() != value.as_bytes())
+                .then(|| raw.into_bytes());
+            (value, raw)
+        });
         call.secrets.push(ResolvedSecret {
             header: self.header.clone(),
             value,
-            raw,
             origins: std::sync::Arc::clone(&self.origins),
         });
         Ok(())

@@ -56,11 +56,11 @@ impl Capability for HttpGrant {
 #[derive(Clone)]
 pub(crate) struct ResolvedSecret {
     pub(crate) header: HeaderName,
-    pub(crate) value: HeaderValue,
-    /// The secret alone, when it is long enough to be redacted from
-    /// responses by itself (the header value always is; see
-    /// `sender::Redactor`).
-    pub(crate) raw: Option<Vec<u8>>,
+    /// The header value, and the secret alone when it is long enough to
+    /// be redacted from responses by itself (the header value always is;
+    /// see `sender::Redactor`); or why it cannot be had now (its variable
+    /// unset), for a request that would carry it to fail with.
+    pub(crate) value: Result<(HeaderValue, Option<Vec<u8>>), GrantError>,
     pub(crate) origins: Arc<[HostPattern]>,
 }
 

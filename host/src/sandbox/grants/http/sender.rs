@@ -103,11 +103,24 @@ pub(super) async fn send(
         .iter()
         .filter(|s| encrypted_or_local && s.binds(scheme, &host, port))
     {
+        let (value, raw) = match &secret.value {
+            Ok(value) => value,
+            Err(missing) => {
+                let why = format!(
+                    "HTTP request to {} refused: {missing}",
+                    scheme.origin(&host, port)
+                );
+                tracing::info!(%uri, "{why}");
+                refusals.note(why);
+                refusals.grant_missing(missing.clone());
+                return Err(HttpError::HttpRequestDenied);
+            }
+        };
         request
             .headers_mut()
-            .insert(secret.header.clone(), secret.value.clone());
-        injected.push(secret.value.as_bytes().to_vec());
-        injected.extend(secret.raw.clone());
+            .insert(secret.header.clone(), value.clone());
+        injected.push(value.as_bytes().to_vec());
+        injected.extend(raw.clone());
     }
 
     let connect_timeout = budget(options.and_then(|o| o.connect_timeout));
