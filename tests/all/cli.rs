@@ -433,6 +433,22 @@ fn approval_without_a_terminal_needs_yes() {
     );
     assert_eq!(err.matches("error:").count(), 1, "{err}");
 
+    // `call` asks too, rather than run the tool unasked.
+    let call = |extra: &[&str]| {
+        let mut args = vec!["call", path(&stateful), "increment", r#"{"name":"a"}"#];
+        args.extend(["--config", path(&policy)]);
+        args.extend_from_slice(extra);
+        crate::support::airlock_command(&args, &[])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = call(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("needs approval") && stderr(&out).contains("--yes"));
+    let out = call(&["--yes", "--json"]);
+    assert_eq!(stdout_json(&out)["result"]["value"], 1, "{}", stderr(&out));
+
     let out = run(&["--yes", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let doc = stdout_json(&out);

@@ -29,25 +29,16 @@ pub struct CallArgs {
     /// named by the tool's schema).
     #[arg(value_name = "ARGS", default_value = "{}")]
     args: String,
+    /// Approve the call if its tool asks for approval (`approval =
+    /// "ask"`): without it, the terminal asks, and with no terminal the
+    /// call is refused.
+    #[arg(long)]
+    yes: bool,
     #[command(flatten)]
     flags: RunFlags,
 }
 
 pub async fn run(args: CallArgs) -> ExitCode {
-    let mut ctx = match args.flags.session.context() {
-        Ok(ctx) => ctx,
-        Err(failure) => return fail(&args, &failure, None),
-    };
-    let loaded = load_host(
-        &args.component,
-        args.flags.config.as_deref(),
-        &args.flags.registry,
-    )
-    .await;
-    let (host, component) = match loaded {
-        Ok((host, component, _)) => (host, component),
-        Err(failure) => return fail(&args, &failure, None),
-    };
     if args.flags.session.store.user.is_some() && args.flags.session.id.is_none() {
         let failure = Failure::input(
             "usage",
@@ -63,6 +54,20 @@ pub async fn run(args: CallArgs) -> ExitCode {
         );
         return fail(&args, &failure, None);
     }
+    let mut ctx = match args.flags.session.context() {
+        Ok(ctx) => ctx,
+        Err(failure) => return fail(&args, &failure, None),
+    };
+    let loaded = load_host(
+        &args.component,
+        args.flags.config.as_deref(),
+        &args.flags.registry,
+    )
+    .await;
+    let (host, component) = match loaded {
+        Ok((host, component, _)) => (host, component),
+        Err(failure) => return fail(&args, &failure, None),
+    };
     let arguments = match super::json_argument(&args.args, "ARGS", "bad_arguments") {
         Ok((text, _)) => text,
         Err(failure) => return fail(&args, &failure, None),
@@ -80,6 +85,10 @@ pub async fn run(args: CallArgs) -> ExitCode {
         let deps = shown_deps(&ctx, &host);
         return finish(&args, &host, Err(failure), deps, None);
     }
+    let call = match approved(&args, &component, call) {
+        Ok(call) => call,
+        Err(failure) => return fail(&args, &failure, None),
+    };
     if args.flags.session.id.is_some() {
         return call_in_session(&args, &host, &call).await;
     }
@@ -250,4 +259,41 @@ fn fail_stored(
         extra.insert("store".into(), json!(stored.store));
     }
     report_failure(failure, args.flags.json, extra)
+}
+
+/// The call as approved: unchanged for a tool that asks for no approval
+/// or with `--yes`; else as the person on the terminal decides (edited
+/// arguments, or rejected: exit 1). With no terminal to ask on, refused.
+fn approved(
+    args: &CallArgs,
+    component: &airlock::tools::LoadedComponent,
+    call: ToolCall,
+) -> Result<ToolCall, Failure> {
+    if component.approval() != airlock::policy::Approval::Ask || args.yes {
+        return Ok(call);
+    }
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return Err(Failure::input(
+            "approval_needs_terminal",
+            format!(
+                "tool {} needs approval (approval = \"ask\") and there is no terminal to ask on: \
+                 pass --yes to approve the call, or run it on a terminal",
+                field(&call.name)
+            ),
+        ));
+    }
+    match super::run::ask(&super::run::approval_question(&call)) {
+        airlock::agent::Decision::Approve => Ok(call),
+        airlock::agent::Decision::Edit(arguments) => {
+            Ok(ToolCall::new(call.name.as_str(), arguments))
+        }
+        _ => Err(Failure {
+            kind: "rejected",
+            message: format!(
+                "the call of {} was rejected; it did not run",
+                field(&call.name)
+            ),
+            exit: super::EXIT_TOOL_FAILED,
+        }),
+    }
 }

@@ -526,11 +526,7 @@ impl airlock::agent::Approver for CliApprover {
             self.cancel.cancel();
             return Box::pin(async { Decision::Reject });
         }
-        let question = format!(
-            "approve {} {}? [y]es / [n]o / [e]dit: ",
-            super::terminal::field(&call.name),
-            super::terminal::field(&call.arguments)
-        );
+        let question = approval_question(call);
         Box::pin(async move {
             tokio::task::spawn_blocking(move || ask(&question))
                 .await
@@ -539,7 +535,18 @@ impl airlock::agent::Approver for CliApprover {
     }
 }
 
-fn ask(question: &str) -> Decision {
+/// What the terminal asks before `call` runs.
+pub(super) fn approval_question(call: &ToolCall) -> String {
+    format!(
+        "approve {} {}? [y]es / [n]o / [e]dit: ",
+        super::terminal::field(&call.name),
+        super::terminal::field(&call.arguments)
+    )
+}
+
+/// Asks `question` on the terminal: yes, no (also the end of input), or
+/// edit (then the new arguments).
+pub(super) fn ask(question: &str) -> Decision {
     let read = |prompt: &str| -> Option<String> {
         let mut err = std::io::stderr();
         let _ = write!(err, "{prompt}");
