@@ -125,6 +125,10 @@ pub mod tools;
 /// from it directly.
 pub use futures::future::BoxFuture;
 
+/// The wasmtime release this Airlock runs on (a test holds it to
+/// Cargo.lock's).
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
 pub use agent::Agent;
 pub use context::{ContextOp, OpLimits, OpRejected, RunContext, Usage};
 pub use journal::Transcript;

@@ -1320,3 +1320,29 @@ fn refusals_at_the_door_and_commands_that_make_nothing() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// `--version` names the wasmtime release (as Cargo.lock has it) and the
+/// WIT package (as wit/tool.wit declares it).
+#[test]
+fn the_version_names_wasmtime_and_the_wit_package() {
+    let out = airlock(&["--version"]);
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).unwrap();
+    let wasmtime = lock
+        .split("[[package]]")
+        .find(|p| p.contains("\nname = \"wasmtime\"\n"))
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned();
+    assert!(said.contains(&format!("wasmtime {wasmtime}\n")), "{said}");
+    let wit = std::fs::read_to_string(root().join("wit/tool.wit")).unwrap();
+    let package = wit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package "))
+        .unwrap()
+        .trim_end_matches(';')
+        .to_owned();
+    assert!(said.contains(&format!("WIT {package} ")), "{said}");
+}

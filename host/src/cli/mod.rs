@@ -124,7 +124,7 @@ impl Cli {
                  session or names one in _meta \"airlock/session\"",
             ),
         ];
-        let mut command = Self::command();
+        let mut command = Self::command().long_version(long_version());
         for (name, help) in session {
             command = command.mut_subcommand(name, |c| c.mut_arg("id", |a| a.help(help)));
         }
@@ -173,6 +173,20 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Sign(args) => oci::sign(args).await,
         Command::Keygen(args) => oci::keygen(args),
     }
+}
+
+/// `airlock --version`: Airlock's version, the wasmtime it runs on, and
+/// the WIT package versions whose components it loads.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{}\nwasmtime {}\nWIT airlock:tool@{} (components built against any airlock:tool@0.1.x load)",
+            env!("CARGO_PKG_VERSION"),
+            airlock::WASMTIME_VERSION,
+            airlock::tools::WIT_VERSION
+        )
+    })
 }
 
 /// A failure as the CLI reports it: a kind for `--json`, a message, and an

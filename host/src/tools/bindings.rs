@@ -108,7 +108,7 @@ impl Exports {
 
 /// The version of the WIT package the host implements (a component's
 /// exports of any 0.1 version are found under it).
-const WIT_VERSION: &str = "0.1.2";
+pub const WIT_VERSION: &str = "0.1.2";
 
 /// An Airlock component ready to instantiate, and where its exports are.
 #[derive(Clone)]
