@@ -1346,3 +1346,38 @@ fn the_version_names_wasmtime_and_the_wit_package() {
         .to_owned();
     assert!(said.contains(&format!("WIT {package} ")), "{said}");
 }
+
+/// `airlock completions bash` is a script bash loads, which completes the
+/// commands and their flags; zsh's and fish's are printed too.
+#[test]
+fn completion_scripts_load_and_complete() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_airlock"));
+    let complete = |words: &str, cword: usize| {
+        let script = format!(
+            "source <({bin} completions bash) && COMP_WORDS=({words}) && COMP_CWORD={cword} && \
+             _airlock airlock \"${{COMP_WORDS[$COMP_CWORD]}}\" \"${{COMP_WORDS[$COMP_CWORD-1]}}\" && \
+             echo \"${{COMPREPLY[@]}}\"",
+            bin = bin.display()
+        );
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(complete("airlock sess", 1), "sessions");
+    assert_eq!(complete("airlock replay --to", 2), "--tool");
+    for shell in ["zsh", "fish"] {
+        let out = airlock(&["completions", shell]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("airlock"));
+    }
+    let out = airlock(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -158,6 +158,16 @@ enum Command {
     Sign(oci::SignArgs),
     /// Make a key pair to sign components with.
     Keygen(oci::KeygenArgs),
+    /// Print a completion script for a shell: `source <(airlock
+    /// completions bash)`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 pub async fn run(cli: Cli) -> ExitCode {
@@ -172,6 +182,14 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Push(args) => oci::push(args).await,
         Command::Sign(args) => oci::sign(args).await,
         Command::Keygen(args) => oci::keygen(args),
+        Command::Completions(args) => {
+            let mut command = Cli::command_with_help();
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut command, "airlock", &mut script);
+            use std::io::Write as _;
+            let _ = std::io::stdout().write_all(&script);
+            ExitCode::SUCCESS
+        }
     }
 }
 
