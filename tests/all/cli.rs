@@ -1381,3 +1381,31 @@ fn completion_scripts_load_and_complete() {
     let out = airlock(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Text reads as text: a string result of several lines is printed as its
+/// lines (not one escaped JSON string), and a WIT doc comment of several
+/// lines is shown as lines under its tool in `inspect`.
+#[test]
+fn text_output_keeps_the_lines_of_text() {
+    let reach = guest("reach");
+    let config = root().join("guest-examples/plain.toml");
+    let out = airlock(&[
+        "call",
+        path(&reach),
+        "read_script",
+        r#"{"path": "/scripts/vowels.json"}"#,
+        "--config",
+        path(&config),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.starts_with("result: {\n"), "{said}");
+    assert!(said.contains("\n          \"description\": "), "{said}");
+    assert!(!said.contains("\\n") && !said.contains("\\\""), "{said}");
+
+    let units = crate::support::built("plain/units");
+    let out = airlock(&["inspect", path(&units)]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!said.contains("\\n"), "{said}");
+    assert!(said.contains("of the same quantity\n    (length"), "{said}");
+}

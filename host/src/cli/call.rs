@@ -186,7 +186,12 @@ fn print_success(
         print_json(&doc);
         return;
     }
-    let mut text = format!("result: {}\n", show_json(&outcome.result));
+    // A text result reads as text, its lines under its first.
+    let result = match &outcome.result {
+        Value::String(text) if text.contains('\n') => super::terminal::block(text, 8),
+        other => show_json(other),
+    };
+    let mut text = format!("result: {result}\n");
     if updates.is_empty() {
         text.push_str("ops:    none\n");
     }

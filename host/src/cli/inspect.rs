@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use airlock::tools::LoadedComponent;
 
-use super::terminal::field;
+use super::terminal::{block, field};
 use super::{
     ComponentArg, Failure, RegistryFlags, load_host, print_json, print_out, report_failure,
     show_json,
@@ -227,7 +227,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         text.push_str(&format!(
             "  {}  {}\n",
             field(&spec.name),
-            field(&spec.description)
+            block(&spec.description, 4)
         ));
         if let Some(source) = component
             .source_of(&spec.name)
@@ -254,7 +254,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         text.push_str("\nresources (for an MCP client):\n");
         for spec in resources {
             let about = spec.description.as_deref().unwrap_or(&spec.name);
-            text.push_str(&format!("  {}  {}\n", field(&spec.uri), field(about)));
+            text.push_str(&format!("  {}  {}\n", field(&spec.uri), block(about, 4)));
         }
     }
     if !component.withheld().is_empty() {
@@ -286,7 +286,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
                 "  {}({})  {}\n",
                 field(&spec.name),
                 field(&arguments.join(", ")),
-                field(about)
+                block(about, 4)
             ));
         }
     }

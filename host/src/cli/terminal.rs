@@ -44,6 +44,14 @@ pub fn shown(text: &str) -> Cow<'_, str> {
     escape(text, |c| c == '\n' || c == '\t')
 }
 
+/// `text` as a block that starts on a line already begun: its lines
+/// after the first indented by `indent` spaces (a description, a string
+/// result), unsafe characters escaped as [`shown`] does.
+pub fn block(text: &str, indent: usize) -> String {
+    let continued = format!("\n{}", " ".repeat(indent));
+    shown(text.trim_end()).replace('\n', &continued)
+}
+
 /// `text` as part of one line: newlines escaped too.
 pub fn field(text: &str) -> Cow<'_, str> {
     escape(text, |_| false)
