@@ -55,6 +55,13 @@ pub struct PruneArgs {
     /// does).
     #[arg(long)]
     all_users: bool,
+    /// List the sessions it would remove now, and remove none.
+    #[arg(long)]
+    dry_run: bool,
+    /// Remove them even when that is every session it covers (otherwise
+    /// asked on a terminal, and refused without one).
+    #[arg(long)]
+    yes: bool,
     #[command(flatten)]
     store: StoreFlags,
     /// Print one JSON object instead of text.
@@ -633,16 +640,40 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
         ));
     }
     let (store, owner) = open(&args.store).await?;
+    let (planned, covered) = prune_plan(
+        store.as_ref(),
+        &retention,
+        owner,
+        args.all_users,
+        older_than,
+    )
+    .await?;
     let owner = (!args.all_users).then_some(owner);
-    let pruned = airlock::session::prune(store.as_ref(), &retention, owner, older_than).await?;
+    let pruned = if args.dry_run {
+        planned
+    } else {
+        if covered > 1 && planned.len() == covered && !args.yes {
+            confirm_everything(covered)?;
+        }
+        airlock::session::prune(store.as_ref(), &retention, owner, older_than).await?
+    };
+    let verb = if args.dry_run {
+        "would prune"
+    } else {
+        "pruned"
+    };
     if args.json {
-        print_json(&json!({"ok": true, "store": store.location(), "pruned": pruned}));
+        print_json(&json!({
+            "ok": true,
+            "store": store.location(),
+            "dry_run": args.dry_run,
+            "pruned": pruned,
+        }));
         return Ok(());
     }
     let mut text = format!(
-        "pruned {} session{} from {}",
-        pruned.len(),
-        if pruned.len() == 1 { "" } else { "s" },
+        "{verb} {} from {}",
+        super::terminal::counted(pruned.len() as u64, "session"),
         store.location()
     );
     for session in &pruned {
@@ -653,6 +684,70 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
     }
     print_out(&text);
     Ok(())
+}
+
+/// What a prune would remove now, from the listing, as the store decides
+/// (not in use; updated before the cutoff, or, ephemeral, before its
+/// own), and how many sessions it covers in all.
+async fn prune_plan(
+    store: &dyn SessionStore,
+    retention: &airlock::retention::Retention,
+    owner: Option<&str>,
+    all_users: bool,
+    older_than: Option<std::time::Duration>,
+) -> Result<(Vec<airlock::session::Pruned>, usize), Failure> {
+    let Some(older_than) = older_than.or(retention.ttl) else {
+        return Ok((Vec::new(), 0));
+    };
+    let now = airlock::journal::now_ms();
+    let (before, ephemeral_before) = retention.cutoffs(older_than, now);
+    let owners = if all_users {
+        store.owners().await?
+    } else {
+        vec![owner.map(str::to_owned)]
+    };
+    let (mut planned, mut covered) = (Vec::new(), 0);
+    for user in owners {
+        for session in store.list(user.as_deref()).await? {
+            covered += 1;
+            let cutoff = if session.ephemeral {
+                ephemeral_before
+            } else {
+                before
+            };
+            if session.leased_until_ms.is_none() && session.updated_at_ms < cutoff {
+                planned.push(airlock::session::Pruned {
+                    user_id: user.clone(),
+                    session_id: session.session_id,
+                });
+            }
+        }
+    }
+    Ok((planned, covered))
+}
+
+/// Asks before a prune removes every session it covers; with no terminal
+/// to ask on, refuses.
+fn confirm_everything(count: usize) -> Result<(), Failure> {
+    let refused = || {
+        Failure::input(
+            "confirm",
+            format!(
+                "this would remove every session it covers ({count}): pass --yes to do so, or \
+                 --dry-run to list them"
+            ),
+        )
+    };
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return Err(refused());
+    }
+    eprint!("remove all {count} sessions? [y/N]: ");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    match line.trim() {
+        "y" | "yes" => Ok(()),
+        _ => Err(refused()),
+    }
 }
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.

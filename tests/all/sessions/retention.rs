@@ -99,10 +99,26 @@ async fn pruning_removes_old_and_ephemeral_sessions_never_a_leased_one(backend: 
         "[sessions]\nttl = \"1h\"\nephemeral_ttl = \"1m\"\n",
     )
     .unwrap();
-    let out = sessions(
-        &db.spec,
-        &["prune", "--config", policy.to_str().unwrap(), "--json"],
+    // It would remove every session left: --dry-run lists them and
+    // removes none; without --yes (and no terminal) it is refused.
+    let prune = |extra: &[&str]| {
+        let mut args = vec!["prune", "--config", policy.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        sessions(&db.spec, &args)
+    };
+    let out = prune(&["--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["dry_run"], true);
+    assert_eq!(stdout_json(&out)["pruned"].as_array().unwrap().len(), 2);
+    let out = prune(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout_json(&out)["error"]["kind"], "confirm");
+    assert_eq!(
+        session_ids(&store).await.len(),
+        2,
+        "a refused prune removed sessions"
     );
+    let out = prune(&["--yes"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let pruned = stdout_json(&out)["pruned"].clone();
     let mut gone: Vec<&str> = pruned
