@@ -741,7 +741,12 @@ fn confirm_everything(count: usize) -> Result<(), Failure> {
     if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
         return Err(refused());
     }
-    eprint!("remove all {count} sessions? [y/N]: ");
+    {
+        use std::io::Write as _;
+        let mut err = std::io::stderr();
+        let _ = write!(err, "remove all {count} sessions? [y/N]: ");
+        let _ = err.flush();
+    }
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     match line.trim() {
