@@ -14,6 +14,12 @@ fn stdout_json(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {text}"))
 }
 
+/// Asserts that the command was refused (exit 2) saying `needle`.
+fn refused(out: &Output, needle: &str) {
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+    assert!(stderr(out).contains(needle), "{}", stderr(out));
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -415,14 +421,20 @@ fn approval_without_a_terminal_needs_yes() {
     )
     .unwrap();
     let db = dir.path().join("ask.db");
-    let run = |extra: &[&str]| {
-        let mut args = vec!["run", "--config", path(&policy), "--script", path(&script)];
-        args.extend(["--store", path(&db), "go"]);
+    // With no terminal: standard input is not one.
+    let without_terminal = |args: Vec<&str>, extra: &[&str]| {
+        let mut args = args;
         args.extend_from_slice(extra);
         crate::support::airlock_command(&args, &[])
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap()
+    };
+    let run = |extra: &[&str]| {
+        let args = vec!["run", "--config", path(&policy), "--script", path(&script)];
+        let mut args = args;
+        args.extend(["--store", path(&db), "go"]);
+        without_terminal(args, extra)
     };
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -435,17 +447,12 @@ fn approval_without_a_terminal_needs_yes() {
 
     // `call` asks too, rather than run the tool unasked.
     let call = |extra: &[&str]| {
-        let mut args = vec!["call", path(&stateful), "increment", r#"{"name":"a"}"#];
+        let args = vec!["call", path(&stateful), "increment", r#"{"name":"a"}"#];
+        let mut args = args;
         args.extend(["--config", path(&policy)]);
-        args.extend_from_slice(extra);
-        crate::support::airlock_command(&args, &[])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
+        without_terminal(args, extra)
     };
-    let out = call(&[]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("needs approval") && stderr(&out).contains("--yes"));
+    refused(&call(&[]), "needs approval (approval = \"ask\")");
     let out = call(&["--yes", "--json"]);
     assert_eq!(stdout_json(&out)["result"]["value"], 1, "{}", stderr(&out));
 
@@ -1120,20 +1127,10 @@ fn arguments_come_inline_from_a_file_or_from_standard_input() {
         &["call", path(&stateful), "increment", "-", "--deps", "-"],
         "{}",
     );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("cannot both be read from standard input"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, "cannot both be read from standard input");
     let missing = dir.path().join("missing.json");
     let out = airlock(&["call", path(&stateful), "increment", path(&missing)]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains(&format!("ARGS {}: cannot read", missing.display())),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, &format!("ARGS {}: cannot read", missing.display()));
 }
 
 /// A reader that went away (`| head`, here a pipe closed before anything
@@ -1228,12 +1225,7 @@ fn refusals_at_the_door_and_commands_that_make_nothing() {
         "0",
         "x",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--max-iterations"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, "--max-iterations");
     let out = airlock(&[
         "call",
         path(&stateful),
@@ -1242,12 +1234,7 @@ fn refusals_at_the_door_and_commands_that_make_nothing() {
         "--user",
         "ann",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("pass --session ID too"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, "pass --session ID too");
 
     let none = dir.path().join("none.db");
     let out = airlock(&["sessions", "list", "--store", path(&none)]);
@@ -1305,12 +1292,7 @@ fn refusals_at_the_door_and_commands_that_make_nothing() {
     let public = dir.path().join("keys/k.pub");
     let first = std::fs::read_to_string(&public).unwrap();
     let out = keygen(&[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--force replaces it"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, "--force replaces it");
     assert_eq!(std::fs::read_to_string(&public).unwrap(), first);
     assert!(keygen(&["--force"]).status.success());
     assert_ne!(std::fs::read_to_string(&public).unwrap(), first);
