@@ -11,6 +11,7 @@ mod cache;
 mod cli;
 mod conformance;
 mod context_rules;
+mod documented;
 mod durability;
 mod environment;
 mod errors;

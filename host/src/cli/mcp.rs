@@ -706,8 +706,9 @@ fn raw_stdio() -> (
 
 /// The key in environment variable `name` (`[mcp] state_key_env`).
 fn state_key(name: &str) -> Result<StateKey, Failure> {
-    let fail =
-        |problem: String| Failure::input("policy", format!("[mcp] state_key_env: {problem}"));
+    let fail = |problem: String| {
+        Failure::input("invalid_config", format!("[mcp] state_key_env: {problem}"))
+    };
     let secret = std::env::var_os(name)
         .ok_or_else(|| fail(format!("the environment variable {name} is not set")))?;
     StateKey::from_secret(secret.as_encoded_bytes()).ok_or_else(|| {
