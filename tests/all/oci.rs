@@ -390,6 +390,15 @@ fn only_pull_writes_the_lock() {
     let scene = Scene::new();
     let reference = registry.oci("tools/stateful:1");
     scene.push(&guest("stateful"), &reference, None);
+    // Without --insecure, the plain-HTTP registry on this machine is
+    // unreachable, and the error says which flag reaches it.
+    let out = scene.run(&["inspect", &reference]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is reached with --insecure"),
+        "{}",
+        stderr(&out)
+    );
     let out = scene.run(&["inspect", &reference, "--insecure"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
@@ -575,6 +584,25 @@ fn with_the_lock_and_the_store_filled_no_network_is_needed() {
     );
     assert!(message.contains("tools/other:1"), "{message}");
     assert_eq!(scene.lock(), lock);
+
+    // A pinned component the store lost, with the registry down: the
+    // error names the digest it asked for, the lock and the store.
+    let stored = scene.stored();
+    let kept = stored[0].with_extension("kept");
+    std::fs::rename(&stored[0], &kept).unwrap();
+    let message = refused(
+        &scene.call(&reference, "increment", "{}", &["--config", &config]),
+        "registry_unreachable",
+    );
+    let digest = format!(
+        "sha256:{}",
+        stored[0].file_stem().unwrap().to_str().unwrap()
+    );
+    assert!(
+        message.contains(&digest) && message.contains(scene.store().to_str().unwrap()),
+        "{message}"
+    );
+    std::fs::rename(&kept, &stored[0]).unwrap();
 
     // A store another user could write is used for nothing, and said so.
     {

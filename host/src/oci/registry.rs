@@ -188,8 +188,16 @@ impl Registry {
                 refused: refused.clone(),
             };
         }
-        let problem = crate::text::truncate(&crate::text::error_chain(e), 300);
+        let mut problem = crate::text::truncate(&crate::text::error_chain(e), 300);
         if e.is_connect() || (e.is_timeout() && !e.is_body()) {
+            // A registry on this machine that answers HTTPS with plain
+            // HTTP is a registry run for testing: say which flag reaches it.
+            if !self.settings.insecure && reference.is_loopback() && e.is_connect() {
+                problem.push_str(
+                    "; a registry on this machine that serves plain HTTP is reached with \
+                     --insecure (or `[oci] insecure = true`)",
+                );
+            }
             OciError::Unreachable { reference, problem }
         } else {
             OciError::Registry {

@@ -158,7 +158,22 @@ impl Resolver {
                         reference: reference.clone(),
                     });
                 }
-                self.pull(tool, Pin::Digest(locked)).await
+                let component = locked.component.clone();
+                self.pull(tool, Pin::Digest(locked))
+                    .await
+                    .map_err(|e| match e {
+                        // Say what was missing, and from where.
+                        OciError::Unreachable { reference, problem } => OciError::Unreachable {
+                            problem: format!(
+                                "{problem}; it was asked for {component}, which {} pins and \
+                                 the store at {} lacks",
+                                self.lock.path().display(),
+                                self.store.dir().display()
+                            ),
+                            reference,
+                        },
+                        other => other,
+                    })
             }
             (Fetch::Never, None) => Err(OciError::NotPulled {
                 reference: reference.clone(),
