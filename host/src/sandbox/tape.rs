@@ -76,6 +76,8 @@ struct Deck {
     tape: Tape,
     /// Playing: the recorded tape, and how far each source has read it.
     played: Option<(Arc<Tape>, Cursors)>,
+    /// Recording: the bytes of HTTP bodies kept so far.
+    http_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -185,13 +187,19 @@ impl Reel {
         ChaCha20Rng::from_seed(seed)
     }
 
-    /// Keeps an HTTP exchange the call had, while the tape has room for
-    /// its body; past that, notes that the call cannot be reproduced.
-    pub(crate) fn keep_exchange(&self, exchange: crate::spec::Exchange, body_bytes: usize) {
+    /// Keeps the HTTP exchange `exchange` makes (only then: its body is
+    /// encoded there), while the tape has room for its `body_bytes`; past
+    /// that, notes that the call cannot be reproduced.
+    pub(crate) fn keep_exchange(
+        &self,
+        body_bytes: usize,
+        exchange: impl FnOnce() -> crate::spec::Exchange,
+    ) {
         let mut deck = self.deck();
-        let kept: usize = deck.tape.http.iter().map(|e| e.body.len() / 4 * 3).sum();
-        if kept + body_bytes <= Tape::MAX_HTTP_BYTES {
-            deck.tape.http.push(exchange);
+        let kept = deck.http_bytes.saturating_add(body_bytes);
+        if kept <= Tape::MAX_HTTP_BYTES {
+            deck.http_bytes = kept;
+            deck.tape.http.push(exchange());
         } else {
             deck.short(|| {
                 format!(
@@ -371,8 +379,8 @@ mod tests {
 
     fn playing(tape: Tape) -> Reel {
         Reel(Arc::new(Mutex::new(Deck {
-            tape: Tape::default(),
             played: Some((Arc::new(tape), Cursors::default())),
+            ..Deck::default()
         })))
     }
 

@@ -42,22 +42,20 @@ pub(super) async fn record(
     })
     .await?;
     let bytes = collected.to_bytes();
-    let headers = parts
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-            (name.as_str().to_owned(), value)
-        })
-        .collect();
-    let exchange = Exchange {
+    reel.keep_exchange(bytes.len(), || Exchange {
         method,
         url,
         status: parts.status.as_u16(),
-        headers,
+        headers: parts
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.as_str().to_owned(), value)
+            })
+            .collect(),
         body: STANDARD.encode(&bytes),
-    };
-    reel.keep_exchange(exchange, bytes.len());
+    });
     let rest: IoFuture = if driven {
         Box::new(async { Ok(()) })
     } else {
