@@ -41,6 +41,16 @@ pub(super) struct Compared {
     pub(super) seen: BTreeMap<String, u64>,
 }
 
+/// A host with no tool yet, under `policy`'s context rules (those the
+/// journal's ops were scrubbed with): where a candidate is loaded.
+pub(super) fn empty_host(policy: Option<&airlock::policy::Policy>) -> Result<Host, Failure> {
+    let mut builder = super::host_builder();
+    if let Some(policy) = policy {
+        builder = builder.context_rules(policy.context.clone());
+    }
+    Ok(builder.build()?)
+}
+
 /// Replays `tools` in each of `sessions` against `host`.
 pub(super) async fn compare(
     store: &dyn SessionStore,

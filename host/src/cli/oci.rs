@@ -448,11 +448,7 @@ async fn replay_moved(
     let mut differ = 0;
     for resolved in moved {
         let entry = policy.and_then(|p| p.for_reference(&resolved.reference));
-        let mut builder = super::host_builder();
-        if let Some(policy) = policy {
-            builder = builder.context_rules(policy.context.clone());
-        }
-        let mut host = builder.build()?;
+        let mut host = super::compare::empty_host(policy)?;
         let config = entry.map(|t| t.config.clone()).unwrap_or_default();
         let loaded = host.load_with(&resolved.path, config).await?;
         let tools: BTreeSet<String> = loaded.tools().iter().map(|t| t.name.clone()).collect();

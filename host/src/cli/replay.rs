@@ -20,8 +20,8 @@ use airlock::policy::ToolConfig;
 use super::compare::{Selection, chosen, compare, cores};
 use super::oci::{ComponentArg, RegistryFlags, resolve_one};
 use super::{
-    EXIT_TOOL_FAILED, Failure, StoreFlags, host_builder, load_policy, print_json, print_out,
-    report_failure, tools_host,
+    EXIT_TOOL_FAILED, Failure, StoreFlags, load_policy, print_json, print_out, report_failure,
+    tools_host,
 };
 
 #[derive(Debug, Args)]
@@ -151,11 +151,7 @@ async fn candidate_host(
             }
         }
     }
-    let mut builder = host_builder();
-    if let Some(policy) = &policy {
-        builder = builder.context_rules(policy.context.clone());
-    }
-    let mut host = builder.build()?;
+    let mut host = super::compare::empty_host(policy.as_ref())?;
     for (name, component) in candidates {
         let (path, _) = resolve_one(component, policy.as_mut(), &args.registry).await?;
         let config = configs.get(name).cloned().unwrap_or_default();

@@ -400,18 +400,6 @@ fn answer_text(answer: &Answer) -> String {
     }
 }
 
-/// Usage in words: `4 requests, 5 tool calls, 2163 input + 124 output
-/// tokens` (`1 request`, `1 tool call`).
-pub(super) fn describe_usage(usage: &Usage) -> String {
-    format!(
-        "{}, {}, {} input + {} output tokens",
-        super::terminal::counted(u64::from(usage.requests), "request"),
-        super::terminal::counted(u64::from(usage.tool_calls), "tool call"),
-        usage.input_tokens,
-        usage.output_tokens
-    )
-}
-
 fn finish(
     args: &RunArgs,
     session: &Session,
@@ -427,7 +415,10 @@ fn finish(
     let totals = if *before == Usage::default() {
         String::new()
     } else {
-        format!("\nsession usage, every run: {}", describe_usage(&ctx.usage))
+        format!(
+            "\nsession usage, every run: {}",
+            super::terminal::describe_usage(&ctx.usage)
+        )
     };
     match result {
         Ok(outcome) => {
@@ -448,7 +439,7 @@ fn finish(
                     "\nanswer: {}\ndeps:   {}\nusage:  {}{totals}",
                     outcome.answer,
                     show_json(&deps),
-                    describe_usage(&run_usage),
+                    super::terminal::describe_usage(&run_usage),
                 ));
             }
             ExitCode::SUCCESS

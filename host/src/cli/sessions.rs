@@ -335,7 +335,7 @@ async fn show(args: IdArgs) -> Result<(), Failure> {
         header.user_id.as_deref().unwrap_or("(anonymous)"),
         utc(header.created_at_ms),
         utc(pages.updated_at_ms),
-        super::run::describe_usage(u),
+        super::terminal::describe_usage(u),
         show_json(&Value::Object(folded.deps.clone())),
     );
     // A reader that went away (`| head`) ends the output, not an error.

@@ -167,6 +167,18 @@ pub fn counted(n: u64, thing: &str) -> String {
     }
 }
 
+/// Usage in words: `4 requests, 5 tool calls, 2163 input + 124 output
+/// tokens` (`1 request`, `1 tool call`).
+pub fn describe_usage(usage: &airlock::Usage) -> String {
+    format!(
+        "{}, {}, {} input + {} output tokens",
+        counted(u64::from(usage.requests), "request"),
+        counted(u64::from(usage.tool_calls), "tool call"),
+        usage.input_tokens,
+        usage.output_tokens
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
