@@ -7,12 +7,13 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 macro_rules! kinds {
-    ($($(#[$doc:meta])* $variant:ident = $text:literal,)*) => {
+    ($($(#[$doc:meta])* $variant:ident = $text:literal $(| $alias:literal)*,)*) => {
         /// What kind of failure something was: a call's, a run's, a store's.
         ///
         /// Each kind has a stable `snake_case` name ([`ErrorKind::as_str`]),
         /// which is what JSON output, MCP results, the event log and the
-        /// journal hold. Names are never reused for another meaning, so a
+        /// journal hold. Names are never reused for another meaning, and a
+        /// name retired in favour of another still parses as it, so a
         /// journal written by an older Airlock reads the same.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[non_exhaustive]
@@ -37,7 +38,7 @@ macro_rules! kinds {
 
             fn from_str(text: &str) -> Result<Self, UnknownKind> {
                 match text {
-                    $($text => Ok(ErrorKind::$variant),)*
+                    $($text $(| $alias)* => Ok(ErrorKind::$variant),)*
                     _ => Err(UnknownKind(crate::text::truncate(text, 64))),
                 }
             }
@@ -49,10 +50,11 @@ kinds! {
     // A tool call's (`CallError::kind`).
     /// No loaded tool has the name.
     UnknownTool = "unknown_tool",
-    /// The host refused the arguments before the tool ran.
-    BadArguments = "bad_arguments",
-    /// The tool refused the arguments.
-    InvalidArgs = "invalid_args",
+    /// The arguments were refused: by the host before the tool ran (not
+    /// a JSON object, or outside the tool's parameter schema), or by the
+    /// tool (`invalid-args`). Journals of older versions, which named the
+    /// host's refusal `bad_arguments`, read as this kind.
+    InvalidArgs = "invalid_args" | "bad_arguments",
     /// The tool reported that it failed.
     Failed = "failed",
     /// The tool asks the model to try again.

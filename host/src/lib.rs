@@ -32,7 +32,7 @@
 //! // A failed call changes nothing.
 //! let bad = ToolCall::new("increment", "not json");
 //! let failure = host.call(&mut ctx, &bad).await.unwrap_err();
-//! assert_eq!(failure.kind(), airlock::ErrorKind::BadArguments);
+//! assert_eq!(failure.kind(), airlock::ErrorKind::InvalidArgs);
 //! assert_eq!(ctx.deps()["counters"]["vowels"], 3);
 //! # Ok(())
 //! # }

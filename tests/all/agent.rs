@@ -364,18 +364,16 @@ async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
         text[0]
     );
     assert!(
-        text[1].contains("bad_arguments") && text[1].contains("not valid JSON"),
+        text[1].contains("invalid_args") && text[1].contains("not valid JSON"),
         "{}",
         text[1]
     );
     assert!(
-        text[2].contains("bad_arguments")
-            && text[2].contains("schema")
-            && text[2].contains("/name"),
+        text[2].contains("invalid_args") && text[2].contains("schema") && text[2].contains("/name"),
         "{}",
         text[2]
     );
-    assert!(text[3].contains("bad_arguments"), "{}", text[3]);
+    assert!(text[3].contains("invalid_args"), "{}", text[3]);
     // `read` failed once in this run, so its next call sees retry = 1.
     let read: Value = serde_json::from_str(text[4]).unwrap();
     assert_eq!(read["retry"], 1);

@@ -45,7 +45,7 @@ fn call_json_prints_the_result_ops_and_new_deps() {
     assert_eq!(doc["ok"], true);
     assert_eq!(doc["result"], json!({"counter": "vowels", "value": 3}));
     assert_eq!(
-        doc["updates"],
+        doc["ops"],
         json!([{"op": "set", "key": "counters", "value": {"vowels": 3}}])
     );
     assert_eq!(
@@ -833,10 +833,12 @@ fn a_failed_run_says_so_once_and_stores_only_what_it_journaled() {
     );
     assert_eq!(said.matches("error:").count(), 1, "{said}");
     assert!(
-        said.contains("error: run failed (model_error): script"),
+        said.contains("error: run failed (invalid_script): script"),
         "{said}"
     );
     assert!(!shown.contains("run failed"), "said twice: {shown}");
+    // Aligned as a run that answers aligns them.
+    assert!(shown.contains("deps:   {}"), "{shown}");
     assert_eq!(listed(), 1);
 }
 

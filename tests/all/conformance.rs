@@ -203,8 +203,8 @@ fn scenarios() -> Vec<Scenario> {
             tool: "increment",
             args: json!({}),
             expect: err(
-                "bad_arguments",
-                "bad arguments: the arguments do not match the tool's schema: \"name\" is a required property",
+                "invalid_args",
+                "the host refused the arguments: the arguments do not match the tool's schema: \"name\" is a required property",
             ),
         },
         Scenario {
@@ -213,8 +213,8 @@ fn scenarios() -> Vec<Scenario> {
             tool: "increment",
             args: json!({"name": 5}),
             expect: err(
-                "bad_arguments",
-                "bad arguments: the arguments do not match the tool's schema at /name: 5 is not of type \"string\"",
+                "invalid_args",
+                "the host refused the arguments: the arguments do not match the tool's schema at /name: 5 is not of type \"string\"",
             ),
         },
         Scenario {
@@ -223,8 +223,8 @@ fn scenarios() -> Vec<Scenario> {
             tool: "add_note",
             args: json!({"text": "x", "extra": 1}),
             expect: err(
-                "bad_arguments",
-                "bad arguments: the arguments do not match the tool's schema: Additional properties are not allowed ('extra' was unexpected)",
+                "invalid_args",
+                "the host refused the arguments: the arguments do not match the tool's schema: Additional properties are not allowed ('extra' was unexpected)",
             ),
         },
         Scenario {

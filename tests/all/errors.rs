@@ -44,7 +44,7 @@ async fn arguments_must_be_a_json_object() {
             matches!(err.error, CallError::BadArguments(_)),
             "{bad:?}: {err}"
         );
-        assert_eq!(err.kind(), airlock::ErrorKind::BadArguments);
+        assert_eq!(err.kind(), airlock::ErrorKind::InvalidArgs);
         assert!(err.output.is_empty(), "the tool never ran");
     }
     assert_host_still_serves(host, &mut ctx, &before).await;

@@ -106,7 +106,7 @@ async fn stdio_tools_calls_failures_and_a_restart() {
         ("panic", json!({}), "Error (trap)"),
         ("spin", json!({}), "Error (timeout)"),
         ("nope", json!({}), "Error (unknown_tool)"),
-        ("increment", json!({"name": 7}), "Error (bad_arguments)"),
+        ("increment", json!({"name": 7}), "Error (invalid_args)"),
         (
             "read",
             json!({}),
@@ -651,8 +651,21 @@ async fn a_changed_component_is_reloaded_and_a_broken_one_is_not() {
     replace_file(&broken, &tool);
     // The server says why; the clients are not told of a change.
     let note = wait_for_note(&mut noted, "did not load; the previous tools keep serving").await;
-    assert!(note.contains("tool.wasm"), "{note}");
+    assert!(
+        note.contains("the change to ") && note.contains("tool.wasm"),
+        "{note}"
+    );
     assert_eq!(watching.changes(), 1);
+    let read = call(&client, "read", json!({})).await;
+    assert_eq!(read.is_error, Some(false), "{}", text(&read));
+
+    // A broken policy is named as the policy, with its line.
+    std::fs::write(&config, "[[tool]]\npath = \"tool.wasm\"\nbogus = 1\n").unwrap();
+    let note = wait_for_note(&mut noted, "did not load; the previous tools keep serving").await;
+    assert!(
+        note.contains("the change to ") && note.contains("airlock.toml") && note.contains(":3"),
+        "{note}"
+    );
     let read = call(&client, "read", json!({})).await;
     assert_eq!(read.is_error, Some(false), "{}", text(&read));
     client.cancel().await.unwrap();

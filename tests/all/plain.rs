@@ -413,7 +413,7 @@ async fn bad_arguments_name_where_they_are_wrong_and_the_next_call_is_served() {
             .await
             .unwrap_err();
         let CallError::BadArguments(message) = &err else {
-            panic!("{args}: expected bad_arguments, got {err}");
+            panic!("{args}: expected the host to refuse them, got {err}");
         };
         assert!(message.contains(at), "{at} not in {message}");
         assert_host_still_serves(&host, &mut ctx, &before).await;
@@ -836,7 +836,7 @@ async fn the_cli_inspects_and_calls_plain_components() {
     );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["result"], 373.15);
-    assert_eq!(doc["updates"], json!([]));
+    assert_eq!(doc["ops"], json!([]));
     let out = airlock(&[
         "call",
         units.to_str().unwrap(),

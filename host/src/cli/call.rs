@@ -49,7 +49,7 @@ pub async fn run(args: CallArgs) -> ExitCode {
     }
     if args.args == "-" && args.flags.session.deps.as_deref() == Some("-") {
         let failure = Failure::input(
-            "bad_arguments",
+            "invalid_args",
             "ARGS and --deps cannot both be read from standard input (-)",
         );
         return fail(&args, &failure, None);
@@ -68,7 +68,7 @@ pub async fn run(args: CallArgs) -> ExitCode {
         Ok((host, component, _)) => (host, component),
         Err(failure) => return fail(&args, &failure, None),
     };
-    let arguments = match super::json_argument(&args.args, "ARGS", "bad_arguments") {
+    let arguments = match super::json_argument(&args.args, "ARGS", "invalid_args") {
         Ok((text, _)) => text,
         Err(failure) => return fail(&args, &failure, None),
     };
@@ -169,7 +169,7 @@ fn print_success(
         let mut doc = json!({
             "ok": true,
             "result": outcome.result,
-            "updates": updates,
+            "ops": updates,
             "deps": deps,
             "logs": outcome.output.logs,
             "stdout": outcome.output.stdout,

@@ -526,6 +526,13 @@ async fn reload_on_change(
         if now == seen {
             continue;
         }
+        // What changed, named: the policy, a component, the lock, a key.
+        let changed: Vec<String> = files
+            .iter()
+            .zip(now.iter().zip(&seen))
+            .filter(|(_, (now, then))| now != then)
+            .map(|(file, _)| file.display().to_string())
+            .collect();
         seen = now;
         match load(&config, &extra, &registry).await {
             Ok(loaded) => {
@@ -536,7 +543,8 @@ async fn reload_on_change(
                 seen = stamps(&files);
             }
             Err(failure) => print_note(&format!(
-                "a changed component did not load; the previous tools keep serving: {}",
+                "the change to {} did not load; the previous tools keep serving: {}",
+                changed.join(", "),
                 failure.message
             )),
         }

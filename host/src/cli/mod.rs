@@ -115,7 +115,8 @@ impl Cli {
             (
                 "run",
                 "Continue this session (created if it does not exist). Without it, the run starts a \
-                 new session (shown on the first line)",
+                 new session (shown as `session: ID (new)` before the first turn, and as \
+                 `session_id` in --json)",
             ),
             (
                 "mcp",
@@ -143,7 +144,8 @@ enum Command {
     /// Serve the tools to MCP clients (stdio or streamable HTTP), on durable
     /// sessions.
     Mcp(mcp::McpArgs),
-    /// The session store: list, show, export, import, remove sessions.
+    /// Manage the session store: list, show, export, import, fork, remove
+    /// and prune sessions.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
     /// Replay the journaled calls of a tool against another version of it

@@ -445,10 +445,16 @@ fn finish(
             ExitCode::SUCCESS
         }
         Err(error) => {
+            // A script that cannot be played is the command's bad input
+            // (exit 2), not a model that failed.
+            let kind = match &error {
+                RunError::Model(airlock::llm::ModelError::Script { .. }) => "invalid_script",
+                other => other.kind().as_str(),
+            };
             if args.flags.json {
                 print_json(&json!({
                     "ok": false,
-                    "error": {"kind": error.kind(), "message": error.to_string()},
+                    "error": {"kind": kind, "message": error.to_string()},
                     "deps": deps,
                     "usage": usage,
                     "session_usage": session_usage,
@@ -458,8 +464,8 @@ fn finish(
                     "store": session.location(),
                 }));
             } else {
-                print_error(&format!("run failed ({}): {error}", error.kind()));
-                print_out(&format!("deps: {}", show_json(&deps)));
+                print_error(&format!("run failed ({kind}): {error}"));
+                print_out(&format!("deps:   {}", show_json(&deps)));
             }
             match error {
                 RunError::Cancelled => ExitCode::from(EXIT_CANCELLED),

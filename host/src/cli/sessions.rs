@@ -23,21 +23,21 @@ use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failu
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
-    /// The user's sessions, most recently updated first.
+    /// List the user's sessions, most recently updated first.
     List(ListArgs),
-    /// One session: messages, deps, usage, events.
+    /// Show one session: messages, deps, usage, events.
     Show(IdArgs),
-    /// One session as versioned JSON (`"version": 2`), on stdout or to a
-    /// file.
+    /// Export one session as versioned JSON (`"version": 2`), on stdout or
+    /// to a file.
     Export(ExportArgs),
-    /// Adds a session from an export file (`-` for stdin), under the user.
+    /// Import a session from an export file (`-` for stdin), under the user.
     Import(ImportArgs),
-    /// Makes a new session whose history is this one's up to a record or
-    /// a call; both go on independently.
+    /// Fork a session: make a new one whose history is this one's up to a
+    /// record or a call; both go on independently.
     Fork(ForkArgs),
-    /// Removes sessions and their journals.
+    /// Remove sessions and their journals.
     Rm(RmArgs),
-    /// Removes the sessions not updated for a while (never one in use);
+    /// Remove the sessions not updated for a while (never one in use);
     /// ephemeral ones (`airlock run` without `--session`) after a day.
     Prune(PruneArgs),
 }

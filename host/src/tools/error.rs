@@ -260,10 +260,12 @@ pub enum CallError {
     },
     /// The host refused the arguments before the tool ran: not JSON, not
     /// an object, or not what the tool's parameter schema allows.
-    #[error("bad arguments: {0}")]
+    /// Its kind is [`ErrorKind::InvalidArgs`], as [`CallError::InvalidArgs`]'s:
+    /// to the model and the client both mean "fix the arguments".
+    #[error("the host refused the arguments: {0}")]
     BadArguments(String),
     /// The tool ran and refused the arguments (`invalid-args`).
-    #[error("invalid arguments: {0}")]
+    #[error("the tool refused the arguments: {0}")]
     InvalidArgs(String),
     /// The tool reported that it could not do its job.
     #[error("the tool failed: {0}")]
@@ -359,8 +361,7 @@ impl CallError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             CallError::UnknownTool { .. } => ErrorKind::UnknownTool,
-            CallError::BadArguments(_) => ErrorKind::BadArguments,
-            CallError::InvalidArgs(_) => ErrorKind::InvalidArgs,
+            CallError::BadArguments(_) | CallError::InvalidArgs(_) => ErrorKind::InvalidArgs,
             CallError::Failed(_) => ErrorKind::Failed,
             CallError::Retry(_) => ErrorKind::Retry,
             CallError::Timeout { .. } => ErrorKind::Timeout,

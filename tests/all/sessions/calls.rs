@@ -207,7 +207,7 @@ async fn a_call_journals_the_same_through_the_loop_and_a_direct_call(backend: Ba
     );
     assert_eq!(looped_calls, direct_calls);
     assert!(
-        direct_calls[4].contains(r#""error_kind":"bad_arguments""#),
+        direct_calls[4].contains(r#""error_kind":"invalid_args""#),
         "{}",
         direct_calls[4]
     );

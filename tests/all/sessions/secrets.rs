@@ -186,7 +186,7 @@ async fn the_cli_never_prints_or_saves_secret_keys(backend: Backend) {
         &[],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout_json(&out)["updates"], json!([]));
+    assert_eq!(stdout_json(&out)["ops"], json!([]));
     assert_no_op_marker(
         stdout_json(&out)["deps"].to_string().as_bytes(),
         "call --json deps",
