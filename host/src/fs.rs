@@ -1,4 +1,4 @@
-//! Crash-safe file writes.
+//! Crash-safe file writes, and paths as a reader wants them.
 
 use std::io::Write;
 use std::path::Path;
@@ -16,4 +16,60 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// `base` joined with `relative`, written without the `.` and `..` steps a
+/// reader has to work out (`registry/../keys/a.pub` is `keys/a.pub`) when
+/// that names the same file: a step back out of a symbolic link does not
+/// go where the text says, so then the path is kept as joined. Costs two
+/// `canonicalize` calls (a few system calls per component).
+pub fn tidy_join(base: &Path, relative: &Path) -> std::path::PathBuf {
+    use std::path::{Component, PathBuf};
+    let joined = base.join(relative);
+    let mut tidy = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(tidy.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                tidy.pop();
+            }
+            other => tidy.push(other),
+        }
+    }
+    if tidy.as_os_str().is_empty() {
+        tidy.push(".");
+    }
+    match (joined.canonicalize(), tidy.canonicalize()) {
+        (Ok(a), Ok(b)) if a == b => tidy,
+        (Err(_), Err(_)) => tidy,
+        _ => joined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tidy_join_drops_steps_that_name_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("keys")).unwrap();
+        std::fs::write(root.join("keys/k.pub"), "k").unwrap();
+        assert_eq!(
+            tidy_join(&root.join("a/b"), Path::new("../../keys/./k.pub")),
+            root.join("keys/k.pub")
+        );
+        // Through a symbolic link `..` is the link target's parent: kept.
+        std::fs::create_dir_all(root.join("far/deep")).unwrap();
+        std::fs::create_dir_all(root.join("far/keys")).unwrap();
+        std::fs::write(root.join("far/keys/k.pub"), "far").unwrap();
+        std::os::unix::fs::symlink(root.join("far/deep"), root.join("link")).unwrap();
+        let joined = tidy_join(root, Path::new("link/../keys/k.pub"));
+        assert_eq!(joined, root.join("link/../keys/k.pub"));
+        assert_eq!(std::fs::read_to_string(&joined).unwrap(), "far");
+    }
 }

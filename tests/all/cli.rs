@@ -364,7 +364,10 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&broken, &text[..text.len() / 2]).unwrap();
     let out = piped(std::fs::File::open(&broken).unwrap(), "broken");
-    assert_input_error(&out, "-: invalid session file: EOF while parsing");
+    assert_input_error(
+        &out,
+        "standard input: invalid session file: EOF while parsing",
+    );
     let out = with_store(&["sessions", "show", "broken"]);
     assert!(!out.status.success());
 }
@@ -469,7 +472,13 @@ fn approval_without_a_terminal_needs_yes() {
 fn inspect_shows_every_grant_aligned() {
     let fetch = guest("http_fetch");
     let config = root().join("guest-examples/airlock.toml");
-    let out = airlock(&["inspect", path(&fetch), "--config", path(&config)]);
+    let out = airlock(&[
+        "inspect",
+        path(&fetch),
+        "--config",
+        path(&config),
+        "--schemas",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     for line in [
@@ -591,7 +600,7 @@ fn inspect_lists_tools_and_imports() {
 
     let out = airlock(&["inspect", path(&stateful)]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("increment  Add 1 to the counter"), "{text}");
+    assert!(text.contains("increment   Add 1 to the counter"), "{text}");
     assert!(text.contains("airlock:tool/context@0.1.2"), "{text}");
 }
 
@@ -1388,8 +1397,214 @@ fn text_output_keeps_the_lines_of_text() {
     assert!(!said.contains("\\n") && !said.contains("\\\""), "{said}");
 
     let units = crate::support::built("plain/units");
-    let out = airlock(&["inspect", path(&units)]);
+    let out = airlock(&["inspect", path(&units), "--schemas"]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(!said.contains("\\n"), "{said}");
     assert!(said.contains("of the same quantity\n    (length"), "{said}");
+}
+
+/// On a terminal, a question waits for the lines due before it: each
+/// approval prompt starts its own line, after the calls it is about, and
+/// the answer typed follows it (no progress line between); two calls of a
+/// turn are asked one after the other. A rejected call took no time, and
+/// the person's time is not counted in an approved one's (issue 65.2).
+/// `error:` is coloured as clap colours its own (issue 65.11).
+#[test]
+fn a_terminal_prompt_is_never_interleaved_with_progress() {
+    use crate::support::pty::Terminal;
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\napproval = \"ask\"\n",
+            path(&stateful)
+        ),
+    )
+    .unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"{"turns": [{"tool_calls": [{"name": "increment", "arguments": {"name": "a"}}, {"name": "increment", "arguments": {"name": "b"}}]}, {"text": "done"}]}"#,
+    )
+    .unwrap();
+    let db = dir.path().join("ask.db");
+    let args = [
+        "run",
+        "--config",
+        path(&policy),
+        "--script",
+        path(&script),
+        "--store",
+        path(&db),
+        "go",
+    ];
+    let mut terminal = Terminal::start(crate::support::airlock_command(&args, &[]));
+    let prompt = "? [y]es / [n]o / [e]dit: ";
+    let prompts = |screen: &str| screen.matches(prompt).count();
+    let first = terminal.wait_for("the first prompt", |s| prompts(s) == 1);
+    let before = &first[..first.find("approve increment").unwrap()];
+    assert!(before.ends_with('\n'), "the prompt shares a line:\n{first}");
+    for name in ["a", "b"] {
+        let line = format!("[turn 1] call increment {{\"name\":\"{name}\"}}\n");
+        assert!(
+            before.contains(&line),
+            "{line} is not before the prompt:\n{first}"
+        );
+    }
+    terminal.type_in("y\n");
+    terminal.wait_for("the second prompt", |s| prompts(s) == 2);
+    terminal.type_in("n\n");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    // Each answer right after its prompt: nothing was printed between.
+    assert!(screen.contains(&format!("{prompt}y\n")), "{screen}");
+    assert!(screen.contains(&format!("{prompt}n\n")), "{screen}");
+    for (at, _) in screen.match_indices("approve increment") {
+        assert!(screen[..at].ends_with('\n'), "{screen}");
+    }
+    assert!(screen.contains("increment rejected in 0.0 ms"), "{screen}");
+    assert_eq!(screen.matches("increment ok in").count(), 1, "{screen}");
+
+    // An error on a terminal is red, as clap's are; not with NO_COLOR.
+    let missing = ["sessions", "show", "nope", "--store", path(&db)];
+    let (code, screen) = Terminal::start(crate::support::airlock_command(&missing, &[])).finish();
+    assert_eq!(code, Some(2), "{screen}");
+    assert!(
+        screen.starts_with("\u{1b}[1m\u{1b}[31merror:\u{1b}[0m no session nope"),
+        "{screen:?}"
+    );
+    let plain = crate::support::airlock_command(&missing, &[("NO_COLOR", "1")]);
+    let (_, screen) = Terminal::start(plain).finish();
+    assert!(screen.starts_with("error: no session nope"), "{screen:?}");
+}
+
+/// `inspect` is brief unless asked: each tool's name and the first line of
+/// its description, aligned; schemas with `--schemas` (pretty, under
+/// `parameters:`) or `--json`; a capability said once for all the
+/// interfaces that ask for it (issue 65.3).
+#[test]
+fn inspect_is_brief_and_says_each_capability_once() {
+    let typed = crate::support::built("plain/typed");
+    let out = airlock(&["inspect", path(&typed)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!text.contains("parameters:"), "{text}");
+    assert!(
+        text.contains("\n  version  The example's version.\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  echo     Returns exactly the value it was given.\n"),
+        "{text}"
+    );
+    assert!(text.contains("--schemas"), "{text}");
+    assert_eq!(text.matches("stdin empty").count(), 1, "{text}");
+    for import in [
+        "wasi:cli/stdin@",
+        "wasi:cli/terminal-stderr@",
+        "wasi:io/streams@",
+    ] {
+        assert!(text.contains(import), "{import} in:\n{text}");
+    }
+    assert!(
+        text.lines().count() < 50,
+        "{} lines:\n{text}",
+        text.lines().count()
+    );
+
+    let out = airlock(&["inspect", path(&typed), "--schemas"]);
+    let full = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(full.contains("    parameters: {\n"), "{full}");
+    assert!(full.lines().count() > text.lines().count() * 3);
+}
+
+/// What `sessions` prints reads as a person reads it: a table with a
+/// header and an ephemeral marker; a model turn's calls after what it said;
+/// `export` of a missing session says what `show` says; standard input is
+/// named so; and a policy's relative paths are shown without `..`
+/// (issue 65.11).
+#[test]
+fn sessions_and_paths_read_as_a_person_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let stateful = guest("stateful");
+    let demo = root().join("guest-examples/scripts/vowels.json");
+    for session in [&["--session", "demo"][..], &[]] {
+        let mut args = vec!["run", "--tool", path(&stateful), "--script", path(&demo)];
+        args.extend(["--store", path(&store), "go"]);
+        args.extend_from_slice(session);
+        let out = airlock(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = airlock(&["sessions", "list", "--store", path(&store)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].starts_with("SESSION "), "{text}");
+    assert_eq!(lines.len(), 4, "{text}");
+    let demo_line = lines.iter().find(|l| l.starts_with("demo ")).unwrap();
+    let other = lines.iter().find(|l| l.starts_with("sess_")).unwrap();
+    assert!(!demo_line.contains("ephemeral"), "{text}");
+    assert!(other.ends_with("ephemeral (one run)"), "{text}");
+    // Aligned: each column starts where its header does.
+    let column = |line: &str| line.find(" 2026").or(line.find(" 20")).unwrap();
+    assert_eq!(
+        lines[1].find(" UPDATED").unwrap(),
+        column(demo_line),
+        "{text}"
+    );
+    assert_eq!(column(demo_line), column(other), "{text}");
+
+    let out = airlock(&["sessions", "show", "demo", "--store", path(&store)]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.contains("model: The vowels in 'elephant' are e, e and a. I'll count each one. (calls increment {\"name\":\"vowels\"}, "),
+        "{shown}"
+    );
+    assert!(shown.contains("  model: calls add_note {"), "{shown}");
+    assert!(!shown.contains("model:  "), "{shown}");
+
+    let shown = airlock(&["sessions", "show", "nope", "--store", path(&store)]);
+    let exported = airlock(&["sessions", "export", "nope", "--store", path(&store)]);
+    assert_eq!(exported.status.code(), Some(2));
+    assert_eq!(stderr(&exported), stderr(&shown));
+    assert!(
+        stderr(&exported).contains("(with no user) in sqlite:"),
+        "{}",
+        stderr(&exported)
+    );
+
+    let mut import =
+        crate::support::airlock_command(&["sessions", "import", "-", "--store", path(&store)], &[]);
+    let mut child = import
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"not json").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("error: standard input: invalid session file"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A policy one directory down names the tool and a directory with `..`.
+    let sub = dir.path().join("policies");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::copy(&stateful, dir.path().join("tool.wasm")).unwrap();
+    let policy = sub.join("p.toml");
+    std::fs::write(
+        &policy,
+        "[[tool]]\npath = \"../tool.wasm\"\ndirs = [{ host = \"../policies/./\", guest = \"/data\" }]\n",
+    )
+    .unwrap();
+    let tool = dir.path().join("tool.wasm");
+    let out = airlock(&["inspect", path(&tool), "--config", path(&policy), "--json"]);
+    let doc = stdout_json(&out);
+    assert_eq!(doc["path"], path(&tool), "{doc}");
+    assert_eq!(doc["grants"]["dirs"][0]["host"], path(&sub), "{doc}");
 }

@@ -309,9 +309,10 @@ impl<'a, 'c> Run<'a, 'c> {
     /// Runs one call whose intent is committed (asking for approval first
     /// when its tool needs it); the keys it wrote. Only cancellation ends
     /// the run from here.
+    /// A call's duration is its own: the time a person took to approve it
+    /// is not in it, and a rejected call took none.
     async fn run_call(&mut self, call: &ToolCall) -> Result<BTreeSet<String>, RunError> {
         let agent = self.agent;
-        let started = Instant::now();
         let mut arguments = call.arguments.clone();
         let approval = agent
             .host
@@ -328,11 +329,12 @@ impl<'a, 'c> Run<'a, 'c> {
                 Decision::Reject => {
                     let rules = agent.host.context_rules();
                     self.recorder
-                        .call_ended(call, CallEnd::Rejected, started.elapsed(), rules);
+                        .call_ended(call, CallEnd::Rejected, Duration::ZERO, rules);
                     return Ok(BTreeSet::new());
                 }
             }
         }
+        let started = Instant::now();
         let request = self.request(call, arguments);
         let cancel = self.token_for(&request);
         let result = agent

@@ -114,7 +114,7 @@ async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitC
         .call(
             host,
             call,
-            &CancelToken::watched(None, Some(super::terminal::asker()), None),
+            &CancelToken::watched(None, Some(super::terminal::asker(None)), None),
             None,
         )
         .await

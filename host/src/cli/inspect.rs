@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use airlock::tools::LoadedComponent;
 
-use super::terminal::{block, field};
+use super::terminal::{block, field, one_line};
 use super::{
     ComponentArg, Failure, RegistryFlags, load_host, print_json, print_out, report_failure,
     show_json,
@@ -26,7 +26,12 @@ pub struct InspectArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     registry: RegistryFlags,
-    /// Print one JSON object instead of text.
+    /// Show each tool's whole description and its parameters' JSON Schema
+    /// (without it: each tool's name and the first line of its
+    /// description).
+    #[arg(long)]
+    schemas: bool,
+    /// Print one JSON object instead of text (schemas included).
     #[arg(long)]
     json: bool,
 }
@@ -50,6 +55,13 @@ fn capability(import: &str, described: &[(&str, String)]) -> (&'static str, Stri
     match interface {
         "airlock:tool/context" => ("run context", "read-only view, always".into()),
         "airlock:tool/log" => ("log", "captured, bounded".into()),
+        "airlock:tool/types" => ("types", "definitions only, nothing to grant".into()),
+        "airlock:tool/progress" => ("progress", "reported to the caller, throttled".into()),
+        "airlock:tool/show" => ("content", "shown to the caller, bounded and checked".into()),
+        "airlock:tool/ask" => (
+            "questions",
+            "to the person or the model only as the policy allows (ask, sample)".into(),
+        ),
         i if i.starts_with("wasi:filesystem/") => ("files", listed("dirs")),
         i if i.starts_with("wasi:http/") => ("outgoing HTTP", listed("http")),
         "wasi:cli/environment" => ("environment variables", listed("env")),
@@ -173,6 +185,39 @@ fn prepared_line(component: &LoadedComponent) -> String {
     }
 }
 
+/// The imports by capability, in the order first asked for: what each
+/// capability gets, once, then the interfaces that ask for it.
+fn import_lines(imports: &[String], described: &[(&'static str, String)]) -> String {
+    let mut groups: Vec<(&str, String, Vec<&str>)> = Vec::new();
+    for import in imports {
+        let (capability, granted) = capability(import, described);
+        match groups
+            .iter_mut()
+            .find(|(c, g, _)| *c == capability && *g == granted)
+        {
+            Some((_, _, names)) => names.push(import),
+            None => groups.push((capability, granted, vec![import])),
+        }
+    }
+    let mut text = String::new();
+    for (capability, granted, names) in groups {
+        text.push_str(&format!("  {capability}: {granted}\n"));
+        // The interfaces, as many to a line as fit in 100 columns.
+        let mut line = String::from("   ");
+        for name in names {
+            if line.len() > 3 && line.len() + name.len() + 2 > 100 {
+                text.push_str(line.trim_end_matches(','));
+                text.push('\n');
+                line = String::from("   ");
+            }
+            line.push_str(&format!(" {},", field(name)));
+        }
+        text.push_str(line.trim_end_matches(','));
+        text.push('\n');
+    }
+    text
+}
+
 pub async fn run(args: InspectArgs) -> ExitCode {
     let (_host, component, pulled) =
         match load_host(&args.component, args.config.as_deref(), &args.registry).await {
@@ -223,7 +268,21 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         None => format!("{}\n", component.path().display()),
     };
     text.push_str(&format!("\n{heading}\n"));
+    let width = component
+        .tools()
+        .iter()
+        .map(|spec| field(&spec.name).chars().count())
+        .max()
+        .unwrap_or(0);
     for spec in component.tools() {
+        if !args.schemas {
+            // A name and the first line of what it does, aligned.
+            let first = spec.description.lines().next().unwrap_or_default();
+            let line = format!("  {:width$}  {}", field(&spec.name), one_line(first, 100));
+            text.push_str(line.trim_end());
+            text.push('\n');
+            continue;
+        }
         text.push_str(&format!(
             "  {}  {}\n",
             field(&spec.name),
@@ -235,9 +294,12 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         {
             text.push_str(&format!("    function:   {}\n", field(&source)));
         }
-        // Multi-line JSON continues under its first line.
+        // Pretty JSON, as every schema is shown, its lines under its first.
         let parameters = show_json(&spec.parameters).replace('\n', "\n                ");
         text.push_str(&format!("    parameters: {parameters}\n"));
+    }
+    if !args.schemas && !component.tools().is_empty() {
+        text.push_str("  (whole descriptions and parameter schemas: --schemas, or --json)\n");
     }
     if !component.skipped().is_empty() {
         text.push_str("\nnot offered as tools:\n");
@@ -291,11 +353,7 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         }
     }
     text.push_str("\nimports (what the tool asks for, and what it gets):\n");
-    let width = imports.iter().map(String::len).max().unwrap_or(0);
-    for import in &imports {
-        let (capability, granted) = capability(import, &described);
-        text.push_str(&format!("  {import:width$}  {capability}: {granted}\n"));
-    }
+    text.push_str(&import_lines(&imports, &described));
     text.push_str("\ngrants:\n");
     text.push_str(&grant_lines(component, &described));
     text.push_str(&format!("\nlimits: {}\n", component.limits().describe()));

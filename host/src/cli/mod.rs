@@ -570,11 +570,15 @@ fn save_deps(path: &Path, deps: &Value) -> Result<(), Failure> {
 
 /// Prints an error the way every command does: one `error:` line on
 /// stderr, plus any lines the message carries, indented so that none can
-/// pass for a line of the CLI's own. Control characters are escaped.
+/// pass for a line of the CLI's own. Control characters are escaped;
+/// `error:` is bold red when stderr is a terminal, as clap writes its own.
 pub fn print_error(e: &dyn std::fmt::Display) {
     let text = e.to_string();
     let text = terminal::shown(&text).replace('\n', "\n  ");
-    write_line(&mut std::io::stderr(), &format!("error: {text}"));
+    write_line(
+        &mut std::io::stderr(),
+        &format!("{} {text}", terminal::error_label()),
+    );
 }
 
 /// Writes text to stdout, control characters escaped. The one place the CLI

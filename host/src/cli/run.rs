@@ -21,7 +21,7 @@ use airlock::sandbox::{Asker, CallEvent, CancelToken};
 use airlock::{Answer, SampleReply};
 use airlock::{Host, Session};
 
-use super::terminal::{one_line, op_summary};
+use super::terminal::{Desk, Question, one_line, op_summary};
 use super::{
     ComponentArg, EXIT_INPUT, EXIT_TOOL_FAILED, Failure, RunFlags, print_error, print_json,
     print_out, report_failure, save_deps, show_json,
@@ -75,7 +75,10 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> ExitCode {
     let json = args.flags.json;
-    let (host, model, asker, mut turn, retention) = match prepare(&args).await {
+    // Questions for the person (approvals, a tool's questions) wait for
+    // the progress printed before them: the watch below asks them.
+    let (desk, mut questions) = mpsc::unbounded_channel::<Question>();
+    let (host, model, asker, mut turn, retention) = match prepare(&args, &desk).await {
         Ok(ready) => ready,
         Err(failure) => return report_failure(&failure, json, serde_json::Map::new()),
     };
@@ -129,7 +132,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let (sender, mut receiver) = mpsc::unbounded_channel();
     let (reporter, mut reports) = mpsc::unbounded_channel();
-    let approver = Arc::new(CliApprover::new(args.yes, cancel.clone()));
+    let approver = Arc::new(CliApprover::new(args.yes, cancel.clone(), desk));
     let run = async {
         let agent = Agent::new(Arc::clone(&host), model)
             .options(options)
@@ -152,6 +155,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
                 },
                 Some(report) = reports.recv() => {
                     show_report(&report, events_file.as_mut(), progress);
+                    continue;
+                }
+                // Asked once every line due before it is out; the progress
+                // waits for the answer.
+                Some(question) = questions.recv() => {
+                    let _ = tokio::task::spawn_blocking(question).await;
                     continue;
                 }
             };
@@ -198,6 +207,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
 /// `[sessions]`.
 async fn prepare(
     args: &RunArgs,
+    desk: &mpsc::UnboundedSender<Question>,
 ) -> Result<(Arc<Host>, Arc<dyn Model>, Asker, TurnPolicy, Retention), Failure> {
     args.flags.session.check()?;
     let policy = super::load_policy(args.flags.config.as_deref())?;
@@ -205,7 +215,7 @@ async fn prepare(
     let tools = super::tools_host(policy, &args.tools, &args.flags.registry).await?;
     let (host, retention) = (tools.host, tools.retention);
 
-    let mut asker = super::terminal::asker();
+    let mut asker = super::terminal::asker(Some(desk.clone()));
     let model: Arc<dyn Model> = match (&args.script, &args.model) {
         (Some(script), _) => {
             let script = Arc::new(
@@ -489,15 +499,18 @@ struct CliApprover {
     terminal: bool,
     cancel: CancelToken,
     refused: std::sync::Mutex<Option<String>>,
+    /// Where the questions are asked, in turn with the progress.
+    desk: Desk,
 }
 
 impl CliApprover {
-    fn new(yes: bool, cancel: CancelToken) -> Self {
+    fn new(yes: bool, cancel: CancelToken, desk: mpsc::UnboundedSender<Question>) -> Self {
         Self {
             yes,
             terminal: std::io::IsTerminal::is_terminal(&std::io::stdin()),
             cancel,
             refused: std::sync::Mutex::new(None),
+            desk: Some(desk),
         }
     }
 
@@ -524,11 +537,11 @@ impl airlock::agent::Approver for CliApprover {
             return Box::pin(async { Decision::Reject });
         }
         let question = approval_question(call);
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || ask(&question))
-                .await
-                .unwrap_or(Decision::Reject)
-        })
+        Box::pin(super::terminal::ask_at(
+            &self.desk,
+            move || ask(&question),
+            Decision::Reject,
+        ))
     }
 }
 

@@ -262,18 +262,42 @@ async fn list(args: ListArgs) -> Result<(), Failure> {
     let mut text = format!("store: {location}\n");
     if sessions.is_empty() {
         text.push_str("no sessions");
+        print_out(&text);
+        return Ok(());
     }
-    for s in &sessions {
-        let lease = s
-            .leased_until_ms
-            .map(|until| format!("  in use until {}", utc(until)))
-            .unwrap_or_default();
-        text.push_str(&format!(
-            "{}  updated {}  {} records{lease}\n",
-            s.session_id,
-            utc(s.updated_at_ms),
-            s.records
-        ));
+    // A table: the id, when it was last updated, how many records, and
+    // what else a reader should know (made for one run; held by a run).
+    let rows: Vec<[String; 4]> = sessions
+        .iter()
+        .map(|s| {
+            let mut notes = Vec::new();
+            if s.ephemeral {
+                notes.push("ephemeral (one run)".to_owned());
+            }
+            if let Some(until) = s.leased_until_ms {
+                notes.push(format!("in use until {}", utc(until)));
+            }
+            [
+                s.session_id.clone(),
+                utc(s.updated_at_ms),
+                s.records.to_string(),
+                notes.join(", "),
+            ]
+        })
+        .collect();
+    let header = ["SESSION", "UPDATED", "RECORDS", ""].map(str::to_owned);
+    let width = |column: usize| {
+        std::iter::once(&header)
+            .chain(&rows)
+            .map(|row| row[column].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let (id, updated, records) = (width(0), width(1), width(2));
+    for [a, b, c, d] in std::iter::once(&header).chain(&rows) {
+        let line = format!("{a:<id$}  {b:<updated$}  {c:>records$}  {d}");
+        text.push_str(line.trim_end());
+        text.push('\n');
     }
     print_out(text.trim_end());
     Ok(())
@@ -362,15 +386,18 @@ fn describe_message(message: &Message) -> String {
             content,
             tool_calls,
         } => {
-            let mut line = format!("model: {}", one_line(content.as_deref().unwrap_or("")));
-            for call in tool_calls {
-                line.push_str(&format!(
-                    " [call {} {}]",
-                    call.name,
-                    one_line(&call.arguments)
-                ));
+            // What it said, then the calls it made: `model: Let me count.
+            // (calls increment {…})`, or `model: calls increment {…}`.
+            let calls: Vec<String> = tool_calls
+                .iter()
+                .map(|call| format!("{} {}", call.name, one_line(&call.arguments)))
+                .collect();
+            let calls = calls.join(", ");
+            match content.as_deref().filter(|text| !text.trim().is_empty()) {
+                Some(text) if calls.is_empty() => format!("model: {}", one_line(text)),
+                Some(text) => format!("model: {} (calls {calls})", one_line(text)),
+                None => format!("model: calls {calls}"),
             }
-            line
         }
         Message::Tool {
             name,
@@ -437,7 +464,8 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
     let rules = context_rules(args.config.as_deref())?;
     let (store, owner) = open_for(&args.store, &args.id).await?;
     let failed = |e: ExportError| match e {
-        ExportError::Store(e) => Failure::from(e),
+        // Named as `show` names it: whose, and in which store.
+        ExportError::Store(e) => located(e, owner, store.as_ref()),
         ExportError::Write(e) => {
             Failure::input("output_file", format!("cannot write the export: {e}"))
         }
@@ -490,7 +518,11 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
         airlock::session::check_session_id(id)
             .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
     }
-    let shown = args.file.display().to_string();
+    let shown = if args.file.as_os_str() == "-" {
+        "standard input".to_owned()
+    } else {
+        args.file.display().to_string()
+    };
     let file = args.file.clone();
     let user = owner.map(str::to_owned);
     let staged = tokio::task::spawn_blocking(move || {

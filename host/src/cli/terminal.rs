@@ -20,6 +20,20 @@ use airlock::text::is_unsafe;
 use airlock::{Answer, Asked};
 use serde_json::Value;
 
+/// `error:`, in clap's bold red when stderr is a terminal and colour is
+/// wanted (`NO_COLOR` unset or empty; `CLICOLOR_FORCE` colours a pipe
+/// too), plain otherwise.
+pub fn error_label() -> &'static str {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0");
+    let colour = !set("NO_COLOR")
+        && (set("CLICOLOR_FORCE") || std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if colour {
+        "\x1b[1m\x1b[31merror:\x1b[0m"
+    } else {
+        "error:"
+    }
+}
+
 fn escape(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     if !text.chars().any(|c| is_unsafe(c) && !keep(c)) {
         return Cow::Borrowed(text);
@@ -77,11 +91,47 @@ pub fn op_summary(ops: &[airlock::ContextOp]) -> String {
     ops.join(", ")
 }
 
+/// A question for the person at the terminal: it writes its prompt, reads
+/// the answer and hands it to whoever asked. Blocking; run off the async
+/// threads.
+pub(super) type Question = Box<dyn FnOnce() + Send>;
+
+/// Where a command that prints while it asks (`airlock run`) sends its
+/// questions: the one task that writes its progress takes them in turn,
+/// after every line already due, so a prompt never shares a line with the
+/// progress and two prompts never run at once. `None`: asked here and now
+/// (`airlock call` prints nothing meanwhile).
+pub(super) type Desk = Option<tokio::sync::mpsc::UnboundedSender<Question>>;
+
+/// Asks `prompt` (blocking, returning the answer) at `desk`; `fallback`
+/// when nobody can answer (the terminal went away).
+pub(super) async fn ask_at<T: Send + 'static>(
+    desk: &Desk,
+    prompt: impl FnOnce() -> T + Send + 'static,
+    fallback: T,
+) -> T {
+    match desk {
+        None => tokio::task::spawn_blocking(prompt)
+            .await
+            .unwrap_or(fallback),
+        Some(desk) => {
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            let question: Question = Box::new(move || {
+                let _ = answer.send(prompt());
+            });
+            if desk.send(question).is_err() {
+                return fallback;
+            }
+            answered.await.unwrap_or(fallback)
+        }
+    }
+}
+
 /// Who answers a tool's question in `airlock run` and `airlock call`: the
 /// person at the terminal (the question, what the answer holds, then a JSON object on
-/// one line; an empty line declines, end of input cancels), or, without a
-/// terminal, nobody (`unavailable`, saying so).
-pub(super) fn asker() -> Asker {
+/// one line; an empty line declines, end of input cancels), asked at
+/// `desk`, or, without a terminal, nobody (`unavailable`, saying so).
+pub(super) fn asker(desk: Desk) -> Asker {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
     Arc::new(move |asked: Asked| {
         if !terminal {
@@ -91,11 +141,8 @@ pub(super) fn asker() -> Asker {
                 }
             });
         }
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || ask_person(&asked))
-                .await
-                .unwrap_or(Answer::Cancel)
-        })
+        let desk = desk.clone();
+        Box::pin(async move { ask_at(&desk, move || ask_person(&asked), Answer::Cancel).await })
     })
 }
 

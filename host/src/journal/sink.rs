@@ -50,6 +50,15 @@ impl std::fmt::Debug for Conversation<'_> {
     }
 }
 
+/// `ms` as a person reads it: `29 s`, `0.4 s`.
+fn seconds(ms: u64) -> String {
+    if ms >= 10_000 {
+        format!("{} s", ms.div_ceil(1000))
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
 /// A store operation that failed: reading, leasing, or committing a
 /// journal.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -57,7 +66,8 @@ impl std::fmt::Debug for Conversation<'_> {
 pub enum StoreError {
     /// Another run holds the session's lease.
     #[error(
-        "session is in use: {session_id} is being run elsewhere (its lease expires in {expires_in_ms} ms unless renewed)"
+        "session is in use: {session_id} is being run elsewhere (its lease expires in {} unless renewed)",
+        seconds(*expires_in_ms)
     )]
     InUse {
         /// The session.
@@ -125,5 +135,27 @@ impl StoreError {
             StoreError::NotAStore { .. } => ErrorKind::InvalidStore,
             StoreError::Backend { .. } => ErrorKind::StoreError,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_says_seconds() {
+        let in_use = |ms| {
+            StoreError::InUse {
+                session_id: "s".into(),
+                expires_in_ms: ms,
+            }
+            .to_string()
+        };
+        assert!(
+            in_use(29_112).contains("expires in 30 s unless"),
+            "{}",
+            in_use(29_112)
+        );
+        assert!(in_use(400).contains("expires in 0.4 s unless"));
     }
 }

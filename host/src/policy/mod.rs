@@ -516,7 +516,7 @@ impl ToolFile {
     ) -> Result<ToolPolicy, PolicyError> {
         let (path, oci, default_name) = match (&self.path, &self.oci) {
             (Some(written), None) => {
-                let path = base.join(written.get_ref());
+                let path = crate::fs::tidy_join(base, Path::new(written.get_ref()));
                 if !path.is_file() {
                     return Err(at(
                         Some(written.span()),
@@ -557,7 +557,9 @@ impl ToolFile {
                         }
                         files
                             .iter()
-                            .map(|file| PublicKey::load(&base.join(file)))
+                            .map(|file| {
+                                PublicKey::load(&crate::fs::tidy_join(base, Path::new(file)))
+                            })
                             .collect::<Result<Vec<_>, _>>()
                             .map_err(|e| {
                                 at(Some(verify.span()), format!("tool {reference}: {e}"))

@@ -14,6 +14,7 @@ pub mod loopback;
 pub mod mcp;
 pub mod model_server;
 pub mod oauth;
+pub mod pty;
 pub mod registry;
 pub mod stores;
 pub mod tls;
@@ -265,8 +266,8 @@ pub fn data_dir() -> PathBuf {
 }
 
 /// The `airlock` binary with `args`, the tests' compile cache and data
-/// directory, no tracing, and none of the API keys or secrets the tests
-/// use (they pass them in `env`).
+/// directory, no tracing, no colour settings, and none of the API keys or
+/// secrets the tests use (they pass them in `env`).
 pub fn airlock_command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_airlock"));
     cmd.args(args)
@@ -275,6 +276,8 @@ pub fn airlock_command(args: &[&str], env: &[(&str, &str)]) -> Command {
         .env_remove("AIRLOCK_STORE_SYNC")
         .env_remove("AIRLOCK_LEASE_TTL_MS")
         .env_remove("RUST_LOG")
+        .env_remove("CLICOLOR_FORCE")
+        .env_remove("NO_COLOR")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")

@@ -192,7 +192,11 @@ impl Grant for DirGrant {
     type Config = DirConfig;
 
     fn from_config(config: DirConfig, base: &Path) -> Result<Self, GrantError> {
-        Self::new(base.join(&config.host), config.guest, config.mode)
+        Self::new(
+            crate::fs::tidy_join(base, &config.host),
+            config.guest,
+            config.mode,
+        )
     }
 
     fn describe(&self) -> Vec<String> {
