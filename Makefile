@@ -205,7 +205,14 @@ $(PLAIN)/js-typed.wasm: $(GUESTS)/js-typed.wasm | wasm-tools
 	@mkdir -p $(PLAIN)
 	$(EMBED_DOCS) $< $(TYPED_WIT) $@
 
-guests-plain: $(PLAIN)/typed.wasm $(PLAIN)/units.wasm $(PLAIN)/python-typed.wasm $(PLAIN)/js-typed.wasm
+$(PLAIN)/reach.wasm: guests-rust guest-examples/rust/reach/wit/reach.wit | wasm-tools
+	@mkdir -p $(PLAIN)
+	$(EMBED_DOCS) $(GUEST_DIR)/reach.wasm guest-examples/rust/reach/wit $@
+
+# The plain components the README and guest-examples/plain.toml use.
+PLAIN_README := $(PLAIN)/units.wasm $(PLAIN)/reach.wasm
+
+guests-plain: $(PLAIN)/typed.wasm $(PLAIN_README) $(PLAIN)/python-typed.wasm $(PLAIN)/js-typed.wasm
 
 # --- Components from another project, never written for Airlock: the
 # examples the Bytecode Alliance publishes with the `wasip2` crate (a
@@ -348,7 +355,7 @@ DEMO_PROMPT := Count how many vowels are in the word 'elephant', incrementing a 
 # The walkthrough as an agent run: the real Wasm tools, and the model from
 # guest-examples/scripts/vowels.json (offline), or a real OpenAI model when
 # OPENAI_API_KEY is set (OPENAI_MODEL, default gpt-4o-mini).
-demo: guests-rust build-bin
+demo: guests-rust $(PLAIN_README) build-bin
 	@if [ -n "$$OPENAI_API_KEY" ]; then model="--model openai:$${OPENAI_MODEL:-gpt-4o-mini}"; \
 	 else model="--script guest-examples/scripts/vowels.json"; fi; \
 	 $(AIRLOCK) run --tool $(GUEST_DIR)/stateful.wasm $$model "$(DEMO_PROMPT)"

@@ -1380,7 +1380,7 @@ fn completion_scripts_load_and_complete() {
 /// lines is shown as lines under its tool in `inspect`.
 #[test]
 fn text_output_keeps_the_lines_of_text() {
-    let reach = guest("reach");
+    let reach = crate::support::built("plain/reach");
     let config = root().join("guest-examples/plain.toml");
     let out = airlock(&[
         "call",
@@ -1607,4 +1607,39 @@ fn sessions_and_paths_read_as_a_person_reads_them() {
     let doc = stdout_json(&out);
     assert_eq!(doc["path"], path(&tool), "{doc}");
     assert_eq!(doc["grants"]["dirs"][0]["host"], path(&sub), "{doc}");
+}
+
+/// The plain example's policy names builds that carry their WIT doc
+/// comments: each tool it offers is described by its own docs, never by
+/// the placeholder a component without them gets (issue 65.7).
+#[test]
+fn the_plain_example_describes_its_tools_from_their_docs() {
+    let config = root().join("guest-examples/plain.toml");
+    for (name, tool, says) in [
+        ("plain/units", "convert", "Converts `value` from one unit"),
+        ("plain/reach", "read_script", "Reads a text file (UTF-8)."),
+    ] {
+        let component = crate::support::built(name);
+        let out = airlock(&[
+            "inspect",
+            path(&component),
+            "--config",
+            path(&config),
+            "--json",
+        ]);
+        let doc = stdout_json(&out);
+        let tools = doc["tools"].as_array().unwrap();
+        let described = tools.iter().find(|t| t["name"] == tool).unwrap();
+        let description = described["description"].as_str().unwrap();
+        assert!(description.starts_with(says), "{tool}: {description}");
+        for tool in tools {
+            assert!(
+                !tool["description"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("The function `"),
+                "{tool}"
+            );
+        }
+    }
 }
