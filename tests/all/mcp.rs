@@ -1978,3 +1978,30 @@ async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
     assert!(!progress.is_empty() && progress.len() <= 20, "{body}");
     assert_eq!(progress.last().unwrap()["params"]["progress"], 20.0);
 }
+
+/// A POST that names no MCP session and is neither an `initialize` nor a
+/// stateless (2026-07-28) request is told both ways, not only "Session ID
+/// is required" (issue 65.6); the server then serves both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_session_is_told_the_two_ways_to_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("told.db");
+    let config = policy(dir.path());
+    let server = serve_http(&config, db.to_str().unwrap());
+    let raw = RawHttp::new(&server.url);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let answer = raw.post(list.clone()).await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let said = answer.text().await.unwrap();
+    for needle in [
+        "initialize",
+        "Mcp-Session-Id",
+        "2026-07-28",
+        "Mcp-Method",
+        "airlock/session",
+    ] {
+        assert!(said.contains(needle), "{needle} not in {said}");
+    }
+    let answer = raw.initialize().await.post(list).await.unwrap();
+    assert_eq!(answer.status(), 200);
+}

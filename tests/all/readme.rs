@@ -4,8 +4,10 @@
 //! (the README's `export PATH=…` line) and one data directory for all. A line that needs what a
 //! test cannot have here (the network, a model's API key, a registry or a
 //! Postgres server started by hand, a crate built outside the repository,
-//! a server that runs until stopped) is skipped for a reason named in
-//! [`SKIPPED`]; the tests of those features cover them. Where the README
+//! a server over stdio that runs until stopped) is skipped for a reason
+//! named in [`SKIPPED`]; the tests of those features cover them. An HTTP
+//! MCP server a doc starts runs in the background for the `curl` lines
+//! after it. Where the README
 //! shows a command's output (`$ command` then its lines), each shown line
 //! must be in what it prints; where it shows `# error: …` after a command,
 //! the command must fail saying that.
@@ -74,7 +76,7 @@ const SKIPPED: &[(&str, &str)] = &[
     ),
     (
         "airlock mcp",
-        "a server that runs until stopped (tests/all/mcp.rs drives it)",
+        "a server over stdio that runs until stopped (tests/all/mcp.rs drives it)",
     ),
     ("=...", "needs an API key or token"),
     ("=sk-", "needs an API key"),
@@ -118,6 +120,8 @@ fn commands(readme: &str) -> Vec<Shown> {
             continue;
         }
         let command = match line.strip_prefix("$ ") {
+            // A command continued from the line before.
+            _ if !pending.is_empty() => line,
             Some(command) => {
                 prompted = true;
                 command
@@ -171,6 +175,58 @@ fn open_quote(text: &str) -> bool {
     quote.is_some()
 }
 
+/// How a doc starts the HTTP MCP server its `curl` examples reach.
+const HTTP_SERVER: &str = "airlock mcp --transport http --listen ";
+
+/// A doc's `airlock mcp --transport http` line, running.
+struct Server(std::process::Child);
+
+impl Server {
+    /// Runs `command` as the doc gives it, and waits (a minute at most)
+    /// until its `--listen` address takes connections.
+    fn start(command: &str, root: &Path, path: &str, data: &Path) -> Self {
+        let listen = command[HTTP_SERVER.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned();
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec {command}"))
+            .current_dir(root)
+            .env("PATH", path)
+            .env("AIRLOCK_DATA_DIR", data)
+            .env("AIRLOCK_CACHE_DIR", cache_dir())
+            .env_remove("AIRLOCK_STORE")
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Self(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::net::TcpStream::connect(&listen).is_err() {
+            assert!(
+                server.0.try_wait().unwrap().is_none(),
+                "{command}: the server ended"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{command}: never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn skipped(command: &str) -> Option<&'static str> {
     SKIPPED
         .iter()
@@ -197,7 +253,15 @@ fn every_offline_command_in_the_docs_runs_as_pasted() {
         .collect();
     assert!(all.len() > 20, "the docs' commands were not found");
     let (mut ran, mut skips) = (0, Vec::new());
+    // The HTTP MCP server a doc starts: the `curl` lines after it are its
+    // clients. Stopped when the test ends.
+    let mut servers: Vec<Server> = Vec::new();
     for (doc, shown) in &all {
+        if shown.command.starts_with(HTTP_SERVER) {
+            servers.push(Server::start(&shown.command, &root, &path, data.path()));
+            ran += 1;
+            continue;
+        }
         if let Some(why) = skipped(&shown.command) {
             skips.push(format!("{doc}:{}: {} ({why})", shown.line, shown.command));
             continue;

@@ -268,16 +268,48 @@ impl McpHttpService {
             session_permit,
             ..InRequest::default()
         };
+        let sessionless_post = session.is_none() && request.method() == hyper::Method::POST;
         let served = async {
             let response = self.service.handle(request).await;
             match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
                 Some(Whole::Json(answer)) => json_response(&answer),
                 Some(Whole::Events(messages)) => events_response(&messages),
+                None if sessionless_post && response.status() == hyper::StatusCode::BAD_REQUEST => {
+                    explain_sessionless(response).await
+                }
                 None => response,
             }
         };
         IN_REQUEST.scope(RefCell::new(now), served).await
     }
+}
+
+/// What the two ways of calling without an MCP session are, for a POST
+/// that is neither (rmcp says only "Session ID is required").
+const SESSIONLESS: &str = "Bad Request: this request names no MCP session (no Mcp-Session-Id \
+header). Either start one with `initialize` (protocol revisions up to 2025-11-25; the \
+response's Mcp-Session-Id header names it, send it with every later request), or send \
+the 2026-07-28 revision's stateless request: headers MCP-Protocol-Version: 2026-07-28, \
+Mcp-Method (and Mcp-Name for tools/call), and in params._meta \
+io.modelcontextprotocol/protocolVersion and io.modelcontextprotocol/clientCapabilities \
+(airlock/session names the Airlock session). Examples: README, \"Serve over MCP\".\n";
+
+/// `response`, rmcp's refusal of a POST without a session, with
+/// [`SESSIONLESS`] in place of its one line; any other 400 as it was.
+async fn explain_sessionless(
+    response: hyper::Response<BoxBody<Bytes, Infallible>>,
+) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    use http_body_util::BodyExt;
+    let (parts, body) = response.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if bytes.as_ref() == b"Bad Request: Session ID is required" {
+        return text_response(parts.status, "text/plain", SESSIONLESS, None);
+    }
+    hyper::Response::from_parts(parts, http_body_util::Full::new(bytes).boxed())
 }
 
 /// The answer to a request whose token was refused: the status and
