@@ -128,7 +128,10 @@ pub struct RunOutcome {
 #[non_exhaustive]
 pub enum RunError {
     /// The model made `limit` requests without a final answer.
-    #[error("no final answer after {limit} model requests (max_iterations)")]
+    #[error(
+        "no final answer after {limit} model request{}, the run's limit",
+        if *limit == 1 { "" } else { "s" }
+    )]
     MaxIterations {
         /// The limit.
         limit: u32,

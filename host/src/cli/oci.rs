@@ -157,8 +157,11 @@ pub(super) async fn resolve_one(
     };
     let mut resolver = resolver(policy.as_deref(), registry)?;
     let tool = tool_for(policy.as_deref(), reference);
+    let new = unpinned(&resolver, reference);
     let resolved = resolver.resolve(&tool, Fetch::Missing).await?;
-    say_unpinned(&resolver, std::slice::from_ref(&resolved));
+    if new {
+        say_unpinned(&resolver, std::slice::from_ref(&resolved));
+    }
     point_entry(policy, &resolved);
     Ok((resolved.path.clone(), Some(resolved)))
 }
@@ -185,8 +188,6 @@ pub(super) async fn resolve_all(
     }
     let mut resolver = resolver(policy.as_deref(), registry)?;
     let mut policy = policy;
-    let unpinned =
-        |resolver: &Resolver, reference: &Reference| resolver.lock().get(reference).is_none();
     let mut resolved = Vec::new();
     if let Some(policy) = policy.as_deref_mut() {
         let new: Vec<Reference> = policy
@@ -225,12 +226,16 @@ pub(super) async fn resolve_all(
     Ok((files, Some(resolver.lock().path().to_path_buf())))
 }
 
-/// Says which of `resolved` the lock does not pin: resolved for this
-/// command only (a command that is not `pull` never writes the lock).
+/// Whether the lock does not pin `reference` (a command that is not
+/// `pull` then resolves it for itself, and says so).
+fn unpinned(resolver: &Resolver, reference: &Reference) -> bool {
+    resolver.lock().get(reference).is_none()
+}
+
+/// Says that each of `resolved`, references the lock does not pin, was
+/// resolved for this command only (a command that is not `pull` never
+/// writes the lock).
 fn say_unpinned(resolver: &Resolver, resolved: &[Resolved]) {
-    if !resolver.changed() {
-        return;
-    }
     for pulled in resolved {
         super::print_note(&format!(
             "{}{} is not pinned in {}: this command runs {} without pinning it; \

@@ -672,22 +672,19 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
         ));
     }
     let (store, owner) = open(&args.store).await?;
-    let (planned, covered) = prune_plan(
-        store.as_ref(),
-        &retention,
-        owner,
-        args.all_users,
-        older_than,
-    )
-    .await?;
-    let owner = (!args.all_users).then_some(owner);
+    let scope = (!args.all_users).then_some(owner);
+    let planned =
+        airlock::session::would_prune(store.as_ref(), &retention, scope, older_than).await?;
     let pruned = if args.dry_run {
         planned
     } else {
-        if covered > 1 && planned.len() == covered && !args.yes {
-            confirm_everything(covered)?;
+        if planned.len() > 1 && !args.yes {
+            let covered = covered(store.as_ref(), owner, args.all_users).await?;
+            if planned.len() == covered {
+                confirm_everything(covered)?;
+            }
         }
-        airlock::session::prune(store.as_ref(), &retention, owner, older_than).await?
+        airlock::session::prune(store.as_ref(), &retention, scope, older_than).await?
     };
     let verb = if args.dry_run {
         "would prune"
@@ -718,44 +715,22 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What a prune would remove now, from the listing, as the store decides
-/// (not in use; updated before the cutoff, or, ephemeral, before its
-/// own), and how many sessions it covers in all.
-async fn prune_plan(
+/// How many sessions a prune covers: `owner`'s, or every user's.
+async fn covered(
     store: &dyn SessionStore,
-    retention: &airlock::retention::Retention,
     owner: Option<&str>,
     all_users: bool,
-    older_than: Option<std::time::Duration>,
-) -> Result<(Vec<airlock::session::Pruned>, usize), Failure> {
-    let Some(older_than) = older_than.or(retention.ttl) else {
-        return Ok((Vec::new(), 0));
-    };
-    let now = airlock::journal::now_ms();
-    let (before, ephemeral_before) = retention.cutoffs(older_than, now);
+) -> Result<usize, Failure> {
     let owners = if all_users {
         store.owners().await?
     } else {
         vec![owner.map(str::to_owned)]
     };
-    let (mut planned, mut covered) = (Vec::new(), 0);
+    let mut covered = 0;
     for user in owners {
-        for session in store.list(user.as_deref()).await? {
-            covered += 1;
-            let cutoff = if session.ephemeral {
-                ephemeral_before
-            } else {
-                before
-            };
-            if session.leased_until_ms.is_none() && session.updated_at_ms < cutoff {
-                planned.push(airlock::session::Pruned {
-                    user_id: user.clone(),
-                    session_id: session.session_id,
-                });
-            }
-        }
+        covered += store.list(user.as_deref()).await?.len();
     }
-    Ok((planned, covered))
+    Ok(covered)
 }
 
 /// Asks before a prune removes every session it covers; with no terminal

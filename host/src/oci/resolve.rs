@@ -100,12 +100,6 @@ impl Resolver {
         &self.settings
     }
 
-    /// Whether a resolution changed the lock since it was read or saved
-    /// (a reference it did not pin, or one `Fetch::Update` moved).
-    pub fn changed(&self) -> bool {
-        self.changed
-    }
-
     /// Writes the lock if a resolution changed it; whether it did.
     pub fn save(&mut self) -> Result<bool, OciError> {
         if !self.changed {

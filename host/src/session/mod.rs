@@ -125,6 +125,27 @@ pub async fn prune(
     owner: Option<Owner<'_>>,
     older_than: Option<Duration>,
 ) -> Result<Vec<Pruned>, StoreError> {
+    prune_as(store, retention, owner, older_than, false).await
+}
+
+/// What [`prune`] would remove now, decided by the store as a prune
+/// decides it; nothing is removed.
+pub async fn would_prune(
+    store: &dyn SessionStore,
+    retention: &crate::retention::Retention,
+    owner: Option<Owner<'_>>,
+    older_than: Option<Duration>,
+) -> Result<Vec<Pruned>, StoreError> {
+    prune_as(store, retention, owner, older_than, true).await
+}
+
+async fn prune_as(
+    store: &dyn SessionStore,
+    retention: &crate::retention::Retention,
+    owner: Option<Owner<'_>>,
+    older_than: Option<Duration>,
+    dry_run: bool,
+) -> Result<Vec<Pruned>, StoreError> {
     let Some(older_than) = older_than.or(retention.ttl) else {
         return Ok(Vec::new());
     };
@@ -136,6 +157,7 @@ pub async fn prune(
             updated_before_ms,
             ephemeral_updated_before_ms,
             now_ms: now,
+            dry_run,
         })
         .await
 }

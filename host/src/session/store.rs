@@ -121,6 +121,8 @@ pub struct PruneRequest<'a> {
     pub ephemeral_updated_before_ms: u64,
     /// The time now, for leases.
     pub now_ms: u64,
+    /// Only say which sessions it would remove; remove none.
+    pub dry_run: bool,
 }
 
 /// A session a prune removed.

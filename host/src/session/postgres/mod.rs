@@ -843,13 +843,17 @@ impl SessionStore for PostgresStore {
             // One statement: the journals and snapshots go with their rows
             // (ON DELETE CASCADE); a lease taken meanwhile locks the row
             // first, and the row no longer matches.
+            const DOOMED: &str = "WHERE ($1::text IS NULL OR owner = $1)
+                       AND (updated_at_ms < $2 OR (ephemeral AND updated_at_ms < $3))
+                       AND (lease_holder IS NULL OR lease_expires_ms <= $4)";
+            let statement = if request.dry_run {
+                format!("SELECT owner, session_id FROM airlock_sessions {DOOMED}")
+            } else {
+                format!("DELETE FROM airlock_sessions {DOOMED} RETURNING owner, session_id")
+            };
             let rows = client
                 .query(
-                    "DELETE FROM airlock_sessions
-                     WHERE ($1::text IS NULL OR owner = $1)
-                       AND (updated_at_ms < $2 OR (ephemeral AND updated_at_ms < $3))
-                       AND (lease_holder IS NULL OR lease_expires_ms <= $4)
-                     RETURNING owner, session_id",
+                    &statement,
                     &[
                         &owner,
                         &big(request.updated_before_ms),

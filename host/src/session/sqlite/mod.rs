@@ -760,10 +760,11 @@ impl SessionStore for SqliteStore {
 
     fn prune<'a>(&'a self, request: PruneRequest<'a>) -> Reply<'a, Vec<Pruned>> {
         let owner = request.owner.map(owner_key);
-        let (before, ephemeral_before, now) = (
+        let (before, ephemeral_before, now, dry_run) = (
             request.updated_before_ms,
             request.ephemeral_updated_before_ms,
             request.now_ms,
+            request.dry_run,
         );
         self.run(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -778,10 +779,12 @@ impl SessionStore for SqliteStore {
                     Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            for (sid, ..) in &doomed {
-                delete_session(&tx, *sid)?;
+            if !dry_run {
+                for (sid, ..) in &doomed {
+                    delete_session(&tx, *sid)?;
+                }
+                tx.commit()?;
             }
-            tx.commit()?;
             Ok(doomed
                 .into_iter()
                 .map(|(_, owner, session_id)| Pruned {
