@@ -1517,6 +1517,8 @@ fn inspect_is_brief_and_says_each_capability_once() {
     let out = airlock(&["inspect", path(&typed), "--schemas"]);
     let full = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(full.contains("    parameters: {\n"), "{full}");
+    // Every schema pretty, the shortest too (`nothing` takes no argument).
+    assert!(!full.contains("parameters: {\""), "{full}");
     assert!(full.lines().count() > text.lines().count() * 3);
 }
 
@@ -1563,6 +1565,9 @@ fn sessions_and_paths_read_as_a_person_reads_them() {
         "{shown}"
     );
     assert!(shown.contains("  model: calls add_note {"), "{shown}");
+    // In the events, a turn that only called tools says so.
+    assert!(shown.contains(" model: (calls only)\n"), "{shown}");
+    assert!(!shown.contains(" model: \n"), "{shown}");
     assert!(!shown.contains("model:  "), "{shown}");
 
     let shown = airlock(&["sessions", "show", "nope", "--store", path(&store)]);

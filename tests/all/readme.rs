@@ -10,7 +10,8 @@
 //! after it. Where the README
 //! shows a command's output (`$ command` then its lines), each shown line
 //! must be in what it prints; where it shows `# error: …` after a command,
-//! the command must fail saying that.
+//! the command must fail saying that. With `AIRLOCK_DOCS_WALK=FILE`, each
+//! command and what it printed is appended to FILE, to read the walk.
 
 use std::path::Path;
 use std::process::Command;
@@ -296,6 +297,23 @@ fn every_offline_command_in_the_docs_runs_as_pasted() {
             "{doc}:{}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
             shown.line, shown.command
         );
+        // The walk, for a person to read: every command and what it said.
+        if let Some(walk) = std::env::var_os("AIRLOCK_DOCS_WALK") {
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(walk)
+                .unwrap();
+            writeln!(
+                file,
+                "$ {}  [{doc}:{}, exit {:?}]\n{stdout}{stderr}",
+                shown.command,
+                shown.line,
+                out.status.code()
+            )
+            .unwrap();
+        }
         match &shown.error {
             Some(error) => {
                 assert!(!out.status.success(), "{at}: should fail");

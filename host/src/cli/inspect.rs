@@ -12,7 +12,6 @@ use airlock::tools::LoadedComponent;
 use super::terminal::{block, field, one_line};
 use super::{
     ComponentArg, Failure, RegistryFlags, load_host, print_json, print_out, report_failure,
-    show_json,
 };
 
 #[derive(Debug, Args)]
@@ -294,8 +293,10 @@ pub async fn run(args: InspectArgs) -> ExitCode {
         {
             text.push_str(&format!("    function:   {}\n", field(&source)));
         }
-        // Pretty JSON, as every schema is shown, its lines under its first.
-        let parameters = show_json(&spec.parameters).replace('\n', "\n                ");
+        // Every schema pretty, however short, its lines under its first.
+        let parameters = serde_json::to_string_pretty(&spec.parameters)
+            .unwrap_or_else(|_| spec.parameters.to_string())
+            .replace('\n', "\n                ");
         text.push_str(&format!("    parameters: {parameters}\n"));
     }
     if !args.schemas && !component.tools().is_empty() {

@@ -428,7 +428,11 @@ fn describe_item(item: &Item) -> String {
                 Role::User => "user",
                 Role::Assistant => "model",
             };
-            format!("{who}: {}", one_line(content.as_deref().unwrap_or("")))
+            match content.as_deref().filter(|text| !text.trim().is_empty()) {
+                Some(text) => format!("{who}: {}", one_line(text)),
+                // A model turn that only called tools: its calls follow.
+                None => format!("{who}: (calls only)"),
+            }
         }
         Item::FunctionCall { call, by, .. } => {
             let by = by.as_ref().map_or(String::new(), |by| match &by.client {
