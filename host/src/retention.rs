@@ -1,5 +1,5 @@
 //! Retention (a policy's `[sessions]`): how long a session store keeps
-//! sessions.
+//! sessions, and which of its commits wait for the disk (`sync`).
 //!
 //! A session is pruned when it was last updated longer ago than its
 //! retention: `ttl` for every session, `ephemeral_ttl` (shorter, by
@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::session::Durability;
+
 /// How long an ephemeral session is kept after its last update unless the
 /// policy says otherwise (`[sessions] ephemeral_ttl`).
 pub const DEFAULT_EPHEMERAL_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// A policy's `[sessions]`: how long sessions are kept.
+/// A policy's `[sessions]`: how long sessions are kept, and which commits
+/// wait for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Every session is pruned this long after its last update (`None`:
@@ -24,6 +27,9 @@ pub struct Retention {
     /// An ephemeral session is pruned this long after its last update
     /// (when the store prunes at all), or after `ttl` if that is shorter.
     pub ephemeral_ttl: Duration,
+    /// `sync`: which commits of the store wait for the disk (`None`: not
+    /// said, [`Durability::ByEffect`]).
+    pub sync: Option<Durability>,
 }
 
 impl Default for Retention {
@@ -31,6 +37,7 @@ impl Default for Retention {
         Retention {
             ttl: None,
             ephemeral_ttl: DEFAULT_EPHEMERAL_TTL,
+            sync: None,
         }
     }
 }
@@ -56,6 +63,7 @@ impl Retention {
 pub(crate) struct RetentionFile {
     ttl: Option<String>,
     ephemeral_ttl: Option<String>,
+    sync: Option<String>,
 }
 
 impl RetentionFile {
@@ -73,6 +81,18 @@ impl RetentionFile {
             ephemeral_ttl: match self.ephemeral_ttl.as_deref() {
                 Some(t) => parse("ephemeral_ttl", t)?,
                 None => DEFAULT_EPHEMERAL_TTL,
+            },
+            sync: match self.sync.as_deref() {
+                None => None,
+                Some(name) => Some(Durability::from_name(name).ok_or_else(|| {
+                    format!(
+                        "[sessions] sync = {:?}: not one of {}",
+                        crate::text::truncate(name, 40),
+                        Durability::ALL
+                            .map(|d| format!("\"{}\"", d.name()))
+                            .join(", ")
+                    )
+                })?),
             },
         })
     }

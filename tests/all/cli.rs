@@ -1571,6 +1571,17 @@ fn sessions_and_paths_read_as_a_person_reads_them() {
     assert!(!shown.contains("model:  "), "{shown}");
 
     let shown = airlock(&["sessions", "show", "nope", "--store", path(&store)]);
+    // Which commits wait for the disk is said by name; another is refused.
+    let listed = crate::support::airlock_with_env(
+        &["sessions", "list", "--store", path(&store)],
+        &[("AIRLOCK_STORE_SYNC", "sometimes")],
+    );
+    assert_eq!(listed.status.code(), Some(2));
+    assert!(
+        stderr(&listed).contains("AIRLOCK_STORE_SYNC is not one of every-call, by-effect, never"),
+        "{}",
+        stderr(&listed)
+    );
     let exported = airlock(&["sessions", "export", "nope", "--store", path(&store)]);
     assert_eq!(exported.status.code(), Some(2));
     assert_eq!(stderr(&exported), stderr(&shown));

@@ -219,6 +219,12 @@ fn bad_policies_name_the_line_and_the_problem() {
         "{err}"
     );
 
+    let err = policy_error("[sessions]\nttl = \"30d\"\nsync = \"sometimes\"\n", &[]);
+    assert!(
+        err.contains("airlock.toml:") && err.contains("\"every-call\", \"by-effect\", \"never\""),
+        "{err}"
+    );
+
     let err = policy_error(&format!("{tool}record = true\n"), &[]);
     assert!(
         err.contains("airlock.toml:3:") && err.contains("granted no `http` origin"),

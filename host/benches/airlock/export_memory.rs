@@ -96,7 +96,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     {
         let host = b.host(std::slice::from_ref(&probe)).await;
         let store: Arc<dyn SessionStore> =
-            Arc::new(SqliteStore::open_with(&db, Durability::Normal).unwrap());
+            Arc::new(SqliteStore::open_with(&db, Durability::Never).unwrap());
         let options = SessionOptions {
             session_id: Some("calls".into()),
             ..SessionOptions::default()

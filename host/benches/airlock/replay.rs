@@ -92,7 +92,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     .unwrap();
     let dir = tempfile::tempdir_in(root().join("target")).unwrap();
     let store: Arc<dyn SessionStore> =
-        Arc::new(SqliteStore::open_with(dir.path().join("replay.db"), Durability::Normal).unwrap());
+        Arc::new(SqliteStore::open_with(dir.path().join("replay.db"), Durability::Never).unwrap());
     let pairs = if b.quick { 3 } else { 15 };
     let mut rows = String::new();
     let mut scaling = None;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::journal::recorder::Recorder;
-use crate::journal::{CallStatus, CalledBy, Conversation, Event, Item, StoreError};
+use crate::journal::{CallStatus, CalledBy, Conversation, Event, Flush, Item, StoreError};
 use crate::sandbox::CancelToken;
 use crate::session::Session;
 use crate::tools::{CallFailure, CallOutcome, Host, ToolCall, call_end, guest_output};
@@ -62,7 +62,12 @@ impl Session {
     /// answer. Any other call commits its intent before it runs, so that a
     /// death mid-call is answered "interrupted" on resume.
     ///
-    /// Cost: one commit (an fsync) for a pure call, two otherwise.
+    /// Cost: one commit (an fsync) for a pure call, two otherwise. A pure
+    /// call that applied no op and whose tool can reach nothing outside
+    /// ([`LoadedComponent::reaches_nothing`](crate::tools::LoadedComponent::reaches_nothing))
+    /// and is not keyed commits without waiting for the disk
+    /// ([`Flush::Deferred`]): a crash of the process loses nothing, a power
+    /// cut at most its record.
     pub async fn call(
         &mut self,
         host: &Host,
@@ -86,8 +91,10 @@ impl Session {
         keyed: bool,
         begun: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> Result<CallOutcome, SessionCallError> {
-        let pure = host.component_for(&call.name).is_none_or(|c| c.may_rerun());
+        let component = host.component_for(&call.name);
+        let pure = component.is_none_or(|c| c.may_rerun());
         let intent_first = keyed || !pure;
+        let deferrable = !keyed && component.is_some_and(|c| c.reaches_nothing());
         let started = Instant::now();
         let iteration = self.context().iteration;
         let mut recorder = Recorder::new(Conversation::from(&mut *self), false).keyed(keyed);
@@ -108,7 +115,17 @@ impl Session {
             started.elapsed(),
             host.context_rules(),
         );
-        recorder.commit().await?;
+        // A call that changed nothing (a failed one applied no op) and
+        // could reach nothing need not wait for the disk.
+        let changed = result
+            .as_ref()
+            .is_ok_and(|outcome| !outcome.updates.is_empty());
+        let flush = if deferrable && !changed {
+            Flush::Deferred
+        } else {
+            Flush::Now
+        };
+        recorder.commit_flushed(flush).await?;
         result.map_err(|failure| SessionCallError::Call(Box::new(failure)))
     }
 

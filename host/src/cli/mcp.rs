@@ -285,7 +285,7 @@ async fn serve_http(
     access: Access,
 ) -> Result<(), Failure> {
     let host = tools.current();
-    let store = args.session.store.open().await?;
+    let store = args.session.store.open_synced(retention.sync).await?;
     // A long-lived server keeps its store pruned: now, and every hour.
     let pruner = retention.ttl.map(|_| {
         let (store, retention) = (Arc::clone(&store), *retention);

@@ -57,7 +57,8 @@ Exit codes:
 Environment:
   AIRLOCK_STORE               the session store (--store): a SQLite file or a postgres:// URL
   AIRLOCK_DATA_DIR            where the default store sessions.db lives (else ~/.local/share/airlock)
-  AIRLOCK_STORE_SYNC          full (default: each commit on disk) or normal (survives a process crash)
+  AIRLOCK_STORE_SYNC          which commits wait for the disk (else the policy's [sessions] sync):
+                              by-effect (default), every-call, or never
   AIRLOCK_LEASE_TTL_MS        how long a session's lease outlives its holder's last renewal (30000)
   AIRLOCK_SNAPSHOT_EVERY      records between a session's snapshots (32; 0: none)
   AIRLOCK_CACHE_DIR           the compile cache (else ~/.cache/airlock)
@@ -376,22 +377,37 @@ pub struct StoreFlags {
 }
 
 impl StoreFlags {
-    /// Opens the store. For SQLite, `AIRLOCK_STORE_SYNC=normal` trades the
-    /// last commits before a power cut for faster commits (the default,
-    /// `full`, keeps them); Postgres commits as its server is configured.
+    /// Opens the store, its commits waiting for the disk by effect
+    /// ([`Durability::ByEffect`]) unless `AIRLOCK_STORE_SYNC` says
+    /// otherwise.
     async fn open(&self) -> Result<Arc<dyn SessionStore>, Failure> {
+        self.open_synced(None).await
+    }
+
+    /// [`StoreFlags::open`], its commits waiting for the disk as `sync`
+    /// (the policy's `[sessions] sync`) says; `AIRLOCK_STORE_SYNC`, when
+    /// set, says it for this process instead.
+    async fn open_synced(
+        &self,
+        sync: Option<Durability>,
+    ) -> Result<Arc<dyn SessionStore>, Failure> {
+        let durability = match std::env::var("AIRLOCK_STORE_SYNC") {
+            Ok(name) => Durability::from_name(&name).ok_or_else(|| {
+                Failure::input(
+                    "invalid_config",
+                    format!(
+                        "AIRLOCK_STORE_SYNC is not one of {}",
+                        Durability::ALL.map(Durability::name).join(", ")
+                    ),
+                )
+            })?,
+            Err(_) => sync.unwrap_or_default(),
+        };
         if let Some(url) = self.store.as_deref().filter(|s| is_postgres_url(s)) {
-            return Ok(Arc::new(PostgresStore::connect(url).await?));
+            let store = PostgresStore::connect(url).await?;
+            return Ok(Arc::new(store.with_durability(durability)));
         }
         let path = self.sqlite_path()?;
-        let durability = match std::env::var("AIRLOCK_STORE_SYNC").as_deref() {
-            Err(_) | Ok("full") => Durability::Full,
-            Ok("normal") => Durability::Normal,
-            Ok(_) => {
-                tracing::warn!("AIRLOCK_STORE_SYNC is not `full` or `normal`; using `full`");
-                Durability::Full
-            }
-        };
         Ok(Arc::new(SqliteStore::open_with(path, durability)?))
     }
 
@@ -492,7 +508,7 @@ impl SessionFlags {
         ephemeral_unless_named: bool,
         retention: &Retention,
     ) -> Result<Session, Failure> {
-        let store = self.store.open().await?;
+        let store = self.store.open_synced(retention.sync).await?;
         enforce_retention(store.as_ref(), retention).await;
         let mut options = self.options()?;
         options.ephemeral = ephemeral_unless_named && self.id.is_none();

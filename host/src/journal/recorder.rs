@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::conversation::{CallEnd, Captured};
 use super::record::{CallStatus, CalledBy, Entry, Event, Item, Role, now_ms};
 use super::secrets;
-use super::sink::{Conversation, Sink, StoreError};
+use super::sink::{Conversation, Flush, Sink, StoreError};
 use super::transcript::Transcript;
 use crate::context::{ContextRules, RunContext};
 use crate::spec::ToolCall;
@@ -143,12 +143,17 @@ impl<'c> Recorder<'c> {
     }
 
     /// Commits what was recorded since the last commit (with the usage
-    /// totals) in one transaction; the events it made visible, when
-    /// watched. An event a watcher sees is stored.
+    /// totals) in one transaction, on disk before it returns; the events
+    /// it made visible, when watched. An event a watcher sees is stored.
     pub(crate) async fn commit(&mut self) -> Result<Vec<Event>, StoreError> {
+        self.commit_flushed(Flush::Now).await
+    }
+
+    /// [`Recorder::commit`], on disk as `flush` says.
+    pub(crate) async fn commit_flushed(&mut self, flush: Flush) -> Result<Vec<Event>, StoreError> {
         if let Some(sink) = self.sink.as_deref_mut() {
             let entries = std::mem::take(&mut self.pending);
-            sink.commit(self.ctx, entries).await?;
+            sink.commit(self.ctx, entries, flush).await?;
         }
         Ok(self.unsent.as_mut().map(std::mem::take).unwrap_or_default())
     }

@@ -10,8 +10,9 @@
 //! member it held (the `commit` module of each store).
 
 use super::rows::{Blob, Row, encode};
+use super::store::Durability;
 use super::store::{Append, Lease, StoredSnapshot};
-use crate::journal::StoreError;
+use crate::journal::{Flush, StoreError};
 
 /// The most appends one transaction takes, unless the store is told
 /// otherwise ([`SqliteStore::with_max_batch`](super::SqliteStore::with_max_batch)).
@@ -36,23 +37,67 @@ pub(super) struct Job {
     pub rows: Vec<Row>,
     pub snapshot: Option<StoredSnapshot>,
     pub now_ms: u64,
+    /// How soon its records must reach the disk.
+    pub flush: Flush,
     pub reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// A store's [`Durability`], shared with its committer, which reads it for
+/// each batch (so that it can be set after the store is opened).
+#[derive(Debug, Clone, Default)]
+pub(super) struct DurabilityCell(std::sync::Arc<std::sync::atomic::AtomicU8>);
+
+impl DurabilityCell {
+    pub fn new(durability: Durability) -> Self {
+        let cell = Self::default();
+        cell.set(durability);
+        cell
+    }
+
+    pub fn get(&self) -> Durability {
+        let at = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        Durability::ALL
+            .get(usize::from(at))
+            .copied()
+            .unwrap_or(Durability::EveryCall)
+    }
+
+    pub fn set(&self, durability: Durability) {
+        let at = Durability::ALL
+            .iter()
+            .position(|d| *d == durability)
+            .unwrap_or(0);
+        self.0.store(
+            u8::try_from(at).unwrap_or(0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// Whether a batch's commit waits for the disk under `durability`: always
+/// for [`Durability::EveryCall`], never for [`Durability::Never`], and by
+/// effect when any of its jobs asks for [`Flush::Now`].
+pub(super) fn waits(durability: Durability, batch: &[Job]) -> bool {
+    match durability {
+        Durability::EveryCall => true,
+        Durability::ByEffect => batch.iter().any(|job| job.flush == Flush::Now),
+        Durability::Never => false,
+    }
 }
 
 impl Job {
     /// A job, and where its answer arrives.
     fn new(
-        lease: Lease,
+        append: &Append<'_>,
         rows: Vec<Row>,
-        snapshot: Option<StoredSnapshot>,
-        now_ms: u64,
     ) -> (Self, tokio::sync::oneshot::Receiver<Result<(), StoreError>>) {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Self {
-            lease,
+            lease: append.lease.clone(),
             rows,
-            snapshot,
-            now_ms,
+            snapshot: append.snapshot.cloned(),
+            now_ms: append.now_ms,
+            flush: append.flush,
             reply,
         };
         (job, answer)
@@ -118,12 +163,7 @@ impl<Q: JobQueue> Inbox<Q> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (job, answer) = Job::new(
-            append.lease.clone(),
-            rows,
-            append.snapshot.cloned(),
-            append.now_ms,
-        );
+        let (job, answer) = Job::new(&append, rows);
         if !self.jobs.push(job) {
             return Err(stopped(&self.location));
         }

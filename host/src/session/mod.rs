@@ -58,15 +58,16 @@ pub use batch::MAX_BATCH;
 pub use fork::{ForkError, ForkPoint};
 pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
-pub use sqlite::{BUSY_TIMEOUT, Durability, SqliteStore};
+pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{
-    Append, CallKey, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned,
-    RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
+    Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    StoredSnapshot,
 };
 
 use crate::context::{ContextRules, RunContext};
 use crate::journal::{
-    Conversation, Entry, Event, Folded, Record, Snapshot, Transcript, now_ms, patch_entries,
+    Conversation, Entry, Event, Flush, Folded, Record, Snapshot, Transcript, now_ms, patch_entries,
     secrets,
 };
 use crate::kind::ErrorKind;
@@ -513,7 +514,7 @@ impl Session {
     }
 
     async fn commit(&mut self, entries: Vec<Entry>) -> Result<(), StoreError> {
-        self.writer.commit(&self.ctx, entries).await
+        self.writer.commit(&self.ctx, entries, Flush::Now).await
     }
 
     /// Replaces deps between runs (the embedder's own change, like

@@ -13,7 +13,7 @@ use super::store::{
     Append, CallKey, Lease, LeaseRequest, SessionHeader, SessionStore, StoredSnapshot,
 };
 use crate::context::{RunContext, Usage};
-use crate::journal::{Entry, Folded, Record, Sink, Snapshot, StoreError, now_ms};
+use crate::journal::{Entry, Flush, Folded, Record, Sink, Snapshot, StoreError, now_ms};
 use futures::future::BoxFuture;
 
 /// A session not created yet: what its first commit creates it with.
@@ -132,12 +132,14 @@ impl Writer {
     }
 
     /// Commits `entries`, plus the context's usage when it changed since
-    /// the last commit, as one transaction. Nothing is committed after the
-    /// lease is lost.
+    /// the last commit, as one transaction, on disk as `flush` says (a
+    /// session's first commit, which creates it, is always on disk).
+    /// Nothing is committed after the lease is lost.
     pub(crate) async fn commit(
         &mut self,
         ctx: &RunContext,
         mut entries: Vec<Entry>,
+        flush: Flush,
     ) -> Result<(), StoreError> {
         let usage = (ctx.usage, ctx.iteration);
         if usage != self.committed {
@@ -174,6 +176,7 @@ impl Writer {
             records: &records,
             snapshot: stored,
             now_ms: now,
+            flush,
         };
         match self.store.append(append).await {
             Ok(()) => {
@@ -334,8 +337,9 @@ impl Sink for Writer {
         &'a mut self,
         ctx: &'a RunContext,
         entries: Vec<Entry>,
+        flush: Flush,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Writer::commit(self, ctx, entries))
+        Box::pin(Writer::commit(self, ctx, entries, flush))
     }
 }
 

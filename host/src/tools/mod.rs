@@ -291,6 +291,16 @@ impl LoadedComponent {
         !asks && (self.idempotent || !self.grants.effectful())
     }
 
+    /// Whether a call of it can neither change anything outside Airlock
+    /// (no effectful grant, whatever `idempotent` says) nor hold what a
+    /// person or the model said (no questions): such a call that applied
+    /// no op may be committed without waiting for the disk
+    /// ([`crate::journal::Flush::Deferred`]).
+    pub fn reaches_nothing(&self) -> bool {
+        let asks = self.grants.ask_user || self.grants.sampling.is_some();
+        !asks && !self.grants.effectful()
+    }
+
     /// Whether loading compiled the component or took it from the cache.
     pub fn cache_outcome(&self) -> CacheOutcome {
         self.cache

@@ -512,10 +512,7 @@ async fn a_key_finds_keyed_calls_only_here_and_after_an_import(backend: Backend)
 /// one commit the intent first. The journal reads the same either way.
 async fn a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice(backend: Backend) {
     let db = TestStore::new(backend, "commits").await;
-    let store = Arc::new(Counting {
-        inner: db.open().await,
-        appends: Default::default(),
-    });
+    let store = Arc::new(Counting::new(db.open().await));
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
     let text = format!(
@@ -555,6 +552,48 @@ async fn a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice(backend: B
         .await
         .unwrap();
     assert_eq!(commits(before), 2, "a keyed call");
+    assert_eq!(
+        store.deferred(),
+        0,
+        "each changed deps: on disk before it returns"
+    );
+
+    // A call that changed nothing of a tool that can reach nothing need
+    // not wait for the disk; a failed one (no op applied) neither; the
+    // same call of a tool that may write a directory, or keyed, waits.
+    let show = airlock::ToolCall::new("show_state", "{}");
+    let bad = airlock::ToolCall::new("increment", r#"{"name": 7}"#);
+    let never = CancelToken::new();
+    let deferred = |before: usize| store.deferred() - before;
+    let (before, was) = (store.appends(), store.deferred());
+    let shown = session.call(host().await, &show, &never, None).await;
+    assert_eq!(shown.unwrap().result["counters"]["x"], 3);
+    assert_eq!(
+        (commits(before), deferred(was)),
+        (1, 1),
+        "a call that changed nothing"
+    );
+    let (before, was) = (store.appends(), store.deferred());
+    assert!(
+        session
+            .call(host().await, &bad, &never, None)
+            .await
+            .is_err()
+    );
+    assert_eq!((commits(before), deferred(was)), (1, 1), "a failed call");
+    let (before, was) = (store.appends(), store.deferred());
+    session.call(&effectful, &show, &never, None).await.unwrap();
+    assert_eq!(
+        (commits(before), deferred(was)),
+        (2, 0),
+        "a tool that may write"
+    );
+    let (before, was) = (store.appends(), store.deferred());
+    session
+        .call_once(host().await, &show, &never, None)
+        .await
+        .unwrap();
+    assert_eq!((commits(before), deferred(was)), (2, 0), "a keyed call");
     session.close().await.unwrap();
 
     // Each call's intent, output and ops are there, in that order.
@@ -571,7 +610,9 @@ async fn a_pure_call_commits_once_and_an_effectful_or_keyed_one_twice(backend: B
             _ => "other",
         })
         .collect();
-    assert_eq!(kinds, ["intent", "output", "ops"].repeat(3));
+    let mut expected = ["intent", "output", "ops"].repeat(3);
+    expected.extend(["intent", "output"].repeat(4));
+    assert_eq!(kinds, expected);
     assert_eq!(folded.deps["counters"]["x"], 3);
 }
 

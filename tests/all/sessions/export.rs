@@ -162,6 +162,7 @@ async fn export_with_an_update(store: &Arc<dyn SessionStore>, id: &str) -> Value
             records: &records,
             snapshot: None,
             now_ms: now,
+            flush: airlock::journal::Flush::Now,
         })
         .await
         .unwrap();

@@ -266,6 +266,7 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
             records: &[record(1)],
             snapshot: None,
             now_ms: 2_000,
+            flush: airlock::journal::Flush::Now,
         })
         .await
         .unwrap();
@@ -288,6 +289,7 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
             records: &[record(2)],
             snapshot: None,
             now_ms: 32_001,
+            flush: airlock::journal::Flush::Now,
         })
         .await;
     assert!(
@@ -304,6 +306,7 @@ async fn a_remote_holders_lease_blocks_until_it_expires(backend: Backend) {
             records: &[record(2)],
             snapshot: None,
             now_ms: 32_002,
+            flush: airlock::journal::Flush::Now,
         })
         .await
         .unwrap();
@@ -417,6 +420,7 @@ async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend
                                 records: &twice,
                                 snapshot: None,
                                 now_ms: now,
+                                flush: airlock::journal::Flush::Now,
                             })
                             .await,
                     );
@@ -429,6 +433,7 @@ async fn concurrent_appends_commit_together_and_a_fenced_one_fails_alone(backend
                             records: &[record],
                             snapshot: None,
                             now_ms: now,
+                            flush: airlock::journal::Flush::Now,
                         })
                         .await,
                 );

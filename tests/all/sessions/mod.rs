@@ -20,6 +20,7 @@ use crate::support::stores::{Backend, TestStore};
 use crate::support::{airlock_with_env, guest, host, hostile_host, root, tool_messages};
 
 mod calls;
+mod deferred;
 mod export;
 mod fork;
 mod leases;
@@ -405,11 +406,25 @@ fn write_locked(db: &Path) -> rusqlite::Connection {
 struct Counting {
     inner: Arc<dyn SessionStore>,
     appends: std::sync::atomic::AtomicUsize,
+    /// Those that need not wait for the disk.
+    deferred: std::sync::atomic::AtomicUsize,
 }
 
 impl Counting {
+    fn new(inner: Arc<dyn SessionStore>) -> Self {
+        Self {
+            inner,
+            appends: Default::default(),
+            deferred: Default::default(),
+        }
+    }
+
     fn appends(&self) -> usize {
         self.appends.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn deferred(&self) -> usize {
+        self.deferred.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -429,6 +444,10 @@ impl SessionStore for Counting {
     ) -> airlock::session::Reply<'a, ()> {
         self.appends
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if append.flush == airlock::journal::Flush::Deferred {
+            self.deferred
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.inner.append(append)
     }
     fn call_records<'a>(
@@ -565,6 +584,7 @@ async fn fill(store: &Arc<dyn SessionStore>, id: &str, count: u64, size: usize, 
                 records: &batch,
                 snapshot: None,
                 now_ms: now,
+                flush: airlock::journal::Flush::Now,
             })
             .await
             .unwrap();

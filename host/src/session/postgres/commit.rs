@@ -29,12 +29,14 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::sql::{big, describe};
 use crate::journal::StoreError;
-use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill};
+use crate::session::batch::{DurabilityCell, Inbox, Job, KillPoint, MAX_BATCH, Stage, fill, waits};
 use crate::session::rows::{self, expiry, owner_key_of};
 
 /// Every member of a batch at once: its session's head moves where its
 /// lease still holds, then the records and snapshots of the members that
-/// moved go in. Returns the members (`n`) that moved.
+/// moved go in. Returns the members (`n`) that moved. With `$21` true the
+/// transaction commits without waiting for the server's WAL flush
+/// (`synchronous_commit = off` for it alone): a batch that need not wait.
 const APPEND: &str = "
 WITH job AS (
     SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bigint[], $5::text[],
@@ -66,16 +68,18 @@ WITH job AS (
     JOIN moved m ON m.n = b.n
     ON CONFLICT DO NOTHING
 )
-SELECT n FROM moved";
+SELECT n FROM moved
+CROSS JOIN (SELECT CASE WHEN $21::bool
+                        THEN set_config('synchronous_commit', 'off', true) END) AS lax";
 
 /// The committer of one store's appends: its inbox.
 pub(super) type Committer = Inbox<mpsc::UnboundedSender<Job>>;
 
 /// Starts the committer task of the store whose connections `pool`
 /// gives; it ends when the committer is dropped. Needs a Tokio runtime.
-pub(super) fn start(pool: Pool, location: String) -> Committer {
+pub(super) fn start(pool: Pool, location: String, durability: DurabilityCell) -> Committer {
     let (jobs, queue) = mpsc::unbounded_channel();
-    tokio::spawn(serve(pool, location.clone(), queue));
+    tokio::spawn(serve(pool, location.clone(), queue, durability));
     Inbox::new(jobs, location)
 }
 
@@ -88,7 +92,12 @@ const IN_FLIGHT: usize = 2;
 /// The committer task: batches of what is waiting, each committed and its
 /// members answered on a task of its own, at most [`IN_FLIGHT`] at once;
 /// until every sender is gone.
-async fn serve(pool: Pool, location: String, mut queue: mpsc::UnboundedReceiver<Job>) {
+async fn serve(
+    pool: Pool,
+    location: String,
+    mut queue: mpsc::UnboundedReceiver<Job>,
+    durability: DurabilityCell,
+) {
     let mut kill = KillPoint::from_env();
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let location: Arc<str> = location.into();
@@ -101,9 +110,14 @@ async fn serve(pool: Pool, location: String, mut queue: mpsc::UnboundedReceiver<
         fill(&mut batch, MAX_BATCH, || queue.try_recv().ok());
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
         let jobs = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+        let wait = match durability.get() {
+            // The server's own setting, untouched.
+            crate::session::Durability::EveryCall => true,
+            other => waits(other, &jobs),
+        };
         let (pool, location) = (pool.clone(), Arc::clone(&location));
         tokio::spawn(async move {
-            let results = commit(&pool, &jobs, aimed == Some(Stage::BeforeCommit)).await;
+            let results = commit(&pool, &jobs, !wait, aimed == Some(Stage::BeforeCommit)).await;
             if aimed == Some(Stage::AfterCommit) {
                 KillPoint::die();
             }
@@ -136,7 +150,13 @@ impl Refusal {
 }
 
 /// Commits `batch`: each member's result.
-async fn commit(pool: &Pool, batch: &[Job], die_before_commit: bool) -> Vec<Result<(), Refusal>> {
+/// `lax`: the transaction need not wait for the server's WAL flush.
+async fn commit(
+    pool: &Pool,
+    batch: &[Job],
+    lax: bool,
+    die_before_commit: bool,
+) -> Vec<Result<(), Refusal>> {
     let fail_all = |message: String| {
         batch
             .iter()
@@ -150,19 +170,19 @@ async fn commit(pool: &Pool, batch: &[Job], die_before_commit: bool) -> Vec<Resu
     };
     let all: Vec<&Job> = batch.iter().collect();
     if let [job] = all.as_slice() {
-        return vec![append_alone(&client, job).await];
+        return vec![append_alone(&client, job, lax).await];
     }
     let tx = match client.transaction().await {
         Ok(tx) => tx,
         Err(e) => return fail_all(describe(&e)),
     };
-    let Ok(moved) = append(&tx, &all).await else {
+    let Ok(moved) = append(&tx, &all, lax).await else {
         // Nothing of the batch is written; each member alone says which
         // one failed and why.
         drop(tx);
         let mut results = Vec::with_capacity(batch.len());
         for job in batch {
-            results.push(append_alone(&client, job).await);
+            results.push(append_alone(&client, job, lax).await);
         }
         return results;
     };
@@ -186,8 +206,8 @@ async fn commit(pool: &Pool, batch: &[Job], die_before_commit: bool) -> Vec<Resu
 }
 
 /// One member in a transaction of its own (one statement).
-async fn append_alone(client: &impl GenericClient, job: &Job) -> Result<(), Refusal> {
-    match append(client, &[job]).await {
+async fn append_alone(client: &impl GenericClient, job: &Job, lax: bool) -> Result<(), Refusal> {
+    match append(client, &[job], lax).await {
         Ok(moved) if moved.is_empty() => Err(Refusal::Store(job.lease_lost())),
         Ok(_) => Ok(()),
         Err(e) => Err(Refusal::Backend(describe(&e))),
@@ -198,6 +218,7 @@ async fn append_alone(client: &impl GenericClient, job: &Job) -> Result<(), Refu
 async fn append(
     client: &impl GenericClient,
     jobs: &[&Job],
+    lax: bool,
 ) -> Result<Vec<usize>, tokio_postgres::Error> {
     let columns = Columns::of(jobs);
     let statement = client.prepare_cached(APPEND).await?;
@@ -225,6 +246,7 @@ async fn append(
                 &columns.blob_n,
                 &columns.blob_digest,
                 &columns.blob_data,
+                &lax,
             ],
         )
         .await?;

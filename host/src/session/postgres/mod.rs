@@ -49,13 +49,15 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
+use super::batch::DurabilityCell;
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
     owner_key_of, owner_of,
 };
 use super::store::{
-    Append, CallKey, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned,
-    RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
+    Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
@@ -147,6 +149,8 @@ pub struct PostgresStore {
     location: String,
     /// Appends, batched ([`commit`]).
     committer: std::sync::Arc<Committer>,
+    /// Which of them wait for the server's WAL flush.
+    durability: DurabilityCell,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -214,14 +218,32 @@ impl PostgresStore {
                 location: location.clone(),
                 message: e.to_string(),
             })?;
-        let committer = std::sync::Arc::new(commit::start(pool.clone(), location.clone()));
+        let durability = DurabilityCell::new(Durability::ByEffect);
+        let committer = std::sync::Arc::new(commit::start(
+            pool.clone(),
+            location.clone(),
+            durability.clone(),
+        ));
         let store = Self {
             pool,
             location,
             committer,
+            durability,
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The store whose appends wait for the server's WAL flush as
+    /// `durability` says ([`Durability::ByEffect`] unless set): a batch
+    /// that need not wait commits with `synchronous_commit = off` for its
+    /// transaction alone (the server's other transactions keep their
+    /// setting). [`Durability::EveryCall`] leaves every commit to the
+    /// server's own `synchronous_commit`.
+    #[must_use]
+    pub fn with_durability(self, durability: Durability) -> Self {
+        self.durability.set(durability);
+        self
     }
 
     fn fail(&self, message: String) -> StoreError {

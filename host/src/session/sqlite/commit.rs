@@ -12,6 +12,13 @@
 //! for nothing: the batch is whatever queued while the previous one was on
 //! disk.
 //!
+//! A batch whose every member may reach the disk later
+//! ([`Flush::Deferred`](crate::journal::Flush), under
+//! [`Durability::ByEffect`]) commits with `synchronous = NORMAL`: the WAL
+//! is written but not flushed, so it survives a crash of the process, and
+//! the next batch that waits (`FULL`) flushes it with its own frames. The
+//! connection is back at `FULL` before anything else writes on it.
+//!
 //! With many sessions the committer's thread is what bounds calls a
 //! second (docs/benchmarks.md §15), so it does only the writing: a second
 //! thread answers each durable batch while the next one is written, and a
@@ -28,8 +35,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::sql::{Failure, failure, insert_records, lock};
 use crate::journal::StoreError;
-use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill};
+use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill, waits};
 use crate::session::rows::{expiry, owner_key_of};
+use crate::session::store::Durability;
 
 /// The committer of one store's appends.
 #[derive(Debug)]
@@ -42,7 +50,11 @@ pub(crate) struct Committer {
 impl Committer {
     /// Starts the committer thread of the store at `location`; it ends
     /// when the committer is dropped.
-    pub(super) fn start(connection: Arc<Mutex<Connection>>, location: String) -> Self {
+    pub(super) fn start(
+        connection: Arc<Mutex<Connection>>,
+        location: String,
+        durability: Durability,
+    ) -> Self {
         let (jobs, queue) = std::sync::mpsc::channel();
         let name = location.clone();
         let max_batch = Arc::new(AtomicUsize::new(MAX_BATCH));
@@ -51,7 +63,7 @@ impl Committer {
             .name("airlock-sqlite-commit".into())
             .spawn(move || {
                 let answers = Answerer::start();
-                serve(&connection, &name, &queue, &limit, &answers);
+                serve(&connection, &name, &queue, &limit, &answers, durability);
             });
         if let Err(e) = spawned {
             // Every append then fails, naming why.
@@ -124,6 +136,7 @@ fn serve(
     queue: &Receiver<Job>,
     max_batch: &AtomicUsize,
     answers: &Answerer,
+    durability: Durability,
 ) {
     let mut kill = KillPoint::from_env();
     let mut sids = Sids::default();
@@ -134,12 +147,26 @@ fn serve(
             queue.try_recv().ok()
         });
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
-        let results = commit(
-            &mut lock(connection),
-            &mut sids,
-            &batch,
-            aimed == Some(Stage::BeforeCommit),
-        );
+        let lax = durability == Durability::ByEffect && !waits(durability, &batch);
+        let results = {
+            let mut conn = lock(connection);
+            // Not waiting for the disk is this batch's alone: the pragma
+            // is set back before the lock is let go.
+            let lax = lax && set_synchronous(&conn, false);
+            let results = commit(
+                &mut conn,
+                &mut sids,
+                &batch,
+                aimed == Some(Stage::BeforeCommit),
+            );
+            if lax && !set_synchronous(&conn, true) {
+                // Left lax, the store's other writes would not wait:
+                // fail this batch's members rather than claim they do.
+                tracing::error!("the session store cannot wait for the disk again; stopping");
+                return;
+            }
+            results
+        };
         if aimed == Some(Stage::AfterCommit) {
             KillPoint::die();
         }
@@ -164,6 +191,24 @@ fn serve(
             answer_all(answered);
         } else {
             answers.answer(answered);
+        }
+    }
+}
+
+/// The value of `PRAGMA synchronous` for a commit that waits for the
+/// disk (`FULL`) or only for the OS (`NORMAL`).
+pub(super) fn synchronous(wait: bool) -> &'static str {
+    if wait { "FULL" } else { "NORMAL" }
+}
+
+/// Sets whether the connection's commits wait for the disk; whether it
+/// could (between transactions it always can, but a failure is said).
+fn set_synchronous(conn: &Connection, wait: bool) -> bool {
+    match conn.pragma_update(None, "synchronous", synchronous(wait)) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, wait, "cannot set how commits wait for the disk");
+            false
         }
     }
 }

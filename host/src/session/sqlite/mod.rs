@@ -16,9 +16,9 @@
 //! its integer `sid` inside the file (never reused: `AUTOINCREMENT`), by
 //! owner and id everywhere else.
 //!
-//! Cost: a commit is one transaction (an fsync of the WAL with
-//! [`Durability::Full`]), shared by the appends of concurrent sessions
-//! that wait for it ([`commit`]); a lease reads the newest
+//! Cost: a commit is one transaction (an fsync of the WAL when it must
+//! wait for the disk: [`Durability`]), shared by the appends of concurrent
+//! sessions that wait for it ([`commit`]); a lease reads the newest
 //! snapshot and the records after it (one index range, then a row each);
 //! [`SessionStore::read`] reads the whole journal.
 
@@ -38,11 +38,12 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Append, CallKey, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest, Pruned,
-    RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession, StoredSnapshot,
+    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
+    Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
+    StoredSnapshot,
 };
 use crate::journal::{Record, StoreError};
-use commit::Committer;
+use commit::{Committer, synchronous};
 use futures::future::BoxFuture;
 use sql::{Failure, failure, insert_records, lock, not_a_store};
 
@@ -103,28 +104,6 @@ const CACHE_KIB: i64 = 32 * 1024;
 /// into the database file (4 KiB each: 16 MiB).
 const WAL_CHECKPOINT_PAGES: i64 = 4096;
 
-/// What a commit survives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// `synchronous = FULL`: every commit is on disk before it returns; it
-    /// survives a crash of the process and of the machine. The default.
-    #[default]
-    Full,
-    /// `synchronous = NORMAL`: a commit survives a crash of the process; a
-    /// power cut may lose the last few.
-    Normal,
-}
-
-impl Durability {
-    /// The name used in `AIRLOCK_STORE_SYNC` and reports: `full`, `normal`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Durability::Full => "full",
-            Durability::Normal => "normal",
-        }
-    }
-}
-
 /// Sessions in one SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -137,9 +116,9 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (or creates, with its directory) the store at `path`, with
-    /// [`Durability::Full`]. A new file is readable by its owner only.
+    /// [`Durability::ByEffect`]. A new file is readable by its owner only.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        Self::open_with(path, Durability::Full)
+        Self::open_with(path, Durability::ByEffect)
     }
 
     /// [`SqliteStore::open`] with the given durability.
@@ -168,7 +147,11 @@ impl SqliteStore {
         let connection = Arc::new(Mutex::new(connection));
         let store = Self {
             durability,
-            committer: Arc::new(Committer::start(Arc::clone(&connection), location.clone())),
+            committer: Arc::new(Committer::start(
+                Arc::clone(&connection),
+                location.clone(),
+                durability,
+            )),
             connection,
             path,
         };
@@ -221,7 +204,14 @@ impl SqliteStore {
                 "cannot use WAL mode (got {mode})"
             )));
         }
-        conn.pragma_update(None, "synchronous", self.durability.name())?;
+        // Every write waits for the disk (`synchronous = FULL`) but the
+        // committer's batches that need not ([`commit::serve`]), unless
+        // none does.
+        conn.pragma_update(
+            None,
+            "synchronous",
+            synchronous(self.durability != Durability::Never),
+        )?;
         // A batch of many sessions' appends dirties a few pages per
         // session; SQLite's default cache (2 MiB) spills them mid-batch
         // and reads its pages again. The cache grows only as pages are
@@ -876,5 +866,68 @@ fn restrict_to_owner(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
         tracing::warn!(path = %path.display(), error = %e, "cannot restrict the store file to its owner");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::journal::{Entry, Flush};
+    use crate::session::Holder;
+
+    /// The store's `PRAGMA synchronous`: 2 is `FULL`, 1 `NORMAL`.
+    fn synchronous_now(store: &SqliteStore) -> i64 {
+        lock(&store.connection)
+            .query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    /// A deferred batch commits without waiting for the disk and leaves
+    /// the connection waiting again, for every write after it; under
+    /// `never` nothing waits.
+    #[tokio::test]
+    async fn a_deferred_batch_leaves_the_connection_waiting_for_the_disk() {
+        for (durability, after) in [(Durability::ByEffect, 2), (Durability::Never, 1)] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SqliteStore::open_with(dir.path().join("s.db"), durability).unwrap();
+            assert_eq!(synchronous_now(&store), after);
+            let header = SessionHeader {
+                session_id: "s".into(),
+                user_id: None,
+                created_at_ms: 1,
+                metadata: BTreeMap::new(),
+                ephemeral: false,
+            };
+            let holder = Holder::new();
+            let leased = store
+                .lease(LeaseRequest {
+                    user_id: None,
+                    session_id: "s",
+                    holder: &holder,
+                    ttl: Duration::from_secs(30),
+                    now_ms: 1,
+                    create: Some((&header, &[])),
+                })
+                .await
+                .unwrap();
+            let deps = Entry::Deps {
+                deps: serde_json::Map::new(),
+            };
+            for (seq, flush) in [(1, Flush::Deferred), (2, Flush::Now), (3, Flush::Deferred)] {
+                let records = [Record::committed(seq, 2, deps.clone())];
+                let append = Append {
+                    lease: &leased.lease,
+                    records: &records,
+                    snapshot: None,
+                    now_ms: 2,
+                    flush,
+                };
+                store.append(append).await.unwrap();
+                assert_eq!(synchronous_now(&store), after, "after {flush:?}");
+            }
+            assert_eq!(store.read(None, "s").await.unwrap().records.len(), 3);
+        }
     }
 }
