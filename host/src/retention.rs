@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::session::Durability;
+use crate::journal::Durability;
 
 /// How long an ephemeral session is kept after its last update unless the
 /// policy says otherwise (`[sessions] ephemeral_ttl`).

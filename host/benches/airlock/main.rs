@@ -21,6 +21,7 @@ mod cold_start;
 mod concurrency;
 mod deps_size;
 mod durability;
+mod durable_calls;
 mod export_memory;
 mod group_commit;
 mod harness;
@@ -122,7 +123,8 @@ fn main() {
                 false export_memory,
                 false auth,
                 true rich,
-                true replay
+                true replay,
+                true durable_calls
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

@@ -308,7 +308,7 @@ const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"n
 
 impl Minimal {
     /// Starts `command` (`airlock mcp --transport stdio`) and initializes.
-    async fn stdio(mut command: tokio::process::Command) -> Self {
+    pub(crate) async fn stdio(mut command: tokio::process::Command) -> Self {
         use tokio::io::AsyncBufReadExt;
         let mut child = command
             .stdin(Stdio::piped())

@@ -40,6 +40,6 @@ pub use record::{
     CallStatus, CalledBy, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, now_ms,
 };
 pub use recorder::{CANCELLED_MESSAGE, REJECTED_MESSAGE};
-pub use sink::{Conversation, Flush, Sink, StoreError};
+pub use sink::{Conversation, Durability, Flush, Sink, StoreError};
 pub use snapshot::{SNAPSHOT_VERSION, Snapshot, SnapshotError};
 pub use transcript::Transcript;

@@ -20,8 +20,7 @@ use super::transcript::Transcript;
 /// waiting for the disk and reaches it with the next commit that does
 /// wait (or the store's next checkpoint), so a power cut can lose the
 /// deferred commits since the last waited one, never one before it nor a
-/// part of one. The store's
-/// [`Durability`](crate::session::Durability) may wait for every commit
+/// part of one. The store's [`Durability`] may wait for every commit
 /// anyway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Flush {
@@ -34,6 +33,53 @@ pub enum Flush {
     /// in a power cut loses only its record (running it again does no
     /// harm). Saves the disk's flush, about 0.4 ms on a common SSD.
     Deferred,
+}
+
+/// Which commits wait for the disk: what a power cut can lose. Every
+/// commit survives a crash of the process whatever this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every commit is on disk before it returns (`every-call`).
+    EveryCall,
+    /// A commit that asks for [`Flush::Now`] is on disk before it returns;
+    /// a [`Flush::Deferred`] one (a call that changed nothing and could
+    /// reach nothing) reaches the disk with the next that waits
+    /// (`by-effect`, the default). A power cut loses at most the deferred
+    /// commits after the last one that waited.
+    #[default]
+    ByEffect,
+    /// No commit waits for the disk; the store's checkpoints do (`never`).
+    /// A power cut may lose the last commits of any kind.
+    Never,
+}
+
+impl Durability {
+    /// Every durability, by name.
+    pub const ALL: [Durability; 3] = [
+        Durability::EveryCall,
+        Durability::ByEffect,
+        Durability::Never,
+    ];
+
+    /// The name the policy's `[sessions] sync` and `AIRLOCK_STORE_SYNC`
+    /// use: `every-call`, `by-effect`, `never`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::EveryCall => "every-call",
+            Durability::ByEffect => "by-effect",
+            Durability::Never => "never",
+        }
+    }
+
+    /// The durability named `name` (also `full` for `every-call` and
+    /// `normal` for `never`, the names of earlier versions).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "full" => Some(Durability::EveryCall),
+            "normal" => Some(Durability::Never),
+            name => Self::ALL.into_iter().find(|d| d.name() == name),
+        }
+    }
 }
 
 /// The write side of a durable conversation: a leased session's journal.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Holder;
+pub use crate::journal::Durability;
 use crate::journal::{Flush, Record, StoreError};
 use futures::future::BoxFuture;
 
@@ -178,55 +179,8 @@ pub struct Append<'a> {
     /// Now, in milliseconds since the Unix epoch.
     pub now_ms: u64,
     /// How soon the records must reach the disk (the store's
-    /// [`Durability`](super::Durability) may wait anyway).
+    /// [`Durability`] may wait anyway).
     pub flush: Flush,
-}
-
-/// Which commits wait for the disk: what a power cut can lose. Every
-/// commit survives a crash of the process whatever this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Every commit is on disk before it returns (`every-call`).
-    EveryCall,
-    /// A commit that asks for [`Flush::Now`] is on disk before it returns;
-    /// a [`Flush::Deferred`] one (a call that changed nothing and could
-    /// reach nothing) reaches the disk with the next that waits
-    /// (`by-effect`, the default). A power cut loses at most the deferred
-    /// commits after the last one that waited.
-    #[default]
-    ByEffect,
-    /// No commit waits for the disk; the store's checkpoints do (`never`).
-    /// A power cut may lose the last commits of any kind.
-    Never,
-}
-
-impl Durability {
-    /// Every durability, by name.
-    pub const ALL: [Durability; 3] = [
-        Durability::EveryCall,
-        Durability::ByEffect,
-        Durability::Never,
-    ];
-
-    /// The name the policy's `[sessions] sync` and `AIRLOCK_STORE_SYNC`
-    /// use: `every-call`, `by-effect`, `never`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Durability::EveryCall => "every-call",
-            Durability::ByEffect => "by-effect",
-            Durability::Never => "never",
-        }
-    }
-
-    /// The durability named `name` (also `full` for `every-call` and
-    /// `normal` for `never`, the names of earlier versions).
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "full" => Some(Durability::EveryCall),
-            "normal" => Some(Durability::Never),
-            name => Self::ALL.into_iter().find(|d| d.name() == name),
-        }
-    }
 }
 
 /// Which records of which session a read returns
