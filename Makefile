@@ -345,7 +345,7 @@ peers: setup
 	  --target wasm32-unknown-unknown --target-dir ../$(PEERS_DIR)
 	cd peers && $(CARGO) build --locked --release -p peers-harness --target-dir ../$(PEERS_DIR)
 
-bench: guests postgres registry-server oauth-packages peers
+bench: guests build-bin postgres registry-server oauth-packages peers
 	$(WITH_POSTGRES) 'AIRLOCK_BENCH_POSTGRES="$(PG_URL)" \
 	  AIRLOCK_PEERS_HARNESS="$(CURDIR)/$(PEERS_HARNESS)" AIRLOCK_PEERS_PLUGIN="$(CURDIR)/$(PEERS_PLUGIN)" \
 	  exec $(CARGO) bench --bench airlock --features bench'

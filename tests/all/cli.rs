@@ -1659,3 +1659,33 @@ fn the_plain_example_describes_its_tools_from_their_docs() {
         }
     }
 }
+
+/// A first compile that takes more than a second shows its elapsed time on
+/// a terminal, one line written over as it goes and ended with the time it
+/// took; with stderr not a terminal, nothing is said of it (issue 66.2).
+#[test]
+fn a_long_first_compile_shows_its_time_on_a_terminal_only() {
+    use crate::support::pty::Terminal;
+    let js = crate::support::built("js-stateful");
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = path(cache.path());
+    let inspect = ["inspect", path(&js)];
+    let env = [("AIRLOCK_CACHE_DIR", cache_dir)];
+    let (code, screen) = Terminal::start(crate::support::airlock_command(&inspect, &env)).finish();
+    assert_eq!(code, Some(0), "{screen}");
+    let compiling = format!("airlock: compiling {} (first use;", path(&js));
+    assert!(screen.contains(&compiling), "{screen}");
+    // Each tick writes the line again, after a carriage return the
+    // terminal shows (the helper drops `\r`, so the ticks follow on).
+    let ticks = screen.matches(&compiling).count();
+    assert!(ticks >= 1, "{screen}");
+    let last = screen.rfind(&compiling).unwrap();
+    let line = screen[last..].lines().next().unwrap();
+    assert!(line.ends_with(" s"), "{line:?}");
+
+    let quiet = tempfile::tempdir().unwrap();
+    let env = [("AIRLOCK_CACHE_DIR", path(quiet.path()))];
+    let out = crate::support::airlock_with_env(&inspect, &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("compiling"), "{}", stderr(&out));
+}

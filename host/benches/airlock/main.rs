@@ -23,6 +23,7 @@ mod deps_size;
 mod durability;
 mod durable_calls;
 mod export_memory;
+mod first_use;
 mod group_commit;
 mod harness;
 mod mcp_round_trip;
@@ -124,7 +125,8 @@ fn main() {
                 false auth,
                 true rich,
                 true replay,
-                true durable_calls
+                true durable_calls,
+                false first_use
             );
             eprintln!("pass {} of {passes} done", pass + 1);
         }

@@ -646,14 +646,68 @@ fn write_line(out: &mut dyn std::io::Write, line: &str) {
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
-/// How long a first compile may take before the CLI says what it is doing.
-const COMPILE_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a first compile may take before the CLI shows it.
+const COMPILE_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// One compilation the CLI may announce.
+/// How often the shown compile's elapsed time is written again.
+const COMPILE_TICK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// One compilation the CLI may show: done once it finished (the ticker
+/// then ends its line).
 #[derive(Debug, Default)]
 struct CompileNotice {
-    finished: std::sync::atomic::AtomicBool,
-    announced: std::sync::atomic::AtomicBool,
+    done: std::sync::Mutex<bool>,
+    ended: std::sync::Condvar,
+}
+
+impl CompileNotice {
+    /// Waits up to `for_` for the end; whether it came.
+    fn wait(&self, for_: std::time::Duration) -> bool {
+        let done = self
+            .done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (done, _) = self
+            .ended
+            .wait_timeout_while(done, for_, |done| !*done)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *done
+    }
+
+    fn finish(&self) {
+        *self
+            .done
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        self.ended.notify_all();
+    }
+}
+
+/// Shows `state`'s compile of `shown` on the terminal once it has taken
+/// [`COMPILE_NOTICE_AFTER`]: one line whose elapsed time is written again
+/// every [`COMPILE_TICK`], ended with the time it took. Nothing on a
+/// stderr that is not a terminal (a log or a pipe gets no progress line).
+fn show_compile(state: &CompileNotice, shown: &str) {
+    use std::io::Write as _;
+    if state.wait(COMPILE_NOTICE_AFTER) {
+        return;
+    }
+    let started = std::time::Instant::now() - COMPILE_NOTICE_AFTER;
+    let mut err = std::io::stderr();
+    loop {
+        let done = state.wait(COMPILE_TICK);
+        // `shown` is escaped: the one carriage return is this line's own.
+        let _ = write!(
+            err,
+            "\rairlock: compiling {shown} (first use; later runs load it from the cache) {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        if done {
+            let _ = writeln!(err);
+            return;
+        }
+        let _ = err.flush();
+    }
 }
 
 /// The policy at `config`, if given.
@@ -667,48 +721,36 @@ fn load_policy(config: Option<&Path>) -> Result<Option<Policy>, Failure> {
 /// A host builder whose first-time compilations that take more than a
 /// moment are announced on stderr (stdout stays clean for `--json`).
 fn host_builder() -> airlock::HostBuilder {
-    use std::sync::atomic::Ordering;
     use std::sync::{Arc, Mutex};
 
     // Components load one at a time, so one slot suffices.
-    let current: Arc<Mutex<Option<Arc<CompileNotice>>>> = Arc::default();
+    type Shown = (Arc<CompileNotice>, std::thread::JoinHandle<()>);
+    let current: Arc<Mutex<Option<Shown>>> = Arc::default();
     let mut builder = Host::builder();
     if let Some(compiler) = child_compiler() {
         builder = builder.compiler(compiler);
     }
     builder.on_compile(move |progress| match progress {
         airlock::tools::CompileProgress::Started { path } => {
-            let state = Arc::new(CompileNotice::default());
-            if let Ok(mut slot) = current.lock() {
-                *slot = Some(Arc::clone(&state));
+            if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                return;
             }
-            let shown = path.display().to_string();
-            std::thread::spawn(move || {
-                std::thread::sleep(COMPILE_NOTICE_AFTER);
-                if !state.finished.load(Ordering::SeqCst) {
-                    state.announced.store(true, Ordering::SeqCst);
-                    print_note(&format!(
-                        "compiling {shown} (first use; later runs load it from the cache)..."
-                    ));
-                }
-            });
+            let state = Arc::new(CompileNotice::default());
+            let shown = terminal::field(&path.display().to_string()).into_owned();
+            let ticker = {
+                let state = Arc::clone(&state);
+                std::thread::spawn(move || show_compile(&state, &shown))
+            };
+            if let Ok(mut slot) = current.lock() {
+                *slot = Some((state, ticker));
+            }
         }
-        airlock::tools::CompileProgress::Finished {
-            path,
-            took,
-            compiled,
-        } => {
-            let state = current.lock().ok().and_then(|mut slot| slot.take());
-            if let Some(state) = state {
-                state.finished.store(true, Ordering::SeqCst);
-                // A failure is told once, by the load's error.
-                if compiled && state.announced.load(Ordering::SeqCst) {
-                    print_note(&format!(
-                        "compiled {} in {:.1} s",
-                        path.display(),
-                        took.as_secs_f64()
-                    ));
-                }
+        airlock::tools::CompileProgress::Finished { .. } => {
+            let shown = current.lock().ok().and_then(|mut slot| slot.take());
+            if let Some((state, ticker)) = shown {
+                state.finish();
+                // Its line ends before anything else is written.
+                let _ = ticker.join();
             }
         }
     })
