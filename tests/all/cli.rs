@@ -1,6 +1,6 @@
 //! The `airlock` binary: output formats, exit codes, one-line errors.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::{Value, json};
@@ -402,27 +402,31 @@ fn a_store_in_a_missing_directory_is_refused() {
     assert!(data.join("sessions.db").is_file());
 }
 
+/// In `dir`, a policy whose stateful tool asks for approval, and a script
+/// whose first turn makes `calls` (JSON) and whose second answers.
+fn asking(dir: &Path, calls: &str) -> (PathBuf, PathBuf) {
+    let policy = dir.join("ask.toml");
+    let tool = format!(
+        "[[tool]]\npath = {:?}\napproval = \"ask\"\n",
+        path(&guest("stateful"))
+    );
+    std::fs::write(&policy, tool).unwrap();
+    let script = dir.join("script.json");
+    let turns = format!(r#"{{"turns": [{{"tool_calls": {calls}}}, {{"text": "done"}}]}}"#);
+    std::fs::write(&script, turns).unwrap();
+    (policy, script)
+}
+
 /// A call that needs approval with no terminal to ask on stops the run
 /// with exit 2 naming the flag; `--yes` approves it (issue 31.7).
 #[test]
 fn approval_without_a_terminal_needs_yes() {
     let stateful = guest("stateful");
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("ask.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[tool]]\npath = {:?}\napproval = \"ask\"\n",
-            path(&stateful)
-        ),
-    )
-    .unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(
-        &script,
-        r#"{"turns": [{"tool_calls": [{"name": "increment", "arguments": {"name": "a"}}]}, {"text": "done"}]}"#,
-    )
-    .unwrap();
+    let (policy, script) = asking(
+        dir.path(),
+        r#"[{"name": "increment", "arguments": {"name": "a"}}]"#,
+    );
     let db = dir.path().join("ask.db");
     // With no terminal: standard input is not one.
     let without_terminal = |args: Vec<&str>, extra: &[&str]| {
@@ -1412,23 +1416,11 @@ fn text_output_keeps_the_lines_of_text() {
 #[test]
 fn a_terminal_prompt_is_never_interleaved_with_progress() {
     use crate::support::pty::Terminal;
-    let stateful = guest("stateful");
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("ask.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[tool]]\npath = {:?}\napproval = \"ask\"\n",
-            path(&stateful)
-        ),
-    )
-    .unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(
-        &script,
-        r#"{"turns": [{"tool_calls": [{"name": "increment", "arguments": {"name": "a"}}, {"name": "increment", "arguments": {"name": "b"}}]}, {"text": "done"}]}"#,
-    )
-    .unwrap();
+    let (policy, script) = asking(
+        dir.path(),
+        r#"[{"name": "increment", "arguments": {"name": "a"}}, {"name": "increment", "arguments": {"name": "b"}}]"#,
+    );
     let db = dir.path().join("ask.db");
     let args = [
         "run",

@@ -60,13 +60,13 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     let stores: Vec<(&str, Option<Arc<dyn SessionStore>>)> = vec![
         ("in memory (`Agent::run`, `Host::call`)", None),
         (
-            "SQLite WAL, `synchronous = NORMAL` (survives a process crash)",
+            "SQLite WAL, `sync = \"never\"`: `synchronous = NORMAL` (survives a process crash)",
             Some(Arc::new(
                 SqliteStore::open_with(dir.path().join("normal.db"), Durability::Never).unwrap(),
             )),
         ),
         (
-            "SQLite WAL, `synchronous = FULL` (the default; survives a power cut)",
+            "SQLite WAL, `sync = \"every-call\"`: `synchronous = FULL` (survives a power cut; the default `by-effect` waits so for these calls, which change deps)",
             Some(Arc::new(
                 SqliteStore::open_with(dir.path().join("full.db"), Durability::EveryCall).unwrap(),
             )),
@@ -129,7 +129,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(
         out,
         "What a session's journal costs. A tool call outside the loop (`Session::call`, as `airlock call --session` \
-         and MCP make it) commits twice: its intent before it runs, its output and ops after. An agent turn \
+         and MCP make it) of this tool, which can reach nothing outside, commits once, after it runs: its intent, \
+         output and ops together (a tool that may have effects commits its intent first). An agent turn \
          commits twice: the model's reply with the call it asks for (its intent), then the call's output. Median of {n} calls; best of {runs} \
          runs of {turns} scripted turns. Store files on the repository's disk (`target/`).\n"
     )
