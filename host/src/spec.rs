@@ -415,6 +415,11 @@ pub struct Exchange {
     pub method: String,
     /// The URL, as the tool asked for it.
     pub url: String,
+    /// The SHA-256 (hex) of the request's body as the tool sent it, when
+    /// it was sent whole before the response was read (absent in tapes of
+    /// older versions: a replay then matches by method and URL alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_sha256: Option<String>,
     /// The response's status.
     pub status: u16,
     /// Its headers, in order (a value that is not UTF-8 is kept lossily).

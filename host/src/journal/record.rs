@@ -620,6 +620,7 @@ mod tests {
                             http: vec![crate::spec::Exchange {
                                 method: "GET".into(),
                                 url: "https://example.com/r".into(),
+                                request_sha256: None,
                                 status: 200,
                                 headers: vec![("content-type".into(), "text/plain".into())],
                                 body: "aGk=".into(),

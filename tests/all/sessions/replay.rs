@@ -424,8 +424,14 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
     let store = db.open().await;
     let mut session = open(&store, options(Some("alice"), "fetches")).await;
     let mut results = Vec::new();
-    for path in ["/hello", "/echo", "/big"] {
-        let fetch = ToolCall::new("fetch", json!({"url": server.url(path)}).to_string());
+    let calls = [
+        json!({"url": server.url("/hello")}),
+        json!({"url": server.url("/echo")}),
+        json!({"url": server.url("/big")}),
+        json!({"url": server.url("/hello"), "body": "the body sent"}),
+    ];
+    for args in &calls {
+        let fetch = ToolCall::new("fetch", args.to_string());
         let done = session
             .call(&host, &fetch, &CancelToken::new(), None)
             .await
@@ -454,11 +460,32 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
             _ => None,
         })
         .collect();
-    assert_eq!(tapes, [1, 1, 0]);
+    assert_eq!(tapes, [1, 1, 0, 1]);
+    // The POST's tape holds the digest of the body the tool sent.
+    let sha = |text: &str| {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+    };
+    let digests: Vec<Value> = serde_json::to_value(&journal)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.pointer("/event/tape/http/0"))
+        .map(|exchange| json!([exchange["method"], exchange["request_sha256"]]))
+        .collect();
+    assert_eq!(digests.len(), 3, "{digests:?}");
+    // A GET sent no body: nothing to compare but its method and URL.
+    assert_eq!(digests[0], json!(["GET", null]));
+    assert_eq!(digests[2], json!(["POST", sha("the body sent")]));
 
     let (summary, calls) = replayed(&store, &host, "fetches", &["fetch"]).await;
     let verdicts: Vec<&str> = calls.iter().map(|c| c.verdict.name()).collect();
-    assert_eq!(verdicts, ["same", "same", "cannot_reproduce"], "{calls:?}");
+    assert_eq!(
+        verdicts,
+        ["same", "same", "cannot_reproduce", "same"],
+        "{calls:?}"
+    );
     let Verdict::CannotReproduce { why } = &calls[2].verdict else {
         unreachable!()
     };
@@ -466,6 +493,53 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
         why.contains("more than 1048576 bytes of HTTP responses"),
         "{why}"
     );
-    assert_eq!(summary.same, 2);
-    assert_eq!(sent, 3);
+    assert_eq!(summary.same, 3);
+    assert_eq!(sent, 4);
+
+    // A journal whose POST was recorded with another body: the replayed
+    // call's request is not the recorded one, so it is not answered from
+    // the tape, and the call cannot be reproduced.
+    let mut other = serde_json::to_value(&journal).unwrap();
+    for record in other.as_array_mut().unwrap() {
+        if let Some(exchange) = record.pointer_mut("/event/tape/http/0")
+            && exchange["method"] == "POST"
+        {
+            exchange["request_sha256"] = json!(sha("another body"));
+        }
+    }
+    let other: Vec<airlock::journal::Record> = serde_json::from_value(other).unwrap();
+    let header = airlock::session::SessionHeader {
+        session_id: "other-body".into(),
+        user_id: Some("alice".into()),
+        created_at_ms: 1,
+        metadata: Default::default(),
+        ephemeral: false,
+    };
+    let holder = airlock::session::Holder::new();
+    let made = store
+        .lease(airlock::session::LeaseRequest {
+            user_id: Some("alice"),
+            session_id: "other-body",
+            holder: &holder,
+            ttl: std::time::Duration::from_secs(30),
+            now_ms: airlock::journal::now_ms(),
+            create: Some((&header, &other)),
+        })
+        .await
+        .unwrap();
+    store.release(&made.lease).await.unwrap();
+    let (_, calls) = replayed(&store, &host, "other-body", &["fetch"]).await;
+    let verdicts: Vec<&str> = calls.iter().map(|c| c.verdict.name()).collect();
+    assert_eq!(
+        verdicts,
+        ["same", "same", "cannot_reproduce", "cannot_reproduce"],
+        "{calls:?}"
+    );
+    let Verdict::CannotReproduce { why } = &calls[3].verdict else {
+        unreachable!()
+    };
+    assert!(
+        why.contains("sends a request whose body differs from its recorded call's (POST "),
+        "{why}"
+    );
 }

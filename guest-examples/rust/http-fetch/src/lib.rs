@@ -1,6 +1,6 @@
-//! `fetch {url, prefix_bytes?}`: GET a URL through `wasi:http` and return
-//! `{status, bytes, body}`, where `body` is the first `prefix_bytes`
-//! (default 1024) of the response as text.
+//! `fetch {url, prefix_bytes?, body?}`: GET a URL through `wasi:http` (or
+//! POST `body` to it) and return `{status, bytes, body}`, where `body` is
+//! the first `prefix_bytes` (default 1024) of the response as text.
 //!
 //! The tool can reach only what the operator's policy grants:
 //!
@@ -22,7 +22,7 @@ wit_bindgen::generate!({
 use airlock::tool::context::RunContext;
 use airlock::tool::types::{ToolError, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
-use wasi_get::get;
+use wasi_get::send;
 
 struct HttpFetch;
 
@@ -30,12 +30,15 @@ impl exports::airlock::tool::tool::Guest for HttpFetch {
     fn describe() -> Vec<ToolSpec> {
         vec![ToolSpec {
             name: "fetch".into(),
-            description: "GET a URL and return its status and the start of its body.".into(),
+            description: "GET a URL (or POST `body` to it) and return its status and the start \
+                          of its body."
+                .into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
                     "url": {"type": "string", "description": "http:// or https:// URL"},
-                    "prefix_bytes": {"type": "integer", "minimum": 0}
+                    "prefix_bytes": {"type": "integer", "minimum": 0},
+                    "body": {"type": "string", "description": "POST this text instead of a GET"}
                 },
                 "required": ["url"]
             })
@@ -54,7 +57,10 @@ impl exports::airlock::tool::tool::Guest for HttpFetch {
             .get("prefix_bytes")
             .and_then(Value::as_u64)
             .unwrap_or(1024) as usize;
-        let (status, body) = get(url).map_err(|e| ToolError::Failed(format!("GET {url}: {e}")))?;
+        let sent = args.get("body").and_then(Value::as_str);
+        let method = if sent.is_some() { "POST" } else { "GET" };
+        let (status, body) = send(url, sent.map(str::as_bytes))
+            .map_err(|e| ToolError::Failed(format!("{method} {url}: {e}")))?;
         let shown = String::from_utf8_lossy(&body[..body.len().min(prefix)]).into_owned();
         Ok(ToolOutput {
             result: json!({"status": status, "bytes": body.len(), "body": shown}).to_string(),

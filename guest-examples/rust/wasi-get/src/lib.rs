@@ -1,7 +1,7 @@
-//! A GET request through `wasi:http`: the URL split into scheme,
-//! authority and path, the request sent, the whole body read. What the
-//! host refuses comes back as the WASI HTTP error code's name
-//! (`HttpRequestDenied`, `DestinationIpProhibited`, ...).
+//! A GET (or a POST with a body) through `wasi:http`: the URL split into
+//! scheme, authority and path, the request sent, the whole response body
+//! read. What the host refuses comes back as the WASI HTTP error code's
+//! name (`HttpRequestDenied`, `DestinationIpProhibited`, ...).
 
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
@@ -9,6 +9,12 @@ use wasip2::io::streams::StreamError;
 
 /// Sends `GET url`; the response's status and body.
 pub fn get(url: &str) -> Result<(u16, Vec<u8>), String> {
+    send(url, None)
+}
+
+/// Sends `POST url` with `body` when there is one, else `GET url`; the
+/// response's status and body.
+pub fn send(url: &str, body: Option<&[u8]>) -> Result<(u16, Vec<u8>), String> {
     let (scheme, rest) = if let Some(rest) = url.strip_prefix("https://") {
         (Scheme::Https, rest)
     } else if let Some(rest) = url.strip_prefix("http://") {
@@ -23,8 +29,13 @@ pub fn get(url: &str) -> Result<(u16, Vec<u8>), String> {
 
     let request = OutgoingRequest::new(Fields::new());
     let invalid = |what: &str| format!("invalid {what}");
+    let method = if body.is_some() {
+        Method::Post
+    } else {
+        Method::Get
+    };
     request
-        .set_method(&Method::Get)
+        .set_method(&method)
         .map_err(|()| invalid("method"))?;
     request
         .set_scheme(Some(&scheme))
@@ -35,11 +46,22 @@ pub fn get(url: &str) -> Result<(u16, Vec<u8>), String> {
     request
         .set_path_with_query(Some(path))
         .map_err(|()| invalid("path"))?;
-    let body = request
+    let outgoing = request
         .body()
         .map_err(|()| "the request body was already taken".to_string())?;
     let pending = outgoing_handler::handle(request, None).map_err(|code| format!("{code:?}"))?;
-    OutgoingBody::finish(body, None).map_err(|code| format!("{code:?}"))?;
+    if let Some(bytes) = body {
+        let stream = outgoing
+            .write()
+            .map_err(|()| "the request body's stream was already taken".to_string())?;
+        // At most 4096 bytes a call, as `blocking-write-and-flush` takes.
+        for chunk in bytes.chunks(4096) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| format!("writing the request body: {e:?}"))?;
+        }
+    }
+    OutgoingBody::finish(outgoing, None).map_err(|code| format!("{code:?}"))?;
 
     pending.subscribe().block();
     let response = match pending.get() {

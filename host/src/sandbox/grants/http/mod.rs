@@ -132,7 +132,22 @@ impl WasiHttpHooks for HttpHooks {
         if let Some(reel) = &self.replayed {
             let (method, url) = (request.method().to_string(), request.uri().to_string());
             if let Some(exchange) = reel.next_exchange(&method, &url) {
-                return Box::new(async move { recorded::played(exchange) });
+                let reel = reel.clone();
+                return Box::new(async move {
+                    // The recorded answer is this request's only if the
+                    // tool sent the same body (read, hashed, not kept).
+                    if let Some(expected) = &exchange.request_sha256 {
+                        let sent = recorded::digest_of(request.into_body()).await?;
+                        if &sent != expected {
+                            reel.short(&format!(
+                                "sends a request whose body differs from its recorded call's \
+                                 ({method} {url})"
+                            ));
+                            return Err(HttpError::HttpRequestDenied);
+                        }
+                    }
+                    recorded::played(exchange)
+                });
             }
             self.refusals
                 .note("HTTP request not sent: a replayed call sends none".to_owned());
@@ -168,10 +183,17 @@ impl WasiHttpHooks for HttpHooks {
         let secrets = self.secrets.clone();
         let deadline = self.deadline;
         let refusals = self.refusals.clone();
-        let recording = self.recording.clone().map(|reel| {
-            let (method, url) = (request.method().to_string(), request.uri().to_string());
-            (reel, method, url)
-        });
+        // A recorded request's body is hashed as it is sent.
+        let (request, recording) = match self.recording.clone() {
+            None => (request, None),
+            Some(reel) => {
+                let (method, url) = (request.method().to_string(), request.uri().to_string());
+                let (parts, body) = request.into_parts();
+                let (body, digest) = recorded::Hashing::wrap(body);
+                let request = http::Request::from_parts(parts, body);
+                (request, Some((reel, (method, url, digest))))
+            }
+        };
         Box::new(async move {
             let permit = permit.ok_or(HttpError::ConnectionLimitReached)?;
             let sent = sender::send(
@@ -186,7 +208,7 @@ impl WasiHttpHooks for HttpHooks {
             .await?;
             match recording {
                 None => Ok(sent),
-                Some((reel, method, url)) => recorded::record(reel, method, url, sent).await,
+                Some((reel, asked)) => recorded::record(reel, asked, sent).await,
             }
         })
     }

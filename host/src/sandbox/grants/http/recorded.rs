@@ -1,14 +1,18 @@
 //! HTTP exchanges on a call's tape (`record = true`): a response read
-//! whole, kept, and handed to the tool as it was; and, in a replay, a
-//! recorded response given in place of a request that is never sent.
+//! whole, kept, and handed to the tool as it was, with the digest of the
+//! request body the tool sent; and, in a replay, a recorded response given
+//! in place of a request that is never sent, when the request is the one
+//! recorded (method, URL and body).
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Full};
+use sha2::{Digest as _, Sha256};
 use wasmtime_wasi_http::{Error as HttpError, WasiBody};
 
 use super::IoFuture;
@@ -19,13 +23,87 @@ use crate::spec::Exchange;
 /// its connection.
 type Sent = (http::Response<WasiBody>, IoFuture);
 
+/// A request's body as it streams, hashed: the digest of all of it is
+/// left in [`Hashed::digest`] once its last frame has passed (nothing is
+/// buffered; a body never read to its end leaves none).
+pub(super) struct Hashing {
+    inner: WasiBody,
+    hasher: Option<Sha256>,
+    digest: Digest,
+}
+
+/// Where a [`Hashing`] body leaves its digest (hex).
+pub(super) type Digest = Arc<Mutex<Option<String>>>;
+
+impl Hashing {
+    /// `body`, hashed as it is read; and where its digest will be.
+    pub(super) fn wrap(body: WasiBody) -> (WasiBody, Digest) {
+        let digest = Digest::default();
+        let hashing = Self {
+            inner: body,
+            hasher: Some(Sha256::new()),
+            digest: Arc::clone(&digest),
+        };
+        (BodyExt::boxed_unsync(hashing), digest)
+    }
+}
+
+impl http_body::Body for Hashing {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(hasher)) = (frame.data_ref(), self.hasher.as_mut()) {
+                    hasher.update(data);
+                }
+            }
+            std::task::Poll::Ready(None) => {
+                if let Some(hasher) = self.hasher.take() {
+                    *lock(&self.digest) = Some(hex::encode(hasher.finalize()));
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn lock(digest: &Digest) -> std::sync::MutexGuard<'_, Option<String>> {
+    digest
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The SHA-256 (hex) of all of `body`, read to its end (streamed, not
+/// kept).
+pub(super) async fn digest_of(body: WasiBody) -> Result<String, HttpError> {
+    let (mut body, digest) = Hashing::wrap(body);
+    while body.frame().await.transpose()?.is_some() {}
+    let hex = lock(&digest).take().unwrap_or_default();
+    Ok(hex)
+}
+
 /// Reads `sent`'s body whole (it is already capped at the grant's
 /// `max_response_bytes` and redacted), driving its connection meanwhile;
-/// keeps the exchange on `reel`; hands the tool the same response.
+/// keeps the exchange on `reel` (with the request body's digest, when it
+/// was sent whole); hands the tool the same response.
 pub(super) async fn record(
     reel: Reel,
-    method: String,
-    url: String,
+    (method, url, request_body): (String, String, Digest),
     sent: Sent,
 ) -> Result<Sent, HttpError> {
     let (response, io) = sent;
@@ -42,9 +120,11 @@ pub(super) async fn record(
     })
     .await?;
     let bytes = collected.to_bytes();
+    let request_sha256 = lock(&request_body).take();
     reel.keep_exchange(bytes.len(), || Exchange {
         method,
         url,
+        request_sha256,
         status: parts.status.as_u16(),
         headers: parts
             .headers
@@ -103,6 +183,7 @@ mod tests {
         let exchange = Exchange {
             method: "GET".into(),
             url: "http://127.0.0.1:1/x".into(),
+            request_sha256: None,
             status: 201,
             headers: vec![("content-type".into(), "text/plain".into())],
             body: STANDARD.encode("hi"),
