@@ -428,7 +428,9 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
         json!({"url": server.url("/hello")}),
         json!({"url": server.url("/echo")}),
         json!({"url": server.url("/big")}),
-        json!({"url": server.url("/hello"), "body": "the body sent"}),
+        // A server that reads the whole body before it answers (one that
+        // answers first may close before the tool has written it).
+        json!({"url": server.url("/body"), "body": "the body sent"}),
     ];
     for args in &calls {
         let fetch = ToolCall::new("fetch", args.to_string());
@@ -440,6 +442,7 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
     }
     session.close().await.unwrap();
     assert_eq!(results[0]["body"], "hello from loopback");
+    assert_eq!(results[3]["body"], "the body sent");
     assert!(
         results[1]["body"].as_str().unwrap().contains("[redacted]"),
         "{}",

@@ -4,6 +4,7 @@
 //!
 //! - `/hello`: `hello from loopback`
 //! - `/echo`: the request's headers, one `name: value` per line
+//! - `/body`: the request's body, read whole before it answers
 //! - `/big`: 2 MiB of `b`
 //! - `/slow`: answers after 30 s
 
@@ -80,6 +81,13 @@ async fn serve(
             .map(|(k, v)| format!("{k}: {v}\n"))
             .collect::<String>()
             .into(),
+        "/body" => {
+            use http_body_util::BodyExt;
+            match req.into_body().collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(_) => Bytes::from_static(b"the body did not arrive"),
+            }
+        }
         "/big" => Bytes::from(vec![b'b'; 2 << 20]),
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(30)).await;
