@@ -257,17 +257,14 @@ fn call_on_a_session_names_the_session_and_its_store() {
 /// totals on a line of their own (issue 31.6).
 #[test]
 fn a_resumed_run_prints_its_own_usage_and_the_sessions_total() {
-    let stateful = guest("stateful");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("usage.db");
-    let script = root().join("guest-examples/scripts/vowels.json");
     let run = |json: bool| {
-        let mut args = vec!["run", "--tool", path(&stateful), "--script", path(&script)];
-        args.extend(["--session", "u", "--store", path(&db), "Count the vowels."]);
+        let mut args = vec!["--session", "u", "--store", path(&db)];
         if json {
             args.push("--json");
         }
-        airlock(&args)
+        run_demo(&args)
     };
     let first = run(false);
     assert!(first.status.success(), "{}", stderr(&first));
@@ -611,12 +608,17 @@ fn inspect_lists_tools_and_imports() {
 /// `airlock run` of the demo: the stateful tool, the vowels script, the
 /// demo prompt, and `extra` flags.
 fn run_demo(extra: &[&str]) -> Output {
+    demo_command(extra).output().unwrap()
+}
+
+/// [`run_demo`]'s command, not yet run (its output to be redirected).
+fn demo_command(extra: &[&str]) -> std::process::Command {
     let stateful = guest("stateful");
     let demo = root().join("guest-examples/scripts/vowels.json");
     let mut args = vec!["run", "--tool", path(&stateful), "--script", path(&demo)];
     args.extend_from_slice(extra);
     args.push(PROMPT);
-    airlock(&args)
+    crate::support::airlock_command(&args, &[])
 }
 
 #[test]
@@ -1156,30 +1158,19 @@ fn arguments_come_inline_from_a_file_or_from_standard_input() {
 fn a_closed_output_is_said_once_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cut.db");
-    let stateful = guest("stateful");
-    let vowels = root().join("guest-examples/scripts/vowels.json");
-    let closed = |args: &[&str]| {
+    let closed = |mut command: std::process::Command| {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        crate::support::airlock_command(args, &[])
-            .stdout(writer)
-            .output()
-            .unwrap()
+        command.stdout(writer).output().unwrap()
     };
-    let out = closed(&[
-        "run",
-        "--tool",
-        path(&stateful),
-        "--script",
-        path(&vowels),
+    let out = closed(demo_command(&[
         "--session",
         "cut",
         "--store",
         path(&db),
         "--events",
         "-",
-        "Count the vowels.",
-    ]);
+    ]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = stderr(&out);
     assert_eq!(said.matches("the output was cut").count(), 1, "{said}");
@@ -1190,31 +1181,26 @@ fn a_closed_output_is_said_once_and_the_run_goes_on() {
         json!({"vowels": 3})
     );
 
-    for args in [
-        vec![
-            "run",
-            "--tool",
-            path(&stateful),
-            "--script",
-            path(&vowels),
-            "--session",
-            "cut2",
-        ],
-        vec!["sessions", "export", "cut"],
-        vec!["sessions", "show", "cut", "--json"],
-    ] {
-        let mut args = args.clone();
+    let store = |args: &[&str]| {
+        let mut args = args.to_vec();
         args.extend(["--store", path(&db)]);
-        if args[0] == "run" {
-            args.push("Again.");
-        }
-        let out = closed(&args);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        crate::support::airlock_command(&args, &[])
+    };
+    for (what, command) in [
+        (
+            "run",
+            demo_command(&["--session", "cut2", "--store", path(&db)]),
+        ),
+        ("export", store(&["sessions", "export", "cut"])),
+        ("show", store(&["sessions", "show", "cut", "--json"])),
+    ] {
+        let out = closed(command);
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
         let said = stderr(&out);
         assert_eq!(
             said.matches("the output was cut").count(),
             1,
-            "{args:?}: {said}"
+            "{what}: {said}"
         );
         assert!(!said.contains("exported"), "{said}");
     }
@@ -1229,17 +1215,7 @@ fn refusals_at_the_door_and_commands_that_make_nothing() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let stateful = guest("stateful");
-    let vowels = root().join("guest-examples/scripts/vowels.json");
-    let out = airlock(&[
-        "run",
-        "--tool",
-        path(&stateful),
-        "--script",
-        path(&vowels),
-        "--max-iterations",
-        "0",
-        "x",
-    ]);
+    let out = run_demo(&["--max-iterations", "0"]);
     refused(&out, "--max-iterations");
     let out = airlock(&[
         "call",
@@ -1524,12 +1500,10 @@ fn sessions_and_paths_read_as_a_person_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s.db");
     let stateful = guest("stateful");
-    let demo = root().join("guest-examples/scripts/vowels.json");
     for session in [&["--session", "demo"][..], &[]] {
-        let mut args = vec!["run", "--tool", path(&stateful), "--script", path(&demo)];
-        args.extend(["--store", path(&store), "go"]);
+        let mut args = vec!["--store", path(&store)];
         args.extend_from_slice(session);
-        let out = airlock(&args);
+        let out = run_demo(&args);
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let out = airlock(&["sessions", "list", "--store", path(&store)]);

@@ -278,14 +278,7 @@ fn approved(
         return Ok(call);
     }
     if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-        return Err(Failure::input(
-            "approval_needs_terminal",
-            format!(
-                "tool {} needs approval (approval = \"ask\") and there is no terminal to ask on: \
-                 pass --yes to approve the call, or run it on a terminal",
-                field(&call.name)
-            ),
-        ));
+        return Err(super::run::needs_terminal(&call.name, "the call"));
     }
     match super::run::ask(&super::run::approval_question(&call)) {
         airlock::agent::Decision::Approve => Ok(call),

@@ -689,10 +689,10 @@ impl CompileNotice {
 /// stderr that is not a terminal (a log or a pipe gets no progress line).
 fn show_compile(state: &CompileNotice, shown: &str) {
     use std::io::Write as _;
+    let started = std::time::Instant::now();
     if state.wait(COMPILE_NOTICE_AFTER) {
         return;
     }
-    let started = std::time::Instant::now() - COMPILE_NOTICE_AFTER;
     let mut err = std::io::stderr();
     loop {
         let done = state.wait(COMPILE_TICK);

@@ -184,14 +184,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         // The run stopped at a call it could not ask about: say so and
         // which flag to use, once.
         Some(tool) => report_failure(
-            &Failure::input(
-                "approval_needs_terminal",
-                format!(
-                    "tool {} needs approval (approval = \"ask\") and there is no terminal to ask on: \
-                     pass --yes to approve every call, or run it on a terminal",
-                    super::terminal::field(&tool)
-                ),
-            ),
+            &needs_terminal(&tool, "every call"),
             args.flags.json,
             serde_json::Map::new(),
         ),
@@ -543,6 +536,19 @@ impl airlock::agent::Approver for CliApprover {
             Decision::Reject,
         ))
     }
+}
+
+/// A call of `tool` needs approval and there is no terminal to ask on:
+/// the failure says which flag approves (`what` it approves).
+pub(super) fn needs_terminal(tool: &str, what: &str) -> Failure {
+    Failure::input(
+        "approval_needs_terminal",
+        format!(
+            "tool {} needs approval (approval = \"ask\") and there is no terminal to ask on: \
+             pass --yes to approve {what}, or run it on a terminal",
+            super::terminal::field(tool)
+        ),
+    )
 }
 
 /// What the terminal asks before `call` runs.

@@ -42,46 +42,20 @@ pub(super) struct Job {
     pub reply: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// A store's [`Durability`], shared with its committer, which reads it for
-/// each batch (so that it can be set after the store is opened).
-#[derive(Debug, Clone, Default)]
-pub(super) struct DurabilityCell(std::sync::Arc<std::sync::atomic::AtomicU8>);
-
-impl DurabilityCell {
-    pub fn new(durability: Durability) -> Self {
-        let cell = Self::default();
-        cell.set(durability);
-        cell
-    }
-
-    pub fn get(&self) -> Durability {
-        let at = self.0.load(std::sync::atomic::Ordering::Relaxed);
-        Durability::ALL
-            .get(usize::from(at))
-            .copied()
-            .unwrap_or(Durability::EveryCall)
-    }
-
-    pub fn set(&self, durability: Durability) {
-        let at = Durability::ALL
-            .iter()
-            .position(|d| *d == durability)
-            .unwrap_or(0);
-        self.0.store(
-            u8::try_from(at).unwrap_or(0),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
+/// Whether a batch's commit waits for the disk: when any of its jobs asks
+/// for [`Flush::Now`] (the store's [`Durability`] is already in each
+/// job's flush: [`Inbox::append`]).
+pub(super) fn waits(batch: &[Job]) -> bool {
+    batch.iter().any(|job| job.flush == Flush::Now)
 }
 
-/// Whether a batch's commit waits for the disk under `durability`: always
-/// for [`Durability::EveryCall`], never for [`Durability::Never`], and by
-/// effect when any of its jobs asks for [`Flush::Now`].
-pub(super) fn waits(durability: Durability, batch: &[Job]) -> bool {
+/// How soon an append asking for `asked` reaches the disk in a store of
+/// `durability`: always at once, as asked, or never of its own.
+fn flush_under(durability: Durability, asked: Flush) -> Flush {
     match durability {
-        Durability::EveryCall => true,
-        Durability::ByEffect => batch.iter().any(|job| job.flush == Flush::Now),
-        Durability::Never => false,
+        Durability::EveryCall => Flush::Now,
+        Durability::ByEffect => asked,
+        Durability::Never => Flush::Deferred,
     }
 }
 
@@ -90,6 +64,7 @@ impl Job {
     fn new(
         append: &Append<'_>,
         rows: Vec<Row>,
+        durability: Durability,
     ) -> (Self, tokio::sync::oneshot::Receiver<Result<(), StoreError>>) {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Self {
@@ -97,7 +72,7 @@ impl Job {
             rows,
             snapshot: append.snapshot.cloned(),
             now_ms: append.now_ms,
-            flush: append.flush,
+            flush: flush_under(durability, append.flush),
             reply,
         };
         (job, answer)
@@ -147,9 +122,14 @@ impl<Q: JobQueue> Inbox<Q> {
         Self { jobs, location }
     }
 
-    /// Queues `append` for the next batch: `Ok` once it is durable (at
-    /// once when it has no record).
-    pub(super) async fn append(&self, append: Append<'_>) -> Result<(), StoreError> {
+    /// Queues `append` for the next batch: `Ok` once it is committed, and
+    /// on disk as `durability` and its flush say (at once when it has no
+    /// record).
+    pub(super) async fn append(
+        &self,
+        append: Append<'_>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         let mut rows = encode(append.records)?;
         // What the snapshot names is kept with the records (a blob the
         // session holds already is not written again).
@@ -163,7 +143,7 @@ impl<Q: JobQueue> Inbox<Q> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (job, answer) = Job::new(&append, rows);
+        let (job, answer) = Job::new(&append, rows, durability);
         if !self.jobs.push(job) {
             return Err(stopped(&self.location));
         }

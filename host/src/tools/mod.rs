@@ -287,8 +287,12 @@ impl LoadedComponent {
     /// ([`Grants::effectful`]) or the operator marked it `idempotent`.
     pub fn may_rerun(&self) -> bool {
         // A question to a person or the model is never asked twice.
-        let asks = self.grants.ask_user || self.grants.sampling.is_some();
-        !asks && (self.idempotent || !self.grants.effectful())
+        !self.asks() && (self.idempotent || !self.grants.effectful())
+    }
+
+    /// Whether it may ask its person or the model something mid-call.
+    fn asks(&self) -> bool {
+        self.grants.ask_user || self.grants.sampling.is_some()
     }
 
     /// Whether a call of it can neither change anything outside Airlock
@@ -297,8 +301,7 @@ impl LoadedComponent {
     /// no op may be committed without waiting for the disk
     /// ([`crate::journal::Flush::Deferred`]).
     pub fn reaches_nothing(&self) -> bool {
-        let asks = self.grants.ask_user || self.grants.sampling.is_some();
-        !asks && !self.grants.effectful()
+        !self.asks() && !self.grants.effectful()
     }
 
     /// Whether loading compiled the component or took it from the cache.

@@ -29,7 +29,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::sql::{big, describe};
 use crate::journal::StoreError;
-use crate::session::batch::{DurabilityCell, Inbox, Job, KillPoint, MAX_BATCH, Stage, fill, waits};
+use crate::session::batch::{Inbox, Job, KillPoint, MAX_BATCH, Stage, fill, waits};
 use crate::session::rows::{self, expiry, owner_key_of};
 
 /// Every member of a batch at once: its session's head moves where its
@@ -77,9 +77,9 @@ pub(super) type Committer = Inbox<mpsc::UnboundedSender<Job>>;
 
 /// Starts the committer task of the store whose connections `pool`
 /// gives; it ends when the committer is dropped. Needs a Tokio runtime.
-pub(super) fn start(pool: Pool, location: String, durability: DurabilityCell) -> Committer {
+pub(super) fn start(pool: Pool, location: String) -> Committer {
     let (jobs, queue) = mpsc::unbounded_channel();
-    tokio::spawn(serve(pool, location.clone(), queue, durability));
+    tokio::spawn(serve(pool, location.clone(), queue));
     Inbox::new(jobs, location)
 }
 
@@ -92,12 +92,7 @@ const IN_FLIGHT: usize = 2;
 /// The committer task: batches of what is waiting, each committed and its
 /// members answered on a task of its own, at most [`IN_FLIGHT`] at once;
 /// until every sender is gone.
-async fn serve(
-    pool: Pool,
-    location: String,
-    mut queue: mpsc::UnboundedReceiver<Job>,
-    durability: DurabilityCell,
-) {
+async fn serve(pool: Pool, location: String, mut queue: mpsc::UnboundedReceiver<Job>) {
     let mut kill = KillPoint::from_env();
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let location: Arc<str> = location.into();
@@ -110,11 +105,8 @@ async fn serve(
         fill(&mut batch, MAX_BATCH, || queue.try_recv().ok());
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
         let jobs = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-        let wait = match durability.get() {
-            // The server's own setting, untouched.
-            crate::session::Durability::EveryCall => true,
-            other => waits(other, &jobs),
-        };
+        // A batch that waits keeps the server's own setting, untouched.
+        let wait = waits(&jobs);
         let (pool, location) = (pool.clone(), Arc::clone(&location));
         tokio::spawn(async move {
             let results = commit(&pool, &jobs, !wait, aimed == Some(Stage::BeforeCommit)).await;

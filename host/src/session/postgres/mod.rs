@@ -49,7 +49,6 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Config, IsolationLevel, NoTls};
 
-use super::batch::DurabilityCell;
 use super::rows::{
     self, HeaderRow, LeaseRow, NewSession, Row, Span, decode_session, encode, expiry, owner_key,
     owner_key_of, owner_of,
@@ -150,7 +149,7 @@ pub struct PostgresStore {
     /// Appends, batched ([`commit`]).
     committer: std::sync::Arc<Committer>,
     /// Which of them wait for the server's WAL flush.
-    durability: DurabilityCell,
+    durability: Durability,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -218,17 +217,12 @@ impl PostgresStore {
                 location: location.clone(),
                 message: e.to_string(),
             })?;
-        let durability = DurabilityCell::new(Durability::ByEffect);
-        let committer = std::sync::Arc::new(commit::start(
-            pool.clone(),
-            location.clone(),
-            durability.clone(),
-        ));
+        let committer = std::sync::Arc::new(commit::start(pool.clone(), location.clone()));
         let store = Self {
             pool,
             location,
             committer,
-            durability,
+            durability: Durability::ByEffect,
         };
         store.migrate().await?;
         Ok(store)
@@ -241,8 +235,8 @@ impl PostgresStore {
     /// setting). [`Durability::EveryCall`] leaves every commit to the
     /// server's own `synchronous_commit`.
     #[must_use]
-    pub fn with_durability(self, durability: Durability) -> Self {
-        self.durability.set(durability);
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
         self
     }
 
@@ -723,7 +717,7 @@ impl SessionStore for PostgresStore {
     }
 
     fn append<'a>(&'a self, append: Append<'a>) -> Reply<'a, ()> {
-        Box::pin(self.committer.append(append))
+        Box::pin(self.committer.append(append, self.durability))
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> Reply<'a, ()> {

@@ -147,7 +147,8 @@ fn serve(
             queue.try_recv().ok()
         });
         let aimed = KillPoint::aims_at(&mut kill, batch.len());
-        let lax = durability == Durability::ByEffect && !waits(durability, &batch);
+        // Under `never` the connection never waits: nothing to switch.
+        let lax = durability != Durability::Never && !waits(&batch);
         let results = {
             let mut conn = lock(connection);
             // Not waiting for the disk is this batch's alone: the pragma

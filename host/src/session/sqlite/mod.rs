@@ -624,7 +624,7 @@ impl SessionStore for SqliteStore {
     }
 
     fn append<'a>(&'a self, append: Append<'a>) -> Reply<'a, ()> {
-        Box::pin(self.committer.inbox.append(append))
+        Box::pin(self.committer.inbox.append(append, self.durability))
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, now_ms: u64) -> Reply<'a, ()> {
