@@ -82,9 +82,7 @@ pub(super) async fn compare(
         .await
         .map_err(|e| match e {
             airlock::agent::replay::ReplayError::Store(e) => {
-                let whose = user
-                    .as_deref()
-                    .map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
+                let whose = super::whose(user.as_deref());
                 let mut failure = Failure::from(e);
                 failure.message = format!("{} ({whose}) in {}", failure.message, store.location());
                 failure

@@ -575,6 +575,11 @@ fn report_failure(
     ExitCode::from(failure.exit)
 }
 
+/// Whose a session is, for a message: `of user "ann"`, `with no user`.
+fn whose(owner: Option<&str>) -> String {
+    owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"))
+}
+
 /// Writes `deps` to `path` as pretty JSON, atomically.
 fn save_deps(path: &Path, deps: &Value) -> Result<(), Failure> {
     let mut text = serde_json::to_vec_pretty(deps)

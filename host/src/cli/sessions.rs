@@ -195,7 +195,7 @@ async fn open_for<'a>(
     match flags.open_existing().await? {
         (Some(store), _) => Ok((store, owner)),
         (None, location) => {
-            let whose = owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
+            let whose = super::whose(owner);
             let mut failure = Failure::from(StoreError::NotFound {
                 session_id: id.to_owned(),
             });
@@ -227,7 +227,7 @@ fn located_doing(
     store: &dyn SessionStore,
     verb: &str,
 ) -> Failure {
-    let whose = owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"));
+    let whose = super::whose(owner);
     let (extra, mut failure) = match &e {
         StoreError::NotFound { .. } => (String::new(), Failure::from(e)),
         StoreError::AlreadyExists { session_id } => (
