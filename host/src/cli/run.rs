@@ -146,7 +146,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let watch = async {
         loop {
             // Items first: a call's intent is committed (and sent) before
-            // it runs, so its reports follow it.
+            // it runs, so its reports follow it. Its output is sent after
+            // every report it made: those still waiting are shown first.
             let event = tokio::select! {
                 biased;
                 event = receiver.recv() => match event {
@@ -164,6 +165,11 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     continue;
                 }
             };
+            if matches!(event.item, Item::FunctionCallOutput { .. }) {
+                while let Ok(report) = reports.try_recv() {
+                    show_report(&report, events_file.as_mut(), progress);
+                }
+            }
             if let Some(log) = events_file.as_mut() {
                 log.line(&serde_json::to_string(&event).unwrap_or_default());
             }
