@@ -942,6 +942,7 @@ fn long_help_and_readme_list_exit_codes_and_every_variable() {
     let internal = [
         "AIRLOCK_BLESS",
         "AIRLOCK_COMPILE_CHILD",
+        "AIRLOCK_COMPILE_FILL",
         "AIRLOCK_COMPILE_MEMORY",
         "AIRLOCK_COMPILE_CPU_SECS",
         "AIRLOCK_TEST_KILL_AT_COMMIT",

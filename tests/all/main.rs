@@ -7,6 +7,7 @@
 
 mod agent;
 mod architecture;
+mod baseline;
 mod cache;
 mod cli;
 mod conformance;

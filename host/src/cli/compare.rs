@@ -44,7 +44,7 @@ pub(super) struct Compared {
 /// A host with no tool yet, under `policy`'s context rules (those the
 /// journal's ops were scrubbed with): where a candidate is loaded.
 pub(super) fn empty_host(policy: Option<&airlock::policy::Policy>) -> Result<Host, Failure> {
-    let mut builder = super::host_builder();
+    let mut builder = super::host_builder(super::Lifetime::OneShot);
     if let Some(policy) = policy {
         builder = builder.context_rules(policy.context.clone());
     }

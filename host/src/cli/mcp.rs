@@ -503,7 +503,7 @@ async fn load(
     registry: &RegistryFlags,
 ) -> Result<super::Tools, Failure> {
     let policy = super::load_policy(config.as_deref())?;
-    super::tools_host(policy, extra, registry).await
+    super::tools_host(policy, extra, registry, super::Lifetime::Serving).await
 }
 
 fn stamps(files: &[PathBuf]) -> Vec<Option<FileStamp>> {

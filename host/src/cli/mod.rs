@@ -64,6 +64,8 @@ Environment:
   AIRLOCK_CACHE_DIR           the compile cache (else ~/.cache/airlock)
   AIRLOCK_COMPILE_CPU_MS      how much CPU time compiling a component may take (10 s and 3 s per MiB)
   AIRLOCK_COMPILE_MEMORY_MB   how much memory compiling may take (256 MiB and 48 bytes per byte)
+  AIRLOCK_BASELINE_FIRST      from what size (bytes) a first use runs on quickly compiled code while
+                              the optimised code compiles into the cache (4194304; off: never)
   AIRLOCK_OCI_DIR             the store of components pulled from registries (else oci/ in the cache)
   AIRLOCK_REGISTRY            the registry (HOST[:PORT]) the three below are for, and no other
   AIRLOCK_REGISTRY_USERNAME   its user and password (or AIRLOCK_REGISTRY_TOKEN), before the
@@ -723,15 +725,51 @@ fn load_policy(config: Option<&Path>) -> Result<Option<Policy>, Failure> {
         .map_err(|e| Failure::input("invalid_config", e.to_string()))
 }
 
+/// How long a command's host lives, which decides how a large component
+/// missing from the compile cache is compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lifetime {
+    /// One command's work (`call`, `run`, `inspect`, `replay`): a large
+    /// component is served at once from the baseline compiler's code, its
+    /// optimised code compiled into the cache in the background for the
+    /// next command ([`airlock::sandbox::SandboxConfig::baseline_first`]):
+    /// from [`airlock::sandbox::BASELINE_FIRST_ABOVE`] bytes, or
+    /// `AIRLOCK_BASELINE_FIRST` bytes (`off`: never).
+    OneShot,
+    /// A server (`mcp`): every call it will serve runs on optimised code,
+    /// so it waits for it.
+    Serving,
+}
+
+impl Lifetime {
+    /// From what size the host compiles a first use with the baseline
+    /// compiler, if it does.
+    fn baseline_first(self) -> Option<usize> {
+        const ENV: &str = "AIRLOCK_BASELINE_FIRST";
+        let default = Some(airlock::sandbox::BASELINE_FIRST_ABOVE);
+        if self == Self::Serving {
+            return None;
+        }
+        match std::env::var(ENV).ok().as_deref().map(str::trim) {
+            None | Some("") => default,
+            Some("off") => None,
+            Some(text) => text.parse().map(Some).unwrap_or_else(|_| {
+                tracing::warn!("{ENV} is neither `off` nor a size in bytes; using the default");
+                default
+            }),
+        }
+    }
+}
+
 /// A host builder whose first-time compilations that take more than a
 /// moment are announced on stderr (stdout stays clean for `--json`).
-fn host_builder() -> airlock::HostBuilder {
+fn host_builder(lifetime: Lifetime) -> airlock::HostBuilder {
     use std::sync::{Arc, Mutex};
 
     // Components load one at a time, so one slot suffices.
     type Shown = (Arc<CompileNotice>, std::thread::JoinHandle<()>);
     let current: Arc<Mutex<Option<Shown>>> = Arc::default();
-    let mut builder = Host::builder();
+    let mut builder = Host::builder().baseline_first(lifetime.baseline_first());
     if let Some(compiler) = child_compiler() {
         builder = builder.compiler(compiler);
     }
@@ -824,7 +862,9 @@ async fn load_host(
     } else {
         vec![ComponentArg::File(path.clone())]
     };
-    let host = tools_host(policy, &extra, registry).await?.host;
+    let host = tools_host(policy, &extra, registry, Lifetime::OneShot)
+        .await?
+        .host;
     let wanted = path.canonicalize().unwrap_or(path);
     let loaded = host
         .components()
@@ -877,6 +917,7 @@ async fn tools_host(
     mut policy: Option<Policy>,
     extra: &[ComponentArg],
     registry: &RegistryFlags,
+    lifetime: Lifetime,
 ) -> Result<Tools, Failure> {
     if policy.as_ref().is_none_or(|p| p.tools.is_empty()) && extra.is_empty() {
         return Err(Failure::input(
@@ -885,7 +926,7 @@ async fn tools_host(
         ));
     }
     let (extra, lock) = oci::resolve_all(policy.as_mut(), extra, registry).await?;
-    let builder = host_builder();
+    let builder = host_builder(lifetime);
     let mut host = match &policy {
         Some(policy) => builder.build_with_policy(policy).await?,
         None => builder.build()?,

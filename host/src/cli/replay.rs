@@ -134,9 +134,14 @@ async fn candidate_host(
     let mut policy = load_policy(args.config.as_deref())?;
     let mut configs: BTreeMap<String, ToolConfig> = BTreeMap::new();
     if let Some(listed) = policy.as_ref().filter(|p| !p.tools.is_empty()) {
-        let current = tools_host(Some(listed.clone()), &[], &args.registry)
-            .await?
-            .host;
+        let current = tools_host(
+            Some(listed.clone()),
+            &[],
+            &args.registry,
+            super::Lifetime::OneShot,
+        )
+        .await?
+        .host;
         for (name, _) in candidates {
             let Some(component) = current.component_for(name) else {
                 continue;

@@ -211,7 +211,13 @@ async fn prepare(
     args.flags.session.check()?;
     let policy = super::load_policy(args.flags.config.as_deref())?;
     let turn = policy.as_ref().map(|p| p.turn).unwrap_or_default();
-    let tools = super::tools_host(policy, &args.tools, &args.flags.registry).await?;
+    let tools = super::tools_host(
+        policy,
+        &args.tools,
+        &args.flags.registry,
+        super::Lifetime::OneShot,
+    )
+    .await?;
     let (host, retention) = (tools.host, tools.retention);
 
     let mut asker = super::terminal::asker(Some(desk.clone()));

@@ -82,6 +82,10 @@ pub enum CacheOutcome {
     Compiled,
     /// Compiled now; the cache is off or could not be written.
     CompiledUncached,
+    /// Compiled now by the baseline compiler (not cached); the optimised
+    /// code is being compiled into the cache for the next load
+    /// ([`crate::sandbox::SandboxConfig::baseline_first`]).
+    Baseline,
 }
 
 impl CompileCache {
@@ -205,6 +209,15 @@ impl CompileCache {
         )
     }
 
+    /// The code of the component `bytes` compiled for `engine`, if the
+    /// cache has it (`None` when it does not, or the cache is off).
+    pub fn lookup(&self, engine: &Engine, bytes: &[u8]) -> Result<Option<Component>, UnsafeCache> {
+        match &self.dir {
+            Some(dir) => cached(engine, &entry_path(dir, engine, bytes)),
+            None => Ok(None),
+        }
+    }
+
     /// Compiles `bytes` (a component binary, or WAT text), or loads the
     /// compiled code from the cache.
     ///
@@ -242,15 +255,9 @@ impl CompileCache {
                 CacheOutcome::CompiledUncached,
             ));
         };
-        let path = dir.join(format!("{}.cwasm", cache_key(engine, bytes)));
-        if path.is_file() {
-            check_private(&path, true)?;
-            match deserialize(engine, &path) {
-                Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry")
-                }
-            }
+        let path = entry_path(dir, engine, bytes);
+        if let Some(component) = cached(engine, &path)? {
+            return Ok((component, CacheOutcome::Hit));
         }
         on_compile();
         let compiled = precompile(bytes)?;
@@ -284,6 +291,17 @@ fn engine_hash(engine: &Engine) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     hasher.finish()
+}
+
+/// The cache entry in `dir` of the component `bytes` compiled for
+/// `engine` (it may not exist).
+pub(crate) fn entry_path(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
+    dir.join(format!("{}.cwasm", cache_key(engine, bytes)))
+}
+
+/// What names a component's content in the cache.
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
+    sha256_hex(bytes)
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -371,6 +389,22 @@ fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     crate::fs::write_atomic(path, compiled)
 }
 
+/// The component compiled for `engine` in the cache entry `path`, if there
+/// is a usable one; an entry anyone else could have written is refused.
+fn cached(engine: &Engine, path: &Path) -> Result<Option<Component>, UnsafeCache> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    check_private(path, true)?;
+    match deserialize(engine, path) {
+        Ok(component) => Ok(Some(component)),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "discarding unusable cache entry");
+            Ok(None)
+        }
+    }
+}
+
 pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
@@ -386,6 +420,11 @@ fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
     // only this user can write (module invariant). wasmtime still checks the
     // header and engine settings and refuses a mismatch.
     unsafe { Component::deserialize_file(engine, path) }
+}
+
+/// The component whose code `compiled` is, just compiled for `engine`.
+pub(crate) fn load_compiled(engine: &Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
+    deserialize_bytes(engine, compiled)
 }
 
 #[allow(unsafe_code)]

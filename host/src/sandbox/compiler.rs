@@ -16,22 +16,37 @@
 //! so an invalid component is told apart from one over the limits.
 //!
 //! The child protocol: the executable is started with [`CHILD_ENV`] set and
-//! `INPUT OUTPUT FUEL CEILING` as arguments; it must call
+//! `INPUT OUTPUT FUEL CEILING TIER` as arguments; it must call
 //! [`compile_child_main`] before anything else (the `airlock` binary does).
 //! It builds an engine with the same code-generation settings as the host's
-//! (fuel, memory ceiling; the pool's size does not affect code, and a pool
-//! of one keeps the child's own reservations small), compiles INPUT and
-//! writes OUTPUT. wasmtime checks on load that the result fits the host's
-//! engine.
+//! (fuel, memory ceiling, the [`Tier`]'s compiler; the pool's size does not
+//! affect code, and a pool of one keeps the child's own reservations
+//! small), compiles INPUT and writes OUTPUT. wasmtime checks on load that
+//! the result fits the host's engine.
+//!
+//! A child that fills the cache in the background ([`fill_later`]) is
+//! also given [`FILL_ENV`], the SHA-256 the component's content had when
+//! its parent read it: it then writes OUTPUT (an entry of the cache) only
+//! if INPUT still holds that content, runs at the lowest CPU priority,
+//! holds a lock beside OUTPUT while it compiles (a second filler of the
+//! same entry leaves at once), and is not waited for: its parent may have
+//! exited before it ends. The kernel's CPU and memory limits bound it.
 
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Sandbox, SandboxConfig};
+use super::{Sandbox, SandboxConfig, Tier};
 
 /// Set (to `1`) in the environment of a compile child.
 pub const CHILD_ENV: &str = "AIRLOCK_COMPILE_CHILD";
+
+/// Set, in a compile child's environment, to the content hash its INPUT
+/// must have: the child fills the cache entry OUTPUT (see the module
+/// documentation).
+const FILL_ENV: &str = "AIRLOCK_COMPILE_FILL";
 
 /// How components are compiled. Whichever, a component whose functions
 /// ask the compiler for too much is refused before it compiles
@@ -153,12 +168,14 @@ pub enum CompileFailure {
     Failed(String),
 }
 
-/// Compiles `bytes` as `config`'s engine would, under `compiler`.
+/// Compiles `bytes` as `config`'s engine of `tier` (`engine`) would,
+/// under `compiler`.
 pub(crate) fn precompile(
     compiler: &Compiler,
     config: &SandboxConfig,
     engine: &wasmtime::Engine,
     bytes: &[u8],
+    tier: Tier,
 ) -> wasmtime::Result<Vec<u8>> {
     // WAT text is weighed (and compiled) as the binary it stands for.
     let bytes = &*wat::parse_bytes(bytes)?;
@@ -166,9 +183,122 @@ pub(crate) fn precompile(
     match compiler {
         Compiler::InProcess => engine.precompile_component(bytes),
         Compiler::Child { exe, limits } => {
-            Ok(in_child(exe, limits, config, bytes).map_err(wasmtime::Error::new)?)
+            Ok(in_child(exe, limits, config, bytes, tier).map_err(wasmtime::Error::new)?)
         }
     }
+}
+
+/// Starts filling the cache with the optimised code of the component at
+/// `path`, whose content `bytes` are, for `engine` (the sandbox's own),
+/// and does not wait (see [`Sandbox::fill_cache_later`]).
+pub(crate) fn fill_later(
+    config: &SandboxConfig,
+    engine: &wasmtime::Engine,
+    path: &Path,
+    bytes: &[u8],
+) {
+    let Some(dir) = config.cache.dir() else {
+        return;
+    };
+    let entry = super::cache::entry_path(dir, engine, bytes);
+    // Made here, once: a filler never makes the directory, so that one
+    // whose cache was removed meanwhile leaves nothing behind.
+    if entry.is_file() || super::cache::create_private_dir(dir).is_err() {
+        return;
+    }
+    let content = super::cache::content_hash(bytes);
+    match &config.compiler {
+        Compiler::InProcess => {
+            let (engine, bytes, config) = (engine.clone(), bytes.to_vec(), config.clone());
+            let spawned = std::thread::Builder::new()
+                .name("airlock-fill-cache".into())
+                .spawn(move || {
+                    let compile = |bytes: &[u8]| {
+                        precompile(
+                            &Compiler::InProcess,
+                            &config,
+                            &engine,
+                            bytes,
+                            Tier::Optimized,
+                        )
+                    };
+                    if let Err(e) = fill(&entry, &bytes, &content, compile) {
+                        tracing::debug!(error = %e, "filling the compile cache failed");
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::debug!(error = %e, "cannot start filling the compile cache");
+            }
+        }
+        Compiler::Child { exe, limits } => {
+            let Ok(input) = path.canonicalize() else {
+                return;
+            };
+            let mut command = child_command(exe, limits, bytes.len());
+            command
+                .env(FILL_ENV, &content)
+                .arg(&input)
+                .arg(&entry)
+                .args(child_settings(config, Tier::Optimized))
+                // Not stopped by the terminal's ^C to this command: its
+                // work is for the next one.
+                .process_group(0)
+                .stderr(Stdio::null());
+            match command.spawn() {
+                // Reaped by a thread, so that a long-lived parent leaves
+                // no zombie; the thread does not hold the process open.
+                Ok(mut child) => {
+                    let _ = std::thread::Builder::new()
+                        .name("airlock-fill-cache".into())
+                        .spawn(move || {
+                            if let Ok(status) = child.wait()
+                                && !status.success()
+                            {
+                                tracing::debug!(%status, "filling the compile cache failed");
+                            }
+                        });
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot start filling the compile cache"),
+            }
+        }
+    }
+}
+
+/// Compiles `bytes`, whose content hash is `content`, with `compile` and
+/// files the result as the cache entry `entry`, unless the entry is there
+/// already or another filler holds its lock (or the cache directory is
+/// gone). The lock file is removed after.
+fn fill(
+    entry: &Path,
+    bytes: &[u8],
+    content: &str,
+    compile: impl FnOnce(&[u8]) -> wasmtime::Result<Vec<u8>>,
+) -> Result<(), String> {
+    let lock_path = entry.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot make {}: {e}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        return Ok(());
+    }
+    let filled = if entry.is_file() {
+        Ok(())
+    } else if super::cache::content_hash(bytes) != content {
+        Err("the component changed since it was loaded".to_owned())
+    } else {
+        compile(bytes)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|compiled| {
+                crate::fs::write_atomic(entry, &compiled)
+                    .map_err(|e| format!("cannot write {}: {e}", entry.display()))
+            })
+    };
+    let _ = std::fs::remove_file(&lock_path);
+    filled
 }
 
 /// The CPU time process `pid` has used, all its threads (`/proc`, in the
@@ -182,20 +312,12 @@ fn cpu_used(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks.saturating_mul(10)))
 }
 
-fn in_child(
-    exe: &Path,
-    limits: &CompileLimits,
-    config: &SandboxConfig,
-    bytes: &[u8],
-) -> Result<Vec<u8>, CompileFailure> {
-    let fail = |what: &str, e: std::io::Error| CompileFailure::Failed(format!("{what}: {e}"));
-    let (cpu, max_memory) = limits.for_size(bytes.len());
-    let dir = tempfile::tempdir().map_err(|e| fail("cannot make a work directory", e))?;
-    let (input, output) = (dir.path().join("in.wasm"), dir.path().join("out.cwasm"));
-    let said = dir.path().join("error");
-    std::fs::write(&input, bytes).map_err(|e| fail("cannot write the component", e))?;
-    let stderr = std::fs::File::create(&said).map_err(|e| fail("cannot make a work file", e))?;
-    let mut child = Command::new(exe)
+/// The compile child's command for a component of `size` bytes, its
+/// limits in its environment, before its arguments.
+fn child_command(exe: &Path, limits: &CompileLimits, size: usize) -> Command {
+    let (cpu, max_memory) = limits.for_size(size);
+    let mut command = Command::new(exe);
+    command
         .env(CHILD_ENV, "1")
         .env("AIRLOCK_COMPILE_MEMORY", max_memory.to_string())
         // The kernel's limit stands behind the parent's reading, a second
@@ -204,12 +326,39 @@ fn in_child(
             "AIRLOCK_COMPILE_CPU_SECS",
             (cpu.as_secs().saturating_add(2)).to_string(),
         )
+        .env_remove(FILL_ENV)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
+/// The arguments after INPUT and OUTPUT: `FUEL CEILING TIER`.
+fn child_settings(config: &SandboxConfig, tier: Tier) -> [String; 3] {
+    [
+        if config.fuel_metering { "1" } else { "0" }.to_owned(),
+        config.max_memory_ceiling.to_string(),
+        tier.as_str().to_owned(),
+    ]
+}
+
+fn in_child(
+    exe: &Path,
+    limits: &CompileLimits,
+    config: &SandboxConfig,
+    bytes: &[u8],
+    tier: Tier,
+) -> Result<Vec<u8>, CompileFailure> {
+    let fail = |what: &str, e: std::io::Error| CompileFailure::Failed(format!("{what}: {e}"));
+    let (cpu, max_memory) = limits.for_size(bytes.len());
+    let dir = tempfile::tempdir().map_err(|e| fail("cannot make a work directory", e))?;
+    let (input, output) = (dir.path().join("in.wasm"), dir.path().join("out.cwasm"));
+    let said = dir.path().join("error");
+    std::fs::write(&input, bytes).map_err(|e| fail("cannot write the component", e))?;
+    let stderr = std::fs::File::create(&said).map_err(|e| fail("cannot make a work file", e))?;
+    let mut child = child_command(exe, limits, bytes.len())
         .arg(&input)
         .arg(&output)
-        .arg(if config.fuel_metering { "1" } else { "0" })
-        .arg(config.max_memory_ceiling.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .args(child_settings(config, tier))
         .stderr(stderr)
         .spawn()
         .map_err(|e| fail(&format!("cannot start the compiler ({})", exe.display()), e))?;
@@ -331,22 +480,44 @@ fn child() -> Result<(), (i32, String)> {
         }
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [input, output, fuel, ceiling] = args.as_slice() else {
-        return Err((CHILD_FAILED, "usage: INPUT OUTPUT FUEL CEILING".into()));
+    let usage = || {
+        (
+            CHILD_FAILED,
+            "usage: INPUT OUTPUT FUEL CEILING TIER".to_owned(),
+        )
     };
+    let [input, output, fuel, ceiling, tier] = args.as_slice() else {
+        return Err(usage());
+    };
+    let tier = Tier::parse(tier).ok_or_else(usage)?;
     let ceiling = ceiling.parse().map_err(|e| failed(&e))?;
-    let sandbox = Sandbox::new(SandboxConfig {
+    let config = SandboxConfig {
         cache: super::CompileCache::disabled(),
         max_concurrent_instances: 1,
         max_memory_ceiling: ceiling,
         fuel_metering: fuel == "1",
         compiler: Compiler::InProcess,
-    })
-    .map_err(|e| (CHILD_FAILED, format!("{e:#}")))?;
+        baseline_first: (tier == Tier::Baseline).then_some(0),
+    };
+    let sandbox = Sandbox::new(config.clone()).map_err(|e| (CHILD_FAILED, format!("{e:#}")))?;
+    let engine = match (tier, &sandbox.baseline) {
+        (Tier::Baseline, Some(baseline)) => baseline,
+        _ => sandbox.engine(),
+    };
     let bytes = std::fs::read(input).map_err(|e| failed(&e))?;
-    let compiled = sandbox
-        .engine()
+    let output = Path::new(output);
+    if let Some(content) = std::env::var_os(FILL_ENV) {
+        // Work for a later run: after whatever the machine is doing now.
+        let _ = rustix::process::nice(19);
+        let compile = |bytes: &[u8]| precompile(&Compiler::InProcess, &config, engine, bytes, tier);
+        return fill(output, &bytes, &content.to_string_lossy(), compile)
+            .map_err(|e| (CHILD_FAILED, e));
+    }
+    let compiled = engine
         .precompile_component(&bytes)
         .map_err(|e| (CHILD_REFUSED, format!("{e:#}")))?;
-    crate::fs::write_atomic(Path::new(output), &compiled).map_err(|e| failed(&e))
+    // A work file the parent reads back at once: not worth a sync (46 MB
+    // of a Python component's baseline code took a noticeable part of a
+    // second to reach the disk).
+    std::fs::write(output, &compiled).map_err(|e| failed(&e))
 }

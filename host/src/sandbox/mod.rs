@@ -79,6 +79,17 @@ pub struct SandboxConfig {
     /// Where components are compiled on a cache miss. Default: in this
     /// process, unbounded; the `airlock` binary uses a bounded child.
     pub compiler: Compiler,
+    /// Components of at least this many bytes that the cache lacks are
+    /// first compiled by the baseline compiler ([`Tier::Baseline`]: Winch,
+    /// several times faster to compile, slower code) and served from that,
+    /// while their optimised code is compiled in the background and filed
+    /// in the cache for their next load ([`Sandbox::baseline_first`]).
+    /// Default `None`: every miss waits for the optimised compile. The
+    /// `airlock` binary sets [`BASELINE_FIRST_ABOVE`] for its one-shot
+    /// commands, so that a first use of an interpreter's component does
+    /// not wait for Cranelift. Costs, when set: a second engine (its own
+    /// pool reservation and epoch thread) and linker.
+    pub baseline_first: Option<usize>,
 }
 
 impl Default for SandboxConfig {
@@ -89,14 +100,56 @@ impl Default for SandboxConfig {
             max_memory_ceiling: 4 << 30,
             fuel_metering: false,
             compiler: Compiler::InProcess,
+            baseline_first: None,
         }
     }
 }
+
+/// Which compiler made a component's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Cranelift, optimising: what the cache keeps and calls run on.
+    Optimized,
+    /// Winch, a single-pass baseline compiler: compiles an interpreter's
+    /// component in a fraction of Cranelift's time into code that runs
+    /// slower (a Python call about 1.5-3x). Only for a first use that
+    /// would otherwise wait ([`SandboxConfig::baseline_first`]); never
+    /// cached.
+    Baseline,
+}
+
+impl Tier {
+    /// The tier's name in the compile child's arguments.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Optimized => "optimized",
+            Self::Baseline => "baseline",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [Self::Optimized, Self::Baseline]
+            .into_iter()
+            .find(|tier| tier.as_str() == text)
+    }
+}
+
+/// The size from which the `airlock` binary compiles a first use with the
+/// baseline compiler ([`SandboxConfig::baseline_first`]): an interpreter's
+/// (Python 18 MB, JavaScript 12 MB) takes Cranelift 4-15 s, a Rust or C
+/// tool's (under 2 MB) well under a second, which a baseline compile
+/// would not be worth.
+pub const BASELINE_FIRST_ABOVE: usize = 4 << 20;
 
 /// The wasmtime engine and what goes with it.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     engine: Engine,
+    /// The engine of [`Tier::Baseline`] code, when
+    /// [`SandboxConfig::baseline_first`] is on: the same settings, Winch
+    /// instead of Cranelift. A store runs code of one engine only, so a
+    /// call's store is made by its component's engine.
+    baseline: Option<Engine>,
     admission: Arc<Admission>,
     /// The settings the engine was built with (a compile child builds the
     /// same engine from them).
@@ -148,18 +201,31 @@ impl Sandbox {
             .decommit_batch_size(16)
             .pagemap_scan(wasmtime::Enabled::Auto);
 
-        let mut wasm = Config::new();
-        wasm.wasm_component_model(true)
-            .epoch_interruption(true)
-            .consume_fuel(config.fuel_metering)
-            // Component-model async is unused; leaving it on slows every
-            // `call_async`.
-            .concurrency_support(false)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&wasm)?;
-        start_epoch_ticker(&engine);
+        let engine_for = |tier: Tier| -> wasmtime::Result<Engine> {
+            let mut wasm = Config::new();
+            wasm.wasm_component_model(true)
+                .epoch_interruption(true)
+                .consume_fuel(config.fuel_metering)
+                // Component-model async is unused; leaving it on slows
+                // every `call_async`.
+                .concurrency_support(false)
+                .allocation_strategy(InstanceAllocationStrategy::Pooling(pool.clone()))
+                .strategy(match tier {
+                    Tier::Optimized => wasmtime::Strategy::Cranelift,
+                    Tier::Baseline => wasmtime::Strategy::Winch,
+                });
+            let engine = Engine::new(&wasm)?;
+            start_epoch_ticker(&engine);
+            Ok(engine)
+        };
+        let engine = engine_for(Tier::Optimized)?;
+        let baseline = match config.baseline_first {
+            Some(_) => Some(engine_for(Tier::Baseline)?),
+            None => None,
+        };
         Ok(Self {
             engine,
+            baseline,
             admission: Arc::new(Admission::new(calls, memories, tables)),
             config: Arc::new(config),
             aside: Aside::start().map(Arc::new),
@@ -178,7 +244,47 @@ impl Sandbox {
     /// Compiles `bytes` for this engine with the configured [`Compiler`]:
     /// the bytes of a precompiled component. Blocks.
     pub fn precompile(&self, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
-        compiler::precompile(&self.config.compiler, &self.config, &self.engine, bytes)
+        compiler::precompile(
+            &self.config.compiler,
+            &self.config,
+            &self.engine,
+            bytes,
+            Tier::Optimized,
+        )
+    }
+
+    /// The baseline engine, when a component of `size` bytes missing from
+    /// the cache is to be compiled by it first
+    /// ([`SandboxConfig::baseline_first`]).
+    pub fn baseline_first(&self, size: usize) -> Option<&Engine> {
+        let above = self.config.baseline_first?;
+        self.baseline.as_ref().filter(|_| size >= above)
+    }
+
+    /// Compiles `bytes` for the baseline engine with the configured
+    /// [`Compiler`]. Blocks, a fraction of [`Sandbox::precompile`]'s time.
+    pub fn precompile_baseline(&self, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        let engine = self.baseline.as_ref().ok_or_else(|| {
+            wasmtime::Error::msg("this sandbox has no baseline compiler (baseline_first is off)")
+        })?;
+        compiler::precompile(
+            &self.config.compiler,
+            &self.config,
+            engine,
+            bytes,
+            Tier::Baseline,
+        )
+    }
+
+    /// Starts compiling the component file at `path` (whose content is
+    /// `bytes`) with the optimising compiler into the cache, without
+    /// waiting: a compile child that outlives this process if need be
+    /// ([`Compiler::Child`], at the lowest CPU priority), or a thread of
+    /// this one. Nothing happens without a cache, or when the code is
+    /// being compiled already (by any process). Its failure is logged,
+    /// never returned: the component was loaded already.
+    pub fn fill_cache_later(&self, path: &std::path::Path, bytes: &[u8]) {
+        compiler::fill_later(&self.config, &self.engine, path, bytes);
     }
 
     /// Admission to the instance pool ([`PoolUsage`] for what is in use).
@@ -217,6 +323,11 @@ impl Sandbox {
         &self.engine
     }
 
+    /// The engine of [`Tier::Baseline`] code, if the sandbox has one.
+    pub fn baseline_engine(&self) -> Option<&Engine> {
+        self.baseline.as_ref()
+    }
+
     /// The compile cache.
     pub fn cache(&self) -> &CompileCache {
         &self.config.cache
@@ -227,10 +338,15 @@ impl Sandbox {
         self.config.fuel_metering
     }
 
-    /// A store for one call, with `state`'s limits armed: the memory and
-    /// table limiter, the wall-clock deadline, and fuel if metered.
-    pub(crate) fn store(&self, state: CallState) -> wasmtime::Result<Store<CallState>> {
-        let mut store = Store::new(&self.engine, state);
+    /// A store for one call on `engine` (its component's: the sandbox's
+    /// own, or its baseline one), with `state`'s limits armed: the memory
+    /// and table limiter, the wall-clock deadline, and fuel if metered.
+    pub(crate) fn store(
+        &self,
+        engine: &Engine,
+        state: CallState,
+    ) -> wasmtime::Result<Store<CallState>> {
+        let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_callback(|mut ctx| {
             let state = ctx.data_mut();

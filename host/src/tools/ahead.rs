@@ -433,7 +433,10 @@ impl Ahead {
             CancelToken::new(),
         )
         .map_err(|e| failed(&e))?;
-        let mut store = self.sandbox.store(state).map_err(|e| failed(&e))?;
+        let mut store = self
+            .sandbox
+            .store(self.pre.engine(), state)
+            .map_err(|e| failed(&e))?;
         // Bounded as a call's instantiation is: the store's deadline stops
         // running wasm at the tool's timeout. Nothing is granted, so there
         // is no host I/O to wait on.

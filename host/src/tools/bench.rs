@@ -24,6 +24,7 @@ impl Host {
         let pre = airlock_pre(component)?;
         let store = self
             .new_store(
+                component.component.engine(),
                 &component.limits,
                 &component.grants,
                 component.sources,

@@ -197,10 +197,12 @@ impl Host {
     }
 
     /// A store for one call of a tool whose share of the instance pool is
-    /// `gate`: admitted to the pool first (waiting at most the call's
-    /// timeout), holding that room until the store is dropped.
+    /// `gate`, on `engine` (its component's): admitted to the pool first
+    /// (waiting at most the call's timeout), holding that room until the
+    /// store is dropped.
     pub(super) async fn new_store(
         &self,
+        engine: &wasmtime::Engine,
         limits: &Limits,
         grants: &Arc<Grants>,
         sources: Sources,
@@ -217,7 +219,7 @@ impl Host {
             .map_err(CallError::Busy)?;
         let state = CallState::new(limits, grants, sources, admitted, cancel)?;
         self.sandbox
-            .store(state)
+            .store(engine, state)
             .map_err(|e| CallError::Busy(format!("{e:#}")))
     }
 }
@@ -301,6 +303,7 @@ impl Run<'_> {
             return Ok((store, Some(instance)));
         }
         let admitted = self.host.new_store(
+            component.component.engine(),
             &component.limits,
             &component.grants,
             component.sources,

@@ -181,7 +181,7 @@ impl Host {
             message: format!("{e:#}"),
         };
         let instance_pre = self
-            .linker
+            .linker_for(&component)
             .instantiate_pre(&component)
             .map_err(incompatible)?;
         let footprint = Sandbox::footprint(&component, &limits);
@@ -194,7 +194,7 @@ impl Host {
                 problem,
             })?;
 
-        let engine = self.sandbox.engine();
+        let engine = component.engine();
         let mut instantiated = None;
         let mut offers = Offers::default();
         let (kind, offered, skipped) = if plain::is_airlock_tool(&component, engine) {
@@ -376,7 +376,7 @@ impl Host {
             }
             let grants = Arc::new(prepared.grants);
             let gate = Arc::new(prepared.gate);
-            let sources = Sources::of(&prepared.component, self.sandbox.engine());
+            let sources = Sources::of(&prepared.component, prepared.component.engine());
             let ahead = match &prepared.kind {
                 // `None` is a plain component's.
                 Kind::Airlock(pre) => Ahead::new(
@@ -472,6 +472,7 @@ impl Host {
         // `describe` runs with nothing granted, whatever the tool's grants.
         let mut store = self
             .new_store(
+                pre.instance_pre().engine(),
                 limits,
                 &Arc::new(Grants::none()),
                 Sources::default(),
@@ -559,15 +560,23 @@ fn compile_file(
     })?;
     check_header(path, &bytes)?;
     let mut started = None;
-    let on_compile = || {
+    // Called once per compile (twice only if the baseline compiler gave
+    // up: then the time counts from the first).
+    let mut on_compile = || {
+        if started.is_some() {
+            return;
+        }
         if let Some(hook) = hook {
             hook(CompileProgress::Started { path });
         }
         started = Some(Instant::now());
     };
-    let loaded = cache.load_with(engine, &bytes, on_compile, |bytes| {
-        sandbox.precompile(bytes)
-    });
+    let loaded = match baseline_first(sandbox, path, &bytes, &mut on_compile) {
+        Some(loaded) => loaded,
+        None => cache.load_with(engine, &bytes, on_compile, |bytes| {
+            sandbox.precompile(bytes)
+        }),
+    };
     if let (Some(hook), Some(started)) = (hook, started) {
         hook(CompileProgress::Finished {
             path,
@@ -603,6 +612,52 @@ fn compile_file(
         cache.remember_file(engine, path, before, &bytes);
     }
     Ok(loaded)
+}
+
+/// The component at `path` (content `bytes`) from the cache, or compiled
+/// by the baseline compiler while its optimised code is compiled into the
+/// cache in the background, when the sandbox does that for a component of
+/// its size ([`Sandbox::baseline_first`]); `None` to load it as every
+/// other: the sandbox does not, there is no cache to fill, or the baseline
+/// compiler could not compile it (a feature it lacks; an invalid
+/// component is then refused by the optimising one, in the same words).
+fn baseline_first(
+    sandbox: &Sandbox,
+    path: &Path,
+    bytes: &[u8],
+    on_compile: &mut impl FnMut(),
+) -> Option<wasmtime::Result<(Component, CacheOutcome)>> {
+    let cache = sandbox.cache();
+    let baseline = sandbox.baseline_first(bytes.len())?;
+    cache.dir()?;
+    match cache.lookup(sandbox.engine(), bytes) {
+        Ok(Some(component)) => return Some(Ok((component, CacheOutcome::Hit))),
+        Ok(None) => {}
+        Err(unsafe_cache) => return Some(Err(wasmtime::Error::new(unsafe_cache))),
+    }
+    on_compile();
+    let compiled = sandbox
+        .precompile_baseline(bytes)
+        .and_then(|code| crate::sandbox::cache::load_compiled(baseline, &code));
+    match compiled {
+        Ok(component) => {
+            sandbox.fill_cache_later(path, bytes);
+            Some(Ok((component, CacheOutcome::Baseline)))
+        }
+        Err(e) => match e.downcast_ref::<CompileFailure>() {
+            // Over a bound: the optimising compiler needs more.
+            Some(
+                CompileFailure::TooComplex(_)
+                | CompileFailure::Cpu { .. }
+                | CompileFailure::Memory { .. }
+                | CompileFailure::Stalled { .. },
+            ) => Some(Err(e)),
+            _ => {
+                tracing::debug!(path = %path.display(), error = %format!("{e:#}"), "the baseline compiler refused; compiling with the optimising one");
+                None
+            }
+        },
+    }
 }
 
 /// Refuses files that are plainly not components, with a hint, before the

@@ -384,6 +384,15 @@ impl HostBuilder {
         self
     }
 
+    /// Compile a component of at least `above` bytes missing from the
+    /// cache with the baseline compiler first, and its optimised code in
+    /// the background for its next load
+    /// ([`SandboxConfig::baseline_first`]; default `None`: never).
+    pub fn baseline_first(mut self, above: Option<usize>) -> Self {
+        self.config.baseline_first = above;
+        self
+    }
+
     /// Meter instructions so that [`Limits::fuel`] is enforced.
     pub fn fuel_metering(mut self, on: bool) -> Self {
         self.config.fuel_metering = on;
@@ -399,13 +408,18 @@ impl HostBuilder {
     /// timeouts; both live as long as the host.
     pub fn build(self) -> Result<Host, LoadError> {
         let sandbox = Sandbox::new(self.config).map_err(LoadError::sandbox)?;
-        let mut linker = Linker::new(sandbox.engine());
-        Grants::link(&mut linker)
-            .and_then(|()| bindings::add_to_linker(&mut linker))
-            .map_err(LoadError::sandbox)?;
+        let linker = |engine: &wasmtime::Engine| {
+            let mut linker = Linker::new(engine);
+            Grants::link(&mut linker)
+                .and_then(|()| bindings::add_to_linker(&mut linker))
+                .map_err(LoadError::sandbox)?;
+            Ok::<_, LoadError>(linker)
+        };
+        let baseline_linker = sandbox.baseline_engine().map(linker).transpose()?;
         Ok(Host {
+            linker: linker(sandbox.engine())?,
+            baseline_linker,
             sandbox,
-            linker,
             limits: self.limits,
             context_rules: Arc::new(self.context_rules),
             on_compile: self.on_compile,
@@ -466,6 +480,9 @@ impl HostBuilder {
 pub struct Host {
     sandbox: Sandbox,
     linker: Linker<CallState>,
+    /// The same imports for the baseline engine's components, when the
+    /// sandbox has one ([`crate::sandbox::SandboxConfig::baseline_first`]).
+    baseline_linker: Option<Linker<CallState>>,
     limits: Limits,
     context_rules: Arc<ContextRules>,
     on_compile: Option<CompileHook>,
@@ -494,6 +511,22 @@ impl Host {
     /// The engine and compile cache.
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
+    }
+
+    /// The linker for `component`'s engine: the baseline one's for code
+    /// of the baseline compiler, the sandbox's own otherwise.
+    pub(crate) fn linker_for(
+        &self,
+        component: &wasmtime::component::Component,
+    ) -> &Linker<CallState> {
+        match &self.baseline_linker {
+            Some(baseline)
+                if !wasmtime::Engine::same(component.engine(), self.sandbox.engine()) =>
+            {
+                baseline
+            }
+            _ => &self.linker,
+        }
     }
 
     /// The host-wide context rules: hidden keys and per-key schemas.
