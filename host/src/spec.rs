@@ -392,6 +392,23 @@ impl Tape {
     pub const MAX_CLOCK_READS: usize = 1024;
     /// The most bytes of HTTP response bodies a tape keeps.
     pub const MAX_HTTP_BYTES: usize = 1 << 20;
+    /// The most bytes of HTTP response bodies the tapes of one session's
+    /// calls keep together: a call that would take its session past it
+    /// keeps none, and cannot be reproduced.
+    pub const MAX_SESSION_HTTP_BYTES: u64 = 64 << 20;
+
+    /// Bytes of the HTTP response bodies this tape keeps (as read, not as
+    /// base64).
+    pub fn http_body_bytes(&self) -> u64 {
+        self.http
+            .iter()
+            .map(|exchange| {
+                let text = exchange.body.as_bytes();
+                let padding = text.iter().rev().take_while(|b| **b == b'=').count();
+                (text.len() / 4 * 3).saturating_sub(padding) as u64
+            })
+            .sum()
+    }
 
     /// Whether nothing was read and nothing is said.
     pub fn is_empty(&self) -> bool {

@@ -11,7 +11,7 @@ use super::secrets;
 use super::sink::{Conversation, Flush, Sink, StoreError};
 use super::transcript::Transcript;
 use crate::context::{ContextRules, RunContext};
-use crate::spec::ToolCall;
+use crate::spec::{Tape, ToolCall};
 
 /// What the model is told when the approval handler rejects a call.
 pub const REJECTED_MESSAGE: &str = "Tool call was rejected by approval handler.";
@@ -171,6 +171,27 @@ impl<'c> Recorder<'c> {
         self.count_call();
     }
 
+    /// `guest` as its call's output keeps it: its recorded HTTP exchanges
+    /// let go when keeping them would take the session past
+    /// [`Tape::MAX_SESSION_HTTP_BYTES`] (the call then cannot be
+    /// reproduced, and its tape says why).
+    fn within_session_bound(&self, mut guest: Captured) -> Captured {
+        if let Some(tape) = guest.tape.as_mut() {
+            let bytes = tape.http_body_bytes();
+            let kept = self.transcript.recorded_http_bytes.saturating_add(bytes);
+            if bytes > 0 && kept > Tape::MAX_SESSION_HTTP_BYTES {
+                tape.http.clear();
+                tape.past.get_or_insert_with(|| {
+                    format!(
+                        "its session had recorded {} MiB of HTTP responses, the most a session keeps",
+                        Tape::MAX_SESSION_HTTP_BYTES >> 20
+                    )
+                });
+            }
+        }
+        guest
+    }
+
     /// Records how `call` ended, after `took`: its output item (the result
     /// or the failure text, the failure's kind, what the guest wrote), then
     /// the ops it applied (less hidden and secret-looking keys, under
@@ -219,6 +240,7 @@ impl<'c> Recorder<'c> {
                 Vec::new(),
             ),
         };
+        let guest = self.within_session_bound(guest);
         self.record(Item::FunctionCallOutput {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -235,5 +257,90 @@ impl<'c> Recorder<'c> {
             });
         }
         status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::sink::Conversation;
+    use crate::spec::Exchange;
+
+    /// A completed call's output whose tape recorded one response of
+    /// `bytes` bytes.
+    fn recording(bytes: usize) -> Captured {
+        use base64::Engine as _;
+        let body = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; bytes]);
+        Captured {
+            tape: Some(Box::new(Tape {
+                http: vec![Exchange {
+                    method: "GET".into(),
+                    url: "http://example.test/".into(),
+                    request_sha256: None,
+                    status: 200,
+                    headers: Vec::new(),
+                    body,
+                }],
+                ..Tape::default()
+            })),
+            ..Captured::default()
+        }
+    }
+
+    fn tape_of(transcript: &Transcript) -> Tape {
+        match &transcript.items.last().map(|e| &e.item) {
+            Some(Item::FunctionCallOutput { guest, .. }) => {
+                guest.tape.as_deref().cloned().unwrap_or_default()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_keeps_a_bounded_total_of_recorded_http() {
+        let mut ctx = RunContext::default();
+        let mut transcript = Transcript::default();
+        let call = ToolCall::new("fetch", "{}");
+        let result = serde_json::json!(1);
+        let mut end = |transcript: &mut Transcript, bytes: usize| {
+            let mut recorder = Recorder::new(
+                Conversation {
+                    ctx: &mut ctx,
+                    transcript,
+                    sink: None,
+                },
+                false,
+            );
+            let ended = CallEnd::Completed {
+                result: &result,
+                ops: &[],
+                output: recording(bytes),
+            };
+            recorder.call_ended(&call, ended, Duration::ZERO, &ContextRules::default());
+        };
+        // 1,000 bytes (a length base64 pads) are counted as read.
+        end(&mut transcript, 1000);
+        assert_eq!(transcript.recorded_http_bytes, 1000);
+        assert_eq!(tape_of(&transcript).http.len(), 1);
+
+        // Up to the bound exactly: kept.
+        let room = Tape::MAX_SESSION_HTTP_BYTES - 1000 - 1;
+        transcript.recorded_http_bytes += room;
+        end(&mut transcript, 1);
+        assert_eq!(tape_of(&transcript).http.len(), 1);
+        assert_eq!(transcript.recorded_http_bytes, Tape::MAX_SESSION_HTTP_BYTES);
+
+        // One byte past it: nothing kept, the call cannot be reproduced.
+        end(&mut transcript, 1);
+        let tape = tape_of(&transcript);
+        assert!(tape.http.is_empty());
+        let past = tape.past.unwrap();
+        assert!(past.contains("64 MiB of HTTP responses"), "{past}");
+        assert_eq!(transcript.recorded_http_bytes, Tape::MAX_SESSION_HTTP_BYTES);
+
+        // The count survives a snapshot of the transcript.
+        let json = serde_json::to_string(&transcript).unwrap();
+        let back: Transcript = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.recorded_http_bytes, Tape::MAX_SESSION_HTTP_BYTES);
     }
 }

@@ -33,6 +33,13 @@ pub struct Transcript {
     /// is numbered [`Transcript::next_item`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub items_folded: u64,
+    /// Bytes of HTTP response bodies the log's calls recorded
+    /// ([`crate::spec::Tape::http_body_bytes`]), every item counted, also
+    /// those folded or let go (a snapshot of a version that did not count
+    /// them counts from its own items on). Bounded by
+    /// [`crate::spec::Tape::MAX_SESSION_HTTP_BYTES`] when recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recorded_http_bytes: u64,
     /// Where the rebuild of the messages from the items stands.
     #[serde(skip)]
     speaker: Speaker,
@@ -45,11 +52,20 @@ struct TranscriptFields {
     items: Vec<Event>,
     #[serde(default)]
     items_folded: u64,
+    #[serde(default)]
+    recorded_http_bytes: u64,
 }
 
 impl From<TranscriptFields> for Transcript {
     fn from(fields: TranscriptFields) -> Self {
-        Transcript::resumed(fields.messages, fields.items, fields.items_folded)
+        let mut transcript =
+            Transcript::resumed(fields.messages, fields.items, fields.items_folded);
+        // What the snapshot counted includes its held items' (none in
+        // a snapshot of an older version: then these are counted).
+        transcript.recorded_http_bytes = transcript
+            .recorded_http_bytes
+            .max(fields.recorded_http_bytes);
+        transcript
     }
 }
 
@@ -57,11 +73,13 @@ impl Transcript {
     /// A transcript that goes on after `messages`, holding `items` of its
     /// log and `items_folded` more.
     pub fn resumed(messages: Vec<Message>, items: Vec<Event>, items_folded: u64) -> Self {
+        let recorded_http_bytes = items.iter().map(recorded_http_bytes).sum();
         Transcript {
             speaker: Speaker::after(&messages),
             messages,
             items,
             items_folded,
+            recorded_http_bytes,
         }
     }
 
@@ -71,6 +89,9 @@ impl Transcript {
         if let Some(message) = self.speaker.speak(&event) {
             self.messages.push(message);
         }
+        self.recorded_http_bytes = self
+            .recorded_http_bytes
+            .saturating_add(recorded_http_bytes(&event));
         self.items.push(event);
     }
 
@@ -101,6 +122,16 @@ impl Transcript {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Bytes of HTTP response bodies `event` recorded: a call's output's.
+fn recorded_http_bytes(event: &Event) -> u64 {
+    match &event.item {
+        Item::FunctionCallOutput { guest, .. } => {
+            guest.tape.as_ref().map_or(0, |tape| tape.http_body_bytes())
+        }
+        _ => 0,
+    }
 }
 
 /// Where a rebuild of the conversation stands: the model turn still

@@ -191,11 +191,13 @@ impl Relay {
         }
     }
 
-    /// The notifications of the events waiting now (none waits after).
+    /// The notifications of the events waiting now (none waits after),
+    /// all taken as made now: the clock is read once for them.
     pub fn relay_waiting(&mut self) -> Vec<ServerNotification> {
         let mut notes = Vec::new();
+        let now = Instant::now();
         while let Ok(event) = self.events.try_recv() {
-            notes.extend(self.relay(event));
+            notes.extend(self.relay_at(event, now));
         }
         notes
     }
@@ -259,10 +261,14 @@ impl Relay {
     /// The notifications `event` makes now (none, one, or a merged report
     /// and this one).
     pub fn relay(&mut self, event: CallEvent) -> Vec<ServerNotification> {
+        self.relay_at(event, Instant::now())
+    }
+
+    /// The notifications `event`, made at `now`, makes.
+    fn relay_at(&mut self, event: CallEvent, now: Instant) -> Vec<ServerNotification> {
         match event {
             CallEvent::Log(record) if self.threshold.is_some() => {
                 let level = level_of(record.level);
-                let now = Instant::now();
                 if self.last_log.is_some_and(|at| now - at < PROGRESS_GAP) {
                     let (merged, messages) =
                         self.pending_logs.get_or_insert_with(|| (level, Vec::new()));
@@ -290,7 +296,6 @@ impl Relay {
                 param.total = total;
                 param.message = message;
                 let last = total.is_some_and(|t| done >= t);
-                let now = Instant::now();
                 if !last && self.last.is_some_and(|at| now - at < PROGRESS_GAP) {
                     self.pending = Some(param);
                     return Vec::new();
