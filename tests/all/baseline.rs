@@ -132,24 +132,8 @@ async fn hostile_guests_on_baseline_code_meet_every_bound() {
 
     // Fuel is counted by baseline code too.
     let fueled = tempfile::tempdir().unwrap();
-    let mut host = baseline_host(fueled.path(), airlock::Limits::default(), true);
-    let config = airlock::ToolConfig {
-        limits: airlock::Limits {
-            fuel: Some(50_000_000),
-            ..airlock::Limits::default()
-        },
-        ..airlock::ToolConfig::default()
-    };
-    host.load_with(guest("hostile"), config).await.unwrap();
-    host.load(guest("stateful")).await.unwrap();
-    let mut ctx = RunContext::from_value(json!({"k": 1})).unwrap();
-    let before = snapshot(&ctx);
-    let err = call(&host, &mut ctx, "spin", json!({})).await.unwrap_err();
-    assert!(
-        matches!(err, CallError::FuelExhausted { limit: 50_000_000 }),
-        "{err}"
-    );
-    assert_host_still_serves(&host, &mut ctx, &before).await;
+    let host = baseline_host(fueled.path(), airlock::Limits::default(), true);
+    crate::limits::fuel_stops_a_spinning_call(host).await;
 }
 
 /// The binary's path, as a new user meets it: `airlock call` of the

@@ -281,12 +281,18 @@ async fn spinning_after_partial_output_times_out() {
 
 #[tokio::test]
 async fn fuel_limit_stops_a_loop_deterministically() {
-    let mut host = airlock::Host::builder()
+    let host = airlock::Host::builder()
         .cache(airlock::CompileCache::in_dir(crate::support::cache_dir()))
         .max_concurrent_calls(4)
         .fuel_metering(true)
         .build()
         .unwrap();
+    fuel_stops_a_spinning_call(host).await;
+}
+
+/// On `host` (which meters fuel), the hostile guest's `spin` under a fuel
+/// limit ends as `fuel_exhausted`, deps unchanged, the next call served.
+pub(crate) async fn fuel_stops_a_spinning_call(mut host: Host) {
     let config = airlock::ToolConfig {
         limits: airlock::Limits {
             fuel: Some(50_000_000),
