@@ -521,3 +521,63 @@ fn child() -> Result<(), (i32, String)> {
     // second to reach the disk).
     std::fs::write(output, &compiled).map_err(|e| failed(&e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small component, compiled for real by the default engine.
+    fn compile(bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        wasmtime::Engine::new(&config)?.precompile_component(&wat::parse_bytes(bytes)?)
+    }
+
+    const COMPONENT: &[u8] = b"(component)";
+
+    #[test]
+    fn a_filler_files_only_what_it_was_sent_for_and_only_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = dir.path().join("key.cwasm");
+        let lock = entry.with_extension("lock");
+        let content = super::super::cache::content_hash(COMPONENT);
+        let compiled = std::cell::Cell::new(0);
+        let counted = |bytes: &[u8]| {
+            compiled.set(compiled.get() + 1);
+            compile(bytes)
+        };
+
+        // The content changed since its parent read it: nothing filed.
+        let other = super::super::cache::content_hash(b"(component (core module))");
+        let refused = fill(&entry, COMPONENT, &other, counted);
+        assert!(refused.unwrap_err().contains("changed"));
+        assert!(!entry.exists() && !lock.exists());
+
+        // Another filler holds the lock: this one leaves at once.
+        let held = std::fs::File::create(&lock).unwrap();
+        held.lock().unwrap();
+        fill(&entry, COMPONENT, &content, counted).unwrap();
+        assert!(!entry.exists());
+        assert_eq!(compiled.get(), 0);
+        drop(held);
+
+        // Filled: the entry is the compiled code, private, the lock gone.
+        fill(&entry, COMPONENT, &content, counted).unwrap();
+        assert_eq!(compiled.get(), 1);
+        assert_eq!(std::fs::read(&entry).unwrap(), compile(COMPONENT).unwrap());
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&entry).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
+        assert!(!lock.exists());
+
+        // Filled already: not compiled again.
+        fill(&entry, COMPONENT, &content, counted).unwrap();
+        assert_eq!(compiled.get(), 1);
+
+        // A cache removed meanwhile is not made again.
+        let gone = dir.path().join("gone");
+        let entry = gone.join("key.cwasm");
+        assert!(fill(&entry, COMPONENT, &content, counted).is_err());
+        assert!(!gone.exists());
+    }
+}
