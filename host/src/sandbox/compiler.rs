@@ -500,10 +500,7 @@ fn child() -> Result<(), (i32, String)> {
         baseline_first: (tier == Tier::Baseline).then_some(0),
     };
     let sandbox = Sandbox::new(config.clone()).map_err(|e| (CHILD_FAILED, format!("{e:#}")))?;
-    let engine = match (tier, &sandbox.baseline) {
-        (Tier::Baseline, Some(baseline)) => baseline,
-        _ => sandbox.engine(),
-    };
+    let engine = sandbox.engine_for(tier).unwrap_or(sandbox.engine());
     let bytes = std::fs::read(input).map_err(|e| failed(&e))?;
     let output = Path::new(output);
     if let Some(content) = std::env::var_os(FILL_ENV) {

@@ -112,9 +112,9 @@ pub enum Tier {
     Optimized,
     /// Winch, a single-pass baseline compiler: compiles an interpreter's
     /// component in a fraction of Cranelift's time into code that runs
-    /// slower (a Python call about 1.5-3x). Only for a first use that
-    /// would otherwise wait ([`SandboxConfig::baseline_first`]); never
-    /// cached.
+    /// slower (one pass over each function, nothing optimised). Only for
+    /// a first use that would otherwise wait
+    /// ([`SandboxConfig::baseline_first`]); never cached.
     Baseline,
 }
 
@@ -244,13 +244,17 @@ impl Sandbox {
     /// Compiles `bytes` for this engine with the configured [`Compiler`]:
     /// the bytes of a precompiled component. Blocks.
     pub fn precompile(&self, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
-        compiler::precompile(
-            &self.config.compiler,
-            &self.config,
-            &self.engine,
-            bytes,
-            Tier::Optimized,
-        )
+        self.precompile_as(Tier::Optimized, bytes)
+    }
+
+    /// Compiles `bytes` for this sandbox's engine of `tier` with the
+    /// configured [`Compiler`]. Blocks ([`Tier::Baseline`]: a fraction of
+    /// the optimised compile's time).
+    pub fn precompile_as(&self, tier: Tier, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        let engine = self.engine_for(tier).ok_or_else(|| {
+            wasmtime::Error::msg("this sandbox has no baseline compiler (baseline_first is off)")
+        })?;
+        compiler::precompile(&self.config.compiler, &self.config, engine, bytes, tier)
     }
 
     /// The baseline engine, when a component of `size` bytes missing from
@@ -259,21 +263,6 @@ impl Sandbox {
     pub fn baseline_first(&self, size: usize) -> Option<&Engine> {
         let above = self.config.baseline_first?;
         self.baseline.as_ref().filter(|_| size >= above)
-    }
-
-    /// Compiles `bytes` for the baseline engine with the configured
-    /// [`Compiler`]. Blocks, a fraction of [`Sandbox::precompile`]'s time.
-    pub fn precompile_baseline(&self, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
-        let engine = self.baseline.as_ref().ok_or_else(|| {
-            wasmtime::Error::msg("this sandbox has no baseline compiler (baseline_first is off)")
-        })?;
-        compiler::precompile(
-            &self.config.compiler,
-            &self.config,
-            engine,
-            bytes,
-            Tier::Baseline,
-        )
     }
 
     /// Starts compiling the component file at `path` (whose content is
@@ -323,9 +312,13 @@ impl Sandbox {
         &self.engine
     }
 
-    /// The engine of [`Tier::Baseline`] code, if the sandbox has one.
-    pub fn baseline_engine(&self) -> Option<&Engine> {
-        self.baseline.as_ref()
+    /// The engine of `tier`'s code, if the sandbox has one (it always
+    /// has the optimising one).
+    pub fn engine_for(&self, tier: Tier) -> Option<&Engine> {
+        match tier {
+            Tier::Optimized => Some(&self.engine),
+            Tier::Baseline => self.baseline.as_ref(),
+        }
     }
 
     /// The compile cache.

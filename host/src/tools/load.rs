@@ -637,7 +637,7 @@ fn baseline_first(
     }
     on_compile();
     let compiled = sandbox
-        .precompile_baseline(bytes)
+        .precompile_as(crate::sandbox::Tier::Baseline, bytes)
         .and_then(|code| crate::sandbox::cache::load_compiled(baseline, &code));
     match compiled {
         Ok(component) => {

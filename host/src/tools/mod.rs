@@ -415,7 +415,10 @@ impl HostBuilder {
                 .map_err(LoadError::sandbox)?;
             Ok::<_, LoadError>(linker)
         };
-        let baseline_linker = sandbox.baseline_engine().map(linker).transpose()?;
+        let baseline_linker = sandbox
+            .engine_for(crate::sandbox::Tier::Baseline)
+            .map(linker)
+            .transpose()?;
         Ok(Host {
             linker: linker(sandbox.engine())?,
             baseline_linker,

@@ -45,6 +45,19 @@ async fn replayed(
     (summary, calls)
 }
 
+/// Each replayed call's verdict, by name.
+fn verdicts(calls: &[Replayed]) -> Vec<&'static str> {
+    calls.iter().map(|c| c.verdict.name()).collect()
+}
+
+/// Why `call` cannot be reproduced (it must be so judged).
+fn why_not(call: &Replayed) -> &str {
+    match &call.verdict {
+        Verdict::CannotReproduce { why } => why,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// An agent run on alice's session `stamps` (metadata `team = red`):
 /// stamps made in parallel, a `read` of the whole view that fails on its
 /// arguments and one that then sees its retry count, iteration, usage,
@@ -483,15 +496,12 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
     assert_eq!(digests[2], json!(["POST", sha("the body sent")]));
 
     let (summary, calls) = replayed(&store, &host, "fetches", &["fetch"]).await;
-    let verdicts: Vec<&str> = calls.iter().map(|c| c.verdict.name()).collect();
     assert_eq!(
-        verdicts,
+        verdicts(&calls),
         ["same", "same", "cannot_reproduce", "same"],
         "{calls:?}"
     );
-    let Verdict::CannotReproduce { why } = &calls[2].verdict else {
-        unreachable!()
-    };
+    let why = why_not(&calls[2]);
     assert!(
         why.contains("more than 1048576 bytes of HTTP responses"),
         "{why}"
@@ -532,15 +542,12 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
         .unwrap();
     store.release(&made.lease).await.unwrap();
     let (_, calls) = replayed(&store, &host, "other-body", &["fetch"]).await;
-    let verdicts: Vec<&str> = calls.iter().map(|c| c.verdict.name()).collect();
     assert_eq!(
-        verdicts,
+        verdicts(&calls),
         ["same", "same", "cannot_reproduce", "cannot_reproduce"],
         "{calls:?}"
     );
-    let Verdict::CannotReproduce { why } = &calls[3].verdict else {
-        unreachable!()
-    };
+    let why = why_not(&calls[3]);
     assert!(
         why.contains("sends a request whose body differs from its recorded call's (POST "),
         "{why}"
