@@ -14,11 +14,10 @@
 //!   client while it runs, are answered with one JSON body (the protocol
 //!   lets a server answer so rather than with an event stream);
 //! - such a call that reports what its client asked to hear (progress,
-//!   log records) holds its first notification up to 10 ms
-//!   ([`PROGRESS_GAP`], the gap within which reports merge anyway): ended
-//!   by then, it is answered with one event-stream body, its length known
-//!   (what it reported, then its result); still running then (or past a
-//!   second, with a progress token), it goes on in a task of its own and
+//!   log records) holds its notifications for its first second (when the
+//!   once-a-second report is due): ended by then, it is answered with one
+//!   event-stream body, its length known (what it reported, then its
+//!   result); still running then, it goes on in a task of its own and
 //!   answers with an event stream that carries its reports as they come,
 //!   then its result;
 //! - a call whose client hangs up still runs to its end and commits; it
@@ -44,7 +43,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -64,8 +63,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
-use super::relay::{PROGRESS_GAP, Relay};
-use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text};
+use super::relay::Relay;
+use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text, lock};
 use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
 
@@ -564,10 +563,9 @@ impl Sessions {
     /// Runs call `request` of session `id` in this request's task,
     /// answered with one JSON body. One that reports something its client
     /// asked to hear (progress, with a progress token; log records, at the
-    /// session's level) and ends within [`PROGRESS_GAP`] of its first
-    /// notification is answered with one event-stream body; one that runs
-    /// on, or past [`PROGRESS_EVERY`] with a progress token, goes on in a
-    /// task of its own and answers with an event stream: what it reports
+    /// session's level) and ends within [`PROGRESS_EVERY`] is answered
+    /// with one event-stream body; one that runs on goes on in a task of
+    /// its own and answers with an event stream: what it reports
     /// ([`Relay`]), then its result.
     async fn call(
         &self,
@@ -610,12 +608,12 @@ impl Sessions {
         };
         let second = tokio::time::sleep(PROGRESS_EVERY);
         let mut second = std::pin::pin!(second);
-        // What the call reports is held for up to PROGRESS_GAP after its
-        // first notification: a call that ends by then is answered whole,
-        // its notifications and result in one body; one that runs on
-        // streams them.
+        // What the call reports in its first second is held: a call that
+        // ends by then is answered whole, its notifications and result in
+        // one body; one that runs on streams them. (No shorter timer: one
+        // earlier than any the runtime has wakes its parked timer thread,
+        // which costs a short call more than its notifications.)
         let mut held: Vec<ServerNotification> = Vec::new();
-        let mut until: Option<tokio::time::Instant> = None;
         let first = loop {
             tokio::select! {
                 biased;
@@ -631,17 +629,8 @@ impl Sessions {
                     messages.push(*answer(result));
                     return Answer::Ended(messages);
                 }
-                Some(happened) = relay.next() => {
-                    // Those that wait with it too, in one turn.
-                    let mut notes = relay.relay(happened);
-                    notes.extend(relay.relay_waiting());
-                    if !notes.is_empty() {
-                        held.extend(notes);
-                        until.get_or_insert_with(|| tokio::time::Instant::now() + PROGRESS_GAP);
-                    }
-                }
-                () = sleep_until(until), if until.is_some() => break held,
-                () = &mut second, if relay.has_token() => {
+                notes = relay.ready() => held.extend(notes),
+                () = &mut second => {
                     held.extend(relay.tick());
                     break held;
                 }
@@ -750,18 +739,6 @@ impl Drop for OpenStream {
         ended(&self.known, &self.id, |known| {
             known.streams = known.streams.saturating_sub(1);
         });
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Sleeps until `at` (forever without one: its branch is off then).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -840,6 +840,14 @@ async fn watch(
     std::future::pending().await
 }
 
+/// `mutex`'s guard, even if a thread panicked holding it (what each lock
+/// of this module guards stays whole between statements).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Call `tool`'s progress report after `seconds` of running.
 fn progress(token: &ProgressToken, tool: &str, seconds: u32) -> ProgressNotificationParam {
     ProgressNotificationParam::new(token.clone(), f64::from(seconds))

@@ -6,28 +6,39 @@
 //! a "running" report each second.
 //!
 //! Progress reports closer together than [`PROGRESS_GAP`] are merged: the
-//! latest waits and goes out once the gap has passed, or before the
-//! result ([`Relay::flush`]). A report whose `done` reaches its `total`
-//! always goes out. Log records closer together than [`PROGRESS_GAP`] are
-//! merged too, none lost: their messages, one per line, in one
-//! notification at the highest of their levels. A call that logs or
-//! reports in a tight loop costs its client a few notifications, not one
-//! per record. Cost for a call whose client asked for nothing: the
-//! observer's check of an empty channel per event, and none when the tool
-//! reports nothing.
+//! latest waits and goes out with the next report past the gap, at the
+//! next second's tick ([`Relay::tick`]), or before the result
+//! ([`Relay::rest`]), whichever comes first. A report whose `done`
+//! reaches its `total` always goes out. Log records closer together than
+//! [`PROGRESS_GAP`] are merged the same way, none lost: their messages,
+//! one per line, in one notification at the highest of their levels. A
+//! call that logs or reports in a tight loop costs its client a few
+//! notifications, not one per record.
+//!
+//! The merging is done where the call reports, on the thread running it,
+//! under a lock no one else holds for long: a report merged away costs
+//! the lock, a clock read and a move, and wakes no task; only a
+//! notification due now wakes the relay ([`Relay::ready`]). No timer is
+//! set per notification: a timer earlier than any the runtime has wakes
+//! its parked timer thread, which cost a short call more than all of its
+//! merging (§18 of the benchmarks). Cost for a call whose client asked
+//! for nothing: no relay, and one check per event.
 
 // Logging is deprecated by SEP-2577 for later revisions; the 2025-06-18
 // and 2025-11-25 revisions this server speaks have it.
 #![allow(deprecated)]
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
     LoggingLevel, LoggingMessageNotificationParam, Notification, ProgressNotificationParam,
     ProgressToken, ServerNotification,
 };
+use tokio::sync::Notify;
 
+use super::lock;
 use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Sampler};
 
 /// The least time between two progress notifications of one call.
@@ -87,22 +98,48 @@ fn level_of(level: LogLevel) -> LoggingLevel {
 pub struct Relay {
     tool: String,
     token: Option<ProgressToken>,
-    threshold: Option<u8>,
-    /// When the last progress notification went out.
-    last: Option<Instant>,
+    /// Seconds the call has run, counted by [`Relay::tick`].
+    seconds: u32,
+    shared: Arc<Shared>,
+}
+
+/// What the call's observer and its relay share.
+#[derive(Debug)]
+struct Shared {
+    merge: Mutex<Merge>,
+    /// Told when [`Merge::ready`] stops being empty.
+    woken: Notify,
+}
+
+/// The notifications of a call as its events make them, merged.
+#[derive(Debug)]
+struct Merge {
+    tool: String,
+    token: Option<ProgressToken>,
+    /// Notifications due now, not yet taken by the relay.
+    ready: Vec<ServerNotification>,
+    /// Until when progress reports are merged: [`PROGRESS_GAP`] after
+    /// the last progress notification (none: the next goes out at once).
+    closed: Option<Instant>,
     /// A report merged away, to send once the gap has passed or before
     /// the result.
-    pending: Option<ProgressNotificationParam>,
-    /// When the last log notification went out.
-    last_log: Option<Instant>,
-    /// Records merged away: the highest level and the messages.
-    pending_logs: Option<(LoggingLevel, Vec<String>)>,
+    pending: Option<Report>,
+    /// Until when log records are merged, as `closed` for progress.
+    logs_closed: Option<Instant>,
+    /// Records merged away: the highest level and the messages, one per
+    /// line.
+    pending_logs: Option<(LoggingLevel, String)>,
     /// Whether the tool reported progress itself (then no "running"
     /// report is made up for it).
     reported: bool,
-    /// Seconds the call has run, counted by [`Relay::tick`].
-    seconds: u32,
-    events: tokio::sync::mpsc::UnboundedReceiver<CallEvent>,
+}
+
+/// A progress report as the tool made it.
+#[derive(Debug)]
+struct Report {
+    done: f64,
+    total: Option<f64>,
+    message: Option<String>,
 }
 
 impl Relay {
@@ -121,41 +158,54 @@ impl Relay {
         if token.is_none() && threshold.is_none() {
             return (None, CancelToken::watched(None, asker, sampler));
         }
-        let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            merge: Mutex::new(Merge {
+                tool: tool.to_owned(),
+                token: token.clone(),
+                ready: Vec::new(),
+                closed: None,
+                pending: None,
+                logs_closed: None,
+                pending_logs: None,
+                reported: false,
+            }),
+            woken: Notify::new(),
+        });
         let wanted_progress = token.is_some();
-        let observer = move |event: CallEvent| {
-            let wanted = match &event {
-                CallEvent::Log(record) => {
-                    threshold.is_some_and(|t| rank(level_of(record.level)) >= t)
+        let observer = {
+            let shared = Arc::clone(&shared);
+            move |event: CallEvent| {
+                let wanted = match &event {
+                    CallEvent::Log(record) => {
+                        threshold.is_some_and(|t| rank(level_of(record.level)) >= t)
+                    }
+                    CallEvent::Progress { .. } => wanted_progress,
+                };
+                if wanted {
+                    shared.take(event);
                 }
-                CallEvent::Progress { .. } => wanted_progress,
-            };
-            if wanted {
-                // The call's own bounds (log bytes, report count) bound
-                // what waits here.
-                let _ = sender.send(event);
             }
         };
         let cancel = CancelToken::watched(Some(Box::new(observer)), asker, sampler);
         let relay = Self {
             tool: tool.to_owned(),
             token,
-            threshold,
-            last: None,
-            pending: None,
-            last_log: None,
-            pending_logs: None,
-            reported: false,
             seconds: 0,
-            events,
+            shared,
         };
         (Some(relay), cancel)
     }
 
-    /// The next event of the call, once there is one (`None` once the
-    /// call and its token are gone).
-    pub async fn next(&mut self) -> Option<CallEvent> {
-        self.events.recv().await
+    /// The notifications due, once there are some (pending forever once
+    /// the call has ended and they were taken).
+    pub async fn ready(&self) -> Vec<ServerNotification> {
+        loop {
+            let notes = std::mem::take(&mut lock(&self.shared.merge).ready);
+            if !notes.is_empty() {
+                return notes;
+            }
+            self.shared.woken.notified().await;
+        }
     }
 
     /// Runs `work` (the call) to its end, sending what it reports
@@ -172,7 +222,6 @@ impl Relay {
         let every = super::PROGRESS_EVERY;
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
-            let due = self.due();
             let notes: Vec<ServerNotification> = tokio::select! {
                 biased;
                 output = &mut work => {
@@ -181,9 +230,8 @@ impl Relay {
                     }
                     return output;
                 }
-                Some(event) = self.events.recv() => self.relay(event),
-                () = sleep_until(due), if due.is_some() => self.flush_due(),
-                _ = tick.tick(), if self.has_token() => self.tick().into_iter().collect(),
+                notes = self.ready() => notes,
+                _ = tick.tick() => self.tick(),
             };
             for note in notes {
                 send(note).await;
@@ -191,138 +239,41 @@ impl Relay {
         }
     }
 
-    /// The notifications of the events waiting now (none waits after),
-    /// all taken as made now: the clock is read once for them.
-    pub fn relay_waiting(&mut self) -> Vec<ServerNotification> {
-        let mut notes = Vec::new();
-        let now = Instant::now();
-        while let Ok(event) = self.events.try_recv() {
-            notes.extend(self.relay_at(event, now));
-        }
+    /// What is left once the call has ended: the notifications due and
+    /// not taken, and what was merged away.
+    pub fn rest(&self) -> Vec<ServerNotification> {
+        let mut merge = lock(&self.shared.merge);
+        let mut notes = std::mem::take(&mut merge.ready);
+        notes.extend(merge.flush_logs());
+        notes.extend(merge.flush());
         notes
     }
 
-    /// What is left once the call has ended: the events it made that are
-    /// not sent yet, and what was merged away.
-    pub fn rest(&mut self) -> Vec<ServerNotification> {
-        let mut notes = self.relay_waiting();
-        notes.extend(self.flush_logs());
-        notes.extend(self.flush());
-        notes
+    /// The notifications `event`, made at `now`, makes (none, one, or
+    /// what was merged and this one), with any due before it: the
+    /// observer's work, at a time a test chooses.
+    #[cfg(test)]
+    fn relay_at(&self, event: CallEvent, now: Instant) -> Vec<ServerNotification> {
+        let mut merge = lock(&self.shared.merge);
+        merge.take(event, now);
+        std::mem::take(&mut merge.ready)
     }
 
-    /// When what waits (a merged report, merged records) may go out.
-    fn due(&self) -> Option<Instant> {
-        let progress = self
-            .pending
-            .as_ref()
-            .and(self.last)
-            .map(|at| at + PROGRESS_GAP);
-        let logs = self
-            .pending_logs
-            .as_ref()
-            .and(self.last_log)
-            .map(|at| at + PROGRESS_GAP);
-        match (progress, logs) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// What waited and may go out now.
-    fn flush_due(&mut self) -> Vec<ServerNotification> {
-        let now = Instant::now();
-        let mut notes = Vec::new();
-        if self.last_log.is_some_and(|at| now - at >= PROGRESS_GAP) {
-            notes.extend(self.flush_logs());
-        }
-        if self.last.is_some_and(|at| now - at >= PROGRESS_GAP)
-            && let Some(param) = self.pending.take()
-        {
-            self.last = Some(now);
-            notes.push(progress(param));
-        }
-        notes
-    }
-
-    /// The records merged away, as one notification.
-    fn flush_logs(&mut self) -> Option<ServerNotification> {
-        let (level, messages) = self.pending_logs.take()?;
-        self.last_log = Some(Instant::now());
-        Some(self.log_note(level, messages.join("\n")))
-    }
-
-    fn log_note(&self, level: LoggingLevel, message: String) -> ServerNotification {
-        let param = LoggingMessageNotificationParam::new(level, message.into())
-            .with_logger(self.tool.clone());
-        ServerNotification::LoggingMessageNotification(Notification::new(param))
-    }
-
-    /// The notifications `event` makes now (none, one, or a merged report
-    /// and this one).
-    pub fn relay(&mut self, event: CallEvent) -> Vec<ServerNotification> {
-        self.relay_at(event, Instant::now())
-    }
-
-    /// The notifications `event`, made at `now`, makes.
-    fn relay_at(&mut self, event: CallEvent, now: Instant) -> Vec<ServerNotification> {
-        match event {
-            CallEvent::Log(record) if self.threshold.is_some() => {
-                let level = level_of(record.level);
-                if self.last_log.is_some_and(|at| now - at < PROGRESS_GAP) {
-                    let (merged, messages) =
-                        self.pending_logs.get_or_insert_with(|| (level, Vec::new()));
-                    if rank(level) > rank(*merged) {
-                        *merged = level;
-                    }
-                    messages.push(record.message);
-                    return Vec::new();
-                }
-                let mut notes: Vec<ServerNotification> = self.flush_logs().into_iter().collect();
-                self.last_log = Some(now);
-                notes.push(self.log_note(level, record.message));
-                notes
-            }
-            CallEvent::Progress {
-                done,
-                total,
-                message,
-            } => {
-                let Some(token) = &self.token else {
-                    return Vec::new();
-                };
-                self.reported = true;
-                let mut param = ProgressNotificationParam::new(token.clone(), done);
-                param.total = total;
-                param.message = message;
-                let last = total.is_some_and(|t| done >= t);
-                if !last && self.last.is_some_and(|at| now - at < PROGRESS_GAP) {
-                    self.pending = Some(param);
-                    return Vec::new();
-                }
-                self.last = Some(now);
-                self.pending = None;
-                vec![progress(param)]
-            }
-            CallEvent::Log(_) => Vec::new(),
-        }
-    }
-
-    /// Another second of running: a "running" report when the tool
-    /// reports no progress of its own, or the report merged away (which
-    /// [`Relay::run`] sends once its gap has passed).
-    pub fn tick(&mut self) -> Option<ServerNotification> {
+    /// Another second of running: what was merged away and waits, and a
+    /// "running" report when the request carries a progress token and
+    /// the tool reports no progress of its own.
+    pub fn tick(&mut self) -> Vec<ServerNotification> {
         self.seconds += 1;
-        if self.reported {
-            return self.flush();
+        let mut merge = lock(&self.shared.merge);
+        let mut notes = std::mem::take(&mut merge.ready);
+        notes.extend(merge.flush_logs());
+        if merge.reported {
+            notes.extend(merge.flush());
+        } else if let Some(token) = &self.token {
+            let running = super::progress(token, &self.tool, self.seconds);
+            notes.push(progress(running));
         }
-        let token = self.token.clone()?;
-        Some(progress(super::progress(&token, &self.tool, self.seconds)))
-    }
-
-    /// The report merged away, if any: to send before the result.
-    pub fn flush(&mut self) -> Option<ServerNotification> {
-        self.pending.take().map(progress)
+        notes
     }
 
     /// Whether the request carries a progress token (the call is then
@@ -332,11 +283,93 @@ impl Relay {
     }
 }
 
-/// Sleeps until `due` (forever without one: its branch is off then).
-async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
+impl Shared {
+    /// Merges `event`, waking the relay when it makes a notification due.
+    fn take(&self, event: CallEvent) {
+        let mut merge = lock(&self.merge);
+        let idle = merge.ready.is_empty();
+        merge.take(event, Instant::now());
+        if idle && !merge.ready.is_empty() {
+            drop(merge);
+            self.woken.notify_one();
+        }
+    }
+}
+
+impl Merge {
+    /// Adds what `event`, made at `now`, makes due to [`Merge::ready`]:
+    /// nothing (merged in a gap), or what was merged and it (closing the
+    /// gap again).
+    fn take(&mut self, event: CallEvent, now: Instant) {
+        match event {
+            CallEvent::Log(record) => {
+                let level = level_of(record.level);
+                if self.logs_closed.is_some_and(|until| now < until) {
+                    match &mut self.pending_logs {
+                        Some((merged, messages)) => {
+                            if rank(level) > rank(*merged) {
+                                *merged = level;
+                            }
+                            messages.push('\n');
+                            messages.push_str(&record.message);
+                        }
+                        None => self.pending_logs = Some((level, record.message)),
+                    }
+                    return;
+                }
+                let merged = self.flush_logs();
+                self.ready.extend(merged);
+                self.logs_closed = Some(now + PROGRESS_GAP);
+                let note = self.log_note(level, record.message);
+                self.ready.push(note);
+            }
+            CallEvent::Progress {
+                done,
+                total,
+                message,
+            } => {
+                if self.token.is_none() {
+                    return;
+                }
+                self.reported = true;
+                let report = Report {
+                    done,
+                    total,
+                    message,
+                };
+                let last = total.is_some_and(|t| done >= t);
+                if !last && self.closed.is_some_and(|until| now < until) {
+                    self.pending = Some(report);
+                    return;
+                }
+                self.closed = Some(now + PROGRESS_GAP);
+                self.pending = Some(report);
+                let note = self.flush();
+                self.ready.extend(note);
+            }
+        }
+    }
+
+    /// The records merged away, as one notification.
+    fn flush_logs(&mut self) -> Option<ServerNotification> {
+        let (level, messages) = self.pending_logs.take()?;
+        Some(self.log_note(level, messages))
+    }
+
+    fn log_note(&self, level: LoggingLevel, message: String) -> ServerNotification {
+        let param = LoggingMessageNotificationParam::new(level, message.into())
+            .with_logger(self.tool.clone());
+        ServerNotification::LoggingMessageNotification(Notification::new(param))
+    }
+
+    /// The report merged away, if any, as a notification.
+    fn flush(&mut self) -> Option<ServerNotification> {
+        let report = self.pending.take()?;
+        let token = self.token.clone()?;
+        let mut param = ProgressNotificationParam::new(token, report.done);
+        param.total = report.total;
+        param.message = report.message;
+        Some(progress(param))
     }
 }
 
@@ -359,6 +392,7 @@ mod tests {
 
     #[test]
     fn nothing_is_relayed_that_the_client_did_not_ask_for() {
+        let t0 = Instant::now();
         let threshold = LogThreshold::new();
         assert!(Relay::new("t", None, &threshold, None, None).0.is_none());
         threshold.set(LoggingLevel::Warning);
@@ -369,40 +403,51 @@ mod tests {
         });
         // The observer drops what is below the threshold; a relay given it
         // anyway sends the record (its level was checked upstream).
-        assert_eq!(relay.relay(info).len(), 1);
+        assert_eq!(relay.relay_at(info, t0).len(), 1);
         assert!(
-            relay.relay(report(1.0, None)).is_empty(),
+            relay.relay_at(report(1.0, None), t0).is_empty(),
             "no progress token"
         );
-        assert!(relay.tick().is_none());
+        assert!(relay.tick().is_empty(), "no progress token");
     }
 
     #[test]
     fn close_reports_merge_and_the_last_one_always_goes_out() {
+        let t0 = Instant::now();
         let threshold = LogThreshold::new();
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
         let mut relay = Relay::new("t", Some(token), &threshold, None, None)
             .0
             .unwrap();
-        assert_eq!(relay.relay(report(0.0, Some(100.0))).len(), 1);
-        assert!(relay.relay(report(50.0, Some(100.0))).is_empty(), "merged");
-        assert!(relay.relay(report(60.0, Some(100.0))).is_empty(), "merged");
-        assert_eq!(relay.relay(report(100.0, Some(100.0))).len(), 1, "the last");
+        assert_eq!(relay.relay_at(report(0.0, Some(100.0)), t0).len(), 1);
         assert!(
-            relay.flush().is_none(),
-            "the final one replaced what waited"
+            relay.relay_at(report(50.0, Some(100.0)), t0).is_empty(),
+            "merged"
         );
-        assert!(relay.relay(report(101.0, None)).is_empty(), "merged");
-        assert!(relay.tick().is_some(), "the merged one, at the next tick");
-        assert!(relay.flush().is_none());
         assert!(
-            relay.tick().is_none(),
+            relay.relay_at(report(60.0, Some(100.0)), t0).is_empty(),
+            "merged"
+        );
+        assert_eq!(
+            relay.relay_at(report(100.0, Some(100.0)), t0).len(),
+            1,
+            "the last"
+        );
+        assert!(
+            relay.relay_at(report(101.0, None), t0).is_empty(),
+            "merged: the last closed the gap again"
+        );
+        assert_eq!(relay.tick().len(), 1, "the merged one, at the next tick");
+        assert!(relay.rest().is_empty(), "nothing left waiting");
+        assert!(
+            relay.tick().is_empty(),
             "no made-up report once the tool reports"
         );
     }
 
     #[test]
     fn close_records_merge_into_one_note_at_their_highest_level() {
+        let t0 = Instant::now();
         let threshold = LogThreshold::new();
         threshold.set(LoggingLevel::Debug);
         let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
@@ -412,19 +457,111 @@ mod tests {
                 message: message.into(),
             })
         };
-        assert_eq!(relay.relay(log(LogLevel::Info, "one")).len(), 1);
-        assert!(relay.relay(log(LogLevel::Warn, "two")).is_empty(), "merged");
+        assert_eq!(relay.relay_at(log(LogLevel::Info, "one"), t0).len(), 1);
         assert!(
-            relay.relay(log(LogLevel::Debug, "three")).is_empty(),
+            relay.relay_at(log(LogLevel::Warn, "two"), t0).is_empty(),
             "merged"
         );
-        assert!(relay.due().is_some());
+        assert!(
+            relay.relay_at(log(LogLevel::Debug, "three"), t0).is_empty(),
+            "merged"
+        );
+        let merged = |notes: Vec<ServerNotification>| {
+            let [ServerNotification::LoggingMessageNotification(note)] = notes.as_slice() else {
+                panic!("{notes:?}");
+            };
+            (note.params.level, note.params.data.clone())
+        };
+        assert_eq!(
+            merged(relay.tick()),
+            (LoggingLevel::Warning, serde_json::json!("two\nthree")),
+            "what waited, at the next tick"
+        );
+        assert!(
+            relay.relay_at(log(LogLevel::Info, "four"), t0).is_empty(),
+            "merged"
+        );
+        assert_eq!(
+            merged(relay.rest()),
+            (LoggingLevel::Info, serde_json::json!("four")),
+            "what waited, before the result"
+        );
+        assert!(relay.rest().is_empty());
+        assert!(
+            relay.relay_at(log(LogLevel::Info, "five"), t0).is_empty(),
+            "merged"
+        );
+        let past = relay.relay_at(log(LogLevel::Error, "six"), t0 + PROGRESS_GAP);
+        assert_eq!(past.len(), 2, "past the gap: what waited, then this one");
+        assert_eq!(merged(past[1..].to_vec()).1, serde_json::json!("six"));
+    }
+
+    #[test]
+    fn only_a_notification_due_wakes_the_relay() {
+        use futures::FutureExt as _;
+        let threshold = LogThreshold::new();
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        let (relay, cancel) = Relay::new("t", Some(token), &threshold, None, None);
+        let relay = relay.unwrap();
+        assert!(relay.ready().now_or_never().is_none(), "nothing reported");
+        let started = Instant::now();
+        cancel.report(report(0.0, Some(100.0)));
+        let first = relay
+            .ready()
+            .now_or_never()
+            .expect("the first report is due");
+        assert_eq!(first.len(), 1);
+        cancel.report(report(50.0, Some(100.0)));
+        cancel.report(report(60.0, Some(100.0)));
+        // (Past the gap, as on a machine stalled that long, the last of
+        // them would be due.)
+        if started.elapsed() < PROGRESS_GAP {
+            assert!(
+                relay.ready().now_or_never().is_none(),
+                "merged reports wait for their gap"
+            );
+        }
         let rest = relay.rest();
-        let [ServerNotification::LoggingMessageNotification(note)] = rest.as_slice() else {
+        let [ServerNotification::ProgressNotification(last)] = rest.as_slice() else {
             panic!("{rest:?}");
         };
-        assert_eq!(note.params.level, LoggingLevel::Warning);
-        assert_eq!(note.params.data, serde_json::json!("two\nthree"));
-        assert!(relay.due().is_none());
+        assert_eq!(last.params.progress, 60.0, "the latest merged report");
+        cancel.report(report(100.0, Some(100.0)));
+        assert_eq!(
+            relay.ready().now_or_never().map(|notes| notes.len()),
+            Some(1),
+            "a report that reaches its total goes out at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_gap_opens_again_once_it_has_passed() {
+        use std::sync::atomic::AtomicUsize;
+        let threshold = LogThreshold::new();
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        let (relay, cancel) = Relay::new("t", Some(token), &threshold, None, None);
+        let mut relay = relay.unwrap();
+        let sent = AtomicUsize::new(0);
+        let work = async {
+            cancel.report(report(1.0, None));
+            // At least the gap: the relay's timer opens it meanwhile.
+            tokio::time::sleep(PROGRESS_GAP * 3).await;
+            cancel.report(report(2.0, None));
+            // The second report goes out at once (the relay, woken by
+            // it, sends it when the call next yields), not at a timer.
+            for _ in 0..2 {
+                if sent.load(Ordering::SeqCst) == 2 {
+                    return true;
+                }
+                tokio::task::yield_now().await;
+            }
+            false
+        };
+        let send = |_| {
+            sent.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(())
+        };
+        assert!(relay.run(work, send).await, "the second report waited");
+        assert_eq!(sent.load(Ordering::SeqCst), 2, "nothing was left to send");
     }
 }

@@ -34,6 +34,7 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::lock;
 use crate::sandbox::{Asker, CancelToken, Sampler};
 use crate::spec::{Answer, Asked, SampleReply, SampleRequest};
 
@@ -304,12 +305,6 @@ impl Round {
             Some(seal(&state, &self.key)),
         ))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `state` as JSON and its HMAC, both base64url (empty without a key:

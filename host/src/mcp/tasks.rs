@@ -32,7 +32,7 @@
 //! [`TaskSettings::ttl`] after it started.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask, JsonObject, Task,
@@ -43,7 +43,7 @@ use rmcp::{ErrorData, RoleServer};
 use tokio::sync::oneshot;
 
 use super::auth::Caller;
-use super::{McpServer, call_key, caller_of, error_result, tool_result};
+use super::{McpServer, call_key, caller_of, error_result, lock, tool_result};
 use crate::agent::KeyedCall;
 use crate::journal::{CallStatus, StoreError, now_ms};
 use crate::policy::TaskSettings;
@@ -470,10 +470,6 @@ fn iso(ms: u64) -> String {
 
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
