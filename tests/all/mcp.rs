@@ -1954,13 +1954,7 @@ async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
         "text/event-stream"
     );
     let body = answer.text().await.unwrap();
-    let messages: Vec<Value> = body
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(str::trim)
-        .filter(|data| !data.is_empty())
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect();
+    let messages = events(&body);
     let (last, notes) = messages.split_last().unwrap();
     assert_eq!(last["id"], 3, "{body}");
     assert_eq!(last["result"]["structuredContent"], json!({"reported": 20}));
@@ -1977,6 +1971,62 @@ async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
         .collect();
     assert!(!progress.is_empty() && progress.len() <= 20, "{body}");
     assert_eq!(progress.last().unwrap()["params"]["progress"], 20.0);
+}
+
+/// The JSON-RPC messages of an event-stream body, in order.
+fn events(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| !data.is_empty())
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+/// A told call that runs on past the 10 ms its first notification is
+/// held (the example's progress tool pauses 50 ms between reports) is
+/// streamed over HTTP, its reports sent as it makes them: no length
+/// known up front, unlike the one body of a call that ends sooner. Each
+/// report arrives, in order, before the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_told_call_that_runs_on_streams_its_reports_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("told.db");
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {:?}\n", guest("everything")),
+    )
+    .unwrap();
+    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let client = RawHttp::initialized(&server.url).await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": "p"}}});
+    let answer = client.post(call).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        answer.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    assert!(
+        answer.headers().get("content-length").is_none(),
+        "streamed, not held to the end: {:?}",
+        answer.headers()
+    );
+    let body = answer.text().await.unwrap();
+    let messages = events(&body);
+    let (last, notes) = messages.split_last().unwrap();
+    assert_eq!(last["id"], 3, "{body}");
+    let progress: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| &n["params"]["progress"])
+        .collect();
+    assert_eq!(
+        progress,
+        [&json!(0.0), &json!(50.0), &json!(100.0)],
+        "{body}"
+    );
 }
 
 /// A POST that names no MCP session and is neither an `initialize` nor a

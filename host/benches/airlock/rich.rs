@@ -98,8 +98,9 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         out,
         "A told call's client heard {progress} progress and {messages} log notifications: reports \
          closer than 10 ms apart are merged (the last progress report always sent; merged log \
-         records one per line in one notification, none lost). A call that ends within its first \
-         second is answered with one event-stream body (its notifications, then its result). \
+         records one per line in one notification, none lost). A call that ends within 10 ms of \
+         its first notification is answered with one event-stream body (its notifications, then \
+         its result). \
          What the told call pays beyond the untold one is the merging, done where the tool \
          reports (a lock, a clock read and a copy of each log record), and a larger answer; it \
          sets no timer and wakes no other thread (the two calls make the same system calls).\n"

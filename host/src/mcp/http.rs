@@ -14,9 +14,10 @@
 //!   client while it runs, are answered with one JSON body (the protocol
 //!   lets a server answer so rather than with an event stream);
 //! - such a call that reports what its client asked to hear (progress,
-//!   log records) holds its notifications for its first second (when the
-//!   once-a-second report is due): ended by then, it is answered with one
-//!   event-stream body, its length known (what it reported, then its
+//!   log records) holds its first notification 10 ms ([`PROGRESS_GAP`],
+//!   the gap within which reports merge anyway; seen when the call's task
+//!   next runs, and at most a second): ended by then, it is answered with
+//!   one event-stream body, its length known (what it reported, then its
 //!   result); still running then, it goes on in a task of its own and
 //!   answers with an event stream that carries its reports as they come,
 //!   then its result;
@@ -63,7 +64,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
-use super::relay::Relay;
+use super::relay::{PROGRESS_GAP, Relay};
 use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text, lock};
 use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
@@ -563,10 +564,10 @@ impl Sessions {
     /// Runs call `request` of session `id` in this request's task,
     /// answered with one JSON body. One that reports something its client
     /// asked to hear (progress, with a progress token; log records, at the
-    /// session's level) and ends within [`PROGRESS_EVERY`] is answered
-    /// with one event-stream body; one that runs on goes on in a task of
-    /// its own and answers with an event stream: what it reports
-    /// ([`Relay`]), then its result.
+    /// session's level) and ends within [`PROGRESS_GAP`] of its first
+    /// notification is answered with one event-stream body; one that runs
+    /// on goes on in a task of its own and answers with an event stream:
+    /// what it reports ([`Relay`]), then its result.
     async fn call(
         &self,
         id: &SessionId,
@@ -608,13 +609,24 @@ impl Sessions {
         };
         let second = tokio::time::sleep(PROGRESS_EVERY);
         let mut second = std::pin::pin!(second);
-        // What the call reports in its first second is held: a call that
-        // ends by then is answered whole, its notifications and result in
-        // one body; one that runs on streams them. (No shorter timer: one
-        // earlier than any the runtime has wakes its parked timer thread,
-        // which costs a short call more than its notifications.)
+        // What the call reports is held for PROGRESS_GAP after its first
+        // notification, as seen the first time this task runs after it (the
+        // call reports again, its wasm yields, a read it waits for is done),
+        // and at most until its first second: a call that ends by then is
+        // answered whole, its notifications and result in one body; one
+        // that runs on streams them. No timer is set for the gap: one
+        // earlier than any the runtime has wakes the worker parked on its
+        // timer driver, which costs a short call more than its notes.
         let mut held: Vec<ServerNotification> = Vec::new();
+        let mut since: Option<std::time::Instant> = None;
         let first = loop {
+            let past_gap = std::future::poll_fn(|_| {
+                if since.is_some_and(|at| at.elapsed() >= PROGRESS_GAP) {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            });
             tokio::select! {
                 biased;
                 result = &mut work => {
@@ -629,7 +641,11 @@ impl Sessions {
                     messages.push(*answer(result));
                     return Answer::Ended(messages);
                 }
-                notes = relay.ready() => held.extend(notes),
+                notes = relay.ready() => {
+                    held.extend(notes);
+                    since.get_or_insert_with(std::time::Instant::now);
+                }
+                () = past_gap => break held,
                 () = &mut second => {
                     held.extend(relay.tick());
                     break held;

@@ -6,23 +6,24 @@
 //! a "running" report each second.
 //!
 //! Progress reports closer together than [`PROGRESS_GAP`] are merged: the
-//! latest waits and goes out with the next report past the gap, at the
-//! next second's tick ([`Relay::tick`]), or before the result
-//! ([`Relay::rest`]), whichever comes first. A report whose `done`
-//! reaches its `total` always goes out. Log records closer together than
-//! [`PROGRESS_GAP`] are merged the same way, none lost: their messages,
-//! one per line, in one notification at the highest of their levels. A
-//! call that logs or reports in a tight loop costs its client a few
-//! notifications, not one per record.
+//! latest waits and goes out once the gap has passed, the first time the
+//! call's task runs after it (the call reports again, its wasm yields, a
+//! read it waits for is done), at the latest at the next second's tick
+//! ([`Relay::tick`]), and always before the result ([`Relay::rest`]). A
+//! report whose `done` reaches its `total` always goes out. Log records
+//! closer together than [`PROGRESS_GAP`] are merged the same way, none
+//! lost: their messages, one per line, in one notification at the
+//! highest of their levels. A call that logs or reports in a tight loop
+//! costs its client a few notifications, not one per record.
 //!
 //! The merging is done where the call reports, on the thread running it,
 //! under a lock no one else holds for long: a report merged away costs
 //! the lock, a clock read and a move, and wakes no task; only a
 //! notification due now wakes the relay ([`Relay::ready`]). No timer is
 //! set per notification: a timer earlier than any the runtime has wakes
-//! its parked timer thread, which cost a short call more than all of its
-//! merging (§18 of the benchmarks). Cost for a call whose client asked
-//! for nothing: no relay, and one check per event.
+//! the worker parked on its timer driver, which cost a short call more
+//! than all of its merging (§18 of the benchmarks). Cost for a call whose
+//! client asked for nothing: no relay, and one check per event.
 
 // Logging is deprecated by SEP-2577 for later revisions; the 2025-06-18
 // and 2025-11-25 revisions this server speaks have it.
@@ -30,13 +31,14 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use futures::task::AtomicWaker;
 use rmcp::model::{
     LoggingLevel, LoggingMessageNotificationParam, Notification, ProgressNotificationParam,
     ProgressToken, ServerNotification,
 };
-use tokio::sync::Notify;
 
 use super::lock;
 use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Sampler};
@@ -107,8 +109,8 @@ pub struct Relay {
 #[derive(Debug)]
 struct Shared {
     merge: Mutex<Merge>,
-    /// Told when [`Merge::ready`] stops being empty.
-    woken: Notify,
+    /// The relay's task, woken when [`Merge::ready`] stops being empty.
+    waker: AtomicWaker,
 }
 
 /// The notifications of a call as its events make them, merged.
@@ -169,7 +171,7 @@ impl Relay {
                 pending_logs: None,
                 reported: false,
             }),
-            woken: Notify::new(),
+            waker: AtomicWaker::new(),
         });
         let wanted_progress = token.is_some();
         let observer = {
@@ -196,16 +198,26 @@ impl Relay {
         (Some(relay), cancel)
     }
 
-    /// The notifications due, once there are some (pending forever once
-    /// the call has ended and they were taken).
+    /// The notifications due, once there are some: those the call made
+    /// due, and what was merged and whose gap has passed by a time this
+    /// is polled (pending forever once the call has ended and they were
+    /// taken).
     pub async fn ready(&self) -> Vec<ServerNotification> {
-        loop {
-            let notes = std::mem::take(&mut lock(&self.shared.merge).ready);
-            if !notes.is_empty() {
-                return notes;
+        std::future::poll_fn(|cx| {
+            // Registered before looking: a note made due meanwhile wakes.
+            self.shared.waker.register(cx.waker());
+            let mut merge = lock(&self.shared.merge);
+            let mut notes = std::mem::take(&mut merge.ready);
+            if merge.pending.is_some() || merge.pending_logs.is_some() {
+                merge.flush_past(Instant::now(), &mut notes);
             }
-            self.shared.woken.notified().await;
-        }
+            if notes.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(notes)
+            }
+        })
+        .await
     }
 
     /// Runs `work` (the call) to its end, sending what it reports
@@ -291,7 +303,7 @@ impl Shared {
         merge.take(event, Instant::now());
         if idle && !merge.ready.is_empty() {
             drop(merge);
-            self.woken.notify_one();
+            self.waker.wake();
         }
     }
 }
@@ -347,6 +359,19 @@ impl Merge {
                 let note = self.flush();
                 self.ready.extend(note);
             }
+        }
+    }
+
+    /// Adds to `notes` what was merged and whose gap has passed at `now`
+    /// (closing the gap again).
+    fn flush_past(&mut self, now: Instant, notes: &mut Vec<ServerNotification>) {
+        if self.pending_logs.is_some() && self.logs_closed.is_none_or(|until| until <= now) {
+            notes.extend(self.flush_logs());
+            self.logs_closed = Some(now + PROGRESS_GAP);
+        }
+        if self.pending.is_some() && self.closed.is_none_or(|until| until <= now) {
+            notes.extend(self.flush());
+            self.closed = Some(now + PROGRESS_GAP);
         }
     }
 
@@ -521,11 +546,18 @@ mod tests {
                 "merged reports wait for their gap"
             );
         }
-        let rest = relay.rest();
-        let [ServerNotification::ProgressNotification(last)] = rest.as_slice() else {
-            panic!("{rest:?}");
+        // Once the gap has passed, the merged report goes out the next
+        // time the relay is polled, with no report after it.
+        std::thread::sleep(PROGRESS_GAP);
+        let past = relay
+            .ready()
+            .now_or_never()
+            .expect("the merged report is due once its gap has passed");
+        let [ServerNotification::ProgressNotification(last)] = past.as_slice() else {
+            panic!("{past:?}");
         };
         assert_eq!(last.params.progress, 60.0, "the latest merged report");
+        assert!(relay.rest().is_empty(), "nothing waits after it");
         cancel.report(report(100.0, Some(100.0)));
         assert_eq!(
             relay.ready().now_or_never().map(|notes| notes.len()),
