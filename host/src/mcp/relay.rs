@@ -287,12 +287,6 @@ impl Relay {
         }
         notes
     }
-
-    /// Whether the request carries a progress token (the call is then
-    /// worth a running report each second).
-    pub fn has_token(&self) -> bool {
-        self.token.is_some()
-    }
 }
 
 impl Shared {
