@@ -1925,14 +1925,7 @@ async fn a_2026_client_answers_a_tools_questions_in_rounds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("told.db");
-    let policy = dir.path().join("airlock.toml");
-    std::fs::write(
-        &policy,
-        format!("[[tool]]\npath = {:?}\n", guest("everything")),
-    )
-    .unwrap();
-    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let server = serve_everything_http(dir.path());
     let client = RawHttp::initialized(&server.url).await;
     let level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
         "params": {"level": "info"}});
@@ -1973,6 +1966,19 @@ async fn a_told_calls_reports_all_arrive_before_its_result_over_http() {
     assert_eq!(progress.last().unwrap()["params"]["progress"], 20.0);
 }
 
+/// `airlock mcp --transport http` serving the `everything` example, its
+/// policy and store in `dir`.
+fn serve_everything_http(dir: &Path) -> HttpServer {
+    let policy = dir.join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {:?}\n", guest("everything")),
+    )
+    .unwrap();
+    let db = dir.join("told.db");
+    serve_http(policy.to_str().unwrap(), db.to_str().unwrap())
+}
+
 /// The JSON-RPC messages of an event-stream body, in order.
 fn events(body: &str) -> Vec<Value> {
     body.lines()
@@ -1991,14 +1997,7 @@ fn events(body: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_told_call_that_runs_on_streams_its_reports_over_http() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("told.db");
-    let policy = dir.path().join("airlock.toml");
-    std::fs::write(
-        &policy,
-        format!("[[tool]]\npath = {:?}\n", guest("everything")),
-    )
-    .unwrap();
-    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let server = serve_everything_http(dir.path());
     let client = RawHttp::initialized(&server.url).await;
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": "p"}}});
