@@ -98,8 +98,6 @@ fn level_of(level: LogLevel) -> LoggingLevel {
 /// A call's events on their way to its client.
 #[derive(Debug)]
 pub struct Relay {
-    tool: String,
-    token: Option<ProgressToken>,
     /// Seconds the call has run, counted by [`Relay::tick`].
     seconds: u32,
     shared: Arc<Shared>,
@@ -160,10 +158,11 @@ impl Relay {
         if token.is_none() && threshold.is_none() {
             return (None, CancelToken::watched(None, asker, sampler));
         }
+        let wanted_progress = token.is_some();
         let shared = Arc::new(Shared {
             merge: Mutex::new(Merge {
                 tool: tool.to_owned(),
-                token: token.clone(),
+                token,
                 ready: Vec::new(),
                 closed: None,
                 pending: None,
@@ -173,7 +172,6 @@ impl Relay {
             }),
             waker: AtomicWaker::new(),
         });
-        let wanted_progress = token.is_some();
         let observer = {
             let shared = Arc::clone(&shared);
             move |event: CallEvent| {
@@ -189,12 +187,7 @@ impl Relay {
             }
         };
         let cancel = CancelToken::watched(Some(Box::new(observer)), asker, sampler);
-        let relay = Self {
-            tool: tool.to_owned(),
-            token,
-            seconds: 0,
-            shared,
-        };
+        let relay = Self { seconds: 0, shared };
         (Some(relay), cancel)
     }
 
@@ -281,8 +274,8 @@ impl Relay {
         notes.extend(merge.flush_logs());
         if merge.reported {
             notes.extend(merge.flush());
-        } else if let Some(token) = &self.token {
-            let running = super::progress(token, &self.tool, self.seconds);
+        } else if let Some(token) = &merge.token {
+            let running = super::progress(token, &merge.tool, self.seconds);
             notes.push(progress(running));
         }
         notes
