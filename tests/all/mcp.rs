@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::support::mcp::{
     Client, HttpServer, RawHttp, Watching, call_with, connect, connect_2026, connect_noting,
-    connect_with, deps, discovering, http_client, policy, policy_spinning, serve_http,
+    connect_with, deps, discovering, events, http_client, policy, policy_spinning, serve_http,
     serve_http_with, wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
@@ -1977,16 +1977,6 @@ fn serve_everything_http(dir: &Path) -> HttpServer {
     .unwrap();
     let db = dir.join("told.db");
     serve_http(policy.to_str().unwrap(), db.to_str().unwrap())
-}
-
-/// The JSON-RPC messages of an event-stream body, in order.
-fn events(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(str::trim)
-        .filter(|data| !data.is_empty())
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
 }
 
 /// A told call that runs on past the 10 ms its first notification is

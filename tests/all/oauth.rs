@@ -33,15 +33,12 @@ fn call(id: u64, tool: &str, arguments: Value, meta: Value) -> Value {
 /// of its stream.
 async fn message(response: reqwest::Response) -> Value {
     let text = response.text().await.unwrap();
-    let json = if text.trim_start().starts_with('{') {
-        text.as_str()
-    } else {
-        text.lines()
-            .rev()
-            .find_map(|l| l.strip_prefix("data:"))
-            .unwrap_or_else(|| panic!("no message in {text:?}"))
-    };
-    serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    }
+    crate::support::mcp::events(&text)
+        .pop()
+        .unwrap_or_else(|| panic!("no message in {text:?}"))
 }
 
 /// The structured result of a successful call, or the text of a failed

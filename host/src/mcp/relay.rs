@@ -119,7 +119,8 @@ struct Merge {
     /// Notifications due now, not yet taken by the relay.
     ready: Vec<ServerNotification>,
     /// Until when progress reports are merged: [`PROGRESS_GAP`] after
-    /// the last progress notification (none: the next goes out at once).
+    /// the last progress notification (none: the tool has reported no
+    /// progress yet, and a "running" report is made up for it).
     closed: Option<Instant>,
     /// A report merged away, to send once the gap has passed or before
     /// the result.
@@ -129,9 +130,6 @@ struct Merge {
     /// Records merged away: the highest level and the messages, one per
     /// line.
     pending_logs: Option<(LoggingLevel, String)>,
-    /// Whether the tool reported progress itself (then no "running"
-    /// report is made up for it).
-    reported: bool,
 }
 
 /// A progress report as the tool made it.
@@ -168,7 +166,6 @@ impl Relay {
                 pending: None,
                 logs_closed: None,
                 pending_logs: None,
-                reported: false,
             }),
             waker: AtomicWaker::new(),
         });
@@ -272,7 +269,7 @@ impl Relay {
         let mut merge = lock(&self.shared.merge);
         let mut notes = std::mem::take(&mut merge.ready);
         notes.extend(merge.flush_logs());
-        if merge.reported {
+        if merge.closed.is_some() {
             notes.extend(merge.flush());
         } else if let Some(token) = &merge.token {
             let running = super::progress(token, &merge.tool, self.seconds);
@@ -330,7 +327,6 @@ impl Merge {
                 if self.token.is_none() {
                     return;
                 }
-                self.reported = true;
                 let report = Report {
                     done,
                     total,

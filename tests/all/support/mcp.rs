@@ -380,3 +380,13 @@ impl RawHttp {
         request.body(message.to_string()).send()
     }
 }
+
+/// The JSON-RPC messages of an event-stream body, in order.
+pub fn events(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| !data.is_empty())
+        .map(|data| serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}")))
+        .collect()
+}
