@@ -20,10 +20,18 @@ use crate::support::mcp::{deps, discovering};
 use crate::support::{airlock_command, guest};
 
 /// A client of the 2026-07-28 revision that declares the tasks extension
-/// (or not).
+/// (or not), and that it can ask its user and its model (or not).
 #[derive(Debug, Clone, Copy)]
 struct TaskClient {
     tasks: bool,
+    answers: bool,
+}
+
+impl TaskClient {
+    const TASKS: Self = Self {
+        tasks: true,
+        answers: false,
+    };
 }
 
 impl rmcp::ClientHandler for TaskClient {
@@ -31,6 +39,10 @@ impl rmcp::ClientHandler for TaskClient {
         let mut config = rmcp::model::ClientConfig::default();
         if self.tasks {
             config.capabilities = ClientCapabilities::builder().enable_tasks().build();
+        }
+        if self.answers {
+            config.capabilities.elicitation = Some(Default::default());
+            config.capabilities.sampling = Some(Default::default());
         }
         config
     }
@@ -132,7 +144,7 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
     .unwrap();
     let (policy, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
     let args = ["--config", policy, "--store", db, "--session", "desk"];
-    let (client, pid) = start(TaskClient { tasks: true }, &args).await;
+    let (client, pid) = start(TaskClient::TASKS, &args).await;
 
     // A call that ends: its task completes with the call's result.
     let counted = task_of(&client, "increment", json!({"name": "visits"})).await;
@@ -164,7 +176,7 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
     // Started again on the same store: the finished task still answers
     // with its result; the one the kill interrupted failed, and none of it
     // was applied.
-    let (client, _) = start(TaskClient { tasks: true }, &args).await;
+    let (client, _) = start(TaskClient::TASKS, &args).await;
     let task = get(&client, &counted).await;
     assert_eq!(
         result_of(&task)["structuredContent"],
@@ -215,13 +227,20 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
         "--user",
         "bob",
     ];
-    let (client, _) = start(TaskClient { tasks: true }, &bob).await;
+    let (client, _) = start(TaskClient::TASKS, &bob).await;
     let why = refused(client.get_task(GetTaskParams::new(&counted)).await);
     assert!(why.contains("unknown task"), "{why}");
     client.cancel().await.unwrap();
 
     // A client that does not declare tasks gets results, as before.
-    let (client, _) = start(TaskClient { tasks: false }, &args).await;
+    let (client, _) = start(
+        TaskClient {
+            tasks: false,
+            answers: false,
+        },
+        &args,
+    )
+    .await;
     let result = client
         .call_tool(
             CallToolRequestParams::new("increment")
@@ -240,7 +259,7 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
 /// request stands alone) that declares tasks.
 async fn over_http(url: &str) -> Client {
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
-    TaskClient { tasks: true }
+    TaskClient::TASKS
         .serve_with_lifecycle(transport, discovering())
         .await
         .expect("discover over HTTP")
@@ -310,5 +329,141 @@ async fn tasks_over_stateless_http_are_found_through_the_store() {
         counted.structured_content,
         Some(json!({"counter": "n", "value": 1}))
     );
+    client.cancel().await.unwrap();
+}
+
+/// Task `id` once it waits on a question: the questions, by key.
+async fn waiting(client: &Client, id: &str) -> rmcp::model::InputRequests {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = get(client, id).await;
+        if let TaskPayload::InputRequired { input_requests } = task.task.payload {
+            assert_eq!(task.task.task.status, TaskStatus::InputRequired);
+            return input_requests;
+        }
+        assert!(
+            !task.task.status().is_terminal() && Instant::now() < deadline,
+            "task {id} never asked: {task:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The method and params of a waiting question, as JSON.
+fn question(requests: &rmcp::model::InputRequests, key: &str) -> Value {
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    serde_json::to_value(&requests[key]).unwrap()
+}
+
+/// A tool that asks becomes a task at its first question, whatever the
+/// server's wait: the task is `input_required` with the question until
+/// `tasks/update` answers it, then the next; the answers reach the tool,
+/// and its result and ops are the task's. An update that names no waiting
+/// question is refused and answers nothing; a task cancelled while it
+/// waits ends `cancelled` with deps unchanged, and the next call is
+/// served. A client that cannot ask its user gets the tool's own answer
+/// to that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waits_for_its_clients_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
+             [[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
+            guest("everything"),
+        ),
+    )
+    .unwrap();
+    let (policy, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
+    let args = ["--config", policy, "--store", db, "--session", "desk"];
+    let answering = TaskClient {
+        tasks: true,
+        answers: true,
+    };
+    let (client, _) = start(answering, &args).await;
+
+    let greeting = task_of(&client, "greet", json!({})).await;
+    let asked = waiting(&client, &greeting).await;
+    let person = question(&asked, "person-1");
+    assert_eq!(person["method"], "elicitation/create", "{person}");
+    assert_eq!(person["params"]["message"], "Whom shall I greet?");
+    // A key that names no waiting question: refused, nothing answered.
+    let wrong = [("model-1".to_owned(), json!({"action": "accept"}))].into();
+    let why = refused(
+        client
+            .update_task(UpdateTaskParams::new(&greeting, wrong))
+            .await,
+    );
+    assert!(why.contains("no question \"model-1\""), "{why}");
+    assert_eq!(
+        question(&waiting(&client, &greeting).await, "person-1"),
+        person
+    );
+    let name = [(
+        "person-1".to_owned(),
+        json!({"action": "accept", "content": {"name": "Ada"}}),
+    )]
+    .into();
+    client
+        .update_task(UpdateTaskParams::new(&greeting, name))
+        .await
+        .unwrap();
+    let model = question(&waiting(&client, &greeting).await, "model-1");
+    assert_eq!(model["method"], "sampling/createMessage", "{model}");
+    assert!(
+        model["params"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Ada"),
+        "{model}"
+    );
+    let reply = [(
+        "model-1".to_owned(),
+        json!({"role": "assistant", "content": {"type": "text", "text": "Hello, Ada!"},
+               "model": "scripted"}),
+    )]
+    .into();
+    client
+        .update_task(UpdateTaskParams::new(&greeting, reply))
+        .await
+        .unwrap();
+    let task = ended(&client, &greeting).await;
+    let entry = json!({"name": "Ada", "greeting": "Hello, Ada!"});
+    assert_eq!(result_of(&task)["structuredContent"], entry);
+    assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
+    let why = refused(
+        client
+            .update_task(UpdateTaskParams::new(&greeting, Default::default()))
+            .await,
+    );
+    assert!(why.contains("asks for no input"), "{why}");
+
+    // Cancelled while it waits: nothing of it is applied.
+    let stopped = task_of(&client, "greet", json!({})).await;
+    waiting(&client, &stopped).await;
+    client
+        .cancel_task(CancelTaskParams::new(&stopped))
+        .await
+        .unwrap();
+    let task = ended(&client, &stopped).await;
+    assert_eq!(task.task.status(), TaskStatus::Cancelled, "{task:?}");
+    assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
+    client.cancel().await.unwrap();
+
+    // A client that declares no elicitation: the tool hears it cannot
+    // ask, and says so.
+    let (client, _) = start(TaskClient::TASKS, &args).await;
+    let params = CallToolRequestParams::new("test_elicitation")
+        .with_arguments(json!({"message": "Go on?"}).as_object().unwrap().clone());
+    let result = match client.call_tool_once(params).await.unwrap() {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("a call that asks nobody ends within the wait: {other:?}"),
+    };
+    let said = serde_json::to_string(&result.content).unwrap();
+    assert!(said.contains("declared no elicitation"), "{said}");
+    assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
     client.cancel().await.unwrap();
 }

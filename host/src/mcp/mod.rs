@@ -80,6 +80,12 @@ pub const CALL_META_KEY: &str = "airlock/call";
 /// measures beyond it is the protocol's.
 pub const DURATION_META_KEY: &str = "airlock/duration_us";
 
+/// What a tool that asks its person is told when its client cannot ask.
+const NO_ELICITATION: &str = "this client cannot ask its user (it declared no elicitation)";
+
+/// What a tool that asks the model is told when its client has none.
+const NO_SAMPLING: &str = "this client cannot ask its model (it declared no sampling)";
+
 /// Opens Airlock sessions for an MCP server: the store, the owner and the
 /// starting deps; the id is the caller's, and the hidden keys are those of
 /// the host serving when the session is opened.
@@ -749,7 +755,7 @@ fn asker(context: &RequestContext<RoleServer>) -> Asker {
         Box::pin(async move {
             if !can_ask {
                 return Answer::Unavailable {
-                    why: "this client cannot ask its user (it declared no elicitation)".into(),
+                    why: NO_ELICITATION.into(),
                 };
             }
             let schema: ElicitationSchema = match serde_json::from_value(asked.schema) {
@@ -802,7 +808,7 @@ fn sampler(context: &RequestContext<RoleServer>) -> Sampler {
         Box::pin(async move {
             if !can_sample {
                 return SampleReply::Refused {
-                    why: "this client cannot ask its model (it declared no sampling)".into(),
+                    why: NO_SAMPLING.into(),
                 };
             }
             match peer.create_message(rounds::sample_params(request)).await {
@@ -941,17 +947,27 @@ impl ServerHandler for McpServer {
         }
         let arguments = arguments_text(request.arguments.clone());
         let needs = self.needs(&request.name);
-        // A call of a tool that needs nothing of its client may become a
-        // task, when its client declares the extension (in the request,
-        // or at `initialize`).
-        if !needs.any()
-            && (tasks::declares_tasks(&context.meta)
-                || context
-                    .peer
-                    .peer_info()
-                    .is_some_and(|info| info.capabilities.supports_tasks()))
+        // A call may become a task when its client declares the extension:
+        // in the request, for any tool but one that needs approval first
+        // (its questions then wait in the task); at `initialize`, for a
+        // tool that needs nothing of its client.
+        let in_request = tasks::declares_tasks(&context.meta);
+        if !needs.approval
+            && (in_request
+                || !needs.any()
+                    && context
+                        .peer
+                        .peer_info()
+                        .is_some_and(|info| info.capabilities.supports_tasks()))
         {
-            return Ok(self.call_as_task(&request.name, arguments, &context).await);
+            let can = context.client_capabilities().unwrap_or_default();
+            let asks = tasks::Asks {
+                person: needs.person.then_some(can.elicitation.is_some()),
+                model: needs.model.then_some(can.sampling.is_some()),
+            };
+            return Ok(self
+                .call_as_task(&request.name, arguments, asks, &context)
+                .await);
         }
         // A client of the 2026-07-28 revision takes the call's questions
         // (its approval first) as `input_required` results ([`rounds`]);
@@ -1061,18 +1077,18 @@ impl ServerHandler for McpServer {
         Ok(rmcp::model::GetTaskResult::new(task))
     }
 
-    /// A task never waits for input: a call that may ask its client is
-    /// never made a task.
     async fn update_task(
         &self,
         request: rmcp::model::UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.task(&request.task_id, caller_of(&context)).await?;
-        Err(ErrorData::invalid_params(
-            format!("task {:?} asks for no input", request.task_id),
-            None,
-        ))
+        McpServer::update_task(
+            self,
+            &request.task_id,
+            &request.input_responses,
+            caller_of(&context),
+        )
+        .await
     }
 
     async fn cancel_task(

@@ -34,7 +34,7 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::lock;
+use super::{NO_ELICITATION, NO_SAMPLING, lock};
 use crate::sandbox::{Asker, CancelToken, Sampler};
 use crate::spec::{Answer, Asked, SampleReply, SampleRequest};
 
@@ -238,7 +238,7 @@ impl Round {
             let answer = next.unwrap_or_else(|| {
                 if !round.person {
                     return Answer::Unavailable {
-                        why: "this client cannot ask its user (it declared no elicitation)".into(),
+                        why: NO_ELICITATION.into(),
                     };
                 }
                 round.stop(Waiting::Person(asked));
@@ -257,7 +257,7 @@ impl Round {
             let reply = next.unwrap_or_else(|| {
                 if !round.model {
                     return SampleReply::Refused {
-                        why: "this client cannot ask its model (it declared no sampling)".into(),
+                        why: NO_SAMPLING.into(),
                     };
                 }
                 round.stop(Waiting::Model(request));
@@ -281,22 +281,13 @@ impl Round {
         let waiting = lock(&self.waiting).take()?;
         let state = lock(&self.state);
         let (id, request) = match waiting {
-            Waiting::Person(asked) => {
-                let schema: ElicitationSchema = serde_json::from_value(asked.schema)
-                    .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
-                let params = ElicitRequestParams::FormElicitationParams {
-                    meta: None,
-                    message: asked.message,
-                    requested_schema: schema,
-                };
-                (
-                    format!("person-{}", state.answers.len() + 1),
-                    InputRequest::Elicitation(ElicitRequest::new(params)),
-                )
-            }
+            Waiting::Person(asked) => (
+                format!("person-{}", state.answers.len() + 1),
+                person_request(asked),
+            ),
             Waiting::Model(request) => (
                 format!("model-{}", state.replies.len() + 1),
-                InputRequest::CreateMessage(CreateMessageRequest::new(sample_params(request))),
+                model_request(request),
             ),
         };
         let requests = InputRequests::from([(id, request)]);
@@ -333,8 +324,26 @@ fn open(sealed: &str, key: &StateKey) -> Result<State, String> {
     serde_json::from_slice(&json).map_err(|_| refused())
 }
 
+/// A tool's question as the input request a client answers (a schema MCP
+/// elicitation cannot carry is sent as an empty form).
+pub(super) fn person_request(asked: Asked) -> InputRequest {
+    let schema: ElicitationSchema = serde_json::from_value(asked.schema)
+        .unwrap_or_else(|_| ElicitationSchema::new(Default::default()));
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: asked.message,
+        requested_schema: schema,
+    };
+    InputRequest::Elicitation(ElicitRequest::new(params))
+}
+
+/// A tool's request for a completion as the input request a client answers.
+pub(super) fn model_request(request: SampleRequest) -> InputRequest {
+    InputRequest::CreateMessage(CreateMessageRequest::new(sample_params(request)))
+}
+
 /// A client's answer to an elicitation (`{"action": …, "content": …}`).
-fn answer(response: &Value) -> Answer {
+pub(super) fn answer(response: &Value) -> Answer {
     match response.get("action").and_then(Value::as_str) {
         Some("accept") => Answer::Accept {
             content: response
@@ -351,7 +360,7 @@ fn answer(response: &Value) -> Answer {
 }
 
 /// A client's reply to a request for a completion (a `CreateMessageResult`).
-fn reply(response: &Value) -> SampleReply {
+pub(super) fn reply(response: &Value) -> SampleReply {
     let content = &response["content"];
     let texts: Vec<&str> = match content {
         Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),

@@ -3,9 +3,11 @@
 //!
 //! A client that declares the extension in a `tools/call` request's
 //! capabilities may get a task instead of the result: when the call is
-//! still running [`TaskSettings::after`] into its request (and, for a
-//! tool that may need its client while it runs, never: its questions go
-//! the way they go without tasks). The call runs as a keyed call
+//! still running [`TaskSettings::after`] into its request, or as soon as
+//! its tool asks its person or the model a question. (A tool that needs
+//! approval first never becomes a task; neither does a tool that may ask,
+//! for a client that declared tasks only at `initialize`: its questions
+//! go the way they go without tasks.) The call runs as a keyed call
 //! ([`CALL_META_KEY`](super::CALL_META_KEY)) whose key is the task's: its
 //! intent is committed before the handle is given, so the task is in the
 //! session's journal from its first moment.
@@ -21,34 +23,42 @@
 //!   `cancelled`; a call interrupted by the death of the host that ran it
 //!   is `failed` (none of its ops were applied);
 //! - running in this process: `working`, with its latest progress report
-//!   as the status message;
+//!   as the status message, or `input_required` while its questions wait
+//!   for the client (`inputRequests`: `person-N` an elicitation, `model-N`
+//!   a request for a completion, keys never reused in one task);
 //! - running nowhere this process knows: the session is leased, as
 //!   resuming it would (a dead holder's calls are answered
 //!   "interrupted"); when another host holds it, `working`.
 //!
-//! `tasks/cancel` stops a task running in this process as the client's
-//! cancellation of a request would; `tasks/update` has nothing to take
-//! (a task never waits for input). A task is known for
-//! [`TaskSettings::ttl`] after it started.
+//! `tasks/update` answers the questions a task waits on, by key (a key
+//! that names no waiting question refuses the whole update); the answers
+//! go to the tool as a mid-call answer would, and are journaled with the
+//! call. `tasks/cancel` stops a task running in this process as the
+//! client's cancellation of a request would, a waiting question answered
+//! "cancel". A task is known for [`TaskSettings::ttl`] after it started.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask, JsonObject, Task,
-    TaskPayload, TaskStatus,
+    CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask, InputRequest, InputRequests,
+    InputResponses, JsonObject, Task, TaskPayload, TaskStatus,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use tokio::sync::oneshot;
 
 use super::auth::Caller;
-use super::{McpServer, call_key, caller_of, error_result, lock, tool_result};
+use super::{
+    McpServer, NO_ELICITATION, NO_SAMPLING, call_key, caller_of, error_result, lock, rounds,
+    tool_result,
+};
 use crate::agent::KeyedCall;
 use crate::journal::{CallStatus, StoreError, now_ms};
 use crate::policy::TaskSettings;
-use crate::sandbox::{CallEvent, CancelToken, Progress};
+use crate::sandbox::{Asker, CallEvent, CancelToken, Progress, Sampler};
 use crate::session::{CallKey, SessionError, SessionStore};
+use crate::spec::{Answer, Asked, SampleReply, SampleRequest};
 use crate::tools::ToolCall;
 
 /// Whether a request's own capabilities (`_meta`, the 2026-07-28
@@ -64,14 +74,16 @@ pub(super) fn declares_tasks(meta: &rmcp::model::RequestMetaObject) -> bool {
 impl McpServer {
     /// Runs a call of tool `name` with `arguments` that may become a task:
     /// its result when it ends within [`TaskSettings::after`] (or before
-    /// its intent is committed), else the task's handle, given once the
-    /// call is in the journal. The call runs to its end either way; only
+    /// its intent is committed) without asking a question, else the
+    /// task's handle, given once the call is in the journal; `asks` says
+    /// whom the tool may ask. The call runs to its end either way; only
     /// `tasks/cancel`, or the client's cancellation of the request before
     /// the handle, stops it.
     pub(super) async fn call_as_task(
         &self,
         name: &str,
         arguments: String,
+        asks: Asks,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let caller = caller_of(context);
@@ -91,7 +103,7 @@ impl McpServer {
         };
         let id = task_id(&session.held().id, &call_id);
         let tools = Arc::clone(&self.tools);
-        let cancel = tools.tasks.start(&id, session.held().user.as_deref());
+        let (cancel, input) = tools.tasks.start(&id, session.held().user.as_deref(), asks);
         let (begun, in_journal) = oneshot::channel();
         let (done, mut ended) = oneshot::channel();
         let call = ToolCall {
@@ -128,9 +140,14 @@ impl McpServer {
                 .into()
         };
         let after = tools.tasks.settings().after;
+        // A question makes the call a task at once: only its client can
+        // answer, through `tasks/update`.
         let due = async {
             if !after.is_zero() {
-                tokio::time::sleep(after).await;
+                tokio::select! {
+                    () = tokio::time::sleep(after) => {}
+                    () = input.asked.notified() => {}
+                }
             }
             in_journal.await
         };
@@ -226,8 +243,12 @@ impl McpServer {
                 }
                 KeyedCall::Open { asked_ms } => asked_ms,
             };
-            if let Here::Running(said) = tasks.here(id, user.as_deref()) {
-                return Ok(tasks.detailed(id, asked_ms, now, said, TaskPayload::Working));
+            if let Here::Running { said, waiting } = tasks.here(id, user.as_deref()) {
+                let payload = match waiting {
+                    Some(input_requests) => TaskPayload::InputRequired { input_requests },
+                    None => TaskPayload::Working,
+                };
+                return Ok(tasks.detailed(id, asked_ms, now, said, payload));
             }
             let another_host = || {
                 let said = Some("running on another host".to_owned());
@@ -280,6 +301,26 @@ impl McpServer {
         }
     }
 
+    /// Answers the questions task `id` of `caller` waits on: a task that
+    /// waits on none, or a key that names no waiting question, is an
+    /// invalid parameter (nothing is answered then).
+    pub(super) async fn update_task(
+        &self,
+        id: &str,
+        responses: &InputResponses,
+        caller: Option<&Caller>,
+    ) -> Result<(), ErrorData> {
+        let task = self.task(id, caller).await?;
+        let refused = |why: String| ErrorData::invalid_params(why, None);
+        if task.status() != TaskStatus::InputRequired {
+            return Err(refused(format!("task {id:?} asks for no input")));
+        }
+        self.tools
+            .tasks
+            .answer(id, self.user(caller).as_deref(), responses)
+            .map_err(|why| refused(format!("task {id:?}: {why}")))
+    }
+
     /// The store the caller's tasks are in: the opener's, or the server's
     /// own session's.
     fn store(&self) -> Option<Arc<dyn SessionStore>> {
@@ -308,13 +349,161 @@ struct Live {
     cancel: CancelToken,
     /// Its latest progress report, as a status message.
     said: Arc<Mutex<Option<String>>>,
+    /// Its call's questions waiting for the client.
+    input: Arc<Input>,
+}
+
+/// Whom a task's call may ask, as its tool needs and its client declared:
+/// `None`, the tool does not ask; `Some(false)`, the client cannot answer
+/// (the tool is told so).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Asks {
+    /// Its person (elicitation).
+    pub(super) person: Option<bool>,
+    /// The client's model (sampling).
+    pub(super) model: Option<bool>,
+}
+
+/// A task's questions waiting for its client: `tasks/get` shows them as
+/// `inputRequests`, `tasks/update` answers them.
+#[derive(Debug, Default)]
+pub(super) struct Input {
+    open: Mutex<Open>,
+    /// Told when a question is asked (the call becomes a task then).
+    asked: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    /// Questions of each kind asked so far: the next key's number.
+    people: u32,
+    models: u32,
+    waiting: BTreeMap<String, (InputRequest, Reply)>,
+}
+
+/// Where a waiting question's answer goes.
+#[derive(Debug)]
+enum Reply {
+    Person(oneshot::Sender<Answer>),
+    Model(oneshot::Sender<SampleReply>),
+}
+
+impl Input {
+    /// Files `request` under the next key of its kind and waits for its
+    /// answer; `None` when the call is cancelled first (or the task's
+    /// questions were dropped).
+    async fn wait<T>(
+        &self,
+        request: InputRequest,
+        reply: fn(oneshot::Sender<T>) -> Reply,
+        cancel: &CancelToken,
+    ) -> Option<T> {
+        let (sender, answered) = oneshot::channel();
+        {
+            let mut open = lock(&self.open);
+            let key = match &request {
+                InputRequest::Elicitation(_) => {
+                    open.people += 1;
+                    format!("person-{}", open.people)
+                }
+                _ => {
+                    open.models += 1;
+                    format!("model-{}", open.models)
+                }
+            };
+            open.waiting.insert(key, (request, reply(sender)));
+        }
+        self.asked.notify_one();
+        tokio::select! {
+            answer = answered => answer.ok(),
+            () = cancel.cancelled() => None,
+        }
+    }
+
+    /// The questions waiting, if any.
+    fn waiting(&self) -> Option<InputRequests> {
+        let open = lock(&self.open);
+        (!open.waiting.is_empty()).then(|| {
+            open.waiting
+                .iter()
+                .map(|(key, (request, _))| (key.clone(), request.clone()))
+                .collect()
+        })
+    }
+
+    /// Hands each of `responses` to the question of its key: all of them,
+    /// or none when a key names no waiting question.
+    fn answer(&self, responses: &InputResponses) -> Result<(), String> {
+        let mut open = lock(&self.open);
+        if let Some(key) = responses.keys().find(|k| !open.waiting.contains_key(*k)) {
+            return Err(format!("no question {key:?} is waiting"));
+        }
+        for (key, response) in responses {
+            let Some((_, reply)) = open.waiting.remove(key) else {
+                continue;
+            };
+            // A call that has stopped meanwhile takes no answer.
+            let _ = match reply {
+                Reply::Person(sender) => sender.send(rounds::answer(response)).is_ok(),
+                Reply::Model(sender) => sender.send(rounds::reply(response)).is_ok(),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// The asker of a task's call: its questions wait in `input` (or are
+/// answered unavailable when the client cannot ask its user).
+fn task_asker(input: &Arc<Input>, can: bool, cancel: &CancelToken) -> Asker {
+    let (input, cancel) = (Arc::clone(input), cancel.clone());
+    Arc::new(move |asked: Asked| {
+        let (input, cancel) = (Arc::clone(&input), cancel.clone());
+        Box::pin(async move {
+            if !can {
+                return Answer::Unavailable {
+                    why: NO_ELICITATION.into(),
+                };
+            }
+            let request = rounds::person_request(asked);
+            input
+                .wait(request, Reply::Person, &cancel)
+                .await
+                .unwrap_or(Answer::Cancel)
+        })
+    })
+}
+
+/// The sampler of a task's call, as [`task_asker`] for the model.
+fn task_sampler(input: &Arc<Input>, can: bool, cancel: &CancelToken) -> Sampler {
+    let (input, cancel) = (Arc::clone(input), cancel.clone());
+    Arc::new(move |request: SampleRequest| {
+        let (input, cancel) = (Arc::clone(&input), cancel.clone());
+        Box::pin(async move {
+            if !can {
+                return SampleReply::Refused {
+                    why: NO_SAMPLING.into(),
+                };
+            }
+            let request = rounds::model_request(request);
+            input
+                .wait(request, Reply::Model, &cancel)
+                .await
+                .unwrap_or_else(|| SampleReply::Refused {
+                    why: "the task was cancelled".into(),
+                })
+        })
+    })
 }
 
 /// What this process knows of a task beside its journal.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Here {
-    /// It runs here; its latest progress report, if any.
-    Running(Option<String>),
+    /// It runs here: its latest progress report, and the questions it
+    /// waits on, if any.
+    Running {
+        said: Option<String>,
+        waiting: Option<InputRequests>,
+    },
     /// It does not run here.
     Not,
 }
@@ -334,12 +523,22 @@ impl Tasks {
     }
 
     /// Files task `id` of `user` as running, and returns the token that
-    /// runs (and stops) its call: it keeps the call's progress reports as
-    /// the task's status message.
-    pub(super) fn start(&self, id: &str, user: Option<&str>) -> CancelToken {
+    /// runs (and stops) its call, and where its questions wait: the token
+    /// keeps the call's progress reports as the task's status message, and
+    /// files the questions `asks` allows.
+    pub(super) fn start(
+        &self,
+        id: &str,
+        user: Option<&str>,
+        asks: Asks,
+    ) -> (CancelToken, Arc<Input>) {
         let said = Arc::new(Mutex::new(None));
         let told = Arc::clone(&said);
-        let cancel = CancelToken::observed(move |event| {
+        let input = Arc::new(Input::default());
+        let stops = CancelToken::new();
+        let asker = asks.person.map(|can| task_asker(&input, can, &stops));
+        let sampler = asks.model.map(|can| task_sampler(&input, can, &stops));
+        let observer = move |event| {
             if let CallEvent::Progress {
                 done,
                 total,
@@ -353,14 +552,16 @@ impl Tasks {
                 };
                 *lock(&told) = Some(report.to_string());
             }
-        });
+        };
+        let cancel = stops.watched_with(Some(Box::new(observer)), asker, sampler);
         let live = Live {
             user: user.map(str::to_owned),
             cancel: cancel.clone(),
             said,
+            input: Arc::clone(&input),
         };
         lock(&self.live).insert(id.to_owned(), live);
-        cancel
+        (cancel, input)
     }
 
     /// Task `id` has ended (its outcome is committed, or could not be).
@@ -371,9 +572,27 @@ impl Tasks {
     /// What this process knows of task `id` of `user`.
     pub(super) fn here(&self, id: &str, user: Option<&str>) -> Here {
         match lock(&self.live).get(id) {
-            Some(live) if live.user.as_deref() == user => Here::Running(lock(&live.said).clone()),
+            Some(live) if live.user.as_deref() == user => Here::Running {
+                said: lock(&live.said).clone(),
+                waiting: live.input.waiting(),
+            },
             _ => Here::Not,
         }
+    }
+
+    /// Answers the questions task `id` of `user` waits on (see
+    /// [`Input::answer`]); a task not running here waits on none.
+    pub(super) fn answer(
+        &self,
+        id: &str,
+        user: Option<&str>,
+        responses: &InputResponses,
+    ) -> Result<(), String> {
+        let input = match lock(&self.live).get(id) {
+            Some(live) if live.user.as_deref() == user => Arc::clone(&live.input),
+            _ => return Err("it waits on no question here".into()),
+        };
+        input.answer(responses)
     }
 
     /// Stops task `id` of `user` if it runs here; whether it does.
