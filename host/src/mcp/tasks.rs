@@ -709,6 +709,45 @@ mod tests {
         assert_ne!(fresh, fresh_call_id().unwrap());
     }
 
+    #[tokio::test]
+    async fn an_update_answers_all_its_keys_or_none_and_a_cancel_answers_cancel() {
+        let input = Arc::new(Input::default());
+        let cancel = CancelToken::new();
+        let asker = task_asker(&input, true, &cancel);
+        let question = || Asked {
+            message: "Your name?".into(),
+            schema: serde_json::json!({"type": "object", "properties": {}}),
+            answer: Answer::Cancel,
+        };
+        let accept = serde_json::json!({"action": "accept", "content": {"name": "Ada"}});
+        let first = tokio::spawn(asker(question()));
+        input.asked.notified().await;
+        let keys = |input: &Input| input.waiting().map(|w| w.into_keys().collect::<Vec<_>>());
+        assert_eq!(keys(&input), Some(vec!["person-1".to_owned()]));
+        let mixed = InputResponses::from([
+            ("person-1".to_owned(), accept.clone()),
+            ("person-9".to_owned(), accept.clone()),
+        ]);
+        assert_eq!(
+            input.answer(&mixed),
+            Err("no question \"person-9\" is waiting".to_owned())
+        );
+        assert_eq!(keys(&input), Some(vec!["person-1".to_owned()]));
+        let right = InputResponses::from([("person-1".to_owned(), accept)]);
+        input.answer(&right).unwrap();
+        let content = serde_json::json!({"name": "Ada"});
+        assert_eq!(first.await.unwrap(), Answer::Accept { content });
+        assert_eq!(keys(&input), None);
+
+        // The next question has a key of its own; cancelled, it is
+        // answered `cancel`.
+        let second = tokio::spawn(asker(question()));
+        input.asked.notified().await;
+        assert_eq!(keys(&input), Some(vec!["person-2".to_owned()]));
+        cancel.cancel();
+        assert_eq!(second.await.unwrap(), Answer::Cancel);
+    }
+
     #[test]
     fn a_task_expires_after_its_ttl() {
         let tasks = Tasks::new(TaskSettings {
