@@ -106,6 +106,35 @@ fn result_of(task: &GetTaskResult) -> &serde_json::Map<String, Value> {
     }
 }
 
+/// A temporary directory with a policy and, beside it, the store's file.
+struct Desk {
+    _dir: tempfile::TempDir,
+    policy: String,
+    db: String,
+}
+
+impl Desk {
+    fn new(policy: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+        let (db, written) = (path("tasks.db"), path("airlock.toml"));
+        std::fs::write(&written, policy).unwrap();
+        Self {
+            _dir: dir,
+            policy: written,
+            db,
+        }
+    }
+
+    fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    fn db(&self) -> &str {
+        &self.db
+    }
+}
+
 fn kill9(pid: u32) {
     let killed = std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -127,22 +156,15 @@ fn refused<T: std::fmt::Debug>(answer: Result<T, rmcp::ServiceError>) -> String 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_calls_become_tasks_that_outlive_a_killed_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("tasks.db");
-    let policy = dir.path().join("airlock.toml");
     // Every call of a client that declares tasks becomes one at once;
     // `spin` runs until it is stopped (its timeout is far away).
-    std::fs::write(
-        &policy,
-        format!(
-            "[mcp.tasks]\nafter_ms = 0\npoll_ms = 50\n\n[[tool]]\npath = {:?}\n\n\
-             [[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 600000 }}\n",
-            guest("stateful"),
-            guest("hostile"),
-        ),
-    )
-    .unwrap();
-    let (policy, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
+    let desk = Desk::new(&format!(
+        "[mcp.tasks]\nafter_ms = 0\npoll_ms = 50\n\n[[tool]]\npath = {:?}\n\n\
+         [[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 600000 }}\n",
+        guest("stateful"),
+        guest("hostile"),
+    ));
+    let (policy, db) = (desk.policy(), desk.db());
     let args = ["--config", policy, "--store", db, "--session", "desk"];
     let (client, pid) = start(TaskClient::TASKS, &args).await;
 
@@ -365,19 +387,12 @@ fn question(requests: &rmcp::model::InputRequests, key: &str) -> Value {
 /// to that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waits_for_its_clients_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("tasks.db");
-    let policy = dir.path().join("airlock.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
-             [[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
-            guest("everything"),
-        ),
-    )
-    .unwrap();
-    let (policy, db) = (policy.to_str().unwrap(), db.to_str().unwrap());
+    let desk = Desk::new(&format!(
+        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
+         [[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
+        guest("everything"),
+    ));
+    let (policy, db) = (desk.policy(), desk.db());
     let args = ["--config", policy, "--store", db, "--session", "desk"];
     let answering = TaskClient {
         tasks: true,
