@@ -384,12 +384,13 @@ fn question(requests: &rmcp::model::InputRequests, key: &str) -> Value {
 /// question is refused and answers nothing; a task cancelled while it
 /// waits ends `cancelled` with deps unchanged, and the next call is
 /// served. A client that cannot ask its user gets the tool's own answer
-/// to that.
+/// to that. The wait counts against the tool's time limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waits_for_its_clients_answers() {
     let desk = Desk::new(&format!(
         "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
-         [[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n",
+         [[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n\
+         limits = {{ timeout_ms = 60000 }}\n",
         guest("everything"),
     ));
     let (policy, db) = (desk.policy(), desk.db());
@@ -479,6 +480,32 @@ async fn a_task_waits_for_its_clients_answers() {
     };
     let said = serde_json::to_string(&result.content).unwrap();
     assert!(said.contains("declared no elicitation"), "{said}");
+    assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
+    client.cancel().await.unwrap();
+
+    // The wait counts against the tool's time limit: past it, the task
+    // ends with the timeout's error, nothing waits, nothing is applied.
+    let hurried = Desk::new(&format!(
+        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
+         [[tool]]\npath = {:?}\nask = true\nlimits = {{ timeout_ms = 2000 }}\n",
+        guest("everything"),
+    ));
+    let args = [
+        "--config",
+        hurried.policy(),
+        "--store",
+        db,
+        "--session",
+        "desk",
+    ];
+    let (client, _) = start(answering, &args).await;
+    // (Only its question makes it a task before the server's wait.)
+    let late = task_of(&client, "greet", json!({})).await;
+    let task = ended(&client, &late).await;
+    let result = result_of(&task);
+    assert_eq!(result["isError"], true, "{result:?}");
+    let said = result["content"].to_string();
+    assert!(said.contains("ran past its 2 s timeout"), "{said}");
     assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
     client.cancel().await.unwrap();
 }

@@ -381,6 +381,18 @@ struct Open {
     waiting: BTreeMap<String, (InputRequest, Reply)>,
 }
 
+/// A question filed in an [`Input`]: no longer waiting once dropped.
+struct Filed<'a> {
+    input: &'a Input,
+    key: String,
+}
+
+impl Drop for Filed<'_> {
+    fn drop(&mut self) {
+        lock(&self.input.open).waiting.remove(&self.key);
+    }
+}
+
 /// Where a waiting question's answer goes.
 #[derive(Debug)]
 enum Reply {
@@ -390,8 +402,9 @@ enum Reply {
 
 impl Input {
     /// Files `request` under the next key of its kind and waits for its
-    /// answer; `None` when the call is cancelled first (or the task's
-    /// questions were dropped).
+    /// answer; `None` when the call is cancelled first. The question stops
+    /// waiting when this ends, however it ends (answered, cancelled, or
+    /// dropped with the call at its time limit).
     async fn wait<T>(
         &self,
         request: InputRequest,
@@ -399,7 +412,7 @@ impl Input {
         cancel: &CancelToken,
     ) -> Option<T> {
         let (sender, answered) = oneshot::channel();
-        {
+        let key = {
             let mut open = lock(&self.open);
             let key = match &request {
                 InputRequest::Elicitation(_) => {
@@ -411,8 +424,10 @@ impl Input {
                     format!("model-{}", open.models)
                 }
             };
-            open.waiting.insert(key, (request, reply(sender)));
-        }
+            open.waiting.insert(key.clone(), (request, reply(sender)));
+            key
+        };
+        let _filed = Filed { input: self, key };
         self.asked.notify_one();
         tokio::select! {
             answer = answered => answer.ok(),
@@ -746,6 +761,7 @@ mod tests {
         assert_eq!(keys(&input), Some(vec!["person-2".to_owned()]));
         cancel.cancel();
         assert_eq!(second.await.unwrap(), Answer::Cancel);
+        assert_eq!(keys(&input), None);
     }
 
     #[test]
