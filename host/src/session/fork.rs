@@ -60,14 +60,17 @@ const PAGE: u64 = 512;
 impl Session {
     /// Makes session `to` of `owner` whose history is session `from`'s up
     /// to `at`: its records (copied inside the store, in one transaction:
-    /// a fork is all there or not at all), its blobs and metadata. Then
+    /// a fork is all there or not at all), the blobs they name, and its
+    /// metadata. Then
     /// opens it, as a resume would, so that a call still open at the fork
     /// point is answered "interrupted" (none of its ops were in it), and
     /// lets it go. Both sessions go on independently. `rules` are those of
     /// the host that will run it (as for [`Session::open`]). Returns the
     /// number of records taken from `from`.
     ///
-    /// Cost: one statement per table in the store; a fork at a call reads
+    /// Cost: one statement per table in the store, and a scan of the
+    /// copied records for the blobs they name (the store's own text
+    /// search; only records naming one come back); a fork at a call reads
     /// `from`'s journal a page at a time to find it.
     pub async fn fork(
         store: Arc<dyn SessionStore>,

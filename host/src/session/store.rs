@@ -339,8 +339,9 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     fn remove<'a>(&'a self, owner: Owner<'a>, session_id: &'a str, now_ms: u64) -> Reply<'a, ()>;
 
     /// Makes session `fork.to` of the owner, not leased, whose journal is
-    /// records 1 to `fork.at` of session `fork.from` (its metadata, its
-    /// blobs, and its snapshot when that folds no further), in one
+    /// records 1 to `fork.at` of session `fork.from` (its metadata, the
+    /// blobs those records name, and its snapshot when that folds no
+    /// further), in one
     /// transaction inside the store: nothing passes through the caller,
     /// and on any error nothing was made. Returns how many records the
     /// fork holds (fewer than `at` when `from` has fewer).

@@ -156,6 +156,73 @@ async fn a_fork_resumes_from_its_point_and_goes_its_own_way(backend: Backend) {
     );
 }
 
+/// A fork holds the blobs its records name and none that only later
+/// records show: a session that showed two images, forked between them,
+/// keeps one; forked after both, two; each reads back whole.
+async fn a_fork_holds_only_the_blobs_its_records_name(backend: Backend) {
+    let db = TestStore::new(backend, "blobs").await;
+    let store = db.open().await;
+    let mut host = crate::support::builder().build().unwrap();
+    host.load(crate::support::guest("everything"))
+        .await
+        .unwrap();
+    let mut session = open(&store, options(None, "shown")).await;
+    for (id, kib) in [("first", 2), ("second", 3)] {
+        let call = ToolCall {
+            id: id.into(),
+            name: "large_image".into(),
+            arguments: json!({"kib": kib}).to_string(),
+            retry: 0,
+        };
+        let done = session
+            .call(&host, &call, &CancelToken::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(done.result, json!({"kib": kib}));
+    }
+    session.close().await.unwrap();
+    let blobs_of = |session: &str| {
+        let sql = match backend {
+            Backend::Sqlite => format!(
+                "SELECT count(*) FROM blobs b JOIN sessions s ON s.sid = b.sid \
+                 WHERE s.session_id = '{session}'"
+            ),
+            Backend::Postgres => {
+                format!("SELECT count(*) FROM airlock_blobs WHERE session_id = '{session}'")
+            }
+        };
+        let db = &db;
+        async move { db.scalar(&sql).await }
+    };
+    assert_eq!(blobs_of("shown").await, 2);
+    let rules = ContextRules::default();
+    for (at, to, kept) in [
+        (ForkPoint::Call("first".into()), "between", 1),
+        (ForkPoint::Call("second".into()), "after", 2),
+    ] {
+        Session::fork(Arc::clone(&store), None, "shown", &at, to, &rules)
+            .await
+            .unwrap();
+        assert_eq!(blobs_of(to).await, kept, "{to}");
+        let forked = store.read(None, to).await.unwrap();
+        let shown = forked
+            .records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.entry.event().map(|e| &e.item),
+                    Some(Item::FunctionCallOutput {
+                        status: CallStatus::Completed,
+                        ..
+                    })
+                )
+            })
+            .count();
+        assert_eq!(i64::try_from(shown).unwrap(), kept, "{to}");
+    }
+    assert_eq!(blobs_of("shown").await, 2);
+}
+
 /// `airlock sessions fork` as a user types it: at a call, under a new id;
 /// bad input exits 2 naming what is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,4 +312,7 @@ async fn a_fork_killed_at_any_point_is_whole_or_absent() {
     assert_eq!(check, "ok");
 }
 
-crate::on_both_stores!(a_fork_resumes_from_its_point_and_goes_its_own_way);
+crate::on_both_stores!(
+    a_fork_resumes_from_its_point_and_goes_its_own_way,
+    a_fork_holds_only_the_blobs_its_records_name
+);

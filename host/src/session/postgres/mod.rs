@@ -935,11 +935,25 @@ impl SessionStore for PostgresStore {
             ] {
                 tx.execute(copy, &[&owner, &from, &to, &held]).await?;
             }
+            // Only the blobs what the fork holds names: none that only
+            // later records show.
+            let mark = format!("\"{}", rows::BLOB_MARK);
+            let mut wanted = Vec::new();
+            for named in [
+                "SELECT entry FROM airlock_records
+                 WHERE owner = $1 AND session_id = $2 AND strpos(entry, $3) > 0",
+                "SELECT body FROM airlock_snapshots
+                 WHERE owner = $1 AND session_id = $2 AND strpos(body, $3) > 0",
+            ] {
+                for row in tx.query(named, &[&owner, &to, &mark]).await? {
+                    rows::marks_in(row.get(0), &mut wanted);
+                }
+            }
             tx.execute(
                 "INSERT INTO airlock_blobs (owner, session_id, digest, data)
                  SELECT owner, $3, digest, data FROM airlock_blobs
-                 WHERE owner = $1 AND session_id = $2",
-                &[&owner, &from, &to],
+                 WHERE owner = $1 AND session_id = $2 AND digest = ANY($4)",
+                &[&owner, &from, &to, &wanted],
             )
             .await?;
             tx.commit().await?;

@@ -817,15 +817,34 @@ impl SessionStore for SqliteStore {
                 params![forked, sid, held],
             )?;
             tx.execute(
-                "INSERT INTO blobs (sid, digest, data) SELECT ?1, digest, data FROM blobs
-                 WHERE sid = ?2",
-                params![forked, sid],
-            )?;
-            tx.execute(
                 "INSERT INTO snapshots (sid, seq, body) SELECT ?1, seq, body FROM snapshots
                  WHERE sid = ?2 AND seq <= ?3",
                 params![forked, sid, held],
             )?;
+            // Only the blobs what the fork holds names: none that only
+            // later records show.
+            let mark = format!("\"{}", rows::BLOB_MARK);
+            let mut wanted = Vec::new();
+            for named in [
+                "SELECT entry FROM records WHERE sid = ?1 AND instr(entry, ?2) > 0",
+                "SELECT body FROM snapshots WHERE sid = ?1 AND instr(body, ?2) > 0",
+            ] {
+                let mut query = tx.prepare(named)?;
+                let texts =
+                    query.query_map(params![forked, mark], |row| row.get::<_, String>(0))?;
+                for text in texts {
+                    rows::marks_in(&text?, &mut wanted);
+                }
+            }
+            {
+                let mut copy = tx.prepare(
+                    "INSERT INTO blobs (sid, digest, data) SELECT ?1, digest, data FROM blobs
+                     WHERE sid = ?2 AND digest = ?3",
+                )?;
+                for digest in &wanted {
+                    copy.execute(params![forked, sid, digest])?;
+                }
+            }
             tx.commit()?;
             Ok(held)
         })
