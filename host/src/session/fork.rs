@@ -61,10 +61,9 @@ impl Session {
     /// Makes session `to` of `owner` whose history is session `from`'s up
     /// to `at`: its records (copied inside the store, in one transaction:
     /// a fork is all there or not at all), the blobs they name, and its
-    /// metadata. Then
-    /// opens it, as a resume would, so that a call still open at the fork
-    /// point is answered "interrupted" (none of its ops were in it), and
-    /// lets it go. Both sessions go on independently. `rules` are those of
+    /// metadata. Then opens it, as a resume would, so that a call still
+    /// open at the fork point is answered "interrupted" (none of its ops
+    /// were in it), and lets it go. Both sessions go on independently. `rules` are those of
     /// the host that will run it (as for [`Session::open`]). Returns the
     /// number of records taken from `from`.
     ///

@@ -935,8 +935,8 @@ impl SessionStore for PostgresStore {
             ] {
                 tx.execute(copy, &[&owner, &from, &to, &held]).await?;
             }
-            // Only the blobs what the fork holds names: none that only
-            // later records show.
+            // Only the blobs the fork's records and snapshot name: none
+            // that only later records show.
             let mark = format!("\"{}", rows::BLOB_MARK);
             let mut wanted = Vec::new();
             for named in [

@@ -821,8 +821,8 @@ impl SessionStore for SqliteStore {
                  WHERE sid = ?2 AND seq <= ?3",
                 params![forked, sid, held],
             )?;
-            // Only the blobs what the fork holds names: none that only
-            // later records show.
+            // Only the blobs the fork's records and snapshot name: none
+            // that only later records show.
             let mark = format!("\"{}", rows::BLOB_MARK);
             let mut wanted = Vec::new();
             for named in [
