@@ -960,10 +960,16 @@ impl ServerHandler for McpServer {
                         .peer_info()
                         .is_some_and(|info| info.capabilities.supports_tasks()))
         {
-            let can = context.client_capabilities().unwrap_or_default();
-            let asks = tasks::Asks {
-                person: needs.person.then_some(can.elicitation.is_some()),
-                model: needs.model.then_some(can.sampling.is_some()),
+            // The client's capabilities are decoded only for a tool that
+            // asks (not on every call of a client that declares tasks).
+            let asks = if needs.any() {
+                let can = context.client_capabilities().unwrap_or_default();
+                tasks::Asks {
+                    person: needs.person.then_some(can.elicitation.is_some()),
+                    model: needs.model.then_some(can.sampling.is_some()),
+                }
+            } else {
+                tasks::Asks::default()
             };
             return Ok(self
                 .call_as_task(&request.name, arguments, asks, &context)

@@ -303,22 +303,24 @@ impl McpServer {
 
     /// Answers the questions task `id` of `caller` waits on: a task that
     /// waits on none, or a key that names no waiting question, is an
-    /// invalid parameter (nothing is answered then).
+    /// invalid parameter (nothing is answered then). A task waiting here
+    /// is answered without reading the journal; any other is looked up
+    /// as `tasks/get` does, for the error to say what it is.
     pub(super) async fn update_task(
         &self,
         id: &str,
         responses: &InputResponses,
         caller: Option<&Caller>,
     ) -> Result<(), ErrorData> {
-        let task = self.task(id, caller).await?;
         let refused = |why: String| ErrorData::invalid_params(why, None);
-        if task.status() != TaskStatus::InputRequired {
-            return Err(refused(format!("task {id:?} asks for no input")));
+        let user = self.user(caller);
+        match self.tools.tasks.answer(id, user.as_deref(), responses) {
+            Some(answered) => answered.map_err(|why| refused(format!("task {id:?}: {why}"))),
+            None => {
+                self.task(id, caller).await?;
+                Err(refused(format!("task {id:?} asks for no input")))
+            }
         }
-        self.tools
-            .tasks
-            .answer(id, self.user(caller).as_deref(), responses)
-            .map_err(|why| refused(format!("task {id:?}: {why}")))
     }
 
     /// The store the caller's tasks are in: the opener's, or the server's
@@ -447,11 +449,15 @@ impl Input {
     }
 
     /// Hands each of `responses` to the question of its key: all of them,
-    /// or none when a key names no waiting question.
-    fn answer(&self, responses: &InputResponses) -> Result<(), String> {
+    /// or none when a key names no waiting question; `None` when no
+    /// question waits.
+    fn answer(&self, responses: &InputResponses) -> Option<Result<(), String>> {
         let mut open = lock(&self.open);
+        if open.waiting.is_empty() {
+            return None;
+        }
         if let Some(key) = responses.keys().find(|k| !open.waiting.contains_key(*k)) {
-            return Err(format!("no question {key:?} is waiting"));
+            return Some(Err(format!("no question {key:?} is waiting")));
         }
         for (key, response) in responses {
             let Some((_, reply)) = open.waiting.remove(key) else {
@@ -463,7 +469,7 @@ impl Input {
                 Reply::Model(sender) => sender.send(rounds::reply(response)).is_ok(),
             };
         }
-        Ok(())
+        Some(Ok(()))
     }
 }
 
@@ -586,39 +592,38 @@ impl Tasks {
 
     /// What this process knows of task `id` of `user`.
     pub(super) fn here(&self, id: &str, user: Option<&str>) -> Here {
-        match lock(&self.live).get(id) {
-            Some(live) if live.user.as_deref() == user => Here::Running {
-                said: lock(&live.said).clone(),
-                waiting: live.input.waiting(),
-            },
-            _ => Here::Not,
-        }
+        self.with_live(id, user, |live| Here::Running {
+            said: lock(&live.said).clone(),
+            waiting: live.input.waiting(),
+        })
+        .unwrap_or(Here::Not)
     }
 
     /// Answers the questions task `id` of `user` waits on (see
-    /// [`Input::answer`]); a task not running here waits on none.
+    /// [`Input::answer`]); `None` when it waits on none here.
     pub(super) fn answer(
         &self,
         id: &str,
         user: Option<&str>,
         responses: &InputResponses,
-    ) -> Result<(), String> {
-        let input = match lock(&self.live).get(id) {
-            Some(live) if live.user.as_deref() == user => Arc::clone(&live.input),
-            _ => return Err("it waits on no question here".into()),
-        };
-        input.answer(responses)
+    ) -> Option<Result<(), String>> {
+        self.with_live(id, user, |live| Arc::clone(&live.input))?
+            .answer(responses)
     }
 
     /// Stops task `id` of `user` if it runs here; whether it does.
     pub(super) fn cancel(&self, id: &str, user: Option<&str>) -> bool {
-        match lock(&self.live).get(id) {
-            Some(live) if live.user.as_deref() == user => {
-                live.cancel.cancel();
-                true
-            }
-            _ => false,
-        }
+        self.with_live(id, user, |live| live.cancel.cancel())
+            .is_some()
+    }
+
+    /// What `f` makes of task `id` of `user`, when it runs here (another
+    /// user's is not there).
+    fn with_live<R>(&self, id: &str, user: Option<&str>, f: impl FnOnce(&Live) -> R) -> Option<R> {
+        lock(&self.live)
+            .get(id)
+            .filter(|live| live.user.as_deref() == user)
+            .map(f)
     }
 
     /// Task `id` as a client sees it: started at `started_ms`, last
@@ -745,11 +750,11 @@ mod tests {
         ]);
         assert_eq!(
             input.answer(&mixed),
-            Err("no question \"person-9\" is waiting".to_owned())
+            Some(Err("no question \"person-9\" is waiting".to_owned()))
         );
         assert_eq!(keys(&input), Some(vec!["person-1".to_owned()]));
         let right = InputResponses::from([("person-1".to_owned(), accept)]);
-        input.answer(&right).unwrap();
+        assert_eq!(input.answer(&right), Some(Ok(())));
         let content = serde_json::json!({"name": "Ada"});
         assert_eq!(first.await.unwrap(), Answer::Accept { content });
         assert_eq!(keys(&input), None);
