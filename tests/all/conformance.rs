@@ -364,13 +364,12 @@ async fn every_language_reports_progress_and_shows_the_same_picture() {
         let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let hearing = std::sync::Arc::clone(&heard);
         let cancel = CancelToken::observed(move |event| {
-            if let CallEvent::Progress {
-                done,
-                total,
-                message,
-            } = event
-            {
-                hearing.lock().unwrap().push((done, total, message));
+            if let CallEvent::Progress(report) = event {
+                let report = report.into_owned();
+                hearing
+                    .lock()
+                    .unwrap()
+                    .push((report.done, report.total, report.message));
             }
         });
         let mut ctx = RunContext::default();

@@ -102,7 +102,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
          its first notification is answered with one event-stream body (its notifications, then \
          its result). \
          What the told call pays beyond the untold one is the merging, done where the tool \
-         reports (a lock, a clock read and a copy of each log record), and a larger answer; it \
+         reports (a lock, and a copy of each log record's text; the clock is read only when a \
+         notification goes out or the relay looks for what waits), and a larger answer; it \
          sets no timer and wakes no other thread (the two calls make the same system calls).\n"
     )
     .unwrap();

@@ -104,7 +104,7 @@ pub struct CallReport {
     /// Its tool.
     pub tool: String,
     /// What it reported.
-    pub event: CallEvent,
+    pub event: CallEvent<'static>,
 }
 
 /// How a run ended, when it ended with an answer.

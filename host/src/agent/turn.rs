@@ -12,7 +12,7 @@ use crate::journal::recorder::Recorder;
 use crate::journal::{Item, Role};
 use crate::llm::Model;
 use crate::policy::Approval;
-use crate::sandbox::{CallEvent, CancelToken, Sampler};
+use crate::sandbox::{CallEvent, CancelToken, Observer, Sampler};
 use crate::spec::{SampleReply, SampleRequest};
 use crate::spec::{ToolCall, ToolSpec};
 use crate::tools::{CallError, CallFailure, CallOutcome, Ran, call_end};
@@ -71,13 +71,13 @@ impl<'a, 'c> Run<'a, 'c> {
         }
         let observer = agent.call_events.clone().map(|sender| {
             let (id, tool) = (call.id.clone(), call.name.clone());
-            Box::new(move |event| {
+            Box::new(move |event: CallEvent<'_>| {
                 let _ = sender.send(CallReport {
                     call_id: id.clone(),
                     tool: tool.clone(),
-                    event,
+                    event: event.into_owned(),
                 });
-            }) as Box<dyn Fn(CallEvent) + Send + Sync>
+            }) as Observer
         });
         agent.cancel.watched_with(
             observer,

@@ -17,7 +17,7 @@ use airlock::{BoxFuture, ToolCall};
 use airlock::context::Usage;
 use airlock::policy::TurnPolicy;
 use airlock::retention::Retention;
-use airlock::sandbox::{Asker, CallEvent, CancelToken};
+use airlock::sandbox::{Asker, CallEvent, CancelToken, Progress};
 use airlock::{Answer, SampleReply};
 use airlock::{Host, Session};
 
@@ -306,14 +306,14 @@ impl EventLog {
 /// `{"progress": …}` line in the event log (not journaled: the call's
 /// log records are, with its output).
 fn show_report(report: &CallReport, log: Option<&mut EventLog>, progress: bool) {
-    let CallEvent::Progress {
+    let CallEvent::Progress(reported) = &report.event else {
+        return;
+    };
+    let Progress {
         done,
         total,
         message,
-    } = &report.event
-    else {
-        return;
-    };
+    } = reported.as_ref();
     if let Some(log) = log {
         let line = json!({"progress": {
             "call_id": report.call_id,

@@ -18,12 +18,20 @@
 //!
 //! The merging is done where the call reports, on the thread running it,
 //! under a lock no one else holds for long: a report merged away costs
-//! the lock, a clock read and a move, and wakes no task; only a
-//! notification due now wakes the relay ([`Relay::ready`]). No timer is
-//! set per notification: a timer earlier than any the runtime has wakes
-//! the worker parked on its timer driver, which cost a short call more
-//! than all of its merging (§18 of the benchmarks). Cost for a call whose
-//! client asked for nothing: no relay, and one check per event.
+//! the lock and a copy of its message (a log record's text appended to
+//! what waits), reads no clock and wakes no task. The clock is read when
+//! a notification goes out, and by the relay when it looks for what
+//! waits ([`Relay::ready`]): a gap counts as open until the relay has
+//! seen it pass, so a report made after the gap, before the relay next
+//! looks, joins what waits and goes out with it then. The relay runs in
+//! the task that runs the call, so it looks whenever the call waits or
+//! yields (its wasm yields at least every few milliseconds), which is
+//! when it could send anything anyway. Only a notification due now wakes
+//! the relay. No timer is set per notification: a timer earlier than any
+//! the runtime has wakes the worker parked on its timer driver, which
+//! cost a short call more than all of its merging (§18 of the
+//! benchmarks). Cost for a call whose client asked for nothing: no relay,
+//! and one check per event.
 
 // Logging is deprecated by SEP-2577 for later revisions; the 2025-06-18
 // and 2025-11-25 revisions this server speaks have it.
@@ -41,7 +49,7 @@ use rmcp::model::{
 };
 
 use super::lock;
-use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Sampler};
+use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Progress, Sampler};
 
 /// The least time between two progress notifications of one call.
 pub const PROGRESS_GAP: Duration = Duration::from_millis(10);
@@ -118,26 +126,21 @@ struct Merge {
     token: Option<ProgressToken>,
     /// Notifications due now, not yet taken by the relay.
     ready: Vec<ServerNotification>,
+    /// Whether the tool reported progress of its own (until then, a
+    /// "running" report is made up for it each second).
+    reported: bool,
     /// Until when progress reports are merged: [`PROGRESS_GAP`] after
-    /// the last progress notification (none: the tool has reported no
-    /// progress yet, and a "running" report is made up for it).
+    /// the last progress notification, until the relay sees it has
+    /// passed (none: the next report goes out at once).
     closed: Option<Instant>,
     /// A report merged away, to send once the gap has passed or before
     /// the result.
-    pending: Option<Report>,
+    pending: Option<Progress>,
     /// Until when log records are merged, as `closed` for progress.
     logs_closed: Option<Instant>,
     /// Records merged away: the highest level and the messages, one per
     /// line.
     pending_logs: Option<(LoggingLevel, String)>,
-}
-
-/// A progress report as the tool made it.
-#[derive(Debug)]
-struct Report {
-    done: f64,
-    total: Option<f64>,
-    message: Option<String>,
 }
 
 impl Relay {
@@ -162,6 +165,7 @@ impl Relay {
                 tool: tool.to_owned(),
                 token,
                 ready: Vec::new(),
+                reported: false,
                 closed: None,
                 pending: None,
                 logs_closed: None,
@@ -171,12 +175,12 @@ impl Relay {
         });
         let observer = {
             let shared = Arc::clone(&shared);
-            move |event: CallEvent| {
+            move |event: CallEvent<'_>| {
                 let wanted = match &event {
                     CallEvent::Log(record) => {
                         threshold.is_some_and(|t| rank(level_of(record.level)) >= t)
                     }
-                    CallEvent::Progress { .. } => wanted_progress,
+                    CallEvent::Progress(_) => wanted_progress,
                 };
                 if wanted {
                     shared.take(event);
@@ -255,10 +259,20 @@ impl Relay {
     /// what was merged and this one), with any due before it: the
     /// observer's work, at a time a test chooses.
     #[cfg(test)]
-    fn relay_at(&self, event: CallEvent, now: Instant) -> Vec<ServerNotification> {
+    fn relay_at(&self, event: CallEvent<'_>, now: Instant) -> Vec<ServerNotification> {
         let mut merge = lock(&self.shared.merge);
-        merge.take(event, now);
+        merge.take(event, || now);
         std::mem::take(&mut merge.ready)
+    }
+
+    /// What the relay sends when it looks at `now` ([`Relay::ready`]'s
+    /// work, at a time a test chooses).
+    #[cfg(test)]
+    fn look_at(&self, now: Instant) -> Vec<ServerNotification> {
+        let mut merge = lock(&self.shared.merge);
+        let mut notes = std::mem::take(&mut merge.ready);
+        merge.flush_past(now, &mut notes);
+        notes
     }
 
     /// Another second of running: what was merged away and waits, and a
@@ -269,7 +283,7 @@ impl Relay {
         let mut merge = lock(&self.shared.merge);
         let mut notes = std::mem::take(&mut merge.ready);
         notes.extend(merge.flush_logs());
-        if merge.closed.is_some() {
+        if merge.reported {
             notes.extend(merge.flush());
         } else if let Some(token) = &merge.token {
             let running = super::progress(token, &merge.tool, self.seconds);
@@ -281,10 +295,10 @@ impl Relay {
 
 impl Shared {
     /// Merges `event`, waking the relay when it makes a notification due.
-    fn take(&self, event: CallEvent) {
+    fn take(&self, event: CallEvent<'_>) {
         let mut merge = lock(&self.merge);
         let idle = merge.ready.is_empty();
-        merge.take(event, Instant::now());
+        merge.take(event, Instant::now);
         if idle && !merge.ready.is_empty() {
             drop(merge);
             self.waker.wake();
@@ -293,14 +307,14 @@ impl Shared {
 }
 
 impl Merge {
-    /// Adds what `event`, made at `now`, makes due to [`Merge::ready`]:
-    /// nothing (merged in a gap), or what was merged and it (closing the
-    /// gap again).
-    fn take(&mut self, event: CallEvent, now: Instant) {
+    /// Adds what `event` makes due to [`Merge::ready`]: nothing (merged
+    /// in a gap still open as far as the relay has seen), or it (opening
+    /// a gap at `now`, the clock read only then).
+    fn take(&mut self, event: CallEvent<'_>, now: impl FnOnce() -> Instant) {
         match event {
             CallEvent::Log(record) => {
                 let level = level_of(record.level);
-                if self.logs_closed.is_some_and(|until| now < until) {
+                if self.logs_closed.is_some() {
                     match &mut self.pending_logs {
                         Some((merged, messages)) => {
                             if rank(level) > rank(*merged) {
@@ -309,52 +323,52 @@ impl Merge {
                             messages.push('\n');
                             messages.push_str(&record.message);
                         }
-                        None => self.pending_logs = Some((level, record.message)),
+                        None => self.pending_logs = Some((level, record.into_owned().message)),
                     }
                     return;
                 }
-                let merged = self.flush_logs();
-                self.ready.extend(merged);
-                self.logs_closed = Some(now + PROGRESS_GAP);
-                let note = self.log_note(level, record.message);
+                self.logs_closed = Some(now() + PROGRESS_GAP);
+                let note = self.log_note(level, record.into_owned().message);
                 self.ready.push(note);
             }
-            CallEvent::Progress {
-                done,
-                total,
-                message,
-            } => {
+            CallEvent::Progress(report) => {
                 if self.token.is_none() {
                     return;
                 }
-                let report = Report {
-                    done,
-                    total,
-                    message,
-                };
-                let last = total.is_some_and(|t| done >= t);
-                if !last && self.closed.is_some_and(|until| now < until) {
-                    self.pending = Some(report);
+                self.reported = true;
+                let last = report.total.is_some_and(|t| report.done >= t);
+                match &mut self.pending {
+                    // The allocation of a merged message is reused.
+                    Some(pending) => {
+                        pending.done = report.done;
+                        pending.total = report.total;
+                        pending.message.clone_from(&report.message);
+                    }
+                    None => self.pending = Some(report.into_owned()),
+                }
+                if !last && self.closed.is_some() {
                     return;
                 }
-                self.closed = Some(now + PROGRESS_GAP);
-                self.pending = Some(report);
+                self.closed = Some(now() + PROGRESS_GAP);
                 let note = self.flush();
                 self.ready.extend(note);
             }
         }
     }
 
-    /// Adds to `notes` what was merged and whose gap has passed at `now`
-    /// (closing the gap again).
+    /// Adds to `notes` what was merged in a gap that has passed at `now`,
+    /// opening the next gap; a gap that passed with nothing merged ends
+    /// (the next report goes out at once).
     fn flush_past(&mut self, now: Instant, notes: &mut Vec<ServerNotification>) {
-        if self.pending_logs.is_some() && self.logs_closed.is_none_or(|until| until <= now) {
-            notes.extend(self.flush_logs());
-            self.logs_closed = Some(now + PROGRESS_GAP);
+        if self.logs_closed.is_some_and(|until| until <= now) {
+            let merged = self.flush_logs();
+            self.logs_closed = merged.is_some().then_some(now + PROGRESS_GAP);
+            notes.extend(merged);
         }
-        if self.pending.is_some() && self.closed.is_none_or(|until| until <= now) {
-            notes.extend(self.flush());
-            self.closed = Some(now + PROGRESS_GAP);
+        if self.closed.is_some_and(|until| until <= now) {
+            let merged = self.flush();
+            self.closed = merged.is_some().then_some(now + PROGRESS_GAP);
+            notes.extend(merged);
         }
     }
 
@@ -387,15 +401,17 @@ fn progress(param: ProgressNotificationParam) -> ServerNotification {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
     use crate::sandbox::LogRecord;
 
-    fn report(done: f64, total: Option<f64>) -> CallEvent {
-        CallEvent::Progress {
+    fn report(done: f64, total: Option<f64>) -> CallEvent<'static> {
+        CallEvent::Progress(Cow::Owned(Progress {
             done,
             total,
             message: None,
-        }
+        }))
     }
 
     #[test]
@@ -405,10 +421,10 @@ mod tests {
         assert!(Relay::new("t", None, &threshold, None, None).0.is_none());
         threshold.set(LoggingLevel::Warning);
         let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
-        let info = CallEvent::Log(LogRecord {
+        let info = CallEvent::Log(Cow::Owned(LogRecord {
             level: LogLevel::Info,
             message: "quiet".into(),
-        });
+        }));
         // The observer drops what is below the threshold; a relay given it
         // anyway sends the record (its level was checked upstream).
         assert_eq!(relay.relay_at(info, t0).len(), 1);
@@ -460,10 +476,10 @@ mod tests {
         threshold.set(LoggingLevel::Debug);
         let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
         let log = |level, message: &str| {
-            CallEvent::Log(LogRecord {
+            CallEvent::Log(Cow::Owned(LogRecord {
                 level,
                 message: message.into(),
-            })
+            }))
         };
         assert_eq!(relay.relay_at(log(LogLevel::Info, "one"), t0).len(), 1);
         assert!(
@@ -499,9 +515,34 @@ mod tests {
             relay.relay_at(log(LogLevel::Info, "five"), t0).is_empty(),
             "merged"
         );
-        let past = relay.relay_at(log(LogLevel::Error, "six"), t0 + PROGRESS_GAP);
-        assert_eq!(past.len(), 2, "past the gap: what waited, then this one");
-        assert_eq!(merged(past[1..].to_vec()).1, serde_json::json!("six"));
+        assert!(
+            relay.look_at(t0).is_empty(),
+            "the relay looks within the gap: what waits, waits"
+        );
+        // A record made past the gap, before the relay has looked, joins
+        // what waits; the relay's look sends both and opens a gap again.
+        let past = t0 + PROGRESS_GAP;
+        assert!(relay.relay_at(log(LogLevel::Error, "six"), past).is_empty());
+        assert_eq!(
+            merged(relay.look_at(past)),
+            (LoggingLevel::Error, serde_json::json!("five\nsix"))
+        );
+        assert!(
+            relay
+                .relay_at(log(LogLevel::Info, "seven"), past)
+                .is_empty(),
+            "merged"
+        );
+        // A gap that passes with nothing merged ends: the next record goes
+        // out at once.
+        let later = past + PROGRESS_GAP;
+        assert_eq!(merged(relay.look_at(later)).1, serde_json::json!("seven"));
+        let much_later = later + PROGRESS_GAP;
+        assert!(relay.look_at(much_later).is_empty(), "nothing waited");
+        assert_eq!(
+            merged(relay.relay_at(log(LogLevel::Info, "eight"), much_later)).1,
+            serde_json::json!("eight")
+        );
     }
 
     #[test]
@@ -562,8 +603,9 @@ mod tests {
             // At least the gap: the relay's timer opens it meanwhile.
             tokio::time::sleep(PROGRESS_GAP * 3).await;
             cancel.report(report(2.0, None));
-            // The second report goes out at once (the relay, woken by
-            // it, sends it when the call next yields), not at a timer.
+            // The second report goes out when the call next yields (the
+            // relay, looking then, sees the gap has passed), not at a
+            // timer.
             for _ in 0..2 {
                 if sent.load(Ordering::SeqCst) == 2 {
                     return true;

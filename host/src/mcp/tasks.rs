@@ -56,7 +56,7 @@ use super::{
 use crate::agent::KeyedCall;
 use crate::journal::{CallStatus, StoreError, now_ms};
 use crate::policy::TaskSettings;
-use crate::sandbox::{Asker, CallEvent, CancelToken, Progress, Sampler};
+use crate::sandbox::{Asker, CallEvent, CancelToken, Sampler};
 use crate::session::{CallKey, SessionError, SessionStore};
 use crate::spec::{Answer, Asked, SampleReply, SampleRequest};
 use crate::tools::ToolCall;
@@ -559,18 +559,8 @@ impl Tasks {
         let stops = CancelToken::new();
         let asker = asks.person.map(|can| task_asker(&input, can, &stops));
         let sampler = asks.model.map(|can| task_sampler(&input, can, &stops));
-        let observer = move |event| {
-            if let CallEvent::Progress {
-                done,
-                total,
-                message,
-            } = event
-            {
-                let report = Progress {
-                    done,
-                    total,
-                    message,
-                };
+        let observer = move |event: CallEvent<'_>| {
+            if let CallEvent::Progress(report) = event {
                 *lock(&told) = Some(report.to_string());
             }
         };

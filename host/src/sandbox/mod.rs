@@ -24,6 +24,7 @@ pub(crate) mod shown;
 mod tape;
 mod until;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -432,12 +433,15 @@ pub struct CancelToken {
     inner: Arc<CancelState>,
 }
 
+/// Who hears a call's events ([`CancelToken::watched`]).
+pub type Observer = Box<dyn Fn(CallEvent<'_>) + Send + Sync>;
+
 #[derive(Default)]
 struct CancelState {
     /// Whether it is cancelled: its own, or shared with the token it was
     /// made from ([`CancelToken::watched_with`]).
     signal: Arc<Signal>,
-    observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
+    observer: Option<Observer>,
     asker: Option<Asker>,
     sampler: Option<Sampler>,
     /// The clock readings and random bytes the call is given, played
@@ -494,20 +498,28 @@ impl std::fmt::Debug for CancelState {
 
 /// What a running call tells its caller as it happens (besides what it
 /// returns): nothing of it is journaled or changes the call's outcome.
+///
+/// An observer is handed the call's own record, borrowed (the call keeps
+/// it with its output): hearing a record costs no copy, and an observer
+/// that keeps one takes it with [`CallEvent::into_owned`].
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum CallEvent {
+pub enum CallEvent<'a> {
     /// A record of the `log` interface (also kept in the call's output).
-    Log(LogRecord),
-    /// A `progress.report`: `done` of `total`, and a message.
-    Progress {
-        /// How far: finite, not negative.
-        done: f64,
-        /// Out of how much, when known: finite, not negative.
-        total: Option<f64>,
-        /// What is happening now (at most [`MAX_PROGRESS_MESSAGE`] bytes).
-        message: Option<String>,
-    },
+    Log(Cow<'a, LogRecord>),
+    /// A `progress.report` (also kept in the call's output): `done` of
+    /// `total`, and a message of at most [`MAX_PROGRESS_MESSAGE`] bytes.
+    Progress(Cow<'a, Progress>),
+}
+
+impl CallEvent<'_> {
+    /// The event with its record copied if it was borrowed, to keep.
+    pub fn into_owned(self) -> CallEvent<'static> {
+        match self {
+            CallEvent::Log(record) => CallEvent::Log(Cow::Owned(record.into_owned())),
+            CallEvent::Progress(report) => CallEvent::Progress(Cow::Owned(report.into_owned())),
+        }
+    }
 }
 
 /// A guest broke a rule of an import it called (a progress report past its
@@ -565,7 +577,7 @@ impl CancelToken {
     /// `observer` as it happens. The observer runs on the thread running
     /// the call, inside it: it must not block (hand the event on, through
     /// a channel, to whoever waits for it).
-    pub fn observed(observer: impl Fn(CallEvent) + Send + Sync + 'static) -> Self {
+    pub fn observed(observer: impl Fn(CallEvent<'_>) + Send + Sync + 'static) -> Self {
         Self::watched(Some(Box::new(observer)), None, None)
     }
 
@@ -576,7 +588,7 @@ impl CancelToken {
     /// whose requests for a completion `sampler` answers (without one,
     /// they are refused).
     pub fn watched(
-        observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
+        observer: Option<Observer>,
         asker: Option<Asker>,
         sampler: Option<Sampler>,
     ) -> Self {
@@ -589,7 +601,7 @@ impl CancelToken {
     /// cancels. Costs one allocation, and nothing to keep them in step.
     pub fn watched_with(
         &self,
-        observer: Option<Box<dyn Fn(CallEvent) + Send + Sync>>,
+        observer: Option<Observer>,
         asker: Option<Asker>,
         sampler: Option<Sampler>,
     ) -> Self {
@@ -637,16 +649,10 @@ impl CancelToken {
     }
 
     /// Hands `event` to the observer, if there is one.
-    pub(crate) fn report(&self, event: CallEvent) {
+    pub(crate) fn report(&self, event: CallEvent<'_>) {
         if let Some(observer) = &self.inner.observer {
             observer(event);
         }
-    }
-
-    /// Whether an observer hears the call's events (what is reported
-    /// costs nothing more otherwise).
-    pub(crate) fn is_observed(&self) -> bool {
-        self.inner.observer.is_some()
     }
 
     /// Cancels every clone, for good.
@@ -937,7 +943,8 @@ impl CapturedLog {
         }
     }
 
-    pub(crate) fn push(&mut self, record: LogRecord) -> Result<(), OutputLimitExceeded> {
+    /// Keeps `record`, within the bound; the record as kept.
+    pub(crate) fn push(&mut self, record: LogRecord) -> Result<&LogRecord, OutputLimitExceeded> {
         let bytes = self
             .bytes
             .saturating_add(record.message.len())
@@ -950,7 +957,7 @@ impl CapturedLog {
         }
         self.bytes = bytes;
         self.records.push(record);
-        Ok(())
+        Ok(&self.records[self.records.len() - 1])
     }
 
     pub(crate) fn take(&mut self) -> Vec<LogRecord> {

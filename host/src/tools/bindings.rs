@@ -1,6 +1,7 @@
 //! Host bindings for `wit/tool.wit` and the host side of its imports:
 //! the read-only `run-context` view and the `log` sink.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use wasmtime::component::{HasSelf, Instance, InstancePre, Linker, Resource};
@@ -362,11 +363,8 @@ impl log::Host for CallState {
             log::Level::Error => LogLevel::Error,
         };
         let record = LogRecord { level, message };
-        let observed = self.cancel.is_observed().then(|| record.clone());
-        self.log.push(record).map_err(wasmtime::Error::new)?;
-        if let Some(record) = observed {
-            self.cancel.report(CallEvent::Log(record));
-        }
+        let kept = self.log.push(record).map_err(wasmtime::Error::new)?;
+        self.cancel.report(CallEvent::Log(Cow::Borrowed(kept)));
         Ok(())
     }
 }
@@ -557,16 +555,15 @@ impl progress::Host for CallState {
                 text.len()
             ));
         }
-        self.progress.push(crate::sandbox::Progress {
-            done,
-            total,
-            message: message.clone(),
-        });
-        self.cancel.report(CallEvent::Progress {
+        let report = crate::sandbox::Progress {
             done,
             total,
             message,
-        });
+        };
+        self.progress.push(report);
+        if let Some(kept) = self.progress.last() {
+            self.cancel.report(CallEvent::Progress(Cow::Borrowed(kept)));
+        }
         Ok(())
     }
 }
