@@ -509,3 +509,104 @@ async fn a_task_waits_for_its_clients_answers() {
     assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
     client.cancel().await.unwrap();
 }
+
+/// A tool that needs approval (`approval = "ask"`) called as a task: the
+/// task waits `input_required` on its approval (`person-1`, naming the
+/// tool and its arguments), and nothing runs before it; accepted, the
+/// call runs and its op applies; declined, the task ends with the
+/// rejection and nothing is applied, and `tasks/get` still says so once
+/// the task is no longer running (from the journal). A task cancelled
+/// while it waits for its approval ends cancelled. The next call is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_asks_for_its_approval_first() {
+    let desk = Desk::new(&format!(
+        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
+         [[tool]]\npath = {:?}\napproval = \"ask\"\n",
+        guest("everything"),
+    ));
+    let (policy, db) = (desk.policy(), desk.db());
+    let args = ["--config", policy, "--store", db, "--session", "desk"];
+    let answering = TaskClient {
+        tasks: true,
+        answers: true,
+    };
+    let (client, _) = start(answering, &args).await;
+    let answer = |action: &str| -> rmcp::model::InputResponses {
+        [("person-1".to_owned(), json!({"action": action}))].into()
+    };
+
+    let approved = task_of(&client, "set_watched", json!({"text": "one"})).await;
+    let approval = question(&waiting(&client, &approved).await, "person-1");
+    assert_eq!(approval["method"], "elicitation/create", "{approval}");
+    let message = approval["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("set_watched") && message.contains("one"),
+        "{message}"
+    );
+    client
+        .update_task(UpdateTaskParams::new(&approved, answer("accept")))
+        .await
+        .unwrap();
+    let task = ended(&client, &approved).await;
+    assert_eq!(result_of(&task)["isError"], false, "{task:?}");
+    assert_eq!(deps(&client).await, json!({"watched": "one"}));
+
+    let declined = task_of(&client, "set_watched", json!({"text": "two"})).await;
+    waiting(&client, &declined).await;
+    client
+        .update_task(UpdateTaskParams::new(&declined, answer("decline")))
+        .await
+        .unwrap();
+    let task = ended(&client, &declined).await;
+    let result = result_of(&task);
+    assert_eq!(result["isError"], true, "{result:?}");
+    assert!(
+        result["content"].to_string().contains("rejected"),
+        "{result:?}"
+    );
+    assert_eq!(deps(&client).await, json!({"watched": "one"}));
+    // Once it no longer runs here, the journal answers for it.
+    assert_eq!(get(&client, &declined).await.task, task.task);
+
+    let stopped = task_of(&client, "set_watched", json!({"text": "three"})).await;
+    waiting(&client, &stopped).await;
+    client
+        .cancel_task(CancelTaskParams::new(&stopped))
+        .await
+        .unwrap();
+    let task = ended(&client, &stopped).await;
+    assert_eq!(task.task.status(), TaskStatus::Cancelled, "{task:?}");
+    assert_eq!(deps(&client).await, json!({"watched": "one"}));
+
+    let next = task_of(&client, "set_watched", json!({"text": "four"})).await;
+    waiting(&client, &next).await;
+    client
+        .update_task(UpdateTaskParams::new(&next, answer("accept")))
+        .await
+        .unwrap();
+    ended(&client, &next).await;
+    assert_eq!(deps(&client).await, json!({"watched": "four"}));
+    client.cancel().await.unwrap();
+
+    // An approval unanswered within the tool's time limit is refused.
+    let hurried = Desk::new(&format!(
+        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
+         [[tool]]\npath = {:?}\napproval = \"ask\"\nlimits = {{ timeout_ms = 1000 }}\n",
+        guest("everything"),
+    ));
+    let args = [
+        "--config",
+        hurried.policy(),
+        "--store",
+        db,
+        "--session",
+        "desk",
+    ];
+    let (client, _) = start(answering, &args).await;
+    let unanswered = task_of(&client, "set_watched", json!({"text": "five"})).await;
+    let task = ended(&client, &unanswered).await;
+    assert_eq!(result_of(&task)["isError"], true, "{task:?}");
+    assert_eq!(deps(&client).await, json!({"watched": "four"}));
+    client.cancel().await.unwrap();
+}

@@ -5,13 +5,15 @@
 
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 
+use crate::journal::CallEnd;
 use crate::journal::recorder::Recorder;
 use crate::journal::{CallStatus, CalledBy, Conversation, Event, Flush, Item, StoreError};
 use crate::sandbox::CancelToken;
 use crate::session::Session;
-use crate::tools::{CallFailure, CallOutcome, Host, ToolCall, call_end, guest_output};
+use crate::tools::{CallError, CallFailure, CallOutcome, Host, ToolCall, call_end, guest_output};
 
 /// A call on a session ([`Session::call`]) that failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -34,6 +36,29 @@ pub enum SessionCallError {
         /// The id.
         call_id: String,
     },
+    /// The call's approval was refused ([`Session::call_once_telling`]):
+    /// it is journaled as rejected, and nothing ran.
+    #[error("{}", crate::journal::REJECTED_MESSAGE)]
+    Rejected,
+}
+
+/// What a keyed call tells and waits for between committing its intent
+/// and running ([`Session::call_once_telling`]).
+#[derive(Default)]
+pub struct CallStart<'a> {
+    /// Told once the intent is committed.
+    pub begun: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Waited for then, before the tool runs: `false` rejects the call.
+    pub approval: Option<BoxFuture<'a, bool>>,
+}
+
+impl std::fmt::Debug for CallStart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallStart")
+            .field("begun", &self.begun.is_some())
+            .field("approval", &self.approval.is_some())
+            .finish()
+    }
 }
 
 /// What a session holds of an earlier call with a given id.
@@ -75,7 +100,7 @@ impl Session {
         cancel: &CancelToken,
         by: Option<&CalledBy>,
     ) -> Result<CallOutcome, SessionCallError> {
-        self.call_journaled(host, call, cancel, by, false, None)
+        self.call_journaled(host, call, cancel, by, false, CallStart::default())
             .await
     }
 
@@ -89,7 +114,7 @@ impl Session {
         cancel: &CancelToken,
         by: Option<&CalledBy>,
         keyed: bool,
-        begun: Option<tokio::sync::oneshot::Sender<()>>,
+        start: CallStart<'_>,
     ) -> Result<CallOutcome, SessionCallError> {
         let component = host.component_for(&call.name);
         let pure = component.is_none_or(|c| c.may_rerun());
@@ -101,14 +126,29 @@ impl Session {
         recorder.call_asked(call, iteration, by);
         if intent_first {
             recorder.commit().await?;
-            if let Some(begun) = begun {
+            if let Some(begun) = start.begun {
                 // Whoever waited may have stopped waiting.
                 let _ = begun.send(());
             }
         }
-        let result = host
-            .run_and_apply(recorder.ctx_mut(), call, Some(cancel), false)
-            .await;
+        let approved = match start.approval {
+            Some(approval) => approval.await,
+            None => true,
+        };
+        if !approved && !cancel.is_cancelled() {
+            let rules = host.context_rules();
+            recorder.call_ended(call, CallEnd::Rejected, Duration::ZERO, rules);
+            recorder.commit_flushed(Flush::Now).await?;
+            return Err(SessionCallError::Rejected);
+        }
+        // A call cancelled while its approval was asked for ends
+        // cancelled, without running.
+        let result = if approved {
+            host.run_and_apply(recorder.ctx_mut(), call, Some(cancel), false)
+                .await
+        } else {
+            Err(CallError::Cancelled.into())
+        };
         recorder.call_ended(
             call,
             call_end(&result),
@@ -152,15 +192,23 @@ impl Session {
         cancel: &CancelToken,
         by: Option<&CalledBy>,
     ) -> Result<CallOutcome, SessionCallError> {
-        self.call_once_telling(host, call, cancel, by, None).await
+        self.call_once_telling(host, call, cancel, by, CallStart::default())
+            .await
     }
 
-    /// [`Session::call_once`], telling `begun` once the call's intent is
-    /// committed and before the tool runs: from then on the call is in
-    /// the store ([`SessionStore::call_records`] finds it), and a handle
-    /// to it (an MCP task) outlives this process. A call answered from an
-    /// earlier one, or that fails before its intent is committed, never
-    /// tells `begun` (it drops it).
+    /// [`Session::call_once`], telling `start.begun` once the call's
+    /// intent is committed and before the tool runs: from then on the call
+    /// is in the store ([`SessionStore::call_records`] finds it), and a
+    /// handle to it (an MCP task) outlives this process. A call answered
+    /// from an earlier one, or that fails before its intent is committed,
+    /// never tells `begun` (it drops it).
+    ///
+    /// With `start.approval`, the call waits for it once its intent is
+    /// committed (and `begun` told), before the tool runs: refused, the
+    /// call is journaled as rejected and nothing runs
+    /// ([`SessionCallError::Rejected`]); refused because `cancel` was
+    /// fired meanwhile, it ends cancelled. The wait holds the session, as
+    /// the call does.
     ///
     /// [`SessionStore::call_records`]: crate::session::SessionStore::call_records
     pub async fn call_once_telling(
@@ -169,7 +217,7 @@ impl Session {
         call: &ToolCall,
         cancel: &CancelToken,
         by: Option<&CalledBy>,
-        begun: Option<tokio::sync::oneshot::Sender<()>>,
+        start: CallStart<'_>,
     ) -> Result<CallOutcome, SessionCallError> {
         let events = self.keyed_call_items(&call.id).await?;
         match earlier_call(&events, call) {
@@ -178,7 +226,7 @@ impl Session {
                 call_id: call.id.clone(),
             }),
             Earlier::None => {
-                self.call_journaled(host, call, cancel, by, true, begun)
+                self.call_journaled(host, call, cancel, by, true, start)
                     .await
             }
         }

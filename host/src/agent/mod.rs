@@ -17,7 +17,7 @@ pub mod replay;
 mod turn;
 
 pub(crate) use direct::KeyedCall;
-pub use direct::SessionCallError;
+pub use direct::{CallStart, SessionCallError};
 
 use std::sync::Arc;
 

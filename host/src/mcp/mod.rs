@@ -48,7 +48,7 @@ use self::limits::UserLimiter;
 use self::relay::{LogThreshold, Relay};
 use self::rounds::Round;
 pub use self::rounds::{MIN_STATE_KEY, StateKey};
-use crate::agent::SessionCallError;
+use crate::agent::{CallStart, SessionCallError};
 use crate::journal::{CalledBy, REJECTED_MESSAGE};
 use crate::policy::{Approval, TaskSettings};
 use crate::sandbox::{Asker, CancelToken, Sampler};
@@ -412,7 +412,7 @@ impl McpServer {
         keyed: bool,
         cancel: CancelToken,
         caller: Option<&Caller>,
-        begun: Option<tokio::sync::oneshot::Sender<()>>,
+        start: CallStart<'static>,
     ) -> CallToolResult {
         let mut session = session.handle().lock().await;
         let host = tools.current();
@@ -423,7 +423,7 @@ impl McpServer {
         let started = std::time::Instant::now();
         let result = if keyed {
             session
-                .call_once_telling(&host, &call, &cancel, by.as_ref(), begun)
+                .call_once_telling(&host, &call, &cancel, by.as_ref(), start)
                 .await
         } else {
             session.call(&host, &call, &cancel, by.as_ref()).await
@@ -503,7 +503,16 @@ impl McpServer {
                 retry: 0,
             };
             let keyed = key.is_some();
-            let result = Self::call(&self.tools, &session, call, keyed, cancel, caller, None).await;
+            let result = Self::call(
+                &self.tools,
+                &session,
+                call,
+                keyed,
+                cancel,
+                caller,
+                CallStart::default(),
+            )
+            .await;
             session.done().await;
             Ok::<_, String>(result)
         };
@@ -948,32 +957,35 @@ impl ServerHandler for McpServer {
         let arguments = arguments_text(request.arguments.clone());
         let needs = self.needs(&request.name);
         // A call may become a task when its client declares the extension:
-        // in the request, for any tool but one that needs approval first
-        // (its questions then wait in the task); at `initialize`, for a
-        // tool that needs nothing of its client.
+        // in the request, for any tool (its questions, its approval first,
+        // then wait in the task); at `initialize`, for a tool that needs
+        // nothing of its client. A tool that needs approval, of a client
+        // that cannot ask its user, is refused as below, saying why.
         let in_request = tasks::declares_tasks(&context.meta);
-        if !needs.approval
-            && (in_request
-                || !needs.any()
-                    && context
-                        .peer
-                        .peer_info()
-                        .is_some_and(|info| info.capabilities.supports_tasks()))
+        if in_request
+            || !needs.any()
+                && context
+                    .peer
+                    .peer_info()
+                    .is_some_and(|info| info.capabilities.supports_tasks())
         {
             // The client's capabilities are decoded only for a tool that
             // asks (not on every call of a client that declares tasks).
             let asks = if needs.any() {
                 let can = context.client_capabilities().unwrap_or_default();
                 tasks::Asks {
+                    approval: needs.approval.then_some(can.elicitation.is_some()),
                     person: needs.person.then_some(can.elicitation.is_some()),
                     model: needs.model.then_some(can.sampling.is_some()),
                 }
             } else {
                 tasks::Asks::default()
             };
-            return Ok(self
-                .call_as_task(&request.name, arguments, asks, &context)
-                .await);
+            if asks.approval != Some(false) {
+                return Ok(self
+                    .call_as_task(&request.name, arguments, asks, &context)
+                    .await);
+            }
         }
         // A client of the 2026-07-28 revision takes the call's questions
         // (its approval first) as `input_required` results ([`rounds`]);

@@ -50,10 +50,10 @@ use tokio::sync::oneshot;
 
 use super::auth::Caller;
 use super::{
-    McpServer, NO_ELICITATION, NO_SAMPLING, call_key, caller_of, error_result, lock, rounds,
-    tool_result,
+    McpServer, NO_ELICITATION, NO_SAMPLING, ToolSet, approval_question, call_key, caller_of,
+    error_result, lock, rounds, tool_result,
 };
-use crate::agent::KeyedCall;
+use crate::agent::{CallStart, KeyedCall};
 use crate::journal::{CallStatus, StoreError, now_ms};
 use crate::policy::TaskSettings;
 use crate::sandbox::{Asker, CallEvent, CancelToken, Sampler};
@@ -104,6 +104,9 @@ impl McpServer {
         let id = task_id(&session.held().id, &call_id);
         let tools = Arc::clone(&self.tools);
         let (cancel, input) = tools.tasks.start(&id, session.held().user.as_deref(), asks);
+        let approval = asks
+            .approval
+            .map(|can| approval(&tools, name, &arguments, task_asker(&input, can, &cancel)));
         let (begun, in_journal) = oneshot::channel();
         let (done, mut ended) = oneshot::channel();
         let call = ToolCall {
@@ -124,7 +127,10 @@ impl McpServer {
                     true,
                     cancel,
                     caller.as_ref(),
-                    Some(begun),
+                    CallStart {
+                        begun: Some(begun),
+                        approval,
+                    },
                 )
                 .await;
                 session.done().await;
@@ -360,6 +366,9 @@ struct Live {
 /// (the tool is told so).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Asks {
+    /// Its person, whether the call may run (`approval = "ask"`), before
+    /// the tool runs.
+    pub(super) approval: Option<bool>,
     /// Its person (elicitation).
     pub(super) person: Option<bool>,
     /// The client's model (sampling).
@@ -491,6 +500,30 @@ fn task_asker(input: &Arc<Input>, can: bool, cancel: &CancelToken) -> Asker {
                 .await
                 .unwrap_or(Answer::Cancel)
         })
+    })
+}
+
+/// Whether a task's call of tool `name` with `arguments` may run, asked
+/// through `asker` as the task's first question (its person's accept
+/// approves); unanswered within the tool's time limit, it may not.
+fn approval(
+    tools: &ToolSet,
+    name: &str,
+    arguments: &str,
+    asker: Asker,
+) -> futures::future::BoxFuture<'static, bool> {
+    let limit = tools
+        .current()
+        .component_for(name)
+        .map_or(crate::policy::limits::MAX_TIMEOUT, |c| c.limits().timeout);
+    let question = Asked {
+        message: approval_question(name, arguments),
+        schema: serde_json::json!({"type": "object", "properties": {}}),
+        answer: Answer::Cancel,
+    };
+    Box::pin(async move {
+        let answer = tokio::time::timeout(limit, asker(question)).await;
+        matches!(answer, Ok(Answer::Accept { .. }))
     })
 }
 
