@@ -32,6 +32,11 @@ impl TaskClient {
         tasks: true,
         answers: false,
     };
+    /// Declares tasks, elicitation and sampling.
+    const ANSWERING: Self = Self {
+        tasks: true,
+        answers: true,
+    };
 }
 
 impl rmcp::ClientHandler for TaskClient {
@@ -132,6 +137,29 @@ impl Desk {
 
     fn db(&self) -> &str {
         &self.db
+    }
+
+    /// A desk whose policy serves the everything example with `tool` (its
+    /// `[[tool]]` lines after `path`), a call a task after ten minutes
+    /// unless it asks first.
+    fn everything(tool: &str) -> Self {
+        Self::new(&format!(
+            "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n[[tool]]\npath = {:?}\n{tool}",
+            guest("everything"),
+        ))
+    }
+
+    /// `airlock mcp`'s arguments: this desk's policy, session `desk` of
+    /// `store`.
+    fn args<'a>(&'a self, store: &'a str) -> [&'a str; 6] {
+        [
+            "--config",
+            &self.policy,
+            "--store",
+            store,
+            "--session",
+            "desk",
+        ]
     }
 }
 
@@ -387,19 +415,11 @@ fn question(requests: &rmcp::model::InputRequests, key: &str) -> Value {
 /// to that. The wait counts against the tool's time limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_waits_for_its_clients_answers() {
-    let desk = Desk::new(&format!(
-        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
-         [[tool]]\npath = {:?}\nask = true\nsample = {{ max_tokens = 50 }}\n\
-         limits = {{ timeout_ms = 60000 }}\n",
-        guest("everything"),
-    ));
-    let (policy, db) = (desk.policy(), desk.db());
-    let args = ["--config", policy, "--store", db, "--session", "desk"];
-    let answering = TaskClient {
-        tasks: true,
-        answers: true,
-    };
-    let (client, _) = start(answering, &args).await;
+    let desk = Desk::everything(
+        "ask = true\nsample = { max_tokens = 50 }\nlimits = { timeout_ms = 60000 }\n",
+    );
+    let db = desk.db();
+    let (client, _) = start(TaskClient::ANSWERING, &desk.args(db)).await;
 
     let greeting = task_of(&client, "greet", json!({})).await;
     let asked = waiting(&client, &greeting).await;
@@ -458,20 +478,13 @@ async fn a_task_waits_for_its_clients_answers() {
     assert!(why.contains("asks for no input"), "{why}");
 
     // Cancelled while it waits: nothing of it is applied.
-    let stopped = task_of(&client, "greet", json!({})).await;
-    waiting(&client, &stopped).await;
-    client
-        .cancel_task(CancelTaskParams::new(&stopped))
-        .await
-        .unwrap();
-    let task = ended(&client, &stopped).await;
-    assert_eq!(task.task.status(), TaskStatus::Cancelled, "{task:?}");
+    cancelled_while_waiting(&client, "greet", json!({})).await;
     assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
     client.cancel().await.unwrap();
 
     // A client that declares no elicitation: the tool hears it cannot
     // ask, and says so.
-    let (client, _) = start(TaskClient::TASKS, &args).await;
+    let (client, _) = start(TaskClient::TASKS, &desk.args(db)).await;
     let params = CallToolRequestParams::new("test_elicitation")
         .with_arguments(json!({"message": "Go on?"}).as_object().unwrap().clone());
     let result = match client.call_tool_once(params).await.unwrap() {
@@ -485,20 +498,8 @@ async fn a_task_waits_for_its_clients_answers() {
 
     // The wait counts against the tool's time limit: past it, the task
     // ends with the timeout's error, nothing waits, nothing is applied.
-    let hurried = Desk::new(&format!(
-        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
-         [[tool]]\npath = {:?}\nask = true\nlimits = {{ timeout_ms = 2000 }}\n",
-        guest("everything"),
-    ));
-    let args = [
-        "--config",
-        hurried.policy(),
-        "--store",
-        db,
-        "--session",
-        "desk",
-    ];
-    let (client, _) = start(answering, &args).await;
+    let hurried = Desk::everything("ask = true\nlimits = { timeout_ms = 2000 }\n");
+    let (client, _) = start(TaskClient::ANSWERING, &hurried.args(db)).await;
     // (Only its question makes it a task before the server's wait.)
     let late = task_of(&client, "greet", json!({})).await;
     let task = ended(&client, &late).await;
@@ -508,6 +509,30 @@ async fn a_task_waits_for_its_clients_answers() {
     assert!(said.contains("ran past its 2 s timeout"), "{said}");
     assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
     client.cancel().await.unwrap();
+}
+
+/// A call of `tool` with `args` as a task, cancelled once it waits for
+/// its client: it ends `cancelled`.
+async fn cancelled_while_waiting(client: &Client, tool: &str, args: Value) {
+    let stopped = task_of(client, tool, args).await;
+    waiting(client, &stopped).await;
+    client
+        .cancel_task(CancelTaskParams::new(&stopped))
+        .await
+        .unwrap();
+    let task = ended(client, &stopped).await;
+    assert_eq!(task.task.status(), TaskStatus::Cancelled, "{task:?}");
+}
+
+/// Task `id`'s approval (its question `person-1`) answered `action`; the
+/// task once it has ended.
+async fn approval_answered(client: &Client, id: &str, action: &str) -> GetTaskResult {
+    let answer = [("person-1".to_owned(), json!({"action": action}))].into();
+    client
+        .update_task(UpdateTaskParams::new(id, answer))
+        .await
+        .unwrap();
+    ended(client, id).await
 }
 
 /// A tool that needs approval (`approval = "ask"`) called as a task: the
@@ -520,21 +545,9 @@ async fn a_task_waits_for_its_clients_answers() {
 /// served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_asks_for_its_approval_first() {
-    let desk = Desk::new(&format!(
-        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
-         [[tool]]\npath = {:?}\napproval = \"ask\"\n",
-        guest("everything"),
-    ));
-    let (policy, db) = (desk.policy(), desk.db());
-    let args = ["--config", policy, "--store", db, "--session", "desk"];
-    let answering = TaskClient {
-        tasks: true,
-        answers: true,
-    };
-    let (client, _) = start(answering, &args).await;
-    let answer = |action: &str| -> rmcp::model::InputResponses {
-        [("person-1".to_owned(), json!({"action": action}))].into()
-    };
+    let desk = Desk::everything("approval = \"ask\"\n");
+    let db = desk.db();
+    let (client, _) = start(TaskClient::ANSWERING, &desk.args(db)).await;
 
     let approved = task_of(&client, "set_watched", json!({"text": "one"})).await;
     let approval = question(&waiting(&client, &approved).await, "person-1");
@@ -544,21 +557,13 @@ async fn a_task_asks_for_its_approval_first() {
         message.contains("set_watched") && message.contains("one"),
         "{message}"
     );
-    client
-        .update_task(UpdateTaskParams::new(&approved, answer("accept")))
-        .await
-        .unwrap();
-    let task = ended(&client, &approved).await;
+    let task = approval_answered(&client, &approved, "accept").await;
     assert_eq!(result_of(&task)["isError"], false, "{task:?}");
     assert_eq!(deps(&client).await, json!({"watched": "one"}));
 
     let declined = task_of(&client, "set_watched", json!({"text": "two"})).await;
     waiting(&client, &declined).await;
-    client
-        .update_task(UpdateTaskParams::new(&declined, answer("decline")))
-        .await
-        .unwrap();
-    let task = ended(&client, &declined).await;
+    let task = approval_answered(&client, &declined, "decline").await;
     let result = result_of(&task);
     assert_eq!(result["isError"], true, "{result:?}");
     assert!(
@@ -569,41 +574,18 @@ async fn a_task_asks_for_its_approval_first() {
     // Once it no longer runs here, the journal answers for it.
     assert_eq!(get(&client, &declined).await.task, task.task);
 
-    let stopped = task_of(&client, "set_watched", json!({"text": "three"})).await;
-    waiting(&client, &stopped).await;
-    client
-        .cancel_task(CancelTaskParams::new(&stopped))
-        .await
-        .unwrap();
-    let task = ended(&client, &stopped).await;
-    assert_eq!(task.task.status(), TaskStatus::Cancelled, "{task:?}");
+    cancelled_while_waiting(&client, "set_watched", json!({"text": "three"})).await;
     assert_eq!(deps(&client).await, json!({"watched": "one"}));
 
     let next = task_of(&client, "set_watched", json!({"text": "four"})).await;
     waiting(&client, &next).await;
-    client
-        .update_task(UpdateTaskParams::new(&next, answer("accept")))
-        .await
-        .unwrap();
-    ended(&client, &next).await;
+    approval_answered(&client, &next, "accept").await;
     assert_eq!(deps(&client).await, json!({"watched": "four"}));
     client.cancel().await.unwrap();
 
     // An approval unanswered within the tool's time limit is refused.
-    let hurried = Desk::new(&format!(
-        "[mcp.tasks]\nafter_ms = 600000\npoll_ms = 50\n\n\
-         [[tool]]\npath = {:?}\napproval = \"ask\"\nlimits = {{ timeout_ms = 1000 }}\n",
-        guest("everything"),
-    ));
-    let args = [
-        "--config",
-        hurried.policy(),
-        "--store",
-        db,
-        "--session",
-        "desk",
-    ];
-    let (client, _) = start(answering, &args).await;
+    let hurried = Desk::everything("approval = \"ask\"\nlimits = { timeout_ms = 1000 }\n");
+    let (client, _) = start(TaskClient::ANSWERING, &hurried.args(db)).await;
     let unanswered = task_of(&client, "set_watched", json!({"text": "five"})).await;
     let task = ended(&client, &unanswered).await;
     assert_eq!(result_of(&task)["isError"], true, "{task:?}");
