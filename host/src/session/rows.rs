@@ -106,9 +106,20 @@ pub(crate) struct Blob {
     pub data: String,
 }
 
+/// The mark's text, for both of its forms below.
+macro_rules! blob_mark {
+    () => {
+        "sha256:"
+    };
+}
+
 /// What stands for a blob in a stored entry, before its digest: a base64
 /// text never holds a `:`, so no tool's bytes read as a mark.
-pub(crate) const BLOB_MARK: &str = "sha256:";
+pub(crate) const BLOB_MARK: &str = blob_mark!();
+
+/// [`BLOB_MARK`] as it opens a JSON string in a stored entry's text: what
+/// is searched for to find the entries that name a blob.
+pub(crate) const QUOTED_MARK: &str = concat!("\"", blob_mark!());
 
 /// The least base64 text kept apart as a blob: a smaller one stays in its
 /// record (a digest and a lookup would cost more than it saves).
@@ -297,10 +308,9 @@ pub(crate) fn snapshot_blobs(
 /// The digests of the marks in `text` (see [`wanted_blobs`]), added to
 /// `wanted`.
 pub(crate) fn marks_in(text: &str, wanted: &mut Vec<String>) {
-    let quoted = format!("\"{BLOB_MARK}");
     let mut rest = text;
-    while let Some(at) = rest.find(&quoted) {
-        rest = &rest[at + quoted.len()..];
+    while let Some(at) = rest.find(QUOTED_MARK) {
+        rest = &rest[at + QUOTED_MARK.len()..];
         let digest = rest
             .get(..64)
             .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()) && rest[64..].starts_with('"'));

@@ -937,7 +937,6 @@ impl SessionStore for PostgresStore {
             }
             // Only the blobs the fork's records and snapshot name: none
             // that only later records show.
-            let mark = format!("\"{}", rows::BLOB_MARK);
             let mut wanted = Vec::new();
             for named in [
                 "SELECT entry FROM airlock_records
@@ -945,7 +944,7 @@ impl SessionStore for PostgresStore {
                 "SELECT body FROM airlock_snapshots
                  WHERE owner = $1 AND session_id = $2 AND strpos(body, $3) > 0",
             ] {
-                for row in tx.query(named, &[&owner, &to, &mark]).await? {
+                for row in tx.query(named, &[&owner, &to, &rows::QUOTED_MARK]).await? {
                     rows::marks_in(row.get(0), &mut wanted);
                 }
             }

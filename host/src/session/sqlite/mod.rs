@@ -823,15 +823,15 @@ impl SessionStore for SqliteStore {
             )?;
             // Only the blobs the fork's records and snapshot name: none
             // that only later records show.
-            let mark = format!("\"{}", rows::BLOB_MARK);
             let mut wanted = Vec::new();
             for named in [
                 "SELECT entry FROM records WHERE sid = ?1 AND instr(entry, ?2) > 0",
                 "SELECT body FROM snapshots WHERE sid = ?1 AND instr(body, ?2) > 0",
             ] {
                 let mut query = tx.prepare(named)?;
-                let texts =
-                    query.query_map(params![forked, mark], |row| row.get::<_, String>(0))?;
+                let texts = query.query_map(params![forked, rows::QUOTED_MARK], |row| {
+                    row.get::<_, String>(0)
+                })?;
                 for text in texts {
                     rows::marks_in(&text?, &mut wanted);
                 }
