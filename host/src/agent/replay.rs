@@ -20,8 +20,13 @@
 //! order.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::FutureExt;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -182,10 +187,16 @@ pub enum ReplayError {
     },
 }
 
-/// How many records a page of the journal holds: two pages (the one
-/// whose calls run, the next one read meanwhile) and their calls are what
-/// a replay holds.
+/// How many records a page of the journal holds: the page being folded
+/// and the next one, read meanwhile, are what a replay holds of the
+/// journal.
 const PAGE: u64 = 128;
+
+/// How many calls may be read ahead of the first call not yet reported
+/// (queued, running, or done and waiting for an earlier one): with a
+/// page's calls, what a replay holds of calls, each with its copy of the
+/// deps. Enough to keep the workers busy while the next page is read.
+const AHEAD: usize = 32;
 
 impl Session {
     /// Replays the calls of `replay.tools` in session `replay.session_id`
@@ -194,18 +205,20 @@ impl Session {
     /// `host`'s context rules scrub the replayed ops as the journal's were.
     ///
     /// Cost: one read per page of the journal (128 records), the next
-    /// page read while the calls of this one run; one sandboxed call per
-    /// replayed call, on `replay.parallel` worker tasks (spawned per page,
-    /// not per call); a copy of the deps per call of the tools that is
-    /// followed by ops. A component that reads neither clocks nor random
-    /// numbers is given instances prepared ahead, as a fresh call is.
+    /// page read while this one is folded; one sandboxed call per
+    /// replayed call, on `replay.parallel` worker tasks spawned once,
+    /// which take the calls as pages are folded and wait only when none
+    /// is left (no wait at a page's end, and no thread woken per call);
+    /// a copy of the deps per call of the tools that is followed by ops,
+    /// for at most 32 calls read ahead of the first not yet reported and
+    /// one page's (at most 64). A component that reads neither clocks nor random numbers
+    /// is given instances prepared ahead, as a fresh call is.
     pub async fn replay(
         store: &dyn SessionStore,
         host: &Arc<Host>,
         replay: Replay<'_>,
         mut each: impl FnMut(Replayed),
     ) -> Result<ReplaySummary, ReplayError> {
-        let parallel = replay.parallel.max(1);
         let page = |after| Page {
             owner: replay.owner,
             session_id: replay.session_id,
@@ -217,7 +230,18 @@ impl Session {
             seq,
             problem,
         };
-        let mut summary = ReplaySummary::default();
+        let shared = Arc::new(Shared::default());
+        // Dropped with the replay (an error, or its caller gave up): the
+        // calls stop.
+        let mut workers = JoinSet::new();
+        for _ in 0..replay.parallel.max(1) {
+            workers.spawn(work(Arc::clone(host), Arc::clone(&shared)));
+        }
+        let mut report = Report {
+            waiting: VecDeque::new(),
+            summary: ReplaySummary::default(),
+            each: &mut each,
+        };
         let mut read = store.read_page(page(0)).await?;
         let mut follow = Follow::new(&read.header, replay.tools);
         loop {
@@ -229,26 +253,185 @@ impl Session {
             if last.is_none() {
                 jobs.extend(follow.pending.take());
             }
-            // This page's calls run while the next page is read.
-            let (done, next) = match last {
+            report.waiting.extend(jobs.iter().map(Job::place));
+            shared.queue(jobs);
+            match last {
+                // This page's calls run, and are reported, while the next
+                // page is read.
                 Some(last) => {
-                    let (done, next) =
-                        tokio::join!(run_all(host, jobs, parallel), store.read_page(page(last)));
-                    (done, Some(next?))
+                    let ((), next) =
+                        tokio::join!(report.until(&shared, AHEAD), store.read_page(page(last)));
+                    read = next?;
                 }
-                None => (run_all(host, jobs, parallel).await, None),
-            };
-            for call in done {
-                summary.count(&call.verdict);
-                each(call);
-            }
-            match next {
-                Some(next) => read = next,
-                None => break,
+                None => {
+                    shared.close();
+                    report.until(&shared, 0).await;
+                    break;
+                }
             }
         }
+        let mut summary = report.summary;
         summary.skipped = follow.skipped;
         Ok(summary)
+    }
+}
+
+/// The replay's report: the calls queued and not yet reported, in the
+/// journal's order, each handed to `each` once it and all before it
+/// ended.
+struct Report<'a, F> {
+    waiting: VecDeque<Replayed>,
+    summary: ReplaySummary,
+    each: &'a mut F,
+}
+
+impl<F: FnMut(Replayed)> Report<'_, F> {
+    /// Reports the calls that ended, waiting until at most `most` are
+    /// left.
+    async fn until(&mut self, shared: &Shared, most: usize) {
+        loop {
+            let told = shared.told.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            let verdicts = shared.state().take_done(self.waiting.len(), most);
+            for verdict in verdicts {
+                if let Some(mut call) = self.waiting.pop_front() {
+                    call.verdict = verdict;
+                    self.summary.count(&call.verdict);
+                    (self.each)(call);
+                }
+            }
+            if self.waiting.len() <= most {
+                break;
+            }
+            told.await;
+        }
+    }
+}
+
+/// What the replay and its workers share.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// A call was queued, or the queue closed.
+    queued: Notify,
+    /// As many calls ended as the replay waits for.
+    told: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// The calls to run, numbered in the journal's order.
+    queue: VecDeque<(u64, Job)>,
+    /// No more calls come.
+    closed: bool,
+    /// The verdicts of the calls from the `first`th not yet reported
+    /// (`None`: not yet ended).
+    done: VecDeque<Option<Verdict>>,
+    first: u64,
+    /// How many of those, from the `first`th, have ended.
+    ended: usize,
+    /// How many calls were queued.
+    queued: u64,
+    /// The replay waits until `ended` is this many.
+    wanted: Option<usize>,
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `jobs` for the workers.
+    fn queue(&self, jobs: Vec<Job>) {
+        if jobs.is_empty() {
+            return;
+        }
+        {
+            let mut state = self.state();
+            for job in jobs {
+                let at = state.queued;
+                state.queue.push_back((at, job));
+                state.done.push_back(None);
+                state.queued += 1;
+            }
+        }
+        self.queued.notify_waiters();
+    }
+
+    /// No more calls come: a worker that finds none left ends.
+    fn close(&self) {
+        self.state().closed = true;
+        self.queued.notify_waiters();
+    }
+}
+
+impl State {
+    /// The verdicts of the first calls not yet reported (`waiting` of
+    /// them), as far as they have all ended; when more than `most` are
+    /// left, the replay waits until enough more have ended (a worker wakes
+    /// it once, not per call).
+    fn take_done(&mut self, waiting: usize, most: usize) -> Vec<Verdict> {
+        let verdicts: Vec<Verdict> = self.done.drain(..self.ended).flatten().collect();
+        self.first += self.ended as u64;
+        self.ended = 0;
+        let left = waiting.saturating_sub(verdicts.len());
+        self.wanted = (left > most).then(|| left - most);
+        verdicts
+    }
+
+    /// Call `at`'s verdict; whether the replay waits for it (with those
+    /// before it).
+    fn ended(&mut self, at: u64, verdict: Verdict) -> bool {
+        let slot = at
+            .checked_sub(self.first)
+            .and_then(|at| usize::try_from(at).ok())
+            .and_then(|at| self.done.get_mut(at));
+        if let Some(slot) = slot {
+            *slot = Some(verdict);
+        }
+        while let Some(Some(_)) = self.done.get(self.ended) {
+            self.ended += 1;
+        }
+        let wake = self.wanted.is_some_and(|wanted| self.ended >= wanted);
+        if wake {
+            self.wanted = None;
+        }
+        wake
+    }
+}
+
+/// A worker: runs the queued calls one at a time, waiting only when none
+/// is queued, until the queue closes.
+async fn work(host: Arc<Host>, shared: Arc<Shared>) {
+    loop {
+        let queued = shared.queued.notified();
+        tokio::pin!(queued);
+        queued.as_mut().enable();
+        let next = {
+            let mut state = shared.state();
+            match state.queue.pop_front() {
+                Some(job) => Some(job),
+                None if state.closed => return,
+                None => None,
+            }
+        };
+        let Some((at, job)) = next else {
+            queued.await;
+            continue;
+        };
+        let verdict = match AssertUnwindSafe(run(&host, job)).catch_unwind().await {
+            Ok(verdict) => verdict,
+            Err(_) => {
+                tracing::warn!("a replayed call panicked");
+                Verdict::CannotReproduce {
+                    why: "its replay stopped before it ended".to_owned(),
+                }
+            }
+        };
+        if shared.state().ended(at, verdict) {
+            shared.told.notify_one();
+        }
     }
 }
 
@@ -427,48 +610,6 @@ impl Job {
     }
 }
 
-/// Runs `jobs` again, `parallel` at a time (each worker task takes the
-/// next job until none is left: one task per worker, not per call), and
-/// gives them back in order.
-async fn run_all(host: &Arc<Host>, jobs: Vec<Job>, parallel: usize) -> Vec<Replayed> {
-    let mut calls: Vec<Replayed> = jobs.iter().map(Job::place).collect();
-    if jobs.is_empty() {
-        return calls;
-    }
-    let workers = parallel.min(jobs.len());
-    let queue = Arc::new(Mutex::new(
-        jobs.into_iter().enumerate().collect::<VecDeque<_>>(),
-    ));
-    let tasks: Vec<_> = (0..workers)
-        .map(|_| {
-            let (queue, host) = (Arc::clone(&queue), Arc::clone(host));
-            tokio::spawn(async move {
-                let mut done = Vec::new();
-                loop {
-                    let next = queue.lock().ok().and_then(|mut q| q.pop_front());
-                    let Some((at, job)) = next else {
-                        break;
-                    };
-                    done.push((at, run(&host, job).await));
-                }
-                done
-            })
-        })
-        .collect();
-    for task in tasks {
-        match task.await {
-            Ok(done) => {
-                for (at, verdict) in done {
-                    calls[at].verdict = verdict;
-                }
-            }
-            // Its calls keep the verdict they were made with.
-            Err(e) => tracing::warn!(error = %e, "a replay worker stopped"),
-        }
-    }
-    calls
-}
-
 /// Runs `job` again and compares.
 async fn run(host: &Host, job: Job) -> Verdict {
     let Job {
@@ -595,6 +736,26 @@ fn note(short: &Mutex<Option<String>>, why: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_replay_is_woken_once_enough_calls_ended_in_order() {
+        let mut state = State::default();
+        state.done.extend([None, None, None, None]);
+        assert!(!state.ended(1, Verdict::Same), "none waits");
+        // Four waiting, two may be left: two more must end, in order.
+        assert!(state.take_done(4, 2).is_empty());
+        assert_eq!(state.wanted, Some(2));
+        assert!(!state.ended(2, Verdict::Same), "the first has not ended");
+        assert!(state.ended(0, Verdict::Same), "0, 1 and 2 have");
+        assert_eq!(state.take_done(4, 2).len(), 3);
+        assert_eq!((state.first, state.wanted), (3, None));
+        // What was reported is not counted again, nor woken for twice.
+        assert!(state.take_done(1, 0).is_empty());
+        assert!(state.ended(3, Verdict::Same));
+        assert!(!state.ended(3, Verdict::Same));
+        assert_eq!(state.take_done(1, 0).len(), 1);
+        assert_eq!((state.first, state.wanted), (4, None));
+    }
 
     #[test]
     fn recorded_answers_come_back_in_order_then_run_short() {
