@@ -15,9 +15,9 @@
 //!
 //! The journal is read a page at a time and folded as it goes (deps and
 //! usage, the calls asked for and not yet answered), so memory is bounded
-//! by the deps and one page's calls, not by the journal's size. Calls
-//! run on `parallel` worker tasks; they are reported in the journal's
-//! order.
+//! by the deps and the calls read ahead (a page's, and at most 32 more),
+//! not by the journal's size. Calls run on `parallel` worker tasks; they
+//! are reported in the journal's order.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
