@@ -293,7 +293,8 @@ impl<F: FnMut(Replayed)> Report<'_, F> {
             let told = shared.told.notified();
             tokio::pin!(told);
             told.as_mut().enable();
-            let verdicts = shared.state().take_done(self.waiting.len(), most);
+            // `waiting` holds a place for each call `done` holds.
+            let verdicts = shared.state().take_done(most);
             for verdict in verdicts {
                 if let Some(mut call) = self.waiting.pop_front() {
                     call.verdict = verdict;
@@ -331,8 +332,6 @@ struct State {
     first: u64,
     /// How many of those, from the `first`th, have ended.
     ended: usize,
-    /// How many calls were queued.
-    queued: u64,
     /// The replay waits until `ended` is this many.
     wanted: Option<usize>,
 }
@@ -350,10 +349,9 @@ impl Shared {
         {
             let mut state = self.state();
             for job in jobs {
-                let at = state.queued;
+                let at = state.first + state.done.len() as u64;
                 state.queue.push_back((at, job));
                 state.done.push_back(None);
-                state.queued += 1;
             }
         }
         self.queued.notify_waiters();
@@ -367,15 +365,15 @@ impl Shared {
 }
 
 impl State {
-    /// The verdicts of the first calls not yet reported (`waiting` of
-    /// them), as far as they have all ended; when more than `most` are
-    /// left, the replay waits until enough more have ended (a worker wakes
-    /// it once, not per call).
-    fn take_done(&mut self, waiting: usize, most: usize) -> Vec<Verdict> {
+    /// The verdicts of the first calls not yet reported, as far as they
+    /// have all ended; when more than `most` are left, the replay waits
+    /// until enough more have ended (a worker wakes it once, not per
+    /// call).
+    fn take_done(&mut self, most: usize) -> Vec<Verdict> {
         let verdicts: Vec<Verdict> = self.done.drain(..self.ended).flatten().collect();
         self.first += self.ended as u64;
         self.ended = 0;
-        let left = waiting.saturating_sub(verdicts.len());
+        let left = self.done.len();
         self.wanted = (left > most).then(|| left - most);
         verdicts
     }
@@ -743,17 +741,17 @@ mod tests {
         state.done.extend([None, None, None, None]);
         assert!(!state.ended(1, Verdict::Same), "none waits");
         // Four waiting, two may be left: two more must end, in order.
-        assert!(state.take_done(4, 2).is_empty());
+        assert!(state.take_done(2).is_empty());
         assert_eq!(state.wanted, Some(2));
         assert!(!state.ended(2, Verdict::Same), "the first has not ended");
         assert!(state.ended(0, Verdict::Same), "0, 1 and 2 have");
-        assert_eq!(state.take_done(4, 2).len(), 3);
+        assert_eq!(state.take_done(2).len(), 3);
         assert_eq!((state.first, state.wanted), (3, None));
         // What was reported is not counted again, nor woken for twice.
-        assert!(state.take_done(1, 0).is_empty());
+        assert!(state.take_done(0).is_empty());
         assert!(state.ended(3, Verdict::Same));
         assert!(!state.ended(3, Verdict::Same));
-        assert_eq!(state.take_done(1, 0).len(), 1);
+        assert_eq!(state.take_done(0).len(), 1);
         assert_eq!((state.first, state.wanted), (4, None));
     }
 
