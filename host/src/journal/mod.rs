@@ -26,6 +26,7 @@
 //! them in a store and leases them to one run at a time.
 
 mod conversation;
+mod decode;
 mod fold;
 mod record;
 pub(crate) mod recorder;
@@ -35,6 +36,7 @@ mod snapshot;
 mod transcript;
 
 pub use conversation::{CallEnd, Captured, CapturedLog, Message, tool_text};
+pub use decode::entry_from_json;
 pub use fold::{FoldError, Folded, INTERRUPTED_MESSAGE, patch_entries, unanswered_calls};
 pub use record::{
     CallStatus, CalledBy, Entry, Event, Item, Outcome, RECORD_FORMAT, Record, Role, now_ms,

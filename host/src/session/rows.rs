@@ -436,7 +436,7 @@ pub(crate) fn decode_records(
     };
     rows.into_iter()
         .map(|row| {
-            let mut entry: Entry = serde_json::from_str(&row.entry)
+            let mut entry = crate::journal::entry_from_json(&row.entry)
                 .map_err(|e| corrupt(format!("record {} does not parse: {e}", row.seq)))?;
             join_blobs(&mut entry, blobs).map_err(|digest| {
                 corrupt(format!(
@@ -461,7 +461,7 @@ pub(crate) fn decode_records(
 /// call's, keyed or not: a key then found any earlier call with its id,
 /// and still does.
 pub(crate) fn call_id_of(entry: &str) -> Option<String> {
-    serde_json::from_str::<Entry>(entry)
+    crate::journal::entry_from_json(entry)
         .ok()?
         .call_id()
         .map(str::to_owned)
