@@ -289,30 +289,46 @@ impl Paired {
     }
 }
 
-/// Keeps the calling thread, and the processes given, on the core the
-/// thread runs on now, until dropped: both sides of a pair then run on the
-/// same core, whatever the other core's neighbours do. The thread's own
+/// Keeps the calling thread (and the threads it starts from now on) and
+/// the processes given on some cores until dropped; the thread's own
 /// affinity is given back on drop.
 pub(crate) struct Pinned {
     pub(crate) previous: libc::cpu_set_t,
 }
 
 impl Pinned {
+    /// On the core the thread runs on now: both sides of a pair then run
+    /// on the same core, whatever the other core's neighbours do.
     #[allow(unsafe_code)]
     pub(crate) fn here(processes: &[u32]) -> Self {
+        // SAFETY: reads the calling thread's core.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let cpus: Vec<usize> = usize::try_from(cpu).into_iter().collect();
+        Self::on(&cpus, processes)
+    }
+
+    /// On the first `cores` cores.
+    pub(crate) fn to_first(cores: usize) -> Self {
+        Self::on(&(0..cores).collect::<Vec<_>>(), &[])
+    }
+
+    /// On `cpus` (none: left as it is).
+    #[allow(unsafe_code)]
+    fn on(cpus: &[usize], processes: &[u32]) -> Self {
         // SAFETY: cpu_set_t is plain data; the calls get valid pointers to
         // sets of the size given, and pid 0 is the calling thread.
         unsafe {
             let mut previous: libc::cpu_set_t = std::mem::zeroed();
             let size = std::mem::size_of::<libc::cpu_set_t>();
             libc::sched_getaffinity(0, size, &mut previous);
-            let cpu = libc::sched_getcpu();
-            if cpu >= 0 {
-                let mut one: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu as usize, &mut one);
-                libc::sched_setaffinity(0, size, &one);
+            if !cpus.is_empty() {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                for &cpu in cpus {
+                    libc::CPU_SET(cpu, &mut set);
+                }
+                libc::sched_setaffinity(0, size, &set);
                 for &pid in processes {
-                    libc::sched_setaffinity(pid as libc::pid_t, size, &one);
+                    libc::sched_setaffinity(pid as libc::pid_t, size, &set);
                 }
             }
             Self { previous }
@@ -323,7 +339,7 @@ impl Pinned {
 impl Drop for Pinned {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        // SAFETY: as in `Pinned::here`.
+        // SAFETY: as in `Pinned::on`.
         unsafe {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.previous);
         }

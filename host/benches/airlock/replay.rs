@@ -4,9 +4,10 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Bench, component, root};
+use crate::harness::{Bench, Pinned, component, root};
 use airlock::agent::replay::Replay;
 use airlock::context::ContextRules;
 use airlock::session::{Durability, SessionStore};
@@ -79,15 +80,95 @@ async fn fresh(host: &Arc<Host>, calls: usize) -> Duration {
     started.elapsed() / calls as u32
 }
 
+/// Per call: `calls` calls of `increment` made as the replayed session's
+/// were (each on a session, journaled in `store`), on two new sessions at
+/// once: the original calls' rate on two cores. The sessions are removed
+/// after; only the calls are timed.
+async fn original(store: &Arc<dyn SessionStore>, host: &Arc<Host>, calls: usize) -> Duration {
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let ids: Vec<String> = (0..2).map(|i| format!("original-{run}-{i}")).collect();
+    let mut sessions = Vec::new();
+    for id in &ids {
+        let options = SessionOptions {
+            session_id: Some(id.clone()),
+            ..SessionOptions::default()
+        };
+        sessions.push(
+            Session::open(Arc::clone(store), options, &ContextRules::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = sessions
+        .into_iter()
+        .map(|mut session| {
+            let host = Arc::clone(host);
+            tokio::spawn(async move {
+                let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+                let cancel = airlock::sandbox::CancelToken::new();
+                for _ in 0..calls / 2 {
+                    session.call(&host, &call, &cancel, None).await.unwrap();
+                }
+                session
+            })
+        })
+        .collect();
+    let mut sessions = Vec::new();
+    for task in tasks {
+        sessions.push(task.await.unwrap());
+    }
+    let elapsed = started.elapsed() / calls as u32;
+    for session in sessions {
+        session.close().await.unwrap();
+    }
+    for id in &ids {
+        store
+            .remove(None, id, airlock::journal::now_ms())
+            .await
+            .unwrap();
+    }
+    elapsed
+}
+
+/// Per call: session `id` replayed (`parallel` calls at once) on a
+/// runtime of its own whose threads (the replay's, its workers' and its
+/// store's) may run only on the first `cores` cores.
+async fn replayed_on(
+    store: &Arc<dyn SessionStore>,
+    host: &Arc<Host>,
+    id: &str,
+    cores: usize,
+    calls: usize,
+) -> Duration {
+    let (store, host, id) = (Arc::clone(store), Arc::clone(host), id.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let _pinned = Pinned::to_first(cores);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cores)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(replayed(&store, &host, &id, &["increment"], cores, calls))
+    })
+    .await
+    .unwrap()
+}
+
 pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(
         out,
         "## 19. Replay\n\n\
-         A session of journaled `increment` calls (made one at a time on the session, SQLite) \
-         replayed whole by `Session::replay` against the component that made them (each call \
-         rebuilt from the journal read a page at a time, its view and tape played back, its result \
-         and ops compared), two calls at once, paired with as many fresh `Host::call`s from two \
-         tasks at once; and the Rust replay with one call at a time paired with two. On 2 cores.\n"
+         A session of journaled `increment` calls (made one at a time on the session, SQLite, \
+         nothing synced) replayed whole by `Session::replay` against the component that made them \
+         (each call rebuilt from the journal read a page at a time, its view and tape played back, \
+         its result and ops compared), two calls at once. Paired with the original calls' rate: as \
+         many calls made as the session's were (each on a session, journaled in the same store), \
+         on two sessions at once; and, for what the journal costs, with as many bare `Host::call`s \
+         (no session, no journal) from two tasks at once. Scaling: the Rust replay on one core (its \
+         runtime's threads, its store's among them, confined to it; one call at a time) paired with \
+         the same on two cores (two at once). On 2 cores.\n"
     )
     .unwrap();
     let dir = tempfile::tempdir_in(root().join("target")).unwrap();
@@ -127,6 +208,14 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         let pass = passes[passes.len() / 2];
         let versus = b
             .paired(
+                &format!("{language} original vs replayed, 2 at once"),
+                pairs,
+                async || original(&store, &host, calls).await,
+                async || replayed(&store, &host, &id, &["increment"], 2, calls).await,
+            )
+            .await;
+        let bare = b
+            .paired(
                 &format!("{language} fresh vs replayed, 2 at once"),
                 pairs,
                 async || fresh(&host, calls).await,
@@ -135,21 +224,23 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             .await;
         writeln!(
             rows,
-            "| {language} ({calls} calls) | {} | {} | {} | {} | ≥ 0.9× | {} |",
+            "| {language} ({calls} calls) | {} | {} | {} | {} | ≥ 0.9× | {} | {} | {} |",
             crate::harness::us(versus.b()),
             crate::harness::us(pass),
             crate::harness::us(versus.a()),
             versus.cell(),
-            versus.at_least(0.9)
+            versus.at_least(0.9),
+            crate::harness::us(bare.a()),
+            bare.cell(),
         )
         .unwrap();
         if language == "Rust" {
             scaling = Some(
                 b.paired(
-                    "Rust replay 1 → 2 at once",
+                    "Rust replay 1 → 2 cores",
                     pairs,
-                    async || replayed(&store, &host, &id, &["increment"], 1, calls).await,
-                    async || replayed(&store, &host, &id, &["increment"], 2, calls).await,
+                    async || replayed_on(&store, &host, &id, 1, calls).await,
+                    async || replayed_on(&store, &host, &id, 2, calls).await,
                 )
                 .await,
             );
@@ -157,14 +248,14 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     }
     writeln!(
         out,
-        "| tool | replayed, per call | of it, reading the journal | fresh, per call | replay's rate beside fresh | target | |\n\
-         |---|---|---|---|---|---|---|\n{rows}"
+        "| tool | replayed, per call | of it, reading the journal | original, per call | replay's rate beside the original calls' | target | | bare `Host::call`, per call | replay's rate beside bare calls' |\n\
+         |---|---|---|---|---|---|---|---|---|\n{rows}"
     )
     .unwrap();
     if let Some(scaling) = scaling {
         writeln!(
             out,
-            "Rust replay, one call at a time → two: throughput {} — target at least 1.8×: {}.\n",
+            "Rust replay, one core (one call at a time) → two (two at once): throughput {} — target at least 1.8×: {}.\n",
             scaling.cell(),
             scaling.at_least(1.8)
         )
