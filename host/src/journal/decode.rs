@@ -44,9 +44,37 @@ pub fn entry_from_json(text: &str) -> serde_json::Result<Entry> {
 /// The one-pass decoding alone: an error for anything it leaves.
 fn one_pass(text: &str) -> serde_json::Result<Entry> {
     let mut json = serde_json::Deserializer::from_str(text);
-    let entry = json.deserialize_map(EntryVisitor)?;
+    let entry = Entry::one_pass(&mut json)?;
     json.end()?;
     Ok(entry)
+}
+
+/// An object decoded in one pass from its tags: [`OneMap::from_map`]
+/// reads them, in the order Airlock writes them, and the rest.
+trait OneMap: Sized {
+    /// What it is, for an error message.
+    const WHAT: &'static str;
+
+    fn from_map<'de, A: MapAccess<'de>>(map: A) -> Result<Self, A::Error>;
+
+    /// `Self` from the object `deserializer` holds.
+    fn one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(OneMapVisitor(std::marker::PhantomData))
+    }
+}
+
+struct OneMapVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: OneMap> Visitor<'de> for OneMapVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(T::WHAT)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::from_map(map)
+    }
 }
 
 /// Not decoded in one pass: the derived way decodes it.
@@ -71,16 +99,10 @@ fn rest<'de, A: MapAccess<'de>, T: Deserialize<'de>>(map: A) -> Result<T, A::Err
 }
 
 /// An [`Entry`]: `entry` first.
-struct EntryVisitor;
+impl OneMap for Entry {
+    const WHAT: &'static str = "a journal entry";
 
-impl<'de> Visitor<'de> for EntryVisitor {
-    type Value = Entry;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a journal entry")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry, A::Error> {
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Entry, A::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Deps {
@@ -95,7 +117,7 @@ impl<'de> Visitor<'de> for EntryVisitor {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Events {
-            #[serde(deserialize_with = "event")]
+            #[serde(deserialize_with = "Event::one_pass")]
             event: Event,
             #[serde(default)]
             keyed: bool,
@@ -118,20 +140,10 @@ impl<'de> Visitor<'de> for EntryVisitor {
 }
 
 /// A format-2 event (no time of its own): `id`, `run_id`, `type` first.
-fn event<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
-    deserializer.deserialize_map(EventVisitor)
-}
+impl OneMap for Event {
+    const WHAT: &'static str = "a journal item";
 
-struct EventVisitor;
-
-impl<'de> Visitor<'de> for EventVisitor {
-    type Value = Event;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a journal item")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<Event, A::Error> {
         // The fields of the items a tool call writes, as `Item` names
         // them (a test holds the two to the same decoding).
         #[derive(Deserialize)]
@@ -291,28 +303,22 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Prepended<'de, A> {
     }
 }
 
-/// A call's ops, each `op` first.
+/// A call's ops, each [`ContextOp`] decoded in one pass.
 fn ops<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<ContextOp>, D::Error> {
     struct Op(ContextOp);
     impl<'de> Deserialize<'de> for Op {
         fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            deserializer.deserialize_map(OpVisitor).map(Op)
+            ContextOp::one_pass(deserializer).map(Op)
         }
     }
     let ops = Vec::<Op>::deserialize(deserializer)?;
     Ok(ops.into_iter().map(|op| op.0).collect())
 }
 
-struct OpVisitor;
+impl OneMap for ContextOp {
+    const WHAT: &'static str = "a context op";
 
-impl<'de> Visitor<'de> for OpVisitor {
-    type Value = ContextOp;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a context op")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ContextOp, A::Error> {
+    fn from_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<ContextOp, A::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Valued {
