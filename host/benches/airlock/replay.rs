@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Bench, Pinned, component, root};
@@ -13,22 +12,32 @@ use airlock::context::ContextRules;
 use airlock::session::{Durability, SessionStore};
 use airlock::{Host, RunContext, Session, SessionOptions, SqliteStore, ToolCall};
 
-/// A session `id` in `store` holding `calls` journaled calls of
-/// `increment` (each made on the session, as `airlock call --session`
-/// makes them).
-async fn made(store: &Arc<dyn SessionStore>, host: &Host, id: &str, calls: usize) {
+/// Session `id` of `store`, opened (made if new).
+async fn opened(store: &Arc<dyn SessionStore>, id: &str) -> Session {
     let options = SessionOptions {
         session_id: Some(id.to_owned()),
         ..SessionOptions::default()
     };
-    let mut session = Session::open(Arc::clone(store), options, &ContextRules::default())
+    Session::open(Arc::clone(store), options, &ContextRules::default())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// `calls` calls of `increment` made on `session`, each journaled (as
+/// `airlock call --session` makes them).
+async fn increments(session: &mut Session, host: &Host, calls: usize) {
     let call = ToolCall::new("increment", r#"{"name":"n"}"#);
     let cancel = airlock::sandbox::CancelToken::new();
     for _ in 0..calls {
         session.call(host, &call, &cancel, None).await.unwrap();
     }
+}
+
+/// A session `id` in `store` holding `calls` journaled calls of
+/// `increment`.
+async fn made(store: &Arc<dyn SessionStore>, host: &Host, id: &str, calls: usize) {
+    let mut session = opened(store, id).await;
+    increments(&mut session, host, calls).await;
     session.close().await.unwrap();
 }
 
@@ -85,20 +94,10 @@ async fn fresh(host: &Arc<Host>, calls: usize) -> Duration {
 /// once: the original calls' rate on two cores. The sessions are removed
 /// after; only the calls are timed.
 async fn original(store: &Arc<dyn SessionStore>, host: &Arc<Host>, calls: usize) -> Duration {
-    static RUN: AtomicUsize = AtomicUsize::new(0);
-    let run = RUN.fetch_add(1, Ordering::Relaxed);
-    let ids: Vec<String> = (0..2).map(|i| format!("original-{run}-{i}")).collect();
+    let ids = ["original-0", "original-1"];
     let mut sessions = Vec::new();
-    for id in &ids {
-        let options = SessionOptions {
-            session_id: Some(id.clone()),
-            ..SessionOptions::default()
-        };
-        sessions.push(
-            Session::open(Arc::clone(store), options, &ContextRules::default())
-                .await
-                .unwrap(),
-        );
+    for id in ids {
+        sessions.push(opened(store, id).await);
     }
     let started = Instant::now();
     let tasks: Vec<_> = sessions
@@ -106,11 +105,7 @@ async fn original(store: &Arc<dyn SessionStore>, host: &Arc<Host>, calls: usize)
         .map(|mut session| {
             let host = Arc::clone(host);
             tokio::spawn(async move {
-                let call = ToolCall::new("increment", r#"{"name":"n"}"#);
-                let cancel = airlock::sandbox::CancelToken::new();
-                for _ in 0..calls / 2 {
-                    session.call(&host, &call, &cancel, None).await.unwrap();
-                }
+                increments(&mut session, &host, calls / 2).await;
                 session
             })
         })
@@ -123,7 +118,7 @@ async fn original(store: &Arc<dyn SessionStore>, host: &Arc<Host>, calls: usize)
     for session in sessions {
         session.close().await.unwrap();
     }
-    for id in &ids {
+    for id in ids {
         store
             .remove(None, id, airlock::journal::now_ms())
             .await

@@ -211,8 +211,9 @@ impl Session {
     /// is left (no wait at a page's end, and no thread woken per call);
     /// a copy of the deps per call of the tools that is followed by ops,
     /// for at most 32 calls read ahead of the first not yet reported and
-    /// one page's (at most 64). A component that reads neither clocks nor random numbers
-    /// is given instances prepared ahead, as a fresh call is.
+    /// one page's (at most 64). A component that reads neither clocks nor
+    /// random numbers is given instances prepared ahead, as a fresh call
+    /// is.
     pub async fn replay(
         store: &dyn SessionStore,
         host: &Arc<Host>,
@@ -408,11 +409,11 @@ async fn work(host: Arc<Host>, shared: Arc<Shared>) {
         queued.as_mut().enable();
         let next = {
             let mut state = shared.state();
-            match state.queue.pop_front() {
-                Some(job) => Some(job),
-                None if state.closed => return,
-                None => None,
+            let next = state.queue.pop_front();
+            if next.is_none() && state.closed {
+                return;
             }
+            next
         };
         let Some((at, job)) = next else {
             queued.await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Holder;
 use super::store::{Owner, SessionHeader, StoredSession, StoredSnapshot};
-use crate::journal::{Entry, Record, StoreError};
+use crate::journal::{Entry, Record, StoreError, entry_from_json};
 use crate::spec::Shown;
 
 /// A failure inside a store operation: the store's own verdict, or its
@@ -436,7 +436,7 @@ pub(crate) fn decode_records(
     };
     rows.into_iter()
         .map(|row| {
-            let mut entry = crate::journal::entry_from_json(&row.entry)
+            let mut entry = entry_from_json(&row.entry)
                 .map_err(|e| corrupt(format!("record {} does not parse: {e}", row.seq)))?;
             join_blobs(&mut entry, blobs).map_err(|digest| {
                 corrupt(format!(
@@ -461,10 +461,7 @@ pub(crate) fn decode_records(
 /// call's, keyed or not: a key then found any earlier call with its id,
 /// and still does.
 pub(crate) fn call_id_of(entry: &str) -> Option<String> {
-    crate::journal::entry_from_json(entry)
-        .ok()?
-        .call_id()
-        .map(str::to_owned)
+    entry_from_json(entry).ok()?.call_id().map(str::to_owned)
 }
 
 /// A session from its header row, its snapshot (if read) and its
