@@ -378,9 +378,19 @@ pub struct Tape {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<String>,
     /// The HTTP responses it read, in order, when its policy says
-    /// `record = true` (at most [`Tape::MAX_HTTP_BYTES`] of bodies).
+    /// `record = true` (bodies and files together at most
+    /// [`Tape::MAX_RECORDED_BYTES`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<Exchange>,
+    /// The paths of its granted directories it touched, each as it was
+    /// when first touched, in that order, when its policy says `record =
+    /// true`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileSeen>,
+    /// What each directory listing it read gave it, in order, when its
+    /// policy says `record = true`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listings: Vec<Listing>,
     /// What the call read past the bounds (or, played back, past what
     /// was recorded): why it cannot be reproduced. `None`: it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -390,24 +400,33 @@ pub struct Tape {
 impl Tape {
     /// The most readings of each clock a tape keeps.
     pub const MAX_CLOCK_READS: usize = 1024;
-    /// The most bytes of HTTP response bodies a tape keeps.
-    pub const MAX_HTTP_BYTES: usize = 1 << 20;
-    /// The most bytes of HTTP response bodies the tapes of one session's
-    /// calls keep together: a call that would take its session past it
-    /// keeps none, and cannot be reproduced.
-    pub const MAX_SESSION_HTTP_BYTES: u64 = 64 << 20;
+    /// The most bytes of HTTP response bodies and files a tape keeps.
+    pub const MAX_RECORDED_BYTES: usize = 1 << 20;
+    /// The most bytes of HTTP response bodies and files the tapes of one
+    /// session's calls keep together: a call that would take its session
+    /// past it keeps none, and cannot be reproduced.
+    pub const MAX_SESSION_RECORDED_BYTES: u64 = 64 << 20;
+    /// The most paths and listing entries a tape keeps.
+    pub const MAX_PATHS: usize = 4096;
 
-    /// Bytes of the HTTP response bodies this tape keeps (as read, not as
-    /// base64).
-    pub fn http_body_bytes(&self) -> u64 {
-        self.http
+    /// Bytes of the HTTP response bodies and file contents this tape
+    /// keeps (as read, not as base64).
+    pub fn recorded_bytes(&self) -> u64 {
+        let http = self.http.iter().map(|exchange| base64_len(&exchange.body));
+        let files = self
+            .files
             .iter()
-            .map(|exchange| {
-                let text = exchange.body.as_bytes();
-                let padding = text.iter().rev().take_while(|b| **b == b'=').count();
-                (text.len() / 4 * 3).saturating_sub(padding) as u64
-            })
-            .sum()
+            .filter_map(|seen| seen.body.as_deref().map(base64_len));
+        http.chain(files).sum()
+    }
+
+    /// Lets go of what it recorded of HTTP and files, keeping why it
+    /// cannot be reproduced (`past`, if it says nothing yet).
+    pub fn forget_recorded(&mut self, why: impl FnOnce() -> String) {
+        self.http.clear();
+        self.files.clear();
+        self.listings.clear();
+        self.past.get_or_insert_with(why);
     }
 
     /// Whether nothing was read and nothing is said.
@@ -418,8 +437,69 @@ impl Tape {
             && self.insecure.is_none()
             && self.seed.is_none()
             && self.http.is_empty()
+            && self.files.is_empty()
+            && self.listings.is_empty()
             && self.past.is_none()
     }
+}
+
+/// Bytes that `text`, base64, stands for.
+fn base64_len(text: &str) -> u64 {
+    let text = text.as_bytes();
+    let padding = text.iter().rev().take_while(|b| **b == b'=').count();
+    (text.len() / 4 * 3).saturating_sub(padding) as u64
+}
+
+/// A path of a granted directory as a recorded call first found it
+/// (before the call changed it): what a replay puts in a scratch copy of
+/// the directory, so that the call finds it there again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSeen {
+    /// The granted directory, by its name in the guest (`guest`).
+    pub dir: String,
+    /// The path in it, `/`-separated, with no `.` or `..` (empty: the
+    /// directory itself).
+    pub path: String,
+    /// What was there.
+    pub kind: SeenKind,
+    /// A file's size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// A file's last modification, nanoseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified: Option<u64>,
+    /// A file's bytes, base64, when the call opened it (a file it only
+    /// looked at is played back as `size` zero bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+/// What a recorded call found at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeenKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// Nothing.
+    Absent,
+}
+
+/// One directory listing a recorded call read: the entries it was given,
+/// in order (a listing it stopped reading early keeps what it read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    /// The granted directory, by its name in the guest.
+    pub dir: String,
+    /// The listed directory's path in it (as [`FileSeen::path`]).
+    pub path: String,
+    /// Each entry's name, and what it is: `regular-file`, `directory`,
+    /// `symbolic-link`, ... (WASI's descriptor types).
+    pub entries: Vec<(String, String)>,
+    /// Whether the call read it to its end.
+    #[serde(default)]
+    pub ended: bool,
 }
 
 /// One HTTP request a call sent and the response it read, as a tape

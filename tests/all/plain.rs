@@ -362,7 +362,7 @@ async fn schemas_use_only_what_openai_anthropic_and_mcp_accept() {
         assert!(airlock::policy::is_tool_name(&tool.name));
         checked += 1;
     }
-    assert_eq!(checked, 8 + 2 + 2);
+    assert_eq!(checked, 8 + 2 + 5);
 }
 
 #[tokio::test]

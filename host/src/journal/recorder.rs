@@ -171,20 +171,19 @@ impl<'c> Recorder<'c> {
         self.count_call();
     }
 
-    /// `guest` as its call's output keeps it: its recorded HTTP exchanges
-    /// let go when keeping them would take the session past
-    /// [`Tape::MAX_SESSION_HTTP_BYTES`] (the call then cannot be
+    /// `guest` as its call's output keeps it: what its tape recorded of
+    /// HTTP and files let go when keeping it would take the session past
+    /// [`Tape::MAX_SESSION_RECORDED_BYTES`] (the call then cannot be
     /// reproduced, and its tape says why).
     fn within_session_bound(&self, mut guest: Captured) -> Captured {
         if let Some(tape) = guest.tape.as_mut() {
-            let bytes = tape.http_body_bytes();
-            let kept = self.transcript.recorded_http_bytes.saturating_add(bytes);
-            if bytes > 0 && kept > Tape::MAX_SESSION_HTTP_BYTES {
-                tape.http.clear();
-                tape.past.get_or_insert_with(|| {
+            let bytes = tape.recorded_bytes();
+            let kept = self.transcript.recorded_bytes.saturating_add(bytes);
+            if bytes > 0 && kept > Tape::MAX_SESSION_RECORDED_BYTES {
+                tape.forget_recorded(|| {
                     format!(
-                        "its session had recorded {} MiB of HTTP responses, the most a session keeps",
-                        Tape::MAX_SESSION_HTTP_BYTES >> 20
+                        "its session had recorded {} MiB of HTTP responses and files, the most a session keeps",
+                        Tape::MAX_SESSION_RECORDED_BYTES >> 20
                     )
                 });
             }
@@ -320,27 +319,30 @@ mod tests {
         };
         // 1,000 bytes (a length base64 pads) are counted as read.
         end(&mut transcript, 1000);
-        assert_eq!(transcript.recorded_http_bytes, 1000);
+        assert_eq!(transcript.recorded_bytes, 1000);
         assert_eq!(tape_of(&transcript).http.len(), 1);
 
         // Up to the bound exactly: kept.
-        let room = Tape::MAX_SESSION_HTTP_BYTES - 1000 - 1;
-        transcript.recorded_http_bytes += room;
+        let room = Tape::MAX_SESSION_RECORDED_BYTES - 1000 - 1;
+        transcript.recorded_bytes += room;
         end(&mut transcript, 1);
         assert_eq!(tape_of(&transcript).http.len(), 1);
-        assert_eq!(transcript.recorded_http_bytes, Tape::MAX_SESSION_HTTP_BYTES);
+        assert_eq!(transcript.recorded_bytes, Tape::MAX_SESSION_RECORDED_BYTES);
 
         // One byte past it: nothing kept, the call cannot be reproduced.
         end(&mut transcript, 1);
         let tape = tape_of(&transcript);
         assert!(tape.http.is_empty());
         let past = tape.past.unwrap();
-        assert!(past.contains("64 MiB of HTTP responses"), "{past}");
-        assert_eq!(transcript.recorded_http_bytes, Tape::MAX_SESSION_HTTP_BYTES);
+        assert!(
+            past.contains("64 MiB of HTTP responses and files"),
+            "{past}"
+        );
+        assert_eq!(transcript.recorded_bytes, Tape::MAX_SESSION_RECORDED_BYTES);
 
         // The count survives a snapshot of the transcript.
         let json = serde_json::to_string(&transcript).unwrap();
         let back: Transcript = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.recorded_http_bytes, Tape::MAX_SESSION_HTTP_BYTES);
+        assert_eq!(back.recorded_bytes, Tape::MAX_SESSION_RECORDED_BYTES);
     }
 }

@@ -33,13 +33,13 @@ pub struct Transcript {
     /// is numbered [`Transcript::next_item`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub items_folded: u64,
-    /// Bytes of HTTP response bodies the log's calls recorded
-    /// ([`crate::spec::Tape::http_body_bytes`]), every item counted, also
+    /// Bytes of HTTP response bodies and files the log's calls recorded
+    /// ([`crate::spec::Tape::recorded_bytes`]), every item counted, also
     /// those folded or let go (a snapshot of a version that did not count
     /// them counts from its own items on). Bounded by
-    /// [`crate::spec::Tape::MAX_SESSION_HTTP_BYTES`] when recorded.
+    /// [`crate::spec::Tape::MAX_SESSION_RECORDED_BYTES`] when recorded.
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub recorded_http_bytes: u64,
+    pub recorded_bytes: u64,
     /// Where the rebuild of the messages from the items stands.
     #[serde(skip)]
     speaker: Speaker,
@@ -52,8 +52,9 @@ struct TranscriptFields {
     items: Vec<Event>,
     #[serde(default)]
     items_folded: u64,
-    #[serde(default)]
-    recorded_http_bytes: u64,
+    /// Named for HTTP alone before files were recorded too.
+    #[serde(default, alias = "recorded_bytes")]
+    recorded_bytes: u64,
 }
 
 impl From<TranscriptFields> for Transcript {
@@ -62,9 +63,7 @@ impl From<TranscriptFields> for Transcript {
             Transcript::resumed(fields.messages, fields.items, fields.items_folded);
         // What the snapshot counted includes its held items' (none in
         // a snapshot of an older version: then these are counted).
-        transcript.recorded_http_bytes = transcript
-            .recorded_http_bytes
-            .max(fields.recorded_http_bytes);
+        transcript.recorded_bytes = transcript.recorded_bytes.max(fields.recorded_bytes);
         transcript
     }
 }
@@ -73,13 +72,13 @@ impl Transcript {
     /// A transcript that goes on after `messages`, holding `items` of its
     /// log and `items_folded` more.
     pub fn resumed(messages: Vec<Message>, items: Vec<Event>, items_folded: u64) -> Self {
-        let recorded_http_bytes = items.iter().map(recorded_http_bytes).sum();
+        let recorded_bytes = items.iter().map(recorded_bytes).sum();
         Transcript {
             speaker: Speaker::after(&messages),
             messages,
             items,
             items_folded,
-            recorded_http_bytes,
+            recorded_bytes,
         }
     }
 
@@ -89,9 +88,7 @@ impl Transcript {
         if let Some(message) = self.speaker.speak(&event) {
             self.messages.push(message);
         }
-        self.recorded_http_bytes = self
-            .recorded_http_bytes
-            .saturating_add(recorded_http_bytes(&event));
+        self.recorded_bytes = self.recorded_bytes.saturating_add(recorded_bytes(&event));
         self.items.push(event);
     }
 
@@ -124,11 +121,12 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// Bytes of HTTP response bodies `event` recorded: a call's output's.
-fn recorded_http_bytes(event: &Event) -> u64 {
+/// Bytes of HTTP response bodies and files `event` recorded: a call's
+/// output's.
+fn recorded_bytes(event: &Event) -> u64 {
     match &event.item {
         Item::FunctionCallOutput { guest, .. } => {
-            guest.tape.as_ref().map_or(0, |tape| tape.http_body_bytes())
+            guest.tape.as_ref().map_or(0, |tape| tape.recorded_bytes())
         }
         _ => 0,
     }

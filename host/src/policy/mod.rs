@@ -21,7 +21,7 @@
 //! limits = { timeout_ms = 2000 }
 //! context = { read = ["city", "units"], write = ["forecast"] }
 //! idempotent = true               # safe to run twice: may run speculatively
-//! record = true                  # journal its HTTP responses, for replay
+//! record = true                  # journal what it reads (HTTP, files), for replay
 //! functions = ["forecast"]         # offer only these of its tools
 //! rename = { forecast = "weather" } # under another name
 //!
@@ -638,17 +638,18 @@ impl ToolFile {
             max_response_bytes: self.max_response_bytes,
             max_requests: self.max_requests,
             max_connections: self.max_connections,
-            record: self.record.as_ref().is_some_and(|r| *r.get_ref()),
         };
-        if let Some(record) = &self.record
-            && *record.get_ref()
+        let record = self.record.as_ref().is_some_and(|r| *r.get_ref());
+        if let Some(flag) = &self.record
+            && record
             && self.http.is_empty()
+            && dirs.is_empty()
         {
             return Err(at(
-                Some(record.span()),
+                Some(flag.span()),
                 prefix(
-                    "record = true journals HTTP responses, but the tool is granted no `http` \
-                     origin (files are never recorded)"
+                    "record = true journals what the tool reads through its grants, but it is \
+                     granted no `http` origin and no `dirs`"
                         .to_owned(),
                 ),
             ));
@@ -769,6 +770,7 @@ impl ToolFile {
                     uri_schemes,
                     ask_user: self.ask,
                     sampling,
+                    record,
                 },
                 access,
             },

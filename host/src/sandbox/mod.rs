@@ -17,6 +17,7 @@ mod aside;
 pub(crate) mod cache;
 mod compiler;
 pub mod complexity;
+mod files;
 pub mod grants;
 mod limits;
 mod output;
@@ -46,6 +47,7 @@ pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
 use aside::Aside;
 pub use cache::{CacheOutcome, CompileCache, FileStamp, UnsafeCache};
 pub use compiler::{CHILD_ENV, CompileFailure, CompileLimits, Compiler, compile_child_main};
+pub(crate) use files::FileWatch;
 use grants::{CallSetup, HttpHooks};
 pub use grants::{GrantError, Grants};
 pub(crate) use limits::{CallLimiter, ResourceHit};
@@ -713,9 +715,12 @@ pub struct CallState {
     /// What it is granted: what it may show, ask and sample too.
     pub(crate) grants: Arc<Grants>,
     /// What it reads of clocks, random generators and (with `record =
-    /// true`) HTTP, recorded or played back (`None`: nothing to record or
-    /// play back).
+    /// true`) HTTP and files, recorded or played back (`None`: nothing to
+    /// record or play back).
     reel: Option<Reel>,
+    /// What it finds in its granted directories, recorded or played back
+    /// (`None`: neither, or no directory granted).
+    pub(crate) files: Option<FileWatch>,
 }
 
 impl std::fmt::Debug for CallState {
@@ -753,16 +758,22 @@ impl CallState {
         let replaying = played.is_some();
         grants.prepare(&mut setup, replaying)?;
         let secrets = setup.secrets;
-        let reel = Reel::arm(&mut wasi, sources, grants.http.record, played);
+        let reel = Reel::arm(&mut wasi, sources, grants.record, played.clone());
         // A replay always has a reel: where what it cannot reproduce is
         // noted.
         let replayed = reel.clone().filter(|_| replaying);
-        let recording = reel.clone().filter(|_| !replaying && grants.http.record);
-        if let Some(reel) = &replayed
-            && !grants.dirs.is_empty()
-        {
-            reel.short("is granted directories, whose files are not recorded");
-        }
+        let recording = reel.clone().filter(|_| !replaying && grants.record);
+        let files = FileWatch::arm(
+            &mut wasi,
+            &grants.dirs,
+            grants.record,
+            reel.as_ref(),
+            played.as_ref(),
+        )
+        .map_err(|source| GrantError::DirUnavailable {
+            path: "a replay's scratch directory".to_owned(),
+            source: Arc::new(source),
+        })?;
         let refusals = Refusals::default();
         // What the host holds for the guest is bounded like its memory:
         // this many resources at once, each buffer capped so that together
@@ -799,6 +810,7 @@ impl CallState {
             sampled: Vec::new(),
             grants: Arc::clone(grants),
             reel,
+            files,
         })
     }
 
@@ -842,8 +854,17 @@ impl CallState {
             asked: std::mem::take(&mut self.asked),
             sampled: std::mem::take(&mut self.sampled),
             progress: std::mem::take(&mut self.progress),
-            tape: self.reel.as_ref().map(Reel::take).unwrap_or_default(),
+            tape: self.take_tape(),
         }
+    }
+
+    /// The tape so far (see [`Reel::take`]), with what it recorded of files.
+    fn take_tape(&mut self) -> crate::spec::Tape {
+        let mut tape = self.reel.as_ref().map(Reel::take).unwrap_or_default();
+        if let Some(files) = &mut self.files {
+            files.record_on(&mut tape);
+        }
+        tape
     }
 }
 

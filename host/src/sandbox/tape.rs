@@ -76,8 +76,8 @@ struct Deck {
     tape: Tape,
     /// Playing: the recorded tape, and how far each source has read it.
     played: Option<(Arc<Tape>, Cursors)>,
-    /// Recording: the bytes of HTTP bodies kept so far.
-    http_bytes: usize,
+    /// Recording: the bytes of HTTP bodies and files kept so far.
+    kept_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -89,16 +89,16 @@ struct Cursors {
 
 impl Reel {
     /// Serves `sources` of a new call from a reel: recording what they
-    /// give (and its HTTP exchanges, when `records_http`), or playing
-    /// `played` back. `None` when there is nothing to record or play back
-    /// (the builder is left as it was).
+    /// give (and what it reads through its grants, when `records`), or
+    /// playing `played` back. `None` when there is nothing to record or
+    /// play back (the builder is left as it was).
     pub(crate) fn arm(
         wasi: &mut WasiCtxBuilder,
         sources: Sources,
-        records_http: bool,
+        records: bool,
         played: Option<Arc<Tape>>,
     ) -> Option<Self> {
-        if !sources.any() && !records_http && played.is_none() {
+        if !sources.any() && !records && played.is_none() {
             return None;
         }
         let mut deck = Deck::default();
@@ -195,19 +195,27 @@ impl Reel {
         body_bytes: usize,
         exchange: impl FnOnce() -> crate::spec::Exchange,
     ) {
-        let mut deck = self.deck();
-        let kept = deck.http_bytes.saturating_add(body_bytes);
-        if kept <= Tape::MAX_HTTP_BYTES {
-            deck.http_bytes = kept;
-            deck.tape.http.push(exchange());
-        } else {
-            deck.short(|| {
-                format!(
-                    "read more than {} bytes of HTTP responses to record",
-                    Tape::MAX_HTTP_BYTES
-                )
-            });
+        if self.room_for(body_bytes) {
+            self.deck().tape.http.push(exchange());
         }
+    }
+
+    /// Counts `bytes` more of HTTP bodies or files kept, if the tape has
+    /// room for them; past that, notes that the call cannot be reproduced.
+    pub(crate) fn room_for(&self, bytes: usize) -> bool {
+        let mut deck = self.deck();
+        let kept = deck.kept_bytes.saturating_add(bytes);
+        if kept <= Tape::MAX_RECORDED_BYTES {
+            deck.kept_bytes = kept;
+            return true;
+        }
+        deck.short(|| {
+            format!(
+                "read more than {} bytes of HTTP responses and files to record",
+                Tape::MAX_RECORDED_BYTES
+            )
+        });
+        false
     }
 
     /// The recorded response to a replayed call's next request, if it is

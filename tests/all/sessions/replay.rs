@@ -45,6 +45,32 @@ async fn replayed(
     (summary, calls)
 }
 
+/// Makes alice's session `id` of `records` (a journal as JSON, edited by
+/// a test).
+async fn made_of(store: &Arc<dyn SessionStore>, id: &str, records: Value) {
+    let records: Vec<airlock::journal::Record> = serde_json::from_value(records).unwrap();
+    let header = airlock::session::SessionHeader {
+        session_id: id.into(),
+        user_id: Some("alice".into()),
+        created_at_ms: 1,
+        metadata: Default::default(),
+        ephemeral: false,
+    };
+    let holder = airlock::session::Holder::new();
+    let made = store
+        .lease(airlock::session::LeaseRequest {
+            user_id: Some("alice"),
+            session_id: id,
+            holder: &holder,
+            ttl: std::time::Duration::from_secs(30),
+            now_ms: airlock::journal::now_ms(),
+            create: Some((&header, &records)),
+        })
+        .await
+        .unwrap();
+    store.release(&made.lease).await.unwrap();
+}
+
 /// Each replayed call's verdict, by name.
 fn verdicts(calls: &[Replayed]) -> Vec<&'static str> {
     calls.iter().map(|c| c.verdict.name()).collect()
@@ -404,7 +430,7 @@ async fn a_replayed_call_sends_no_request_and_gets_no_directory() {
         whys,
         [
             "sends HTTP requests, which are not recorded",
-            "is granted directories, whose files are not recorded"
+            "reads its granted directories, whose files are not recorded"
         ]
     );
     assert_eq!(server.requests().len(), 1, "a replay sent a request");
@@ -427,7 +453,7 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
     let origin = server.url("");
     let mut fetcher = ToolConfig::default();
     fetcher.grants.http = HttpGrant::new(vec![HostPattern::parse(&origin).unwrap()]);
-    fetcher.grants.http.record = true;
+    fetcher.grants.record = true;
     let mut secret = SecretConfig::new("TEST_TOKEN", vec![origin.clone()]);
     secret.cleartext_loopback = true;
     fetcher.grants.secrets = vec![SecretGrant::with_value(secret, SECRET).unwrap()];
@@ -520,27 +546,7 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
             exchange["request_sha256"] = json!(sha("another body"));
         }
     }
-    let other: Vec<airlock::journal::Record> = serde_json::from_value(other).unwrap();
-    let header = airlock::session::SessionHeader {
-        session_id: "other-body".into(),
-        user_id: Some("alice".into()),
-        created_at_ms: 1,
-        metadata: Default::default(),
-        ephemeral: false,
-    };
-    let holder = airlock::session::Holder::new();
-    let made = store
-        .lease(airlock::session::LeaseRequest {
-            user_id: Some("alice"),
-            session_id: "other-body",
-            holder: &holder,
-            ttl: std::time::Duration::from_secs(30),
-            now_ms: airlock::journal::now_ms(),
-            create: Some((&header, &other)),
-        })
-        .await
-        .unwrap();
-    store.release(&made.lease).await.unwrap();
+    made_of(&store, "other-body", other).await;
     let (_, calls) = replayed(&store, &host, "other-body", &["fetch"]).await;
     assert_eq!(
         verdicts(&calls),
@@ -551,6 +557,177 @@ async fn a_call_whose_http_is_recorded_replays_offline_against_a_stopped_server(
     assert!(
         why.contains("sends a request whose body differs from its recorded call's (POST "),
         "{why}"
+    );
+}
+
+/// A reader whose policy says `record = true`, granted a `rw` directory:
+/// what each call finds there is recorded as it first finds it (a file it
+/// reads, with its bytes; one it only measures, by its size; a listing; a
+/// file it writes, as absent), so its calls replay the same with the
+/// directory emptied, and the replay's writes land in no directory of the
+/// host's. A file past the tape's bound, and a journal whose tape names
+/// another path than the call touches, make calls that cannot be
+/// reproduced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_files_are_recorded_replays_with_its_directory_emptied() {
+    use airlock::sandbox::grants::{DirGrant, DirMode};
+
+    let data = tempfile::tempdir().unwrap();
+    let at = |name: &str| data.path().join(name);
+    std::fs::write(at("a.txt"), "from the file").unwrap();
+    std::fs::create_dir(at("sub")).unwrap();
+    std::fs::write(at("sub/b.txt"), "b").unwrap();
+    std::fs::write(at("big.txt"), "x".repeat(3 << 19)).unwrap();
+    let mut reader = ToolConfig::default();
+    reader.grants.dirs = vec![DirGrant::new(data.path(), "/data", DirMode::Rw).unwrap()];
+    reader.grants.record = true;
+    reader.limits.max_result_bytes = 4 << 20;
+    let host = Arc::new(host_with(&[("reach", reader)], ContextRules::default()).await);
+
+    let db = TestStore::new(Backend::Sqlite, "files").await;
+    let store = db.open().await;
+    let mut session = open(&store, options(Some("alice"), "files")).await;
+    let calls = [
+        ("read-text", json!({"path": "/data/a.txt"})),
+        ("list-dir", json!({"path": "/data"})),
+        ("file-size", json!({"path": "/data/big.txt"})),
+        (
+            "write-text",
+            json!({"path": "/data/out.txt", "text": "made"}),
+        ),
+        ("read-text", json!({"path": "/data/out.txt"})),
+        ("read-text", json!({"path": "/data/sub/../sub/b.txt"})),
+        ("read-text", json!({"path": "/data/big.txt"})),
+    ];
+    let mut results = Vec::new();
+    for (tool, args) in &calls {
+        let call = ToolCall::new(*tool, args.to_string());
+        let done = session
+            .call(&host, &call, &CancelToken::new(), None)
+            .await
+            .unwrap();
+        results.push(done.result);
+    }
+    session.close().await.unwrap();
+    assert_eq!(results[0], json!("from the file"));
+    let mut listed: Vec<String> = serde_json::from_value(results[1].clone()).unwrap();
+    listed.sort();
+    assert_eq!(listed, ["a.txt", "big.txt", "sub"]);
+    assert_eq!(results[2], json!(3 << 19));
+    assert_eq!(results[4], json!("made"));
+    assert_eq!(results[5], json!("b"));
+
+    // What the tapes hold: the file read with its bytes, the one measured
+    // by its size alone, the written one as absent before the call.
+    let journal =
+        serde_json::to_value(store.read(Some("alice"), "files").await.unwrap().records).unwrap();
+    let tapes: Vec<&Value> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.pointer("/event/type") == Some(&json!("function_call_output")))
+        .map(|r| r.pointer("/event/tape").unwrap_or(&Value::Null))
+        .collect();
+    assert_eq!(tapes.len(), calls.len());
+    let seen = |tape: &Value, path: &str| -> Value {
+        tape["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|f| f["path"] == path)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let a = seen(tapes[0], "a.txt");
+    assert_eq!(
+        (a["dir"].clone(), a["kind"].clone()),
+        (json!("/data"), json!("file"))
+    );
+    assert_eq!(a["body"], json!("ZnJvbSB0aGUgZmlsZQ=="));
+    let big = seen(tapes[2], "big.txt");
+    assert_eq!(
+        (big["size"].clone(), big.get("body")),
+        (json!(3 << 19), None)
+    );
+    assert_eq!(seen(tapes[3], "out.txt")["kind"], "absent");
+    assert_eq!(seen(tapes[5], "sub/b.txt")["kind"], "file");
+    let listing = &tapes[1]["listings"][0];
+    assert_eq!(
+        (listing["path"].clone(), listing["ended"].clone()),
+        (json!(""), json!(true))
+    );
+
+    // The directory emptied: every call but the one past the bound replays
+    // the same from its tape, and the replay's write is not in it.
+    for entry in std::fs::read_dir(data.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let (summary, replays) = replayed(
+        &store,
+        &host,
+        "files",
+        &["read-text", "list-dir", "file-size", "write-text"],
+    )
+    .await;
+    assert_eq!(
+        verdicts(&replays),
+        [
+            "same",
+            "same",
+            "same",
+            "same",
+            "same",
+            "same",
+            "cannot_reproduce"
+        ],
+        "{replays:?}"
+    );
+    assert_eq!(summary.same, 6);
+    let why = why_not(&replays[6]);
+    assert!(
+        why.contains("more than 1048576 bytes of HTTP responses and files"),
+        "{why}"
+    );
+    assert_eq!(
+        std::fs::read_dir(data.path()).unwrap().count(),
+        0,
+        "a replay wrote here"
+    );
+
+    // A journal whose tape found another file than the call reads: the
+    // call touches a path its recording does not have.
+    let mut other = journal.clone();
+    for record in other.as_array_mut().unwrap() {
+        if let Some(path) = record.pointer_mut("/event/tape/files/0/path")
+            && path == "a.txt"
+        {
+            *path = json!("elsewhere.txt");
+        }
+    }
+    made_of(&store, "other-file", other).await;
+    let (_, replays) = replayed(&store, &host, "other-file", &["read-text"]).await;
+    assert_eq!(
+        verdicts(&replays),
+        ["cannot_reproduce", "same", "same", "cannot_reproduce"],
+        "{replays:?}"
+    );
+    assert_eq!(
+        why_not(&replays[0]),
+        "touches /data/a.txt, which its recorded call did not"
+    );
+
+    // The host serves on, from the real directory.
+    let mut ctx = airlock::RunContext::default();
+    std::fs::write(at("a.txt"), "now").unwrap();
+    let read = ToolCall::new("read-text", json!({"path": "/data/a.txt"}).to_string());
+    assert_eq!(
+        host.call(&mut ctx, &read).await.unwrap().result,
+        json!("now")
     );
 }
 

@@ -28,8 +28,6 @@ pub struct HttpConfig {
     pub max_requests: Option<u32>,
     /// Connections open at once per call; default 8.
     pub max_connections: Option<usize>,
-    /// Journal each response with the call, for replay (`record = true`).
-    pub record: bool,
 }
 
 /// The hosts one tool may send HTTP requests to. Empty by default: every
@@ -46,12 +44,6 @@ pub struct HttpGrant {
     /// until its response body is read or dropped); past it a request
     /// fails with `connection-limit-reached`.
     pub max_connections: usize,
-    /// Whether each response (status, headers, body: what the tool read,
-    /// secrets already redacted) is journaled with its call, so that a
-    /// replay can give it back (`record = true`; at most
-    /// [`Tape::MAX_HTTP_BYTES`](crate::spec::Tape::MAX_HTTP_BYTES) of
-    /// bodies a call).
-    pub record: bool,
 }
 
 impl Default for HttpGrant {
@@ -61,7 +53,6 @@ impl Default for HttpGrant {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_requests: DEFAULT_MAX_REQUESTS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
-            record: false,
         }
     }
 }
@@ -104,15 +95,10 @@ impl Grant for HttpGrant {
         if let Some(max) = config.max_connections {
             grant.max_connections = max;
         }
-        grant.record = config.record;
         Ok(grant)
     }
 
     fn describe(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self.allow.iter().map(|p| p.as_str().to_owned()).collect();
-        if self.record && !lines.is_empty() {
-            lines.push("responses recorded in the journal, for replay (record = true)".into());
-        }
-        lines
+        self.allow.iter().map(|p| p.as_str().to_owned()).collect()
     }
 }

@@ -65,6 +65,15 @@ pub struct Grants {
     /// What its calls may ask the model (`sample = { … }`); `None`:
     /// nothing.
     pub sampling: Option<SampleGrant>,
+    /// Whether what its calls read through these grants is journaled with
+    /// each call, so that a replay gives it back (`record = true`): each
+    /// HTTP response (status, headers, body as the tool read it, secrets
+    /// already redacted), and each path of a granted directory as the
+    /// call first found it (a file it opened with its bytes) and each
+    /// listing it read. At most
+    /// [`Tape::MAX_RECORDED_BYTES`](crate::spec::Tape::MAX_RECORDED_BYTES)
+    /// of bodies and files a call.
+    pub record: bool,
 }
 
 /// Whether `text` is a URI scheme (RFC 3986: a letter, then letters,
@@ -123,9 +132,23 @@ impl Grants {
         let mut add = |kind: &'static str, items: Vec<String>| {
             lines.extend(items.into_iter().map(|line| (kind, line)));
         };
-        add("dirs", self.dirs.iter().flat_map(Grant::describe).collect());
+        let recorded = |mut items: Vec<String>, what: &str| {
+            if self.record && !items.is_empty() {
+                items.push(format!(
+                    "{what} recorded in the journal, for replay (record = true)"
+                ));
+            }
+            items
+        };
+        add(
+            "dirs",
+            recorded(
+                self.dirs.iter().flat_map(Grant::describe).collect(),
+                "files read",
+            ),
+        );
         add("env", self.env.iter().flat_map(Grant::describe).collect());
-        add("http", self.http.describe());
+        add("http", recorded(self.http.describe(), "responses"));
         add(
             "secrets",
             self.secrets.iter().flat_map(Grant::describe).collect(),
