@@ -231,7 +231,9 @@ impl Ahead {
         // needs no I/O or timer).
         let one_thread = runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread;
         for _ in 0..start {
-            let prepare = Arc::clone(self).prepare();
+            // Counted from here: a task dropped before it first runs (its
+            // runtime shut down) still gives its count back.
+            let prepare = Arc::clone(self).prepare(Preparing(Arc::clone(self)));
             if one_thread {
                 let on = runtime.clone();
                 runtime.spawn_blocking(move || on.block_on(prepare));
@@ -392,8 +394,7 @@ impl Ahead {
 
     /// Makes one instance and keeps it, unless a call is waiting for room
     /// by then (it is then dropped at once, giving its room back).
-    async fn prepare(self: Arc<Self>) {
-        let _counted = Preparing(Arc::clone(&self));
+    async fn prepare(self: Arc<Self>, _counted: Preparing) {
         match self.make().await {
             Ok(fresh) => {
                 // Checked under the lock `release` takes (see
