@@ -195,50 +195,31 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     // The functions that change or read a path without opening it: each
     // path it names is looked at first (not following a last symbolic
     // link, as they do not, unless their flags say so).
-    types.func_wrap_async(
+    macro_rules! path_first {
+        ($name:literal, $method:ident) => {
+            types.func_wrap_async(
+                $name,
+                |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
+                    Box::new(async move {
+                        touch(&mut store, fd.rep(), &path, false, false).await;
+                        let mut view = store.data_mut().filesystem();
+                        let done = view.$method(fd, path).await;
+                        settle(&mut view, done)
+                    })
+                },
+            )?
+        };
+    }
+    path_first!(
         "[method]descriptor.create-directory-at",
-        |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
-            Box::new(async move {
-                touch(&mut store, fd.rep(), &path, false, false).await;
-                let mut view = store.data_mut().filesystem();
-                let done = view.create_directory_at(fd, path).await;
-                settle(&mut view, done)
-            })
-        },
-    )?;
-    types.func_wrap_async(
-        "[method]descriptor.unlink-file-at",
-        |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
-            Box::new(async move {
-                touch(&mut store, fd.rep(), &path, false, false).await;
-                let mut view = store.data_mut().filesystem();
-                let done = view.unlink_file_at(fd, path).await;
-                settle(&mut view, done)
-            })
-        },
-    )?;
-    types.func_wrap_async(
+        create_directory_at
+    );
+    path_first!("[method]descriptor.unlink-file-at", unlink_file_at);
+    path_first!(
         "[method]descriptor.remove-directory-at",
-        |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
-            Box::new(async move {
-                touch(&mut store, fd.rep(), &path, false, false).await;
-                let mut view = store.data_mut().filesystem();
-                let done = view.remove_directory_at(fd, path).await;
-                settle(&mut view, done)
-            })
-        },
-    )?;
-    types.func_wrap_async(
-        "[method]descriptor.readlink-at",
-        |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
-            Box::new(async move {
-                touch(&mut store, fd.rep(), &path, false, false).await;
-                let mut view = store.data_mut().filesystem();
-                let target = view.readlink_at(fd, path).await;
-                settle(&mut view, target)
-            })
-        },
-    )?;
+        remove_directory_at
+    );
+    path_first!("[method]descriptor.readlink-at", readlink_at);
     types.func_wrap_async(
         "[method]descriptor.symlink-at",
         |mut store: Store<'_>, (fd, target, path): (Resource<Descriptor>, String, String)| {
