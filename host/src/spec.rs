@@ -400,7 +400,8 @@ pub struct Tape {
 impl Tape {
     /// The most readings of each clock a tape keeps.
     pub const MAX_CLOCK_READS: usize = 1024;
-    /// The most bytes of HTTP response bodies and files a tape keeps.
+    /// The most bytes of HTTP response bodies and files a tape keeps
+    /// (the names of the paths and listing entries it keeps counted too).
     pub const MAX_RECORDED_BYTES: usize = 1 << 20;
     /// The most bytes of HTTP response bodies and files the tapes of one
     /// session's calls keep together: a call that would take its session

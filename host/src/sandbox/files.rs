@@ -238,24 +238,29 @@ impl FileWatch {
             self.files[at].body = seen.body;
             return;
         }
-        if !self.room(1) {
+        if !self.room(place.path.len()) {
             return;
         }
         self.seen.insert(place, self.files.len());
         self.files.push(seen);
     }
 
-    /// Whether the tape has room for `paths` more paths or entries,
-    /// noting on it when it has not.
-    fn room(&mut self, paths: usize) -> bool {
-        if self.kept + paths > Tape::MAX_PATHS {
+    /// Whether the tape has room for one more path or listing entry, of
+    /// `bytes` (counted with the files' and HTTP bodies' bytes: a call
+    /// cannot grow its tape with long names either), noting on it when it
+    /// has not.
+    fn room(&mut self, bytes: usize) -> bool {
+        if self.kept >= Tape::MAX_PATHS {
             self.reel.short(&format!(
                 "touched more than {} paths and listing entries to record",
                 Tape::MAX_PATHS
             ));
             return false;
         }
-        self.kept += paths;
+        if !self.reel.room_for(bytes) {
+            return false;
+        }
+        self.kept += 1;
         true
     }
 
@@ -329,7 +334,7 @@ impl FileWatch {
         };
         match entry {
             Some(entry) => {
-                if self.room(1)
+                if self.room(entry.name.len())
                     && let Some(listing) = self.listings.get_mut(listing)
                 {
                     listing
@@ -622,6 +627,13 @@ mod tests {
         assert_eq!(watch.files.len(), 2);
         let past = watch.reel().take().past.unwrap_or_default();
         assert!(past.contains("more than 4096 paths"), "{past}");
+        // A path's name counts against the tape's bytes too.
+        let mut watch = self::watch(false);
+        assert!(watch.reel().room_for(Tape::MAX_RECORDED_BYTES - 4));
+        look(&mut watch, "none.txt", false);
+        assert!(watch.files.is_empty());
+        let past = watch.reel().take().past.unwrap_or_default();
+        assert!(past.contains("more than 1048576 bytes"), "{past}");
     }
 
     #[test]
