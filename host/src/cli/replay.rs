@@ -6,7 +6,7 @@
 //! (an unknown session, a tool with no call in them, a component that does
 //! not load or does not offer the tool). Nothing is written to any session.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -157,12 +157,23 @@ async fn candidate_host(
         }
     }
     let mut host = super::compare::empty_host(policy.as_ref())?;
+    // A component named for several of its tools is loaded once (under
+    // the first one's entry): its tools, by the file it was read from.
+    let mut offering: HashMap<PathBuf, Vec<String>> = HashMap::new();
     for (name, component) in candidates {
         let (path, _) = resolve_one(component, policy.as_mut(), &args.registry).await?;
-        let config = configs.get(name).cloned().unwrap_or_default();
-        let loaded = host.load_with(&path, config).await?;
-        if !loaded.tools().iter().any(|t| &t.name == name) {
-            let offered: Vec<&str> = loaded.tools().iter().map(|t| t.name.as_str()).collect();
+        let file = path.canonicalize().unwrap_or_else(|_| path.clone());
+        let offered = match offering.get(&file) {
+            Some(offered) => offered,
+            None => {
+                let config = configs.get(name).cloned().unwrap_or_default();
+                let loaded = host.load_with(&path, config).await?;
+                let offered = loaded.tools().iter().map(|t| t.name.clone()).collect();
+                offering.entry(file).or_insert(offered)
+            }
+        };
+        if !offered.contains(name) {
+            let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
             return Err(Failure::input(
                 "unknown_tool",
                 format!(

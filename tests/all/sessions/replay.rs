@@ -376,6 +376,25 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
     }
     assert_eq!(store.read(None, "s1").await.unwrap().records, journal);
     assert_eq!(store.list(None).await.unwrap().len(), 2);
+
+    // Two tools of one component, each named with the same file: it is
+    // loaded once, and both tools' calls replay.
+    call(&python, "increment", json!({"name": "a"}), "s3");
+    call(&python, "add_note", json!({"text": "n"}), "s3");
+    let out = replay(&[
+        "s3",
+        "--tool",
+        &format!("increment={python}"),
+        "--tool",
+        &format!("add_note={python}"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.starts_with("replayed 2 calls of add_note, increment in 1 session of sqlite:")
+            && said.contains(": 2 same, 0 different"),
+        "{said}"
+    );
 }
 
 /// A replay changes nothing outside the sandbox: a call that fetched over
