@@ -191,14 +191,14 @@ impl FileWatch {
     /// on the tape a path the recorded call did not touch.
     pub(crate) fn touch(
         &mut self,
-        place: Place,
+        place: &Place,
         from: impl FnOnce() -> Option<Arc<std::fs::File>>,
         relative: &str,
         follow: bool,
         opens: bool,
     ) -> Option<Look> {
         if self.played.is_some() {
-            if !self.recorded.contains(&place) {
+            if !self.recorded.contains(place) {
                 let why = if self.recorded.is_empty() {
                     "reads its granted directories, whose files are not recorded".to_owned()
                 } else {
@@ -208,7 +208,7 @@ impl FileWatch {
             }
             return None;
         }
-        let body = match self.seen.get(&place) {
+        let body = match self.seen.get(place) {
             None => opens,
             Some(&at) => {
                 let seen = &self.files[at];
@@ -220,7 +220,7 @@ impl FileWatch {
         };
         Some(Look {
             from: from()?,
-            place,
+            place: place.clone(),
             relative: PathBuf::from(relative),
             follow,
             body,
@@ -366,11 +366,6 @@ pub(crate) enum Found {
 }
 
 impl Look {
-    /// The place it looks at.
-    pub(crate) fn place(&self) -> &Place {
-        &self.place
-    }
-
     /// Looks (blocking: call it off the async threads), reading a file's
     /// bytes when the touch opens it and `room` grants them (it counts
     /// them against the tape's bound).
@@ -589,7 +584,7 @@ mod tests {
         let mut watch = watch(false);
         let look = |watch: &mut FileWatch, path: &str, opens| {
             let place = watch.place(3, path).unwrap();
-            let look = watch.touch(place.clone(), || Some(from.clone()), path, true, opens);
+            let look = watch.touch(&place, || Some(from.clone()), path, true, opens);
             if let Some(look) = look {
                 let reel = watch.reel().clone();
                 let found = look.run(|bytes| reel.room_for(bytes));

@@ -19,7 +19,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 
 use super::{CallSetup, Capability, DirGrant, DirMode, GrantError};
 use crate::sandbox::CallState;
-use crate::sandbox::files::Found;
+use crate::sandbox::files::{Found, Place};
 
 /// The WASI version wasmtime-wasi links its filesystem interfaces under.
 const TYPES: &str = "wasi:filesystem/types@0.2.12";
@@ -80,31 +80,34 @@ fn follows(flags: PathFlags) -> bool {
 
 /// Before a call's operation on `path`, named from the directory `fd`:
 /// what its watch (if any) needs to look at, looked at off the async
-/// threads, and kept.
-async fn touch(store: &mut Store<'_>, fd: u32, path: &str, follow: bool, opens: bool) {
+/// threads, and kept. Gives back the path's place when the call is
+/// watched and the path lies inside a granted directory.
+async fn touch(
+    store: &mut Store<'_>,
+    fd: u32,
+    path: &str,
+    follow: bool,
+    opens: bool,
+) -> Option<Place> {
     let state = store.data_mut();
-    let Some(watch) = state.files.as_mut() else {
-        return;
-    };
-    let Some(place) = watch.place(fd, path) else {
-        return;
-    };
+    let watch = state.files.as_mut()?;
+    let place = watch.place(fd, path)?;
     let table = &state.table;
     let from = || match table.get(&borrow(fd)) {
         Ok(Descriptor::Dir(dir)) => Some(Arc::clone(&dir.dir)),
         _ => None,
     };
-    let Some(look) = watch.touch(place, from, path, follow, opens) else {
-        return;
+    let Some(look) = watch.touch(&place, from, path, follow, opens) else {
+        return Some(place);
     };
     let reel = watch.reel().clone();
-    let place = look.place().clone();
     let found = tokio::task::spawn_blocking(move || look.run(|bytes| reel.room_for(bytes)))
         .await
         .unwrap_or_else(|e| Found::Unrecordable(format!("could not look at {place}: {e}")));
     if let Some(watch) = store.data_mut().files.as_mut() {
-        watch.keep(place, found);
+        watch.keep(place.clone(), found);
     }
+    Some(place)
 }
 
 /// Links the shadowing functions over wasmtime-wasi's.
@@ -135,9 +138,8 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         )| {
             Box::new(async move {
                 let rep = fd.rep();
-                touch(&mut store, rep, &path, follows(path_flags), true).await;
+                let place = touch(&mut store, rep, &path, follows(path_flags), true).await;
                 let state = store.data_mut();
-                let place = state.files.as_ref().and_then(|w| w.place(rep, &path));
                 let mut view = state.filesystem();
                 let opened = view.open_at(fd, path_flags, path, oflags, flags).await;
                 if let (Ok(new), Some(watch)) = (&opened, state.files.as_mut()) {
