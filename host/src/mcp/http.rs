@@ -65,7 +65,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
 use super::relay::{PROGRESS_GAP, Relay};
-use super::{McpServer, PROGRESS_EVERY, SessionOpener, ToolSet, arguments_text, lock};
+use super::{McpServer, SessionOpener, ToolSet, arguments_text, lock};
 use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
 
@@ -588,6 +588,7 @@ impl Sessions {
             None,
         );
         let running = self.running(id, request, &cancel);
+        let seconds = relay.is_some().then(|| server.tools.seconds.listen());
         let work = {
             let (name, arguments) = (tool.clone(), arguments_text(params.arguments.clone()));
             let (meta, request) = (meta.clone(), request.clone());
@@ -604,17 +605,16 @@ impl Sessions {
             let result = ServerResult::from(CallToolResponse::from(result));
             Box::new(ServerJsonRpcMessage::response(result, request.clone()))
         };
-        let Some(mut relay) = relay else {
+        let (Some(relay), Some(mut seconds)) = (relay, seconds) else {
             return Answer::Now(answer(work.await));
         };
-        let second = tokio::time::sleep(PROGRESS_EVERY);
-        let mut second = std::pin::pin!(second);
         // What the call reports is held for PROGRESS_GAP after its first
         // notification, as seen the first time this task runs after it (the
         // call reports again, its wasm yields, a read it waits for is done),
-        // and at most until its first second: a call that ends by then is
+        // and at most until its first second (the server's clock's first
+        // tick a second after it began): a call that ends by then is
         // answered whole, its notifications and result in one body; one
-        // that runs on streams them. No timer is set for the gap: one
+        // that runs on streams them. No timer is set for the call: one
         // earlier than any the runtime has wakes the worker parked on its
         // timer driver, which costs a short call more than its notes.
         let mut held: Vec<ServerNotification> = Vec::new();
@@ -629,7 +629,7 @@ impl Sessions {
             });
             tokio::select! {
                 biased;
-                result = &mut work => {
+                result = relay.polling(&mut work) => {
                     held.extend(relay.rest());
                     if held.is_empty() {
                         return Answer::Now(answer(result));
@@ -646,8 +646,8 @@ impl Sessions {
                     since.get_or_insert_with(std::time::Instant::now);
                 }
                 () = past_gap => break held,
-                () = &mut second => {
-                    held.extend(relay.tick());
+                ran = seconds.next() => {
+                    held.extend(relay.tick(ran));
                     break held;
                 }
             }
@@ -663,7 +663,7 @@ impl Sessions {
                 let _ = sender.try_send(event(note));
                 std::future::ready(())
             };
-            let result = relay.run(work, relayed).await;
+            let result = relay.run(work, seconds, relayed).await;
             // A client gone has nothing to be told.
             let _ = sender
                 .send(ServerSseMessage::from_message(*answer(result)))

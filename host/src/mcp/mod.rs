@@ -140,6 +140,8 @@ pub struct ToolSet {
     tasks: tasks::Tasks,
     /// What seals the state of a call's rounds.
     state_key: StateKey,
+    /// The seconds of the calls that relay what they report.
+    seconds: relay::Seconds,
 }
 
 /// How a server serves, beside its tools: what [`ToolSet::with`] takes.
@@ -167,6 +169,7 @@ impl ToolSet {
             watchers: offers::Watchers::default(),
             tasks: tasks::Tasks::new(serving.tasks),
             state_key: serving.state_key.unwrap_or_else(StateKey::random),
+            seconds: relay::Seconds::default(),
         })
     }
 
@@ -1044,7 +1047,7 @@ impl ServerHandler for McpServer {
                 needs.model.then(|| sampler(&context)),
             ),
         };
-        let (mut relay, cancel) = Relay::new(
+        let (relay, cancel) = Relay::new(
             &request.name,
             context.meta.get_progress_token(),
             &self.log_threshold,
@@ -1064,7 +1067,7 @@ impl ServerHandler for McpServer {
             caller_of(&context),
         );
         let relayed = async {
-            let Some(relay) = &mut relay else {
+            let Some(relay) = &relay else {
                 return call.await;
             };
             let peer = &context.peer;
@@ -1073,7 +1076,7 @@ impl ServerHandler for McpServer {
                     tracing::debug!("cannot send a notification about a call");
                 }
             };
-            relay.run(call, send).await
+            relay.run(call, self.tools.seconds.listen(), send).await
         };
         let result = tokio::select! {
             biased;

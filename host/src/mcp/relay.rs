@@ -9,7 +9,8 @@
 //! latest waits and goes out once the gap has passed, the first time the
 //! call's task runs after it (the call reports again, its wasm yields, a
 //! read it waits for is done), at the latest at the next second's tick
-//! ([`Relay::tick`]), and always before the result ([`Relay::rest`]). A
+//! ([`Relay::tick`], from the server's one clock of seconds,
+//! [`Seconds`]), and always before the result ([`Relay::rest`]). A
 //! report whose `done` reaches its `total` always goes out. Log records
 //! closer together than [`PROGRESS_GAP`] are merged the same way, none
 //! lost: their messages, one per line, in one notification at the
@@ -30,14 +31,15 @@
 //! the relay. No timer is set per notification: a timer earlier than any
 //! the runtime has wakes the worker parked on its timer driver, which
 //! cost a short call more than all of its merging (§18 of the
-//! benchmarks). Cost for a call whose client asked for nothing: no relay,
-//! and one check per event.
+//! benchmarks); for the same reason the seconds of all of a server's calls
+//! come from one timer ([`Seconds`]), not one per call. Cost for a call
+//! whose client asked for nothing: no relay, and one check per event.
 
 // Logging is deprecated by SEP-2577 for later revisions; the 2025-06-18
 // and 2025-11-25 revisions this server speaks have it.
 #![allow(deprecated)]
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -48,7 +50,7 @@ use rmcp::model::{
     ProgressToken, ServerNotification,
 };
 
-use super::lock;
+use super::{PROGRESS_EVERY, lock};
 use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Progress, Sampler};
 
 /// The least time between two progress notifications of one call.
@@ -103,11 +105,147 @@ fn level_of(level: LogLevel) -> LoggingLevel {
     }
 }
 
+/// One clock of seconds for all the calls of a server that relay what
+/// they report: a tick each second from one timer, while any call
+/// listens ([`Seconds::listen`]).
+///
+/// A timer of each call's own would cost the call a wake of the thread
+/// parked on the runtime's timer driver whenever it is the earliest timer
+/// the runtime has (tokio unparks the driver then), which on this machine
+/// cost a short call more than all of its merging (§18 of the
+/// benchmarks). Listening costs a few atomic operations and no wake; the
+/// timer's task wakes once a second while calls listen, stops after a
+/// second in which none did, and the next call to listen starts it again
+/// (on the runtime it listens from).
+#[derive(Debug, Clone)]
+pub struct Seconds {
+    clock: Arc<Clock>,
+}
+
+/// What [`Seconds`] and its listeners share.
+#[derive(Debug)]
+struct Clock {
+    tick: tokio::sync::watch::Sender<()>,
+    /// How many [`Listening`]s there are.
+    listening: AtomicUsize,
+    /// Whether any call began listening since the last tick.
+    begun: AtomicBool,
+    /// Whether the timer's task runs (or is about to).
+    ticking: AtomicBool,
+}
+
+/// A call listening to the server's [`Seconds`].
+#[derive(Debug)]
+pub struct Listening {
+    clock: Arc<Clock>,
+    ticks: tokio::sync::watch::Receiver<()>,
+    since: Instant,
+    /// The seconds [`Listening::next`] last gave.
+    counted: u32,
+}
+
+impl Default for Seconds {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(Clock {
+                tick: tokio::sync::watch::Sender::new(()),
+                listening: AtomicUsize::new(0),
+                begun: AtomicBool::new(false),
+                ticking: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl Seconds {
+    /// Listens from now on, starting the timer if it has stopped (on the
+    /// current tokio runtime; outside one, no tick comes).
+    pub fn listen(&self) -> Listening {
+        let clock = &self.clock;
+        let ticks = clock.tick.subscribe();
+        clock.listening.fetch_add(1, Ordering::SeqCst);
+        clock.begun.store(true, Ordering::SeqCst);
+        if !clock.ticking.swap(true, Ordering::SeqCst) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(tick(Running(Some(Arc::clone(clock)))))),
+                Err(_) => clock.ticking.store(false, Ordering::SeqCst),
+            }
+        }
+        Listening {
+            clock: Arc::clone(clock),
+            ticks,
+            since: Instant::now(),
+            counted: 0,
+        }
+    }
+}
+
+/// The timer's task's hold on the clock: marks the timer stopped however
+/// the task ends (its runtime shut down drops it, run or not), unless it
+/// handed its place on.
+struct Running(Option<Arc<Clock>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(clock) = self.0.take() {
+            clock.ticking.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The timer's task: a tick each [`PROGRESS_EVERY`] until a tick
+/// finds that no call listens or began to since the one before.
+async fn tick(mut running: Running) {
+    let every = PROGRESS_EVERY;
+    let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        timer.tick().await;
+        let Some(clock) = &running.0 else { return };
+        clock.tick.send_replace(());
+        if clock.begun.swap(false, Ordering::SeqCst) || clock.listening.load(Ordering::SeqCst) > 0 {
+            continue;
+        }
+        // Stopped, unless a call began to listen meanwhile and found the
+        // timer still running (then it runs on); a call that finds it
+        // stopped starts another.
+        clock.ticking.store(false, Ordering::SeqCst);
+        if clock.listening.load(Ordering::SeqCst) == 0 || clock.ticking.swap(true, Ordering::SeqCst)
+        {
+            running.0 = None;
+            return;
+        }
+    }
+}
+
+impl Listening {
+    /// The seconds it has listened, counted in ticks: the first tick at
+    /// least a second after it began counts 1 (it comes between one and
+    /// two seconds after), each tick after it one more (ticks are at
+    /// least a second apart, so the count never runs ahead of the time).
+    pub async fn next(&mut self) -> u32 {
+        loop {
+            if self.ticks.changed().await.is_err() {
+                // The clock is held here, so its sender lives: unreachable.
+                return std::future::pending().await;
+            }
+            if self.counted > 0 || self.since.elapsed() >= PROGRESS_EVERY {
+                self.counted = self.counted.saturating_add(1);
+                return self.counted;
+            }
+        }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.clock.listening.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A call's events on their way to its client.
 #[derive(Debug)]
 pub struct Relay {
-    /// Seconds the call has run, counted by [`Relay::tick`].
-    seconds: u32,
     shared: Arc<Shared>,
 }
 
@@ -141,6 +279,10 @@ struct Merge {
     /// Records merged away: the highest level and the messages, one per
     /// line.
     pending_logs: Option<(LoggingLevel, String)>,
+    /// Whether the relay's task is polling the call, about to look at
+    /// what is due ([`Relay::polling`]): what the call makes due then
+    /// wakes no one.
+    polling: bool,
 }
 
 impl Relay {
@@ -170,6 +312,7 @@ impl Relay {
                 pending: None,
                 logs_closed: None,
                 pending_logs: None,
+                polling: false,
             }),
             waker: AtomicWaker::new(),
         });
@@ -188,8 +331,25 @@ impl Relay {
             }
         };
         let cancel = CancelToken::watched(Some(Box::new(observer)), asker, sampler);
-        let relay = Self { seconds: 0, shared };
+        let relay = Self { shared };
         (Some(relay), cancel)
+    }
+
+    /// Polls `work` (the call) for the relay's task, which looks at
+    /// [`Relay::ready`] right after it in the same pass: what the call
+    /// makes due while polled wakes no one. Waking the task from inside
+    /// its own poll would have the runtime poll it again and wake a parked
+    /// worker to share it (a wake per call, for nothing).
+    pub fn polling<'a, F>(&'a self, work: &'a mut F) -> impl Future<Output = F::Output> + 'a
+    where
+        F: Future + Unpin,
+    {
+        std::future::poll_fn(move |cx| {
+            lock(&self.shared.merge).polling = true;
+            let polled = std::pin::Pin::new(&mut *work).poll(cx);
+            lock(&self.shared.merge).polling = false;
+            polled
+        })
     }
 
     /// The notifications due, once there are some: those the call made
@@ -215,29 +375,28 @@ impl Relay {
     }
 
     /// Runs `work` (the call) to its end, sending what it reports
-    /// meanwhile through `send` (and a "running" report each second while
-    /// it reports no progress of its own), then what is left of it
-    /// before returning its output.
-    pub async fn run<F, S, Sent>(&mut self, work: F, mut send: S) -> F::Output
+    /// meanwhile through `send` (and, at the ticks of `seconds`, what was
+    /// merged and waits, and a "running" report while it reports no
+    /// progress of its own), then what is left of it before returning its
+    /// output.
+    pub async fn run<F, S, Sent>(&self, work: F, mut seconds: Listening, mut send: S) -> F::Output
     where
         F: Future,
         S: FnMut(ServerNotification) -> Sent,
         Sent: Future<Output = ()>,
     {
         let mut work = std::pin::pin!(work);
-        let every = super::PROGRESS_EVERY;
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             let notes: Vec<ServerNotification> = tokio::select! {
                 biased;
-                output = &mut work => {
+                output = self.polling(&mut work) => {
                     for note in self.rest() {
                         send(note).await;
                     }
                     return output;
                 }
                 notes = self.ready() => notes,
-                _ = tick.tick() => self.tick(),
+                ran = seconds.next() => self.tick(ran),
             };
             for note in notes {
                 send(note).await;
@@ -275,18 +434,17 @@ impl Relay {
         notes
     }
 
-    /// Another second of running: what was merged away and waits, and a
+    /// The call has run `seconds`: what was merged away and waits, and a
     /// "running" report when the request carries a progress token and
     /// the tool reports no progress of its own.
-    pub fn tick(&mut self) -> Vec<ServerNotification> {
-        self.seconds += 1;
+    pub fn tick(&self, seconds: u32) -> Vec<ServerNotification> {
         let mut merge = lock(&self.shared.merge);
         let mut notes = std::mem::take(&mut merge.ready);
         notes.extend(merge.flush_logs());
         if merge.reported {
             notes.extend(merge.flush());
         } else if let Some(token) = &merge.token {
-            let running = super::progress(token, &merge.tool, self.seconds);
+            let running = super::progress(token, &merge.tool, seconds);
             notes.push(progress(running));
         }
         notes
@@ -299,7 +457,7 @@ impl Shared {
         let mut merge = lock(&self.merge);
         let idle = merge.ready.is_empty();
         merge.take(event, Instant::now);
-        if idle && !merge.ready.is_empty() {
+        if idle && !merge.ready.is_empty() && !merge.polling {
             drop(merge);
             self.waker.wake();
         }
@@ -420,7 +578,7 @@ mod tests {
         let threshold = LogThreshold::new();
         assert!(Relay::new("t", None, &threshold, None, None).0.is_none());
         threshold.set(LoggingLevel::Warning);
-        let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
+        let relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
         let info = CallEvent::Log(Cow::Owned(LogRecord {
             level: LogLevel::Info,
             message: "quiet".into(),
@@ -432,7 +590,7 @@ mod tests {
             relay.relay_at(report(1.0, None), t0).is_empty(),
             "no progress token"
         );
-        assert!(relay.tick().is_empty(), "no progress token");
+        assert!(relay.tick(1).is_empty(), "no progress token");
     }
 
     #[test]
@@ -440,7 +598,7 @@ mod tests {
         let t0 = Instant::now();
         let threshold = LogThreshold::new();
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-        let mut relay = Relay::new("t", Some(token), &threshold, None, None)
+        let relay = Relay::new("t", Some(token), &threshold, None, None)
             .0
             .unwrap();
         assert_eq!(relay.relay_at(report(0.0, Some(100.0)), t0).len(), 1);
@@ -461,10 +619,10 @@ mod tests {
             relay.relay_at(report(101.0, None), t0).is_empty(),
             "merged: the last closed the gap again"
         );
-        assert_eq!(relay.tick().len(), 1, "the merged one, at the next tick");
+        assert_eq!(relay.tick(1).len(), 1, "the merged one, at the next tick");
         assert!(relay.rest().is_empty(), "nothing left waiting");
         assert!(
-            relay.tick().is_empty(),
+            relay.tick(1).is_empty(),
             "no made-up report once the tool reports"
         );
     }
@@ -474,7 +632,7 @@ mod tests {
         let t0 = Instant::now();
         let threshold = LogThreshold::new();
         threshold.set(LoggingLevel::Debug);
-        let mut relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
+        let relay = Relay::new("t", None, &threshold, None, None).0.unwrap();
         let log = |level, message: &str| {
             CallEvent::Log(Cow::Owned(LogRecord {
                 level,
@@ -497,7 +655,7 @@ mod tests {
             (note.params.level, note.params.data.clone())
         };
         assert_eq!(
-            merged(relay.tick()),
+            merged(relay.tick(1)),
             (LoggingLevel::Warning, serde_json::json!("two\nthree")),
             "what waited, at the next tick"
         );
@@ -546,6 +704,50 @@ mod tests {
     }
 
     #[test]
+    fn what_the_call_makes_due_while_the_relay_polls_it_wakes_no_one() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::{Context, Poll};
+        struct Counted(AtomicUsize);
+        impl futures::task::ArcWake for Counted {
+            fn wake_by_ref(counted: &Arc<Self>) {
+                counted.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let woken = Arc::new(Counted(AtomicUsize::new(0)));
+        let waker = futures::task::waker(Arc::clone(&woken));
+        let mut cx = Context::from_waker(&waker);
+        let threshold = LogThreshold::new();
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        let (relay, cancel) = Relay::new("t", Some(token), &threshold, None, None);
+        let relay = relay.unwrap();
+        let mut ready = std::pin::pin!(relay.ready());
+        assert!(
+            ready.as_mut().poll(&mut cx).is_pending(),
+            "nothing reported"
+        );
+        // The call reports (a first report is due at once) while the
+        // relay's task polls it, then yields.
+        let mut work = std::pin::pin!(async {
+            cancel.report(report(0.0, Some(2.0)));
+            std::future::pending::<()>().await;
+        });
+        let mut polled = std::pin::pin!(relay.polling(&mut work));
+        assert!(polled.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(woken.0.load(Ordering::SeqCst), 0, "no wake from inside");
+        let Poll::Ready(notes) = ready.as_mut().poll(&mut cx) else {
+            panic!("the report waits for the relay, which looks next");
+        };
+        assert_eq!(notes.len(), 1);
+        // Reported outside the relay's poll (the last report, due at once):
+        // it wakes the relay.
+        let mut ready = std::pin::pin!(relay.ready());
+        assert!(ready.as_mut().poll(&mut cx).is_pending());
+        cancel.report(report(2.0, Some(2.0)));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1, "woken from outside");
+        assert!(ready.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[test]
     fn only_a_notification_due_wakes_the_relay() {
         use futures::FutureExt as _;
         let threshold = LogThreshold::new();
@@ -590,13 +792,70 @@ mod tests {
         );
     }
 
+    /// Whether the clock's timer runs.
+    fn ticking(seconds: &Seconds) -> bool {
+        seconds.clock.ticking.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn calls_count_seconds_from_one_timer_that_stops_when_none_listens() {
+        let seconds = Seconds::default();
+        assert!(!ticking(&seconds), "no timer before a call listens");
+        let began = std::time::Instant::now();
+        let (mut one, mut two) = (seconds.listen(), seconds.listen());
+        assert!(ticking(&seconds));
+        assert_eq!(one.next().await, 1);
+        assert!(began.elapsed() >= PROGRESS_EVERY);
+        assert_eq!(one.next().await, 2);
+        assert!(
+            began.elapsed() >= 2 * PROGRESS_EVERY,
+            "ticks a second apart"
+        );
+        // The other call heard the same timer (ticks it did not wait for
+        // are not counted).
+        assert_eq!(two.next().await, 1);
+        drop((one, two));
+        // With no call listening, the timer stops within two ticks.
+        let deadline = std::time::Instant::now() + 30 * PROGRESS_EVERY;
+        while ticking(&seconds) {
+            assert!(std::time::Instant::now() < deadline, "the timer runs on");
+            tokio::time::sleep(PROGRESS_GAP).await;
+        }
+        // The next call to listen starts it again.
+        let mut three = seconds.listen();
+        assert!(ticking(&seconds));
+        assert_eq!(three.next().await, 1);
+    }
+
+    #[test]
+    fn the_timer_starts_again_on_another_runtime_when_its_own_is_gone() {
+        let seconds = Seconds::default();
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+        };
+        let first = runtime();
+        let listening = first.block_on(async { seconds.listen() });
+        assert!(ticking(&seconds));
+        // Its task, not yet run, goes with its runtime.
+        drop(first);
+        assert!(!ticking(&seconds), "a timer whose runtime is gone stopped");
+        drop(listening);
+        runtime().block_on(async { assert_eq!(seconds.listen().next().await, 1) });
+        // Outside a runtime, no timer starts (and none is claimed).
+        drop(seconds.listen());
+        assert!(!ticking(&seconds));
+    }
+
     #[tokio::test]
     async fn the_gap_opens_again_once_it_has_passed() {
         use std::sync::atomic::AtomicUsize;
         let threshold = LogThreshold::new();
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
         let (relay, cancel) = Relay::new("t", Some(token), &threshold, None, None);
-        let mut relay = relay.unwrap();
+        let relay = relay.unwrap();
         let sent = AtomicUsize::new(0);
         let work = async {
             cancel.report(report(1.0, None));
@@ -618,7 +877,11 @@ mod tests {
             sent.fetch_add(1, Ordering::SeqCst);
             std::future::ready(())
         };
-        assert!(relay.run(work, send).await, "the second report waited");
+        let seconds = Seconds::default().listen();
+        assert!(
+            relay.run(work, seconds, send).await,
+            "the second report waited"
+        );
         assert_eq!(sent.load(Ordering::SeqCst), 2, "nothing was left to send");
     }
 }
