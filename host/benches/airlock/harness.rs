@@ -83,6 +83,59 @@ impl Bench {
         B: AsyncFnMut() -> Duration,
     {
         let measured = paired(pairs.div_ceil(self.passes), a, b).await;
+        self.keep(name, measured)
+    }
+
+    /// As [`Bench::paired`], for sides of one op each whose difference is
+    /// smaller than the machine's noise over a batch: a pair is `ops` of
+    /// each, one of a then one of b (or b then a, alternately), so a slow
+    /// stretch of the machine falls on both sides alike; each side's time
+    /// is the median of its own ops' (a stall of the machine or of a
+    /// store, a journal's checkpoint, that lands on one op does not count
+    /// against its side).
+    pub(crate) async fn interleaved<A, B>(
+        &self,
+        name: &str,
+        pairs: usize,
+        ops: usize,
+        mut a: A,
+        mut b: B,
+    ) -> Paired
+    where
+        A: AsyncFnMut(),
+        B: AsyncFnMut(),
+    {
+        async fn timed(f: &mut impl AsyncFnMut()) -> Duration {
+            let started = Instant::now();
+            f().await;
+            started.elapsed()
+        }
+        a().await;
+        b().await;
+        let mut measured = Paired::default();
+        for pair in 0..pairs.div_ceil(self.passes) {
+            let (mut ta, mut tb) = (Vec::with_capacity(ops), Vec::with_capacity(ops));
+            for op in 0..ops.max(1) {
+                if (pair + op) % 2 == 0 {
+                    ta.push(timed(&mut a).await.as_secs_f64());
+                    tb.push(timed(&mut b).await.as_secs_f64());
+                } else {
+                    tb.push(timed(&mut b).await.as_secs_f64());
+                    ta.push(timed(&mut a).await.as_secs_f64());
+                }
+            }
+            let (ta, tb) = (quantile(&ta, 0.5), quantile(&tb, 0.5));
+            measured.a.push(ta);
+            measured.b.push(tb);
+            measured.ratios.push(ta / tb);
+        }
+        self.keep(name, measured)
+    }
+
+    /// `measured` kept under `name` with the pairs of the earlier passes;
+    /// all of them so far (the reporting pass keeps the ratio for the next
+    /// run's comparison).
+    fn keep(&self, name: &str, measured: Paired) -> Paired {
         let all = {
             let mut samples = self.samples.lock().unwrap();
             let all = samples.entry(name.to_owned()).or_default();
