@@ -49,7 +49,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
     // A told call differs from an untold one by a few percent, less than
     // this machine's noise from one batch to the next: the two alternate
     // call by call.
-    let reports_batch = if b.quick { 2 } else { 20 };
+    let per_pair = if b.quick { 2 } else { 20 };
     let media = b
         .paired(
             "image vs text, 100 KiB, MCP HTTP",
@@ -72,7 +72,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         .interleaved(
             "100 reports told vs not, MCP HTTP",
             31,
-            reports_batch,
+            per_pair,
             async || {
                 told.request(TOLD).await;
             },
