@@ -588,7 +588,8 @@ impl Sessions {
             None,
         );
         let running = self.running(id, request, &cancel);
-        let seconds = relay.is_some().then(|| server.tools.seconds.listen());
+        // The call's seconds, counted for its relay.
+        let relay = relay.map(|relay| (relay, server.tools.seconds.listen()));
         let work = {
             let (name, arguments) = (tool.clone(), arguments_text(params.arguments.clone()));
             let (meta, request) = (meta.clone(), request.clone());
@@ -605,7 +606,7 @@ impl Sessions {
             let result = ServerResult::from(CallToolResponse::from(result));
             Box::new(ServerJsonRpcMessage::response(result, request.clone()))
         };
-        let (Some(relay), Some(mut seconds)) = (relay, seconds) else {
+        let Some((relay, mut seconds)) = relay else {
             return Answer::Now(answer(work.await));
         };
         // What the call reports is held for PROGRESS_GAP after its first

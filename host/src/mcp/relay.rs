@@ -167,7 +167,10 @@ impl Seconds {
         clock.begun.store(true, Ordering::SeqCst);
         if !clock.ticking.swap(true, Ordering::SeqCst) {
             match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn(tick(Running(Some(Arc::clone(clock)))))),
+                Ok(runtime) => drop(runtime.spawn(tick(Running {
+                    clock: Arc::clone(clock),
+                    holds: true,
+                }))),
                 Err(_) => clock.ticking.store(false, Ordering::SeqCst),
             }
         }
@@ -183,12 +186,16 @@ impl Seconds {
 /// The timer's task's hold on the clock: marks the timer stopped however
 /// the task ends (its runtime shut down drops it, run or not), unless it
 /// handed its place on.
-struct Running(Option<Arc<Clock>>);
+struct Running {
+    clock: Arc<Clock>,
+    /// Whether the task is the clock's timer (`ticking` is its).
+    holds: bool,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(clock) = self.0.take() {
-            clock.ticking.store(false, Ordering::SeqCst);
+        if self.holds {
+            self.clock.ticking.store(false, Ordering::SeqCst);
         }
     }
 }
@@ -201,7 +208,7 @@ async fn tick(mut running: Running) {
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         timer.tick().await;
-        let Some(clock) = &running.0 else { return };
+        let clock = &running.clock;
         clock.tick.send_replace(());
         if clock.begun.swap(false, Ordering::SeqCst) || clock.listening.load(Ordering::SeqCst) > 0 {
             continue;
@@ -212,7 +219,7 @@ async fn tick(mut running: Running) {
         clock.ticking.store(false, Ordering::SeqCst);
         if clock.listening.load(Ordering::SeqCst) == 0 || clock.ticking.swap(true, Ordering::SeqCst)
         {
-            running.0 = None;
+            running.holds = false;
             return;
         }
     }
