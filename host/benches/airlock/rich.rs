@@ -99,8 +99,8 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
         "A told call's client heard {progress} progress and {messages} log notifications: reports \
          closer than 10 ms apart are merged (the last progress report always sent; merged log \
          records one per line in one notification, none lost). A call that ends within 10 ms of \
-         its first notification is answered with one event-stream body (its notifications, then \
-         its result). \
+         its first notification is answered with one event-stream body: its log records in one \
+         notification, its latest progress report, then its result. \
          What the told call pays beyond the untold one is the merging, done where the tool \
          reports (a lock, and a copy of each log record's text; the clock is read only when a \
          notification goes out or the relay looks for what waits), and a larger answer; it \

@@ -17,8 +17,10 @@
 //!   log records) holds its first notification 10 ms ([`PROGRESS_GAP`],
 //!   the gap within which reports merge anyway; seen when the call's task
 //!   next runs, and at most a second): ended by then, it is answered with
-//!   one event-stream body, its length known (what it reported, then its
-//!   result); still running then, it goes on in a task of its own and
+//!   one event-stream body, its length known (what it reported, as it
+//!   reaches the client at once: its log records in one notification and
+//!   its latest progress report, [`relay::at_once`]; then its result);
+//!   still running then, it goes on in a task of its own and
 //!   answers with an event stream that carries its reports as they come,
 //!   then its result;
 //! - a call whose client hangs up still runs to its end and commits; it
@@ -64,7 +66,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
-use super::relay::{PROGRESS_GAP, Relay};
+use super::relay::{self, PROGRESS_GAP, Relay};
 use super::{McpServer, SessionOpener, ToolSet, arguments_text, lock};
 use crate::policy::UserLimits;
 use crate::sandbox::CancelToken;
@@ -635,7 +637,7 @@ impl Sessions {
                     if held.is_empty() {
                         return Answer::Now(answer(result));
                     }
-                    let mut messages: Vec<ServerJsonRpcMessage> = held
+                    let mut messages: Vec<ServerJsonRpcMessage> = relay::at_once(held)
                         .into_iter()
                         .map(ServerJsonRpcMessage::notification)
                         .collect();

@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
 use rmcp::model::{
-    LoggingLevel, LoggingMessageNotificationParam, Notification, ProgressNotificationParam,
-    ProgressToken, ServerNotification,
+    LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam, Notification,
+    ProgressNotificationParam, ProgressToken, ServerNotification,
 };
 
 use super::{PROGRESS_EVERY, lock};
@@ -564,9 +564,51 @@ fn progress(param: ProgressNotificationParam) -> ServerNotification {
     ServerNotification::ProgressNotification(Notification::new(param))
 }
 
+/// `notes` (a call's, in the order made) as its client gets them when
+/// they reach it at once, with the call's result (an answer held until
+/// the call ended): its log records in one notification, one per line at
+/// the highest of their levels, then its latest progress report. Sent
+/// together, the rest would tell the client nothing more, and cost the
+/// writing and reading.
+pub fn at_once(notes: Vec<ServerNotification>) -> Vec<ServerNotification> {
+    let mut logged: Option<LoggingMessageNotification> = None;
+    let mut latest = None;
+    let mut others = Vec::new();
+    for note in notes {
+        match note {
+            ServerNotification::LoggingMessageNotification(note) => match &mut logged {
+                Some(first) => {
+                    let (first, next) = (&mut first.params, note.params);
+                    if let (serde_json::Value::String(text), serde_json::Value::String(more)) =
+                        (&mut first.data, &next.data)
+                    {
+                        if rank(next.level) > rank(first.level) {
+                            first.level = next.level;
+                        }
+                        text.push('\n');
+                        text.push_str(more);
+                    } else {
+                        // Not made by this relay: sent as it is.
+                        let note = Notification::new(next);
+                        others.push(ServerNotification::LoggingMessageNotification(note));
+                    }
+                }
+                None => logged = Some(note),
+            },
+            ServerNotification::ProgressNotification(note) => latest = Some(note),
+            other => others.push(other),
+        }
+    }
+    let logged = logged.map(ServerNotification::LoggingMessageNotification);
+    let latest = latest.map(ServerNotification::ProgressNotification);
+    logged.into_iter().chain(others).chain(latest).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
+
+    use serde_json::json;
 
     use super::*;
     use crate::sandbox::LogRecord;
@@ -708,6 +750,53 @@ mod tests {
             merged(relay.relay_at(log(LogLevel::Info, "eight"), much_later)).1,
             serde_json::json!("eight")
         );
+    }
+
+    #[test]
+    fn notes_that_reach_the_client_at_once_are_one_log_and_the_latest_progress() {
+        let t0 = Instant::now();
+        let threshold = LogThreshold::new();
+        threshold.set(LoggingLevel::Debug);
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        let relay = Relay::new("t", Some(token), &threshold, None, None)
+            .0
+            .unwrap();
+        let log = |level, message: String| CallEvent::Log(Cow::Owned(LogRecord { level, message }));
+        // A call that reports three times within the gap, then ends: the
+        // first report of each kind goes out at once, the rest is merged.
+        let mut notes = Vec::new();
+        for i in 1..=3 {
+            notes.extend(relay.relay_at(report(f64::from(i), Some(4.0)), t0));
+            let level = if i == 2 {
+                LogLevel::Warn
+            } else {
+                LogLevel::Info
+            };
+            notes.extend(relay.relay_at(log(level, format!("step {i}")), t0));
+        }
+        notes.extend(relay.rest());
+        assert_eq!(notes.len(), 4, "{notes:?}");
+        // Not one of the relay's: kept as it is.
+        let other = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!({"n": 1}));
+        notes.push(ServerNotification::LoggingMessageNotification(
+            Notification::new(other),
+        ));
+        let sent = at_once(notes);
+        let [
+            ServerNotification::LoggingMessageNotification(logged),
+            ServerNotification::LoggingMessageNotification(kept),
+            ServerNotification::ProgressNotification(latest),
+        ] = sent.as_slice()
+        else {
+            panic!("one log, the other, the latest progress");
+        };
+        assert_eq!(logged.params.level, LoggingLevel::Warning, "the highest");
+        assert_eq!(logged.params.data, json!("step 1\nstep 2\nstep 3"));
+        assert_eq!(logged.params.logger.as_deref(), Some("t"));
+        assert_eq!(kept.params.data, json!({"n": 1}));
+        assert_eq!(latest.params.progress, 3.0);
+        assert_eq!(latest.params.total, Some(4.0));
+        assert!(at_once(Vec::new()).is_empty());
     }
 
     #[test]
