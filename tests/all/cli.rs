@@ -151,6 +151,79 @@ fn call_without_arguments_passes_an_empty_object() {
     assert_input_error(&out, "\"name\" is a required property");
 }
 
+/// A process that may map only so much (`RLIMIT_AS`, `ulimit -v`) gets an
+/// instance pool that fits beside 2 GiB for the rest of it, says so, and
+/// serves its call; one that may not map a pool of even one call is told
+/// what the limit is and what to raise it to, and runs nothing.
+#[test]
+fn a_pool_is_fitted_to_the_address_space_the_process_may_map() {
+    const GIB: u64 = 1 << 30;
+    let stateful = guest("stateful");
+    let limited = |gib: u64| {
+        let dir = tempfile::tempdir().unwrap();
+        let session = dir.path().join("s.db");
+        let command = crate::support::airlock_command(
+            &[
+                "call",
+                path(&stateful),
+                "increment",
+                r#"{"name": "n"}"#,
+                "--session",
+                "s",
+                "--store",
+                path(&session),
+                "--json",
+            ],
+            &[],
+        );
+        // The limit set by the shell that then becomes the binary.
+        let mut limited = std::process::Command::new("sh");
+        limited
+            .args(["-c", r#"ulimit -v "$1" && shift && exec "$@""#, "sh"])
+            .arg((gib * GIB / 1024).to_string())
+            .arg(command.get_program())
+            .args(command.get_args());
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => limited.env(key, value),
+                None => limited.env_remove(key),
+            };
+        }
+        let out = limited.output().unwrap();
+        (out, dir)
+    };
+    // `airlock call` has two engines (the baseline compiler's for a first
+    // use): 16.2 GiB a call, so 40 GiB less 2 holds two calls.
+    let (out, _dir) = limited(40);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["result"],
+        json!({"counter": "n", "value": 1})
+    );
+    let said = stderr(&out);
+    assert!(
+        said.contains("the instance pool holds fewer calls at once")
+            && said.contains("calls=2")
+            && said.contains("wanted=1000")
+            && said.contains("40.0 GiB"),
+        "{said}"
+    );
+    let (out, dir) = limited(8);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let error = &stdout_json(&out)["error"];
+    assert_eq!(error["kind"], "address_space");
+    let said = error["message"].as_str().unwrap();
+    assert!(
+        said.contains("this process may map 8.0 GiB (RLIMIT_AS, `ulimit -v`)")
+            && said.contains("raise the limit to at least 18.2 GiB"),
+        "{said}"
+    );
+    assert!(
+        !dir.path().join("s.db").exists(),
+        "nothing ran, nothing stored"
+    );
+}
+
 /// `RUST_LOG=debug` is Airlock's debug output, not wasmtime's internals;
 /// a filter that names its targets is taken as written (issue 31.17).
 #[test]

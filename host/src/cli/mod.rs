@@ -261,6 +261,7 @@ impl From<LoadError> for Failure {
             LoadError::CompileLimit { .. } => "compile_limit",
             LoadError::FuelNotMetered { .. } | LoadError::BadLimits { .. } => "invalid_config",
             LoadError::NotPulled { .. } => "not_pulled",
+            LoadError::AddressSpace(_) => "address_space",
             _ => return Self::internal(e.to_string()),
         };
         Self::input(kind, e.to_string())

@@ -72,7 +72,12 @@ pub struct SandboxConfig {
     /// Where compiled components are cached.
     pub cache: CompileCache,
     /// Instances that may exist at once (calls in flight). Memory for them is
-    /// reserved up front by the pooling allocator. Default 1,000.
+    /// reserved up front by the pooling allocator: about 8.1 GiB of address
+    /// space a call ([`reserved_per_call`]; virtual, none of it used until
+    /// a call touches it), so when the process may map only so much
+    /// (`RLIMIT_AS`, `ulimit -v`) the pool holds as many calls as fit in
+    /// what is left beside 2 GiB for the rest of the process
+    /// ([`Sandbox::new`]). Default 1,000.
     pub max_concurrent_instances: u32,
     /// The ceiling of any tool's linear memory limit. Default 4 GiB.
     pub max_memory_ceiling: usize,
@@ -162,15 +167,111 @@ pub struct Sandbox {
     aside: Option<Arc<Aside>>,
 }
 
+/// Linear memories and tables one call may have in the pool.
+const MEMORIES_PER_CALL: u32 = 2;
+const TABLES_PER_CALL: u32 = 4;
+/// The most elements a table may have.
+const TABLE_ELEMENTS: usize = 1_000_000;
+
+/// Address space the process keeps beside the instance pools when it may
+/// map only so much (`RLIMIT_AS`): its threads' stacks, its heap, the code
+/// it maps.
+pub const ADDRESS_SPACE_HEADROOM: u64 = 2 << 30;
+
+/// The address space the instance pool reserves for each call it can hold
+/// at once, by the settings [`Sandbox::new`] gives it and wasmtime 48's
+/// defaults for the rest: two linear memories of 4 GiB (or the ceiling,
+/// if larger) with a 32 MiB guard each, so that the code of a memory
+/// access needs no bounds check; four tables of 1,000,000 elements; an
+/// async stack of 2 MiB and its guard page. Reserved, not used: none of
+/// it takes memory until a call touches it. About 8.1 GiB with the
+/// default ceiling.
+pub fn reserved_per_call(config: &SandboxConfig) -> u64 {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    let memory = (config.max_memory_ceiling as u64).max(4 * GIB) + 32 * MIB;
+    let table = (TABLE_ELEMENTS * TABLE_ELEMENT_BYTES) as u64;
+    let stack = 2 * MIB + 4096;
+    u64::from(MEMORIES_PER_CALL) * memory + u64::from(TABLES_PER_CALL) * table + stack
+}
+
+/// The address space this process may map ([`ADDRESS_SPACE_HEADROOM`]
+/// and the instance pools within it) was too small for a pool of even one
+/// call.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this process may map {may_map} (RLIMIT_AS, `ulimit -v`), and an instance pool of one call \
+     with the rest of the process needs {needs} (address space reserved, not memory used): raise \
+     the limit to at least {needs} or remove it",
+    needs = gib(*needs),
+    may_map = gib(*may_map)
+)]
+pub struct AddressSpaceTooSmall {
+    /// What the process may map, in bytes.
+    pub may_map: u64,
+    /// What a pool of one call (for each engine) and the headroom need.
+    pub needs: u64,
+}
+
+/// `bytes` in GiB, to a tenth.
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+/// How many calls at once the pools of `engines` engines may hold, at
+/// most `wanted`, when the process may map `limit` bytes (none: no
+/// limit), each call reserving `per_call` in each pool.
+fn fitted_calls(
+    wanted: u32,
+    per_call: u64,
+    engines: u64,
+    limit: Option<u64>,
+) -> Result<u32, AddressSpaceTooSmall> {
+    let Some(may_map) = limit else {
+        return Ok(wanted);
+    };
+    let per_call = per_call.saturating_mul(engines).max(1);
+    let fit = may_map.saturating_sub(ADDRESS_SPACE_HEADROOM) / per_call;
+    match u32::try_from(fit).unwrap_or(u32::MAX).min(wanted) {
+        0 => Err(AddressSpaceTooSmall {
+            may_map,
+            needs: per_call.saturating_add(ADDRESS_SPACE_HEADROOM),
+        }),
+        fit => Ok(fit),
+    }
+}
+
 impl Sandbox {
     /// Creates the engine. Costs: reserves the pooling allocator's address
-    /// space for `max_concurrent_instances` (virtual, not committed),
-    /// starts the epoch thread, which lives as long as the engine, and the
-    /// thread that drops stores after their calls return, which lives as
-    /// long as the sandbox.
+    /// space for `max_concurrent_instances` ([`reserved_per_call`] each;
+    /// virtual, not committed), or for as many as fit when the process may
+    /// map only so much (`RLIMIT_AS`; fewer is logged as a warning, none
+    /// is [`AddressSpaceTooSmall`]), starts the epoch thread, which lives
+    /// as long as the engine, and the thread that drops stores after their
+    /// calls return, which lives as long as the sandbox.
     pub fn new(config: SandboxConfig) -> wasmtime::Result<Self> {
-        let calls = config.max_concurrent_instances;
-        let (memories, tables) = (calls.saturating_mul(2), calls.saturating_mul(4));
+        let wanted = config.max_concurrent_instances;
+        let engines = if config.baseline_first.is_some() {
+            2
+        } else {
+            1
+        };
+        let limit = rustix::process::getrlimit(rustix::process::Resource::As).current;
+        let calls = fitted_calls(wanted, reserved_per_call(&config), engines, limit)
+            .map_err(wasmtime::Error::new)?;
+        if let Some(may_map) = limit.filter(|_| calls < wanted) {
+            tracing::warn!(
+                calls,
+                wanted,
+                may_map = %gib(may_map),
+                "the instance pool holds fewer calls at once: this process may map only so much \
+                 (RLIMIT_AS, `ulimit -v`); more wait for room"
+            );
+        }
+        let (memories, tables) = (
+            calls.saturating_mul(MEMORIES_PER_CALL),
+            calls.saturating_mul(TABLES_PER_CALL),
+        );
         let mut pool = PoolingAllocationConfig::new();
         // Memories and tables reserve address space, so their totals are
         // fixed and calls are admitted against them (`admission`). Core
@@ -182,9 +283,9 @@ impl Sandbox {
             .max_core_instances_per_component(ceiling)
             .total_memories(memories)
             .total_tables(tables)
-            .total_stacks(config.max_concurrent_instances)
+            .total_stacks(calls)
             .max_memory_size(config.max_memory_ceiling)
-            .table_elements(1_000_000)
+            .table_elements(TABLE_ELEMENTS)
             .max_tables_per_module(4)
             .max_memories_per_module(2)
             // A fresh instance per call means a slot is released per call.
@@ -983,5 +1084,47 @@ impl CapturedLog {
 
     pub(crate) fn take(&mut self) -> Vec<LogRecord> {
         std::mem::take(&mut self.records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn a_pool_holds_what_fits_beside_the_headroom_and_never_more_than_wanted() {
+        let per_call = reserved_per_call(&SandboxConfig::default());
+        // Two 4 GiB memories and their guards, four tables, a stack.
+        assert_eq!(
+            per_call,
+            2 * (4 * GIB + (32 << 20)) + 4 * 8_000_000 + (2 << 20) + 4096
+        );
+        assert_eq!(fitted_calls(1_000, per_call, 2, None).unwrap(), 1_000);
+        assert_eq!(fitted_calls(1_000, per_call, 1, Some(40 * GIB)).unwrap(), 4);
+        assert_eq!(fitted_calls(1_000, per_call, 2, Some(40 * GIB)).unwrap(), 2);
+        assert_eq!(fitted_calls(3, per_call, 1, Some(u64::MAX)).unwrap(), 3);
+        assert_eq!(
+            fitted_calls(1_000, per_call, 1, Some(u64::MAX)).unwrap(),
+            1_000
+        );
+        let refused = fitted_calls(1_000, per_call, 2, Some(8 * GIB)).unwrap_err();
+        assert_eq!(refused.may_map, 8 * GIB);
+        assert_eq!(refused.needs, 2 * per_call + ADDRESS_SPACE_HEADROOM);
+        assert_eq!(
+            refused.to_string(),
+            "this process may map 8.0 GiB (RLIMIT_AS, `ulimit -v`), and an instance pool of one \
+             call with the rest of the process needs 18.2 GiB (address space reserved, not \
+             memory used): raise the limit to at least 18.2 GiB or remove it"
+        );
+        // Less than the headroom itself.
+        assert!(fitted_calls(1, per_call, 1, Some(GIB)).is_err());
+        // A larger memory ceiling reserves more a call.
+        let larger = SandboxConfig {
+            max_memory_ceiling: 8 << 30,
+            ..SandboxConfig::default()
+        };
+        assert_eq!(reserved_per_call(&larger) - per_call, 2 * 4 * GIB);
     }
 }

@@ -187,6 +187,12 @@ pub enum LoadError {
     /// [`UnsafeCache`]: crate::sandbox::UnsafeCache
     #[error(transparent)]
     UnsafeCache(#[from] crate::sandbox::UnsafeCache),
+    /// The process may not map an instance pool of even one call (see
+    /// [`AddressSpaceTooSmall`]).
+    ///
+    /// [`AddressSpaceTooSmall`]: crate::sandbox::AddressSpaceTooSmall
+    #[error("cannot set up the sandbox: {0}")]
+    AddressSpace(#[from] crate::sandbox::AddressSpaceTooSmall),
     /// The engine or linker could not be set up.
     #[error("cannot set up the sandbox: {0}")]
     Sandbox(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -194,7 +200,10 @@ pub enum LoadError {
 
 impl LoadError {
     pub(crate) fn sandbox(error: wasmtime::Error) -> Self {
-        LoadError::Sandbox(error.into_boxed_dyn_error())
+        match error.downcast::<crate::sandbox::AddressSpaceTooSmall>() {
+            Ok(too_small) => LoadError::AddressSpace(too_small),
+            Err(error) => LoadError::Sandbox(error.into_boxed_dyn_error()),
+        }
     }
 }
 
