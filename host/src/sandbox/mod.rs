@@ -232,12 +232,12 @@ fn fitted_calls(
     };
     let per_call = per_call.saturating_mul(engines).max(1);
     let fit = may_map.saturating_sub(ADDRESS_SPACE_HEADROOM) / per_call;
-    match u32::try_from(fit).unwrap_or(u32::MAX).min(wanted) {
+    match u32::try_from(fit).unwrap_or(u32::MAX) {
         0 => Err(AddressSpaceTooSmall {
             may_map,
             needs: per_call.saturating_add(ADDRESS_SPACE_HEADROOM),
         }),
-        fit => Ok(fit),
+        fit => Ok(fit.min(wanted)),
     }
 }
 
@@ -1105,6 +1105,8 @@ mod tests {
         assert_eq!(fitted_calls(1_000, per_call, 1, Some(40 * GIB)).unwrap(), 4);
         assert_eq!(fitted_calls(1_000, per_call, 2, Some(40 * GIB)).unwrap(), 2);
         assert_eq!(fitted_calls(3, per_call, 1, Some(u64::MAX)).unwrap(), 3);
+        // A pool of none asked for is not the address space's doing.
+        assert_eq!(fitted_calls(0, per_call, 1, Some(40 * GIB)).unwrap(), 0);
         assert_eq!(
             fitted_calls(1_000, per_call, 1, Some(u64::MAX)).unwrap(),
             1_000
