@@ -153,30 +153,18 @@ fn call_without_arguments_passes_an_empty_object() {
 
 /// A process that may map only so much (`RLIMIT_AS`, `ulimit -v`) gets an
 /// instance pool that fits beside 2 GiB for the rest of it, says so, and
-/// serves its call; one that may not map a pool of even one call is told
-/// what the limit is and what to raise it to, and runs nothing.
+/// serves its call, the pool mapping what the host reckons it does; one
+/// that may not map a pool of even one call is told what the limit is and
+/// what to raise it to, and runs nothing.
 #[test]
 fn a_pool_is_fitted_to_the_address_space_the_process_may_map() {
+    use std::io::BufRead;
     const GIB: u64 = 1 << 30;
     let stateful = guest("stateful");
-    let limited = |gib: u64| {
-        let dir = tempfile::tempdir().unwrap();
-        let session = dir.path().join("s.db");
-        let command = crate::support::airlock_command(
-            &[
-                "call",
-                path(&stateful),
-                "increment",
-                r#"{"name": "n"}"#,
-                "--session",
-                "s",
-                "--store",
-                path(&session),
-                "--json",
-            ],
-            &[],
-        );
-        // The limit set by the shell that then becomes the binary.
+    // `airlock ARGS` as a process that may map `gib` GiB: the limit set by
+    // the shell that then becomes the binary.
+    let limited = |gib: u64, args: &[&str]| {
+        let command = crate::support::airlock_command(args, &[]);
         let mut limited = std::process::Command::new("sh");
         limited
             .args(["-c", r#"ulimit -v "$1" && shift && exec "$@""#, "sh"])
@@ -189,12 +177,36 @@ fn a_pool_is_fitted_to_the_address_space_the_process_may_map() {
                 None => limited.env_remove(key),
             };
         }
-        let out = limited.output().unwrap();
-        (out, dir)
+        limited
     };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let call = [
+        "call",
+        path(&stateful),
+        "increment",
+        r#"{"name": "n"}"#,
+        "--session",
+        "s",
+        "--store",
+        path(&store),
+        "--json",
+    ];
+    // Refused: nothing runs, nothing is stored.
+    let out = limited(8, &call).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let error = &stdout_json(&out)["error"];
+    assert_eq!(error["kind"], "address_space");
+    let said = error["message"].as_str().unwrap();
+    assert!(
+        said.contains("this process may map 8.0 GiB (RLIMIT_AS, `ulimit -v`)")
+            && said.contains("raise the limit to at least 18.2 GiB"),
+        "{said}"
+    );
+    assert!(!store.exists(), "nothing ran, nothing stored");
     // `airlock call` has two engines (the baseline compiler's for a first
     // use): 16.2 GiB a call, so 40 GiB less 2 holds two calls.
-    let (out, _dir) = limited(40);
+    let out = limited(40, &call).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout_json(&out)["result"],
@@ -208,19 +220,47 @@ fn a_pool_is_fitted_to_the_address_space_the_process_may_map() {
             && said.contains("40.0 GiB"),
         "{said}"
     );
-    let (out, dir) = limited(8);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let error = &stdout_json(&out)["error"];
-    assert_eq!(error["kind"], "address_space");
-    let said = error["message"].as_str().unwrap();
+    // The pool maps what `reserved_per_call` says it does (wasmtime's own
+    // defaults among it): a server (one engine) under the same limit holds
+    // four calls, and maps their reservation and less than the headroom
+    // beside it.
+    let mut server = limited(
+        40,
+        &[
+            "mcp",
+            "--transport",
+            "stdio",
+            "--tool",
+            path(&stateful),
+            "--store",
+            path(&store),
+        ],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let said: Vec<String> = std::io::BufReader::new(server.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .take_while(|line| !line.contains("serving"))
+        .collect();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.id()));
+    let _ = server.kill();
+    let _ = server.wait();
+    let mapped: u64 = status
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmSize:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmSize")
+        * 1024;
+    assert!(said.concat().contains("calls=4"), "{said:?}");
+    let pool = 4 * airlock::sandbox::reserved_per_call(&Default::default());
     assert!(
-        said.contains("this process may map 8.0 GiB (RLIMIT_AS, `ulimit -v`)")
-            && said.contains("raise the limit to at least 18.2 GiB"),
-        "{said}"
-    );
-    assert!(
-        !dir.path().join("s.db").exists(),
-        "nothing ran, nothing stored"
+        (pool..pool + airlock::sandbox::ADDRESS_SPACE_HEADROOM).contains(&mapped),
+        "mapped {mapped} bytes, the pool {pool}"
     );
 }
 
