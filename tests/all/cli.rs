@@ -164,20 +164,11 @@ fn a_pool_is_fitted_to_the_address_space_the_process_may_map() {
     // `airlock ARGS` as a process that may map `gib` GiB: the limit set by
     // the shell that then becomes the binary.
     let limited = |gib: u64, args: &[&str]| {
-        let command = crate::support::airlock_command(args, &[]);
-        let mut limited = std::process::Command::new("sh");
-        limited
+        let mut shell = std::process::Command::new("sh");
+        shell
             .args(["-c", r#"ulimit -v "$1" && shift && exec "$@""#, "sh"])
-            .arg((gib * GIB / 1024).to_string())
-            .arg(command.get_program())
-            .args(command.get_args());
-        for (key, value) in command.get_envs() {
-            match value {
-                Some(value) => limited.env(key, value),
-                None => limited.env_remove(key),
-            };
-        }
-        limited
+            .arg((gib * GIB / 1024).to_string());
+        crate::support::airlock_through(shell, args, &[])
     };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s.db");

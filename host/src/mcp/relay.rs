@@ -95,6 +95,16 @@ fn rank(level: LoggingLevel) -> u8 {
     }
 }
 
+/// Adds a record at `level` saying `message` to records merged at
+/// `merged`: one more line of `text`, at the higher of the two levels.
+fn append_record(merged: &mut LoggingLevel, text: &mut String, level: LoggingLevel, message: &str) {
+    if rank(level) > rank(*merged) {
+        *merged = level;
+    }
+    text.push('\n');
+    text.push_str(message);
+}
+
 /// A tool's log level as MCP names it.
 fn level_of(level: LogLevel) -> LoggingLevel {
     match level {
@@ -482,11 +492,7 @@ impl Merge {
                 if self.logs_closed.is_some() {
                     match &mut self.pending_logs {
                         Some((merged, messages)) => {
-                            if rank(level) > rank(*merged) {
-                                *merged = level;
-                            }
-                            messages.push('\n');
-                            messages.push_str(&record.message);
+                            append_record(merged, messages, level, &record.message);
                         }
                         None => self.pending_logs = Some((level, record.into_owned().message)),
                     }
@@ -582,11 +588,7 @@ pub fn at_once(notes: Vec<ServerNotification>) -> Vec<ServerNotification> {
                     if let (serde_json::Value::String(text), serde_json::Value::String(more)) =
                         (&mut first.data, &next.data)
                     {
-                        if rank(next.level) > rank(first.level) {
-                            first.level = next.level;
-                        }
-                        text.push('\n');
-                        text.push_str(more);
+                        append_record(&mut first.level, text, next.level, more);
                     } else {
                         // Not made by this relay: sent as it is.
                         let note = Notification::new(next);

@@ -420,6 +420,20 @@ pub struct Measured {
     pub max_rss_bytes: u64,
 }
 
+/// [`airlock_command`] run by `wrapper`: the binary and its arguments
+/// after the wrapper's own, with the environment the tests give it.
+pub fn airlock_through(mut wrapper: Command, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let airlock = airlock_command(args, env);
+    wrapper.arg(airlock.get_program()).args(airlock.get_args());
+    for (key, value) in airlock.get_envs() {
+        match value {
+            Some(value) => wrapper.env(key, value),
+            None => wrapper.env_remove(key),
+        };
+    }
+    wrapper
+}
+
 /// Runs [`airlock_command`] to its end and reads its resource use from the
 /// kernel (`wait4`): CPU seconds and peak memory, which do not depend on
 /// how busy the machine is. A small Python process forks it and reads its
@@ -446,17 +460,11 @@ with open(report, "w") as f:
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
     let (out, err, report) = (file("stdout"), file("stderr"), file("report"));
-    let airlock = airlock_command(args, env);
     let mut python = Command::new("python3");
     python.args(["-c", WAIT, &out, &err, &report]);
-    python.arg(airlock.get_program()).args(airlock.get_args());
-    for (key, value) in airlock.get_envs() {
-        match value {
-            Some(value) => python.env(key, value),
-            None => python.env_remove(key),
-        };
-    }
-    let status = python.status().expect("python3 runs");
+    let status = airlock_through(python, args, env)
+        .status()
+        .expect("python3 runs");
     assert!(status.success(), "the measuring wrapper failed: {status}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
