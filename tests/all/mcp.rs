@@ -1115,11 +1115,131 @@ fn stdio_answers_what_is_not_json_rpc_and_keeps_serving() {
     let reply = next();
     assert_eq!(reply["id"], 1, "{reply}");
     assert_eq!(reply["result"]["serverInfo"]["name"], "airlock");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc": "2.0", "method": "notifications/initialized"}}"#
+    )
+    .unwrap();
+    for (request, code, says) in misfits() {
+        writeln!(stdin, "{request}").unwrap();
+        let reply = next();
+        assert_eq!(reply["id"], request["id"], "{reply}");
+        assert_eq!(reply["error"]["code"], code, "{request}: {reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{request}: {message}");
+    }
+    // Served as before: the session's state is what the calls made.
+    for expected in [1, 2] {
+        let call = json!({"jsonrpc": "2.0", "id": 20 + expected, "method": "tools/call",
+            "params": {"name": "increment", "arguments": {"name": "n"}}});
+        writeln!(stdin, "{call}").unwrap();
+        let reply = next();
+        assert_eq!(
+            reply["result"]["structuredContent"]["value"], expected,
+            "{reply}"
+        );
+    }
     drop(stdin);
     assert!(
         child.wait().unwrap().success(),
         "the server ends with its input"
     );
+}
+
+/// Requests that are not what their method takes, each with the error
+/// code and a part of the message it gets: a method of MCP's whose params
+/// do not fit it is refused as invalid params (-32602) saying what does
+/// not fit, not as a method the server lacks; a method MCP does not have
+/// is not found (-32601), named.
+fn misfits() -> Vec<(Value, i64, &'static str)> {
+    let request = |id: i64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    vec![
+        (
+            request(10, "tools/call", json!({})),
+            -32602,
+            "tools/call: the params do not fit: missing field `name`",
+        ),
+        (
+            request(11, "tools/call", json!({"name": 5})),
+            -32602,
+            "expected a string",
+        ),
+        (
+            request(12, "logging/setLevel", json!({"level": "loud"})),
+            -32602,
+            "unknown variant `loud`",
+        ),
+        (
+            request(13, "resources/read", json!({})),
+            -32602,
+            "missing field `uri`",
+        ),
+        (
+            request(14, "tasks/get", json!({})),
+            -32602,
+            "missing field `taskId`",
+        ),
+        (
+            request(
+                15,
+                "completion/complete",
+                json!({"ref": {"type": "ref/zzz"}}),
+            ),
+            -32602,
+            "ref/zzz",
+        ),
+        (
+            request(16, "no/such", json!({})),
+            -32601,
+            r#"no method "no/such""#,
+        ),
+        (
+            request(17, &"x".repeat(100_000), json!({})),
+            -32601,
+            "no method",
+        ),
+    ]
+}
+
+/// Over HTTP as over stdio (`stdio_answers_what_is_not_json_rpc_and_keeps_serving`):
+/// a request whose params do not fit its method is refused as invalid
+/// params saying what does not fit, one whose method MCP lacks is not
+/// found, the message bounded; and the session goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refuses_params_that_do_not_fit_their_method_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("misfit.db");
+    let (_server, client) = stateful_over_http(&db, &[]).await;
+    let answer = |body: String| -> Value {
+        match events(&body).pop() {
+            Some(message) => message,
+            None => serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}")),
+        }
+    };
+    for (request, code, says) in misfits() {
+        let body = client
+            .post(request.clone())
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let reply = answer(body);
+        assert_eq!(reply["id"], request["id"], "{reply}");
+        assert_eq!(reply["error"]["code"], code, "{request}: {reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{request}: {message}");
+        assert!(message.len() < 1000, "{} bytes", message.len());
+    }
+    for expected in [1, 2] {
+        let call = json!({"jsonrpc": "2.0", "id": 20 + expected, "method": "tools/call",
+            "params": {"name": "increment", "arguments": {"name": "n"}}});
+        let reply = answer(client.post(call).await.unwrap().text().await.unwrap());
+        assert_eq!(
+            reply["result"]["structuredContent"]["value"], expected,
+            "{reply}"
+        );
+    }
 }
 
 /// An MCP connection that never calls a tool leaves no session behind, on

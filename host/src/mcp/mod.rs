@@ -894,6 +894,64 @@ fn error_result(text: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
+/// The error for request `method` with `params` that rmcp read as no
+/// method of MCP's: invalid params when `method` is one of them (serde's
+/// account of what does not fit, as for that method's params), else
+/// method not found. Both quote what the client sent, cut to a few hundred
+/// bytes.
+// Logging and `resources/subscribe` are deprecated for later revisions;
+// the 2025-06-18 and 2025-11-25 revisions this server speaks have them.
+#[allow(deprecated)]
+fn unreadable(method: &str, params: Option<Value>) -> ErrorData {
+    use rmcp::model::*;
+    /// Why `request` is not a `T`.
+    fn misfit<T: serde::de::DeserializeOwned>(request: Value) -> String {
+        match serde_json::from_value::<T>(request) {
+            Err(e) => e.to_string(),
+            // Read alone, it fits: what rmcp read it among did not.
+            Ok(_) => "they are not what the method takes".to_owned(),
+        }
+    }
+    let shown = crate::text::truncate(method, 128);
+    let request = serde_json::json!({ "method": method, "params": params });
+    let invalid = |why: String| {
+        let why = crate::text::truncate(&why, 300);
+        ErrorData::invalid_params(format!("{shown}: the params do not fit: {why}"), None)
+    };
+    macro_rules! known {
+        ($($method:ty => $request:ty),* $(,)?) => {
+            $(if method == <$method as ConstString>::VALUE {
+                return invalid(misfit::<$request>(request));
+            })*
+        };
+    }
+    known! {
+        CallToolRequestMethod => CallToolRequest,
+        ListToolsRequestMethod => ListToolsRequest,
+        InitializeResultMethod => InitializeRequest,
+        DiscoverRequestMethod => DiscoverRequest,
+        PingRequestMethod => PingRequest,
+        CompleteRequestMethod => CompleteRequest,
+        SetLevelRequestMethod => SetLevelRequest,
+        GetPromptRequestMethod => GetPromptRequest,
+        ListPromptsRequestMethod => ListPromptsRequest,
+        ListResourcesRequestMethod => ListResourcesRequest,
+        ListResourceTemplatesRequestMethod => ListResourceTemplatesRequest,
+        ReadResourceRequestMethod => ReadResourceRequest,
+        SubscribeRequestMethod => SubscribeRequest,
+        UnsubscribeRequestMethod => UnsubscribeRequest,
+        SubscriptionsListenRequestMethod => SubscriptionsListenRequest,
+        GetTaskMethod => GetTaskRequest,
+        UpdateTaskMethod => UpdateTaskRequest,
+        CancelTaskMethod => CancelTaskRequest,
+    }
+    ErrorData::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("no method {shown:?} on this server"),
+        None,
+    )
+}
+
 impl ServerHandler for McpServer {
     // Logging is deprecated by SEP-2577 for later revisions; the 2025-06-18
     // and 2025-11-25 revisions this server speaks have it.
@@ -931,6 +989,18 @@ impl ServerHandler for McpServer {
     ) -> Result<(), ErrorData> {
         self.log_threshold.set(request.level);
         Ok(())
+    }
+
+    /// A request rmcp could not read as any method it knows: a method of
+    /// MCP's whose params do not fit it is refused as invalid params
+    /// (-32602), saying what does not fit; any other is not found
+    /// (-32601), naming it.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        Err(unreadable(&request.method, request.params))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
