@@ -55,8 +55,9 @@ use futures::{SinkExt, Stream, StreamExt, stream};
 use http_body_util::combinators::BoxBody;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientNotification,
-    ClientRequest, GetMeta, JsonRpcRequest, ListToolsResult, RequestId, RequestMetaObject,
-    ServerJsonRpcMessage, ServerNotification, ServerResult,
+    ClientRequest, GetMeta, JsonRpcNotification, JsonRpcRequest, JsonRpcVersion2_0,
+    ListToolsResult, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerNotification,
+    ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{
@@ -370,10 +371,10 @@ fn json_response(answer: &ServerJsonRpcMessage) -> hyper::Response<BoxBody<Bytes
 fn events_response(
     messages: &[ServerJsonRpcMessage],
 ) -> hyper::Response<BoxBody<Bytes, Infallible>> {
-    let mut body = Vec::new();
+    let mut body = Vec::with_capacity(EVENTS_BODY);
     for message in messages {
         body.extend_from_slice(b"data: ");
-        if let Err(e) = serde_json::to_writer(&mut body, message) {
+        if let Err(e) = write_message(&mut body, message) {
             let error = format!("cannot write the answer: {e}");
             let status = hyper::StatusCode::INTERNAL_SERVER_ERROR;
             return text_response(status, "text/plain", error, None);
@@ -386,6 +387,59 @@ fn events_response(
         hyper::header::HeaderValue::from_static("no-cache"),
     );
     response
+}
+
+/// What an event-stream body is first given room for: a call's merged
+/// log records, its latest progress report and a short result, without
+/// growing it (each growth copies what was written).
+const EVENTS_BODY: usize = 4096;
+
+/// Writes `message` as JSON to `body`. A progress or log notification
+/// with no `_meta` (the kind a relay makes) is written straight from its
+/// parameters: rmcp writes a notification's parameters through a
+/// `serde_json::Value` first, to merge metadata it may carry, which copies
+/// all of them (a merged log's whole text). The JSON is the same.
+fn write_message(body: &mut Vec<u8>, message: &ServerJsonRpcMessage) -> serde_json::Result<()> {
+    /// A notification without metadata, as JSON-RPC writes it.
+    #[derive(serde::Serialize)]
+    struct Plain<'a, M, P> {
+        jsonrpc: JsonRpcVersion2_0,
+        method: &'a M,
+        params: &'a P,
+    }
+    fn plain<M: serde::Serialize, P: serde::Serialize>(
+        body: &mut Vec<u8>,
+        method: &M,
+        params: &P,
+    ) -> serde_json::Result<()> {
+        let jsonrpc = JsonRpcVersion2_0;
+        serde_json::to_writer(
+            body,
+            &Plain {
+                jsonrpc,
+                method,
+                params,
+            },
+        )
+    }
+    let ServerJsonRpcMessage::Notification(JsonRpcNotification { notification, .. }) = message
+    else {
+        return serde_json::to_writer(body, message);
+    };
+    match notification {
+        ServerNotification::ProgressNotification(note)
+            if note.extensions.is_empty() && note.params.meta.is_none() =>
+        {
+            plain(body, &note.method, &note.params)
+        }
+        #[allow(deprecated)] // logging: see `relay`
+        ServerNotification::LoggingMessageNotification(note)
+            if note.extensions.is_empty() && note.params.meta.is_none() =>
+        {
+            plain(body, &note.method, &note.params)
+        }
+        _ => serde_json::to_writer(body, message),
+    }
 }
 
 /// How long a session lives without a request, unless told otherwise
@@ -935,6 +989,49 @@ impl SessionManager for Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[allow(deprecated)] // logging: see `relay`
+    fn notifications_written_straight_are_the_json_rmcp_writes() {
+        use rmcp::model::{
+            LoggingLevel, LoggingMessageNotificationParam, Notification, NotificationMetaObject,
+            NumberOrString, ProgressNotificationParam, ProgressToken,
+        };
+        let token = ProgressToken(NumberOrString::String("p".into()));
+        let mut meta = NotificationMetaObject::default();
+        meta.insert("k".into(), serde_json::json!(1));
+        let mut with_meta = ProgressNotificationParam::new(token.clone(), 2.0);
+        with_meta.meta = Some(meta);
+        let notes = [
+            ServerNotification::ProgressNotification(Notification::new(
+                ProgressNotificationParam::new(token.clone(), 3.5)
+                    .with_total(4.0)
+                    .with_message("step \"3\"\n"),
+            )),
+            ServerNotification::ProgressNotification(Notification::new(
+                ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(7)), 1.0),
+            )),
+            ServerNotification::ProgressNotification(Notification::new(with_meta)),
+            ServerNotification::LoggingMessageNotification(Notification::new(
+                LoggingMessageNotificationParam::new(LoggingLevel::Warning, "a\nb".into())
+                    .with_logger("chatty"),
+            )),
+            ServerNotification::LoggingMessageNotification(Notification::new(
+                LoggingMessageNotificationParam::new(
+                    LoggingLevel::Info,
+                    serde_json::json!({"x": [1]}),
+                ),
+            )),
+        ];
+        for note in notes {
+            let message = ServerJsonRpcMessage::notification(note);
+            let mut body = Vec::new();
+            write_message(&mut body, &message).unwrap();
+            let written: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(written, serde_json::to_value(&message).unwrap());
+            assert_eq!(written["jsonrpc"], "2.0", "{written}");
+        }
+    }
 
     #[test]
     fn a_session_idle_past_keep_alive_ends_unless_a_call_runs() {

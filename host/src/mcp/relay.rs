@@ -56,6 +56,10 @@ use crate::sandbox::{Asker, CallEvent, CancelToken, LogLevel, Progress, Sampler}
 /// The least time between two progress notifications of one call.
 pub const PROGRESS_GAP: Duration = Duration::from_millis(10);
 
+/// What merged log records are first given room for (a tool that logs
+/// a line a step, for 100 steps, fits).
+const MERGED_LOGS: usize = 2048;
+
 /// The level a client set for its session's log notifications; none is
 /// sent before it sets one.
 #[derive(Debug, Default)]
@@ -494,7 +498,13 @@ impl Merge {
                         Some((merged, messages)) => {
                             append_record(merged, messages, level, &record.message);
                         }
-                        None => self.pending_logs = Some((level, record.into_owned().message)),
+                        None => {
+                            // Room for a run of records at once: a merged
+                            // text grown record by record copies itself.
+                            let mut text = String::with_capacity(MERGED_LOGS);
+                            text.push_str(&record.message);
+                            self.pending_logs = Some((level, text));
+                        }
                     }
                     return;
                 }
