@@ -1204,9 +1204,11 @@ fn misfits() -> Vec<(Value, i64, &'static str)> {
 /// Over HTTP as over stdio (`stdio_answers_what_is_not_json_rpc_and_keeps_serving`):
 /// a request whose params do not fit its method is refused as invalid
 /// params saying what does not fit, one whose method MCP lacks is not
-/// found, the message bounded; and the session goes on serving.
+/// found, the message bounded; a body that is no JSON-RPC message gets
+/// 400 and a parse error (not 415, kept for a body that is not JSON by
+/// its content type); and the session goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_refuses_params_that_do_not_fit_their_method_and_keeps_serving() {
+async fn http_refuses_what_is_not_json_rpc_or_does_not_fit_its_method_and_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("misfit.db");
     let (_server, client) = stateful_over_http(&db, &[]).await;
@@ -1231,6 +1233,37 @@ async fn http_refuses_params_that_do_not_fit_their_method_and_keeps_serving() {
         assert!(message.contains(says), "{request}: {message}");
         assert!(message.len() < 1000, "{} bytes", message.len());
     }
+    // A body that is no JSON-RPC message: 400 with a parse error, as
+    // JSON-RPC over HTTP answers it; a body that is not JSON by its
+    // content type: 415.
+    let raw = |kind: &'static str, body: &'static str| {
+        client
+            .http
+            .post(&client.url)
+            .header("content-type", kind)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", client.session.clone().unwrap())
+            .body(body)
+            .send()
+    };
+    for body in [
+        "nope",
+        r#"[{"jsonrpc": "2.0", "id": 30, "method": "ping"}]"#,
+        r#"{"jsonrpc": "2.0", "id": null, "method": "ping"}"#,
+    ] {
+        let answer = raw("application/json; charset=utf-8", body).await.unwrap();
+        assert_eq!(answer.status(), 400, "{body}");
+        let reply: Value = answer.json().await.unwrap();
+        assert_eq!(reply["error"]["code"], -32700, "{body}: {reply}");
+        assert_eq!(reply["id"], Value::Null, "{reply}");
+        assert!(
+            reply["error"]["message"].as_str().unwrap().len() > 10,
+            "{reply}"
+        );
+    }
+    let ping = r#"{"jsonrpc": "2.0", "id": 31, "method": "ping"}"#;
+    assert_eq!(raw("text/plain", ping).await.unwrap().status(), 415);
     for expected in [1, 2] {
         let call = json!({"jsonrpc": "2.0", "id": 20 + expected, "method": "tools/call",
             "params": {"name": "increment", "arguments": {"name": "n"}}});

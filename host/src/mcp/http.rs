@@ -272,6 +272,15 @@ impl McpHttpService {
             ..InRequest::default()
         };
         let sessionless_post = session.is_none() && request.method() == hyper::Method::POST;
+        let json_post = request.method() == hyper::Method::POST
+            && request
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|kind| kind.to_str().ok())
+                .is_some_and(|kind| {
+                    let kind = kind.trim_start().as_bytes();
+                    kind.len() >= 16 && kind[..16].eq_ignore_ascii_case(b"application/json")
+                });
         let served = async {
             let response = self.service.handle(request).await;
             match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
@@ -279,6 +288,11 @@ impl McpHttpService {
                 Some(Whole::Events(messages)) => events_response(&messages),
                 None if sessionless_post && response.status() == hyper::StatusCode::BAD_REQUEST => {
                     explain_sessionless(response).await
+                }
+                None if json_post
+                    && response.status() == hyper::StatusCode::UNSUPPORTED_MEDIA_TYPE =>
+                {
+                    unreadable_body(response).await
                 }
                 None => response,
             }
@@ -313,6 +327,36 @@ async fn explain_sessionless(
         return text_response(parts.status, "text/plain", SESSIONLESS, None);
     }
     hyper::Response::from_parts(parts, http_body_util::Full::new(bytes).boxed())
+}
+
+/// `response`, rmcp's refusal (415) of a POST whose body is JSON by its
+/// content type but no JSON-RPC message rmcp can read (not JSON, a batch,
+/// a request with a null id), answered as JSON-RPC over HTTP is and as
+/// stdio answers it: 400, with a parse error (-32700, id null) whose
+/// message is rmcp's account, cut to a few hundred bytes. A 415 for a
+/// content type that is not JSON stays as it is.
+async fn unreadable_body(
+    response: hyper::Response<BoxBody<Bytes, Infallible>>,
+) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    use http_body_util::BodyExt;
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let said = crate::text::truncate(String::from_utf8_lossy(&bytes).trim(), 300);
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": -32700, "message": said },
+    });
+    text_response(
+        hyper::StatusCode::BAD_REQUEST,
+        "application/json",
+        error.to_string(),
+        None,
+    )
 }
 
 /// The answer to a request whose token was refused: the status and
