@@ -318,15 +318,20 @@ async fn explain_sessionless(
 ) -> hyper::Response<BoxBody<Bytes, Infallible>> {
     use http_body_util::BodyExt;
     let (parts, body) = response.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let bytes = collected(body).await;
     if bytes.as_ref() == b"Bad Request: Session ID is required" {
         return text_response(parts.status, "text/plain", SESSIONLESS, None);
     }
     hyper::Response::from_parts(parts, http_body_util::Full::new(bytes).boxed())
+}
+
+/// All of `body`, one of rmcp's answers (a whole answer, read from memory).
+async fn collected(body: BoxBody<Bytes, Infallible>) -> Bytes {
+    use http_body_util::BodyExt;
+    match body.collect().await {
+        Ok(all) => all.to_bytes(),
+        Err(never) => match never {},
+    }
 }
 
 /// `response`, rmcp's refusal (415) of a POST whose body is JSON by its
@@ -338,13 +343,7 @@ async fn explain_sessionless(
 async fn unreadable_body(
     response: hyper::Response<BoxBody<Bytes, Infallible>>,
 ) -> hyper::Response<BoxBody<Bytes, Infallible>> {
-    use http_body_util::BodyExt;
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let bytes = collected(response.into_body()).await;
     let said = crate::text::truncate(String::from_utf8_lossy(&bytes).trim(), 300);
     let error = serde_json::json!({
         "jsonrpc": "2.0",
