@@ -1122,11 +1122,7 @@ fn stdio_answers_what_is_not_json_rpc_and_keeps_serving() {
     .unwrap();
     for (request, code, says) in misfits() {
         writeln!(stdin, "{request}").unwrap();
-        let reply = next();
-        assert_eq!(reply["id"], request["id"], "{reply}");
-        assert_eq!(reply["error"]["code"], code, "{request}: {reply}");
-        let message = reply["error"]["message"].as_str().unwrap();
-        assert!(message.contains(says), "{request}: {message}");
+        refused_as(&request, code, says, &next());
     }
     // Served as before: the session's state is what the calls made.
     for expected in [1, 2] {
@@ -1201,6 +1197,16 @@ fn misfits() -> Vec<(Value, i64, &'static str)> {
     ]
 }
 
+/// Checks that `reply` refuses `request` (one of [`misfits`]) with `code`
+/// and a bounded message that says `says`.
+fn refused_as(request: &Value, code: i64, says: &str, reply: &Value) {
+    assert_eq!(reply["id"], request["id"], "{reply}");
+    assert_eq!(reply["error"]["code"], code, "{request}: {reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains(says), "{request}: {message}");
+    assert!(message.len() < 1000, "{} bytes", message.len());
+}
+
 /// Over HTTP as over stdio (`stdio_answers_what_is_not_json_rpc_and_keeps_serving`):
 /// a request whose params do not fit its method is refused as invalid
 /// params saying what does not fit, one whose method MCP lacks is not
@@ -1226,12 +1232,7 @@ async fn http_refuses_what_is_not_json_rpc_or_does_not_fit_its_method_and_keeps_
             .text()
             .await
             .unwrap();
-        let reply = answer(body);
-        assert_eq!(reply["id"], request["id"], "{reply}");
-        assert_eq!(reply["error"]["code"], code, "{request}: {reply}");
-        let message = reply["error"]["message"].as_str().unwrap();
-        assert!(message.contains(says), "{request}: {message}");
-        assert!(message.len() < 1000, "{} bytes", message.len());
+        refused_as(&request, code, says, &answer(body));
     }
     // A body that is no JSON-RPC message: 400 with a parse error, as
     // JSON-RPC over HTTP answers it; a body that is not JSON by its
