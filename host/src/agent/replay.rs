@@ -48,7 +48,9 @@ pub struct Replay<'a> {
     pub session_id: &'a str,
     /// The tools whose calls run again (by the names the journal has).
     pub tools: &'a BTreeSet<String>,
-    /// How many calls run at once (at least 1).
+    /// How many calls run at once: at least 1, and at most
+    /// [`MAX_PARALLEL`] (the most calls a replay ever holds at once; a
+    /// larger number runs as many).
     pub parallel: usize,
 }
 
@@ -198,6 +200,11 @@ const PAGE: u64 = 128;
 /// deps. Enough to keep the workers busy while the next page is read.
 const AHEAD: usize = 32;
 
+/// The most calls a replay runs at once: as many as it ever holds queued
+/// (those read ahead, and a page's, each call two records at least).
+/// Workers past it would only wait.
+pub const MAX_PARALLEL: usize = AHEAD + PAGE as usize / 2;
+
 impl Session {
     /// Replays the calls of `replay.tools` in session `replay.session_id`
     /// against `host`'s components of those tools (see the module
@@ -235,7 +242,7 @@ impl Session {
         // Dropped with the replay (an error, or its caller gave up): the
         // calls stop.
         let mut workers = JoinSet::new();
-        for _ in 0..replay.parallel.max(1) {
+        for _ in 0..replay.parallel.clamp(1, MAX_PARALLEL) {
             workers.spawn(work(Arc::clone(host), Arc::clone(&shared)));
         }
         let mut report = Report {

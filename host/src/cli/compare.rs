@@ -164,10 +164,13 @@ pub(super) async fn chosen(
                 "name sessions, or choose them with --since and --all-users, not both",
             ));
         }
+        // A session named twice is replayed once.
         let user = owner.map(str::to_owned);
+        let mut named = BTreeSet::new();
         return Ok(selection
             .sessions
             .iter()
+            .filter(|id| named.insert(id.as_str()))
             .map(|id| (user.clone(), id.clone()))
             .collect());
     }

@@ -45,9 +45,10 @@ pub struct ReplayArgs {
     /// rules), as `run` and `mcp` take it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// How many calls run at once (default: the machine's cores).
-    #[arg(long, value_name = "N")]
-    parallel: Option<usize>,
+    /// How many calls run at once (default: the machine's cores; more than
+    /// 96 run as 96, the most a replay holds at once).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    parallel: Option<u16>,
     #[command(flatten)]
     store: StoreFlags,
     #[command(flatten)]
@@ -81,19 +82,25 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
         all_users: args.all_users,
     };
     let sessions = chosen(&selection, store.as_ref(), owner).await?;
-    let parallel = args.parallel.unwrap_or_else(cores);
+    let parallel = args.parallel.map_or_else(cores, usize::from);
     let compared = compare(store.as_ref(), &host, &tools, &sessions, parallel).await?;
     if let Some(missing) = tools.iter().find(|t| !compared.seen.contains_key(*t)) {
         let names: Vec<&str> = sessions.iter().map(|(_, id)| id.as_str()).collect();
-        let within = if names.is_empty() {
-            "no session was chosen".to_owned()
-        } else {
-            format!("the sessions replayed ({})", names.join(", "))
+        let message = match (names.is_empty(), &args.since) {
+            (true, Some(since)) => {
+                format!(
+                    "no call of tool {missing} to compare: no session was updated within {since}"
+                )
+            }
+            (true, None) => {
+                format!("no call of tool {missing} to compare: there is no session to replay")
+            }
+            (false, _) => format!(
+                "no call of tool {missing} to compare in the sessions replayed ({})",
+                names.join(", ")
+            ),
         };
-        return Err(Failure::input(
-            "no_calls",
-            format!("no call of tool {missing} to compare in {within}"),
-        ));
+        return Err(Failure::input("no_calls", message));
     }
     if args.json {
         print_json(&compared.json(&store.location()));

@@ -368,6 +368,25 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
             vec!["s1".into(), "--tool".into(), "stamp".into()],
             "NAME=FILE".into(),
         ),
+        (
+            vec![
+                "s1".into(),
+                "--tool".into(),
+                stamp_v1.clone(),
+                "--parallel".into(),
+                "0".into(),
+            ],
+            "--parallel".into(),
+        ),
+        (
+            vec![
+                "--tool".into(),
+                stamp_v1.clone(),
+                "--since".into(),
+                "0d".into(),
+            ],
+            "no call of tool stamp to compare: no session was updated within 0d".into(),
+        ),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = replay(&args);
@@ -376,6 +395,15 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
     }
     assert_eq!(store.read(None, "s1").await.unwrap().records, journal);
     assert_eq!(store.list(None).await.unwrap().len(), 2);
+
+    // A session named twice is replayed once.
+    let out = replay(&["s1", "s1", "--tool", &stamp_v1, "--parallel", "65535"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.starts_with("replayed 3 calls of stamp in 1 session of sqlite:"),
+        "{said}"
+    );
 
     // Two tools of one component, each named with the same file: it is
     // loaded once, and both tools' calls replay.
@@ -778,4 +806,23 @@ async fn a_journal_of_many_pages_replays_whole_and_in_order() {
         calls.windows(2).all(|pair| pair[0].seq < pair[1].seq),
         "not in the journal's order"
     );
+
+    // Asked to run more calls at once than a replay ever holds, it runs
+    // as many as it holds (not a worker per number asked for) and gives
+    // the same verdicts.
+    let tools = BTreeSet::from(["increment".to_owned()]);
+    let replay = Replay {
+        owner: Some("alice"),
+        session_id: "pages",
+        tools: &tools,
+        parallel: usize::MAX,
+    };
+    let mut again = Vec::new();
+    let summary = Session::replay(store.as_ref(), host().await, replay, |call| {
+        again.push(call)
+    })
+    .await
+    .unwrap();
+    assert_eq!(summary.same, 100, "{summary:?}");
+    assert_eq!(again, calls);
 }
