@@ -788,6 +788,12 @@ mod tests {
         }
         notes.extend(relay.rest());
         assert_eq!(notes.len(), 4, "{notes:?}");
+        // A later note of the relay's kind (text): its text joins the
+        // merged records after them.
+        let later = LoggingMessageNotificationParam::new(LoggingLevel::Debug, json!("step 4"));
+        notes.push(ServerNotification::LoggingMessageNotification(
+            Notification::new(later),
+        ));
         // Not one of the relay's: kept as it is.
         let other = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!({"n": 1}));
         notes.push(ServerNotification::LoggingMessageNotification(
@@ -803,7 +809,7 @@ mod tests {
             panic!("one log, the other, the latest progress");
         };
         assert_eq!(logged.params.level, LoggingLevel::Warning, "the highest");
-        assert_eq!(logged.params.data, json!("step 1\nstep 2\nstep 3"));
+        assert_eq!(logged.params.data, json!("step 1\nstep 2\nstep 3\nstep 4"));
         assert_eq!(logged.params.logger.as_deref(), Some("t"));
         assert_eq!(kept.params.data, json!({"n": 1}));
         assert_eq!(latest.params.progress, 3.0);
