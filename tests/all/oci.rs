@@ -506,8 +506,20 @@ fn an_update_replays_the_sessions_before_it_moves_the_lock() {
         "the lock moved although a call differs"
     );
 
-    let out = update(&["--json"]);
-    assert_eq!(out.status.code(), Some(1));
+    // The reference may follow the sessions: `--replay` takes the words
+    // after it, and one naming a reference is the reference.
+    let out = scene.run(&[
+        "pull",
+        "--insecure",
+        "--update",
+        "--replay",
+        "s1",
+        reference.as_str(),
+        "--store",
+        sessions,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["error"]["kind"], "replay_differs", "{doc}");
     assert_eq!(doc["replays"][0]["summary"]["different"], 1, "{doc}");

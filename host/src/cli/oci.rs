@@ -315,6 +315,26 @@ pub struct PullArgs {
     json: bool,
 }
 
+impl PullArgs {
+    /// The references to pull and the sessions to replay. `--replay`
+    /// takes the words after it, so in `pull --update --replay
+    /// oci://REGISTRY/REPO:TAG` the reference would be read as a session:
+    /// a word that names a reference (`oci://`, which no session id can
+    /// hold) is one, wherever it stands.
+    fn references_and_sessions(&self) -> (Vec<String>, Option<Vec<String>>) {
+        let mut references = self.references.clone();
+        let sessions = self.replay.as_ref().map(|words| {
+            let (named, sessions): (Vec<String>, Vec<String>) = words
+                .iter()
+                .cloned()
+                .partition(|word| word.starts_with(airlock::oci::SCHEME));
+            references.extend(named);
+            sessions
+        });
+        (references, sessions)
+    }
+}
+
 /// `airlock pull`: resolves each reference at the registry, checks it
 /// against the lock and its signature against the trusted keys, downloads
 /// what the store lacks, and writes the lock.
@@ -367,12 +387,13 @@ async fn pull_all(
     replays: &mut Vec<Value>,
 ) -> Result<(Vec<Resolved>, PathBuf, bool), Failure> {
     let policy = load_policy(args.config.as_deref())?;
+    let (references, sessions) = args.references_and_sessions();
     let mut tools = Vec::new();
-    for text in &args.references {
+    for text in &references {
         let reference: Reference = text.parse()?;
         tools.push(tool_for(policy.as_ref(), &reference));
     }
-    if args.references.is_empty() {
+    if references.is_empty() {
         tools.extend(
             policy
                 .iter()
@@ -396,7 +417,7 @@ async fn pull_all(
     let mut moved = Vec::new();
     for tool in &tools {
         // What the lock pins now, when it pins it and the store has it.
-        let before = match args.replay {
+        let before = match sessions {
             Some(_) => resolver.resolve(tool, Fetch::Never).await.ok(),
             None => None,
         };
@@ -406,7 +427,7 @@ async fn pull_all(
         }
         pulled.push(resolved);
     }
-    if let Some(sessions) = &args.replay {
+    if let Some(sessions) = &sessions {
         let differ = replay_moved(args, policy.as_ref(), sessions, &moved, replays).await?;
         if differ > 0 && !args.yes {
             return Err(Failure {
