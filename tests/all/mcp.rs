@@ -1185,6 +1185,24 @@ fn misfits() -> Vec<(Value, i64, &'static str)> {
             "ref/zzz",
         ),
         (
+            request(
+                18,
+                "tools/call",
+                json!({"name": "increment", "arguments": {"name": "n"}, "_meta": {"progressToken": {"a": 1}}}),
+            ),
+            -32602,
+            "_meta.progressToken must be a string or an integer",
+        ),
+        (
+            request(
+                19,
+                "tools/call",
+                json!({"name": "increment", "arguments": {"name": "n"}, "_meta": {"progressToken": 1.5}}),
+            ),
+            -32602,
+            "_meta.progressToken",
+        ),
+        (
             request(16, "no/such", json!({})),
             -32601,
             r#"no method "no/such""#,

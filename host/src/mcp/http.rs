@@ -647,10 +647,12 @@ impl Sessions {
                 ))))
             }
             // A call that may become a task goes through rmcp
-            // ([`super::tasks`]).
+            // ([`super::tasks`]), and so does one whose progress token is
+            // malformed, to be refused there.
             ClientRequest::CallToolRequest(call)
                 if !server.needs_client(&call.params.name)
-                    && !super::tasks::declares_tasks(meta) =>
+                    && !super::tasks::declares_tasks(meta)
+                    && super::progress_token(meta).is_ok() =>
             {
                 Ok(self
                     .call(id, server, &call.params, meta, &request.id, caller)
@@ -679,13 +681,8 @@ impl Sessions {
         let tool = params.name.to_string();
         // A tool that may ask its person or the model never comes here
         // (see `answer`).
-        let (relay, cancel) = Relay::new(
-            &tool,
-            meta.get_progress_token(),
-            &server.log_threshold,
-            None,
-            None,
-        );
+        let token = super::progress_token(meta).ok().flatten();
+        let (relay, cancel) = Relay::new(&tool, token, &server.log_threshold, None, None);
         let running = self.running(id, request, &cancel);
         // The call's seconds, counted for its relay.
         let relay = relay.map(|relay| (relay, server.tools.seconds.listen()));

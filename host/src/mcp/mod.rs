@@ -872,6 +872,23 @@ fn progress(token: &ProgressToken, tool: &str, seconds: u32) -> ProgressNotifica
         .with_message(format!("{tool} running ({seconds} s)"))
 }
 
+/// The progress token a call's `_meta` carries, if any: a string or an
+/// integer (MCP's `ProgressToken`); `null` stands for none. Any other
+/// value is refused (-32602, naming it) rather than ignored, which would
+/// leave its client waiting for reports that never come.
+fn progress_token(meta: &RequestMetaObject) -> Result<Option<ProgressToken>, ErrorData> {
+    const FIELD: &str = "progressToken";
+    match meta.get(FIELD) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(_) => meta.get_progress_token().map(Some).ok_or_else(|| {
+            ErrorData::invalid_params(
+                format!("tools/call: _meta.{FIELD} must be a string or an integer"),
+                None,
+            )
+        }),
+    }
+}
+
 /// The call key a request's `_meta` gives ([`CALL_META_KEY`]), checked.
 fn call_key(meta: &RequestMetaObject) -> Result<Option<String>, String> {
     let Some(key) = meta.get(CALL_META_KEY) else {
@@ -1022,6 +1039,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let token = progress_token(&context.meta)?;
         // A tool the caller may not call is unknown to it before anything
         // else, its approval question included.
         if let Some(unknown) = self.unknown_to(caller_of(&context), &request.name) {
@@ -1117,13 +1135,7 @@ impl ServerHandler for McpServer {
                 needs.model.then(|| sampler(&context)),
             ),
         };
-        let (relay, cancel) = Relay::new(
-            &request.name,
-            context.meta.get_progress_token(),
-            &self.log_threshold,
-            ask,
-            sample,
-        );
+        let (relay, cancel) = Relay::new(&request.name, token, &self.log_threshold, ask, sample);
         if let Some(round) = &round {
             round.runs_with(&cancel);
         }
