@@ -42,18 +42,23 @@ fn main() -> ExitCode {
 
 /// The log filter `RUST_LOG` asks for. A bare level (`RUST_LOG=debug`) is
 /// Airlock's own: the libraries under it (wasmtime, Cranelift, hyper) stay
-/// at `warn`, where their internals do not drown what Airlock says.
-/// Anything with a target (`RUST_LOG=wasmtime=debug`, `warn,airlock=trace`)
-/// is taken as written; nothing, or nothing valid, is `warn`.
+/// at `warn`, where their internals do not drown what Airlock says, but
+/// for rmcp's service loop, at `error`: it warns of every error answer a
+/// client gets and every client gone before its answer, which are the
+/// client's to see (it is told), not the operator's, and would let any
+/// client fill the server's log. Anything with a target
+/// (`RUST_LOG=wasmtime=debug`, `warn,airlock=trace`) is taken as written;
+/// nothing, or nothing valid, is the default.
 fn log_filter(asked: Option<&str>) -> EnvFilter {
+    const LIBRARIES: &str = "warn,rmcp::service=error";
     let asked = asked.map(str::trim).filter(|a| !a.is_empty());
     let levels = ["error", "warn", "info", "debug", "trace", "off"];
     let directives = match asked {
         Some(level) if levels.contains(&level.to_ascii_lowercase().as_str()) => {
-            format!("warn,airlock={level}")
+            format!("{LIBRARIES},airlock={level}")
         }
         Some(other) => other.to_owned(),
-        None => "warn".to_owned(),
+        None => LIBRARIES.to_owned(),
     };
-    EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("warn"))
+    EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new(LIBRARIES))
 }
