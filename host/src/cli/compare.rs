@@ -17,6 +17,13 @@ use super::{Failure, print_note};
 /// The most differing paths a text diff lists per call.
 const MAX_DIFF_LINES: usize = 12;
 
+/// The most calls a report shows whole (each with its recorded and
+/// replayed result and ops): past them, calls that are not the same are
+/// counted, so that a replay in which every call of a large session
+/// differs holds a bounded report, as it holds a bounded part of the
+/// journal.
+const MAX_SHOWN: usize = 1000;
+
 /// The machine's cores: how many calls a replay runs at once by default.
 pub(super) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -35,8 +42,11 @@ pub(super) struct Compared {
     pub(super) total: ReplaySummary,
     /// Each session: its owner, id and summary.
     per_session: Vec<(Option<String>, String, ReplaySummary)>,
-    /// The calls that are not the same, in order.
+    /// The calls that are not the same, in order: the first
+    /// [`MAX_SHOWN`].
     reported: Vec<Replayed>,
+    /// Calls not the same past those.
+    not_shown: u64,
     /// Calls replayed per tool.
     pub(super) seen: BTreeMap<String, u64>,
 }
@@ -63,6 +73,7 @@ pub(super) async fn compare(
         total: ReplaySummary::default(),
         per_session: Vec::new(),
         reported: Vec::new(),
+        not_shown: 0,
         seen: BTreeMap::new(),
     };
     for (user, session_id) in sessions {
@@ -72,23 +83,18 @@ pub(super) async fn compare(
             tools,
             parallel,
         };
-        let (seen, reported) = (&mut compared.seen, &mut compared.reported);
-        let summary = Session::replay(store, host, replay, |call| {
-            *seen.entry(call.tool.clone()).or_default() += 1;
-            if call.verdict != Verdict::Same {
-                reported.push(call);
-            }
-        })
-        .await
-        .map_err(|e| match e {
-            airlock::agent::replay::ReplayError::Store(e) => {
-                let whose = super::whose(user.as_deref());
-                let mut failure = Failure::from(e);
-                failure.message = format!("{} ({whose}) in {}", failure.message, store.location());
-                failure
-            }
-            other => Failure::input("session_damaged", other.to_string()),
-        })?;
+        let summary = Session::replay(store, host, replay, |call| compared.take(call))
+            .await
+            .map_err(|e| match e {
+                airlock::agent::replay::ReplayError::Store(e) => {
+                    let whose = super::whose(user.as_deref());
+                    let mut failure = Failure::from(e);
+                    failure.message =
+                        format!("{} ({whose}) in {}", failure.message, store.location());
+                    failure
+                }
+                other => Failure::input("session_damaged", other.to_string()),
+            })?;
         compared.total.add(&summary);
         compared
             .per_session
@@ -98,6 +104,20 @@ pub(super) async fn compare(
 }
 
 impl Compared {
+    /// Counts `call`, and keeps it for the report when it is not the same
+    /// (the first [`MAX_SHOWN`] of those; the rest are counted).
+    fn take(&mut self, call: Replayed) {
+        *self.seen.entry(call.tool.clone()).or_default() += 1;
+        if call.verdict == Verdict::Same {
+            return;
+        }
+        if self.reported.len() < MAX_SHOWN {
+            self.reported.push(call);
+        } else {
+            self.not_shown += 1;
+        }
+    }
+
     /// How many calls differ from their journal or fail.
     pub(super) fn differ(&self) -> u64 {
         self.total.different + self.total.failed
@@ -116,6 +136,7 @@ impl Compared {
             "summary": self.total,
             "sessions": sessions,
             "calls": self.reported,
+            "calls_not_shown": self.not_shown,
         })
     }
 
@@ -127,6 +148,7 @@ impl Compared {
             self.per_session.len(),
             &self.total,
             &self.reported,
+            self.not_shown,
         )
     }
 
@@ -202,6 +224,7 @@ fn text(
     sessions: usize,
     total: &ReplaySummary,
     reported: &[Replayed],
+    not_shown: u64,
 ) -> String {
     let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
     let mut out = format!(
@@ -245,6 +268,13 @@ fn text(
                 out.push_str(&format!("\ncannot reproduce  {place}\n  {}", field(why)));
             }
         }
+    }
+    if not_shown > 0 {
+        out.push_str(&format!(
+            "\n… and {} not the same, not shown (a report shows the first {MAX_SHOWN}; name \
+             fewer sessions, or --since, to see the rest)",
+            counted(not_shown, "more call")
+        ));
     }
     out
 }
@@ -318,6 +348,66 @@ fn shown(value: &Value) -> String {
 mod tests {
     use super::*;
     use airlock::journal::CallStatus;
+
+    /// A replay where every call differs (a new version that changes every
+    /// result): the report keeps the first [`MAX_SHOWN`] whole and counts
+    /// the rest, in text and JSON; every call is counted by tool.
+    #[test]
+    fn a_report_shows_a_bounded_number_of_calls_and_counts_the_rest() {
+        let mut compared = Compared {
+            total: ReplaySummary::default(),
+            per_session: Vec::new(),
+            reported: Vec::new(),
+            not_shown: 0,
+            seen: BTreeMap::new(),
+        };
+        let end = |n: u64| Ended {
+            status: CallStatus::Completed,
+            result: json!({"n": n}),
+            ops: Vec::new(),
+        };
+        let calls = MAX_SHOWN as u64 + 5;
+        for seq in 0..calls {
+            let verdict = Verdict::Different {
+                recorded: end(seq),
+                replayed: end(seq + 1),
+            };
+            compared.total.count(&verdict);
+            compared.take(Replayed {
+                session_id: "s".into(),
+                seq,
+                call_id: format!("c{seq}"),
+                tool: "stamp".into(),
+                arguments: json!({}),
+                verdict,
+            });
+        }
+        compared.take(Replayed {
+            session_id: "s".into(),
+            seq: calls,
+            call_id: "same".into(),
+            tool: "stamp".into(),
+            arguments: json!({}),
+            verdict: Verdict::Same,
+        });
+        assert_eq!(compared.seen["stamp"], calls + 1);
+        assert_eq!(compared.differ(), calls);
+        let report = compared.json("store");
+        assert_eq!(report["calls"].as_array().unwrap().len(), MAX_SHOWN);
+        assert_eq!(report["calls"][0]["call_id"], "c0");
+        assert_eq!(report["calls_not_shown"], 5);
+        let tools = BTreeSet::from(["stamp".to_owned()]);
+        let text = compared.text("store", &tools);
+        assert_eq!(text.matches("\ndifferent  s record").count(), MAX_SHOWN);
+        assert!(
+            text.ends_with(
+                "… and 5 more calls not the same, not shown (a report shows the first 1000; \
+                 name fewer sessions, or --since, to see the rest)"
+            ),
+            "{}",
+            &text[text.len() - 300..]
+        );
+    }
 
     #[test]
     fn a_diff_names_the_places_that_differ() {
