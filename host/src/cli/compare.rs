@@ -38,6 +38,7 @@ pub(super) struct Selection<'a> {
 }
 
 /// What a replay over several sessions found.
+#[derive(Default)]
 pub(super) struct Compared {
     pub(super) total: ReplaySummary,
     /// Each session: its owner, id and summary.
@@ -69,13 +70,7 @@ pub(super) async fn compare(
     sessions: &[(Option<String>, String)],
     parallel: usize,
 ) -> Result<Compared, Failure> {
-    let mut compared = Compared {
-        total: ReplaySummary::default(),
-        per_session: Vec::new(),
-        reported: Vec::new(),
-        not_shown: 0,
-        seen: BTreeMap::new(),
-    };
+    let mut compared = Compared::default();
     for (user, session_id) in sessions {
         let replay = Replay {
             owner: user.as_deref(),
@@ -354,13 +349,7 @@ mod tests {
     /// the rest, in text and JSON; every call is counted by tool.
     #[test]
     fn a_report_shows_a_bounded_number_of_calls_and_counts_the_rest() {
-        let mut compared = Compared {
-            total: ReplaySummary::default(),
-            per_session: Vec::new(),
-            reported: Vec::new(),
-            not_shown: 0,
-            seen: BTreeMap::new(),
-        };
+        let mut compared = Compared::default();
         let end = |n: u64| Ended {
             status: CallStatus::Completed,
             result: json!({"n": n}),
