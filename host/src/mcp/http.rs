@@ -56,8 +56,8 @@ use http_body_util::combinators::BoxBody;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientNotification,
     ClientRequest, GetMeta, JsonRpcNotification, JsonRpcRequest, JsonRpcVersion2_0,
-    ListToolsResult, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerNotification,
-    ServerResult,
+    ListToolsResult, ProgressToken, RequestId, RequestMetaObject, ServerJsonRpcMessage,
+    ServerNotification, ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{
@@ -651,18 +651,20 @@ impl Sessions {
             // malformed, to be refused there.
             ClientRequest::CallToolRequest(call)
                 if !server.needs_client(&call.params.name)
-                    && !super::tasks::declares_tasks(meta)
-                    && super::progress_token(meta).is_ok() =>
+                    && !super::tasks::declares_tasks(meta) =>
             {
-                Ok(self
-                    .call(id, server, &call.params, meta, &request.id, caller)
-                    .await)
+                let Ok(token) = super::progress_token(meta) else {
+                    return Err(request);
+                };
+                let asked = (&call.params, meta, token);
+                Ok(self.call(id, server, asked, &request.id, caller).await)
             }
             _ => Err(request),
         }
     }
 
-    /// Runs call `request` of session `id` in this request's task,
+    /// Runs call `request` of session `id` (its params, its `_meta` and
+    /// the progress token read from that, once) in this request's task,
     /// answered with one JSON body. One that reports something its client
     /// asked to hear (progress, with a progress token; log records, at the
     /// session's level) and ends within [`PROGRESS_GAP`] of its first
@@ -673,15 +675,17 @@ impl Sessions {
         &self,
         id: &SessionId,
         server: Arc<McpServer>,
-        params: &CallToolRequestParams,
-        meta: &RequestMetaObject,
+        (params, meta, token): (
+            &CallToolRequestParams,
+            &RequestMetaObject,
+            Option<ProgressToken>,
+        ),
         request: &RequestId,
         caller: Option<Caller>,
     ) -> Answer {
         let tool = params.name.to_string();
         // A tool that may ask its person or the model never comes here
         // (see `answer`).
-        let token = super::progress_token(meta).ok().flatten();
         let (relay, cancel) = Relay::new(&tool, token, &server.log_threshold, None, None);
         let running = self.running(id, request, &cancel);
         // The call's seconds, counted for its relay.
