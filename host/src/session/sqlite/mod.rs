@@ -183,6 +183,15 @@ impl SqliteStore {
     fn prepare(&self) -> rusqlite::Result<()> {
         let mut conn = lock(&self.connection);
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // A statement's plan does not depend on the values bound to it.
+        // Otherwise SQLite compiles a cached statement again whenever a
+        // value it might plan by is bound anew: every read of a page of
+        // a journal (its session's `sid`, its `LIMIT`). Airlock's queries
+        // have one plan whatever their values.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         // Before anything that writes (switching to WAL rewrites the
         // header): a file that is not ours is left as it was. One read
         // transaction, so that another process creating the store at the
@@ -452,6 +461,10 @@ fn delete_session(tx: &rusqlite::Transaction<'_>, sid: i64) -> rusqlite::Result<
 
 /// Reads a session's header and the records `span` names, within
 /// whatever transaction `conn` is in.
+/// A session's records after a number, at most so many.
+const RECORDS_AFTER: &str = "SELECT seq, at_ms, entry, call_id FROM records
+     WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+
 fn read_session(
     conn: &Connection,
     owner: &str,
@@ -495,10 +508,7 @@ fn read_session(
         None
     };
     let (after, limit) = span.bounds(snapshot.as_ref().map_or(0, |s| s.seq));
-    let mut query = conn.prepare_cached(
-        "SELECT seq, at_ms, entry, call_id FROM records
-         WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
+    let mut query = conn.prepare_cached(RECORDS_AFTER)?;
     let rows = query
         .query_map(params![sid, after, limit], row_of)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -903,6 +913,43 @@ mod tests {
             .unwrap()
     }
 
+    /// Session `s` of `store`, leased; its lease.
+    async fn leased(store: &SqliteStore) -> crate::session::Lease {
+        let header = SessionHeader {
+            session_id: "s".into(),
+            user_id: None,
+            created_at_ms: 1,
+            metadata: BTreeMap::new(),
+            ephemeral: false,
+        };
+        let holder = Holder::new();
+        let request = LeaseRequest {
+            user_id: None,
+            session_id: "s",
+            holder: &holder,
+            ttl: Duration::from_secs(30),
+            now_ms: 1,
+            create: Some((&header, &[])),
+        };
+        store.lease(request).await.unwrap().lease
+    }
+
+    /// Appends record `seq` to the session `lease` holds, flushed so.
+    async fn append(store: &SqliteStore, lease: &crate::session::Lease, seq: u64, flush: Flush) {
+        let deps = Entry::Deps {
+            deps: serde_json::Map::new(),
+        };
+        let records = [Record::committed(seq, 2, deps)];
+        let append = Append {
+            lease,
+            records: &records,
+            snapshot: None,
+            now_ms: 2,
+            flush,
+        };
+        store.append(append).await.unwrap();
+    }
+
     /// A deferred batch commits without waiting for the disk and leaves
     /// the connection waiting again, for every write after it; under
     /// `never` nothing waits.
@@ -912,41 +959,41 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = SqliteStore::open_with(dir.path().join("s.db"), durability).unwrap();
             assert_eq!(synchronous_now(&store), after);
-            let header = SessionHeader {
-                session_id: "s".into(),
-                user_id: None,
-                created_at_ms: 1,
-                metadata: BTreeMap::new(),
-                ephemeral: false,
-            };
-            let holder = Holder::new();
-            let leased = store
-                .lease(LeaseRequest {
-                    user_id: None,
-                    session_id: "s",
-                    holder: &holder,
-                    ttl: Duration::from_secs(30),
-                    now_ms: 1,
-                    create: Some((&header, &[])),
-                })
-                .await
-                .unwrap();
-            let deps = Entry::Deps {
-                deps: serde_json::Map::new(),
-            };
+            let lease = leased(&store).await;
             for (seq, flush) in [(1, Flush::Deferred), (2, Flush::Now), (3, Flush::Deferred)] {
-                let records = [Record::committed(seq, 2, deps.clone())];
-                let append = Append {
-                    lease: &leased.lease,
-                    records: &records,
-                    snapshot: None,
-                    now_ms: 2,
-                    flush,
-                };
-                store.append(append).await.unwrap();
+                append(&store, &lease, seq, flush).await;
                 assert_eq!(synchronous_now(&store), after, "after {flush:?}");
             }
             assert_eq!(store.read(None, "s").await.unwrap().records.len(), 3);
         }
+    }
+
+    /// Reading a session page by page, and whole, compiles its query
+    /// once: a replay or an export reads thousands of pages.
+    #[tokio::test]
+    async fn pages_of_a_journal_are_read_without_compiling_the_query_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_with(dir.path().join("s.db"), Durability::Never).unwrap();
+        let lease = leased(&store).await;
+        for seq in 1..=5 {
+            append(&store, &lease, seq, Flush::Deferred).await;
+        }
+        let mut read = Vec::new();
+        for (after, limit) in [(0, 2), (2, 2), (4, 2), (5, 2)] {
+            let page = Page {
+                owner: None,
+                session_id: "s",
+                after,
+                limit,
+            };
+            let records = store.read_page(page).await.unwrap().records;
+            read.extend(records.iter().map(|r| r.seq));
+        }
+        let whole = store.read(None, "s").await.unwrap().records.len();
+        let conn = lock(&store.connection);
+        let query = conn.prepare_cached(RECORDS_AFTER).unwrap();
+        assert_eq!(query.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        assert_eq!(read, [1, 2, 3, 4, 5]);
+        assert_eq!(whole, 5);
     }
 }
