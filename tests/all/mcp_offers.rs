@@ -251,7 +251,8 @@ async fn components_serve_resources_prompts_and_completions_over_stdio_and_http(
 
 /// A component's resource URIs must use a scheme its policy allows, as
 /// the links it shows must: without the operator's word its resources are
-/// withheld (`inspect` says which and why), and its tools still load.
+/// withheld (`inspect` says which and why, and `airlock mcp` how many as it
+/// starts: its clients list none), and its tools still load.
 #[test]
 fn resources_with_a_scheme_the_policy_does_not_allow_are_withheld() {
     let everything = guest("everything");
@@ -282,6 +283,28 @@ fn resources_with_a_scheme_the_policy_does_not_allow_are_withheld() {
             && text.contains("test_prompt_with_arguments(arg1, arg2)")
             && !text.contains("not offered"),
         "{text}"
+    );
+
+    // `airlock mcp` says so as it starts (its client, here none, ends it).
+    let store = dir.path().join("s.db");
+    let serve = |policy: &[&str]| {
+        let mut args = vec!["mcp", "--store", store.to_str().unwrap()];
+        args.extend_from_slice(policy);
+        let out = crate::support::airlock(&args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = serve(&["--tool", everything.to_str().unwrap()]);
+    assert!(
+        said.contains(
+            "not offering 4 of the resources everything.wasm describes: its scheme test:"
+        ) && said.contains("(uri_schemes)"),
+        "{said}"
+    );
+    let said = serve(&["--config", &config]);
+    assert!(
+        said.contains("serving") && !said.contains("not offering"),
+        "{said}"
     );
 }
 

@@ -237,6 +237,28 @@ pub async fn run(args: McpArgs) -> ExitCode {
     }
 }
 
+/// Tells the operator, for each component, how many of the resources it
+/// describes are not offered (a client lists none of them, and could not
+/// tell why): what `airlock inspect` lists one by one.
+fn note_withheld(host: &airlock::Host) {
+    for component in host.components() {
+        let withheld = component.withheld();
+        if withheld.is_empty() {
+            continue;
+        }
+        let reasons: std::collections::BTreeSet<&str> =
+            withheld.iter().map(|w| w.reason.as_str()).collect();
+        let file = component.path().file_name().unwrap_or_default();
+        print_note(&format!(
+            "not offering {} of the resources {} describes: {} (`airlock inspect {}` lists them)",
+            withheld.len(),
+            file.to_string_lossy(),
+            reasons.into_iter().collect::<Vec<_>>().join("; "),
+            component.path().display(),
+        ));
+    }
+}
+
 async fn serve_stdio(
     args: &McpArgs,
     tools: Arc<ToolSet>,
@@ -250,6 +272,7 @@ async fn serve_stdio(
         session.id(),
         session.location()
     ));
+    note_withheld(&host);
     let server = McpServer::new(tools, session, None);
     let Some(session) = server.session() else {
         return Ok(());
@@ -341,6 +364,7 @@ async fn serve_http(
     print_note(&format!(
         "serving {count} tools over MCP at {scheme}://{bound}/mcp (sessions in {location})"
     ));
+    note_withheld(&host);
     // Connections are accepted by a task of the runtime, not by this
     // future (which `main` blocks on, on a thread of its own): a
     // connection's task, spawned from a worker, starts on that worker, and
