@@ -28,12 +28,14 @@ pub enum ForkError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The fork point is past the session's end (or 0).
-    #[error("session {session_id} has no record {at} (records are numbered from 1)")]
+    #[error("session {session_id} has no record {at}: {}", numbered(*records))]
     NoRecord {
         /// The session.
         session_id: String,
         /// The record asked for.
         at: u64,
+        /// How many records it has.
+        records: u64,
     },
     /// The session has no call with that id.
     #[error("session {session_id} has no call {call_id}")]
@@ -43,6 +45,15 @@ pub enum ForkError {
         /// The call asked for.
         call_id: String,
     },
+}
+
+/// What a session of `records` records numbers them.
+fn numbered(records: u64) -> String {
+    match records {
+        0 => "it has none".to_owned(),
+        1 => "it has one, record 1".to_owned(),
+        n => format!("its records are numbered 1 to {n}"),
+    }
 }
 
 impl From<SessionError> for ForkError {
@@ -90,9 +101,17 @@ impl Session {
                 };
                 let there = *n > 0 && !store.read_page(page).await?.records.is_empty();
                 if !there {
+                    // Only to say how many there are.
+                    let records = store
+                        .list(owner)
+                        .await?
+                        .into_iter()
+                        .find(|s| s.session_id == from)
+                        .map_or(0, |s| s.records);
                     return Err(ForkError::NoRecord {
                         session_id: from.to_owned(),
                         at: *n,
+                        records,
                     });
                 }
                 *n

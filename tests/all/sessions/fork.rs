@@ -253,18 +253,33 @@ async fn the_fork_command_names_what_it_made_and_refuses_bad_input() {
     assert_eq!(made["records"], 3);
     let id = made["session_id"].as_str().unwrap();
     assert!(id.starts_with("demo-fork-"), "{id}");
+    let head = store.read(None, "demo").await.unwrap().records.len();
+    let numbered = format!("its records are numbered 1 to {head}");
     for (args, needle) in [
-        (vec!["fork", "nothing", "--at", "1"], "no session nothing"),
-        (vec!["fork", "demo", "--at", "999"], "has no record 999"),
-        (vec!["fork", "demo", "--at", "nope"], "has no call nope"),
+        (
+            vec!["fork", "nothing", "--at", "1"],
+            "no session nothing".to_owned(),
+        ),
+        (
+            vec!["fork", "demo", "--at", "999"],
+            format!("session demo has no record 999: {numbered}"),
+        ),
+        (
+            vec!["fork", "demo", "--at", "0"],
+            format!("session demo has no record 0: {numbered}"),
+        ),
+        (
+            vec!["fork", "demo", "--at", "nope"],
+            "has no call nope".to_owned(),
+        ),
         (
             vec!["fork", "demo", "--at", "1", "--as", "other"],
-            "fork it under another id with --as",
+            "fork it under another id with --as".to_owned(),
         ),
     ] {
         let out = sessions(&db.spec, &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&needle), "{args:?}: {}", stderr(&out));
     }
     assert_eq!(store.list(None).await.unwrap().len(), 3);
 }
