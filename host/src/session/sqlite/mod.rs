@@ -459,12 +459,12 @@ fn delete_session(tx: &rusqlite::Transaction<'_>, sid: i64) -> rusqlite::Result<
     Ok(())
 }
 
-/// Reads a session's header and the records `span` names, within
-/// whatever transaction `conn` is in.
 /// A session's records after a number, at most so many.
 const RECORDS_AFTER: &str = "SELECT seq, at_ms, entry, call_id FROM records
      WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
 
+/// Reads a session's header and the records `span` names, within
+/// whatever transaction `conn` is in.
 fn read_session(
     conn: &Connection,
     owner: &str,
