@@ -27,7 +27,7 @@ pub enum SessionsCommand {
     List(ListArgs),
     /// Show one session: messages, deps, usage, events.
     Show(IdArgs),
-    /// Export one session as versioned JSON (`"version": 2`), on stdout or
+    /// Export one session as versioned JSON (`"version": 3`), on stdout or
     /// to a file.
     Export(ExportArgs),
     /// Import a session from an export file (`-` for stdin), under the user.
@@ -779,6 +779,20 @@ fn utc(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The help names the export version this build writes.
+    #[test]
+    fn the_export_help_names_the_version_written() {
+        use clap::CommandFactory;
+        let mut command = super::super::Cli::command();
+        let sessions = command.find_subcommand_mut("sessions").unwrap();
+        let help = sessions.render_help().to_string();
+        let version = format!(
+            "(`\"version\": {}`)",
+            airlock::session::export::EXPORT_VERSION
+        );
+        assert!(help.contains(&version), "{help}");
+    }
+
     #[test]
     fn utc_dates() {
         assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");

@@ -2,7 +2,7 @@
 //!
 //! ```json
 //! {
-//!   "version": 2,
+//!   "version": 3,
 //!   "session_id": "sess_…", "user_id": null,
 //!   "created_at_ms": 1763900000000, "updated_at_ms": 1763900004000,
 //!   "metadata": {},
