@@ -48,7 +48,8 @@ pub const EXIT_IN_USE: u8 = 4;
 const LONG_HELP: &str = "\
 Exit codes:
   0    success
-  1    the tool ran and failed (call), or the run failed (run: a model error, --max-iterations)
+  1    the tool ran and failed, or you rejected it (call); the run failed (run: a model error,
+       --max-iterations); a replayed call differs or fails (replay, pull --update --replay)
   2    bad input: a file, argument, policy, component, deps, store or session that cannot be used
   3    internal error (the session store failed)
   4    the session is in use by another run (its lease expires unless renewed)
