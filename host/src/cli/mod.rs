@@ -1,7 +1,8 @@
 //! The `airlock` commands.
 //!
 //! Exit codes: 0 success; 1 the tool ran and its call failed (a tool
-//! error, a trap, a limit, rejected ops); 2 bad input (usage, a file that
+//! error, a trap, a limit, rejected ops), its person rejected it, or a
+//! replayed call differs or fails; 2 bad input (usage, a file that
 //! cannot be loaded, JSON that does not parse, an unknown tool, arguments the
 //! tool refused, an unknown session); 3 an internal error (the session
 //! store failed); 4 the session is in use by another run.
