@@ -74,7 +74,7 @@ pub enum ImportError {
     #[error("missing or invalid version field")]
     MissingVersion,
     /// A version this Airlock does not read.
-    #[error("unsupported version: {0}")]
+    #[error("unsupported version: {} ({})", .0, readable(*.0))]
     UnsupportedVersion(u64),
     /// Not JSON, or not the version's shape.
     #[error("invalid session file: {0}")]
@@ -94,6 +94,16 @@ pub enum ImportError {
     /// (`None`: the anonymous bucket).
     #[error("the session belongs to {}", owner(.0.as_deref()))]
     WrongUser(Option<String>),
+}
+
+/// What this Airlock reads, beside a `version` it does not.
+fn readable(version: u64) -> String {
+    let newer = if version > EXPORT_VERSION {
+        "; a newer Airlock wrote this file"
+    } else {
+        ""
+    };
+    format!("this Airlock reads versions 1 to {EXPORT_VERSION}{newer}")
 }
 
 /// Whose a session is, in words.

@@ -89,8 +89,14 @@ async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend)
         (Some(json!(-1)), "missing or invalid version field"),
         (Some(json!(1.5)), "missing or invalid version field"),
         (Some(json!(null)), "missing or invalid version field"),
-        (Some(json!(4)), "unsupported version: 4"),
-        (Some(json!(0)), "unsupported version: 0"),
+        (
+            Some(json!(4)),
+            "unsupported version: 4 (this Airlock reads versions 1 to 3; a newer Airlock wrote this file)",
+        ),
+        (
+            Some(json!(0)),
+            "unsupported version: 0 (this Airlock reads versions 1 to 3)",
+        ),
     ] {
         let error = export_of(&with_version(version.clone())).unwrap_err();
         assert_eq!(error.to_string(), expected, "version {version:?}");
@@ -212,7 +218,7 @@ async fn an_export_reads_in_any_order_and_names_each_fault() {
         export_of(&Value::Object(later).to_string())
             .unwrap_err()
             .to_string(),
-        "unsupported version: 7"
+        "unsupported version: 7 (this Airlock reads versions 1 to 3; a newer Airlock wrote this file)"
     );
     assert_eq!(
         export_of(&Value::Object(backwards).to_string()).unwrap(),
