@@ -1397,6 +1397,18 @@ fn refusals_at_the_door_and_commands_that_make_nothing() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+    // A prefix that ends in a directory would make hidden `.key` and
+    // `.pub` files in it: refused, nothing written.
+    let keys = dir.path().join("keys");
+    let before = std::fs::read_dir(&keys).unwrap().count();
+    for out in [
+        format!("{}/", keys.display()),
+        format!("{}/.", keys.display()),
+    ] {
+        let said = airlock(&["keygen", "--out", &out]);
+        refused(&said, "not a directory (for example ");
+    }
+    assert_eq!(std::fs::read_dir(&keys).unwrap().count(), before);
 }
 
 /// `--version` names the wasmtime release (as Cargo.lock has it) and the

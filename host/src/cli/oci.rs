@@ -711,6 +711,21 @@ pub struct KeygenArgs {
 /// `airlock keygen`: an ECDSA P-256 key pair, the kind cosign uses.
 pub fn keygen(args: KeygenArgs) -> ExitCode {
     let written = (|| {
+        // A prefix names the files' path less their suffix: one that
+        // ends in a directory would make hidden `.key` and `.pub` in it.
+        let raw = args.out.as_os_str().as_encoded_bytes();
+        let last = raw.rsplit(|b| *b == b'/').next().unwrap_or_default();
+        if matches!(last, b"" | b"." | b"..") {
+            return Err(Failure::input(
+                "usage",
+                format!(
+                    "--out {}: say the files' name less .key and .pub, not a directory (for \
+                     example {})",
+                    args.out.display(),
+                    args.out.join("signing").display()
+                ),
+            ));
+        }
         let with = |suffix: &str| {
             let mut path = args.out.clone().into_os_string();
             path.push(suffix);
