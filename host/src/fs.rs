@@ -7,6 +7,7 @@ use std::path::Path;
 /// any point, holds either the old content or all of the new: write to a
 /// temporary file in the same directory, fsync it, rename it over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    names_a_file(path)?;
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -15,6 +16,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Whether `path`'s text ends in a directory: `out/`, `out/.`, `..`
+/// (whatever is there).
+pub fn ends_in_a_directory(path: &Path) -> bool {
+    let raw = path.as_os_str().as_encoded_bytes();
+    let last = raw.rsplit(|b| *b == b'/').next().unwrap_or_default();
+    matches!(last, b"" | b"." | b"..")
+}
+
+/// Whether `path` can name a file to write: not a directory there, nor a
+/// path that ends in one ([`ends_in_a_directory`]), which the rename of an
+/// atomic write would refuse with a misleading error ("Not a directory").
+pub fn names_a_file(path: &Path) -> std::io::Result<()> {
+    if ends_in_a_directory(path) || path.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "names a directory, not a file",
+        ));
+    }
     Ok(())
 }
 

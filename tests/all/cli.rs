@@ -133,6 +133,30 @@ fn call_text_output_and_save_deps_carry_state_between_calls() {
     assert!(text.contains("ops:    none"), "{text}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved, json!({"counters": {"vowels": 3}}));
+
+    // A directory is refused before the call runs: its session is not
+    // even made.
+    let db = dir.path().join("s.db");
+    for target in [
+        format!("{}/", dir.path().display()),
+        path(dir.path()).to_owned(),
+    ] {
+        let out = airlock(&[
+            "call",
+            path(&stateful),
+            "increment",
+            r#"{"name":"vowels"}"#,
+            "--session",
+            "d",
+            "--store",
+            path(&db),
+            "--save-deps",
+            &target,
+        ]);
+        assert_input_error(&out, "names a directory, not a file");
+        assert!(stderr(&out).contains(&format!("--save-deps {target}")));
+    }
+    assert!(!db.exists(), "nothing ran");
 }
 
 /// Arguments default to `{}` (issue 31.4): a tool that takes none is
@@ -422,6 +446,16 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
     let file = dir.path().join("demo.json");
     let out = with_store(&["sessions", "export", "demo", "--output", path(&file)]);
     assert!(out.status.success(), "{}", stderr(&out));
+    for into in [
+        format!("{}/", dir.path().display()),
+        format!("{}/.", dir.path().display()),
+    ] {
+        let out = with_store(&["sessions", "export", "demo", "--output", &into]);
+        assert_input_error(
+            &out,
+            &format!("--output {into}: names a directory, not a file"),
+        );
+    }
     let out = with_store(&["sessions", "import", path(&file)]);
     assert_input_error(&out, "--as NEW_ID");
     assert!(stderr(&out).contains(&format!(

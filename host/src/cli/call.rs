@@ -54,6 +54,9 @@ pub async fn run(args: CallArgs) -> ExitCode {
         );
         return fail(&args, &failure, None);
     }
+    if let Err(failure) = args.flags.check_save_deps() {
+        return fail(&args, &failure, None);
+    }
     let mut ctx = match args.flags.session.context() {
         Ok(ctx) => ctx,
         Err(failure) => return fail(&args, &failure, None),

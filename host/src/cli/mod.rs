@@ -585,13 +585,26 @@ fn whose(owner: Option<&str>) -> String {
     owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"))
 }
 
+impl RunFlags {
+    /// Refuses, before anything runs, a `--save-deps` that cannot name a
+    /// file (a directory): a call that ran is not made to fail after.
+    fn check_save_deps(&self) -> Result<(), Failure> {
+        match &self.save_deps {
+            Some(path) => airlock::fs::names_a_file(path).map_err(|e| save_deps_error(path, e)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn save_deps_error(path: &Path, e: impl std::fmt::Display) -> Failure {
+    Failure::input("save_deps", format!("--save-deps {}: {e}", path.display()))
+}
+
 /// Writes `deps` to `path` as pretty JSON, atomically.
 fn save_deps(path: &Path, deps: &Value) -> Result<(), Failure> {
-    let mut text = serde_json::to_vec_pretty(deps)
-        .map_err(|e| Failure::input("save_deps", format!("--save-deps {}: {e}", path.display())))?;
+    let mut text = serde_json::to_vec_pretty(deps).map_err(|e| save_deps_error(path, e))?;
     text.push(b'\n');
-    airlock::fs::write_atomic(path, &text)
-        .map_err(|e| Failure::input("save_deps", format!("--save-deps {}: {e}", path.display())))
+    airlock::fs::write_atomic(path, &text).map_err(|e| save_deps_error(path, e))
 }
 
 /// Prints an error the way every command does: one `error:` line on

@@ -713,9 +713,7 @@ pub fn keygen(args: KeygenArgs) -> ExitCode {
     let written = (|| {
         // A prefix names the files' path less their suffix: one that
         // ends in a directory would make hidden `.key` and `.pub` in it.
-        let raw = args.out.as_os_str().as_encoded_bytes();
-        let last = raw.rsplit(|b| *b == b'/').next().unwrap_or_default();
-        if matches!(last, b"" | b"." | b"..") {
+        if airlock::fs::ends_in_a_directory(&args.out) {
             return Err(Failure::input(
                 "usage",
                 format!(

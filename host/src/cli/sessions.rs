@@ -480,6 +480,7 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
             let output_error = |e: std::io::Error| {
                 Failure::input("output_file", format!("--output {}: {e}", path.display()))
             };
+            airlock::fs::names_a_file(path).map_err(output_error)?;
             let dir = match path.parent() {
                 Some(dir) if !dir.as_os_str().is_empty() => dir,
                 _ => std::path::Path::new("."),
