@@ -443,6 +443,27 @@ fn session_errors_name_the_user_and_store_and_an_import_can_take_another_id() {
         "demo",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // An id no session could have is refused as such, and `rm` removes
+    // none of the sessions it names then.
+    for args in [
+        vec!["sessions", "show", ""],
+        vec!["sessions", "export", "a/b"],
+        vec!["sessions", "fork", "a b", "--at", "1"],
+        vec!["sessions", "rm", "demo", "a/b"],
+    ] {
+        let out = with_store(&args);
+        assert_input_error(&out, "invalid session id: ");
+        let bad = args[2..]
+            .iter()
+            .find(|a| a.is_empty() || a.contains(['/', ' ']));
+        assert!(
+            stderr(&out).contains(&format!("{:?}", bad.unwrap())),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = with_store(&["sessions", "show", "demo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
     let file = dir.path().join("demo.json");
     let out = with_store(&["sessions", "export", "demo", "--output", path(&file)]);
     assert!(out.status.success(), "{}", stderr(&out));

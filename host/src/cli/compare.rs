@@ -181,6 +181,9 @@ pub(super) async fn chosen(
                 "name sessions, or choose them with --since and --all-users, not both",
             ));
         }
+        for id in selection.sessions {
+            super::checked_session_id(id)?;
+        }
         // A session named twice is replayed once.
         let user = owner.map(str::to_owned);
         let mut named = BTreeSet::new();

@@ -580,6 +580,18 @@ fn report_failure(
     ExitCode::from(failure.exit)
 }
 
+/// `id` as a session id a command names: one that no session could have
+/// (empty, too long, characters ids never hold) is refused as such, not
+/// looked for ("no session").
+fn checked_session_id(id: &str) -> Result<(), Failure> {
+    airlock::session::check_session_id(id).map_err(|e| {
+        Failure::input(
+            "invalid_session_id",
+            format!("{e} ({:?})", airlock::text::truncate(id, 64)),
+        )
+    })
+}
+
 /// Whose a session is, for a message: `of user "ann"`, `with no user`.
 fn whose(owner: Option<&str>) -> String {
     owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"))

@@ -191,6 +191,7 @@ async fn open_for<'a>(
     flags: &'a StoreFlags,
     id: &str,
 ) -> Result<(Arc<dyn SessionStore>, Option<&'a str>), Failure> {
+    super::checked_session_id(id)?;
     let owner = flags.owner()?;
     match flags.open_existing().await? {
         (Some(store), _) => Ok((store, owner)),
@@ -632,6 +633,9 @@ async fn fork(args: ForkArgs) -> Result<(), Failure> {
 /// Removes each session named, in order; stops at the first that cannot
 /// be removed (those before it are gone, and said so).
 async fn remove(args: RmArgs) -> Result<(), Failure> {
+    for id in &args.ids {
+        super::checked_session_id(id)?;
+    }
     let (store, owner) = open_for(&args.store, &args.ids[0]).await?;
     let mut removed = Vec::new();
     for id in &args.ids {

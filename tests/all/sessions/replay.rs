@@ -387,6 +387,11 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
             ],
             "no call of tool stamp to compare: no session was updated within 0d".into(),
         ),
+        (
+            vec!["s1".into(), "a/b".into(), "--tool".into(), stamp_v1.clone()],
+            "invalid session id: only ASCII letters, digits and _ - . : @ are allowed (\"a/b\")"
+                .into(),
+        ),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = replay(&args);
