@@ -75,11 +75,11 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> ExitCode {
     let json = args.flags.json;
-    // Questions for the person (approvals, a tool's questions) wait for
-    // the progress printed before them: the watch below asks them.
     if let Err(failure) = args.flags.check_save_deps() {
         return report_failure(&failure, json, serde_json::Map::new());
     }
+    // Questions for the person (approvals, a tool's questions) wait for
+    // the progress printed before them: the watch below asks them.
     let (desk, mut questions) = mpsc::unbounded_channel::<Question>();
     let (host, model, asker, mut turn, retention) = match prepare(&args, &desk).await {
         Ok(ready) => ready,
