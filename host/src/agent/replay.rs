@@ -13,10 +13,11 @@
 //! replayed call gets no directory, no secret, and no HTTP request is
 //! sent; a call that needs one cannot be reproduced, and says why).
 //!
-//! The journal is read a page at a time and folded as it goes (deps and
-//! usage, the calls asked for and not yet answered), so memory is bounded
-//! by the deps and the calls read ahead (a page's, and at most 32 more),
-//! not by the journal's size. Calls run on `parallel` worker tasks; they
+//! The journal is read a page at a time, by a reader that keeps a page
+//! ahead, and folded as it goes (deps and usage, the calls asked for and
+//! not yet answered), so memory is bounded by the deps, three pages and
+//! the calls read ahead (a page's, and at most 32 more), not by the
+//! journal's size. Calls run on `parallel` worker tasks; they
 //! are reported in the journal's order.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -189,10 +190,14 @@ pub enum ReplayError {
     },
 }
 
-/// How many records a page of the journal holds: the page being folded
-/// and the next one, read meanwhile, are what a replay holds of the
-/// journal.
+/// How many records a page of the journal holds at most: the page being
+/// folded, the next one (read, waiting for the fold) and the one after
+/// (being read) are what a replay holds of the journal.
 const PAGE: u64 = 128;
+
+/// How many records the first page holds; each page after holds twice
+/// the last, up to [`PAGE`].
+const FIRST_PAGE: u64 = 16;
 
 /// How many calls may be read ahead of the first call not yet reported
 /// (queued, running, or done and waiting for an earlier one): with a
@@ -211,8 +216,9 @@ impl Session {
     /// documentation), handing each to `each` in the journal's order.
     /// `host`'s context rules scrub the replayed ops as the journal's were.
     ///
-    /// Cost: one read per page of the journal (128 records), the next
-    /// page read while this one is folded; one sandboxed call per
+    /// Cost: one read per page of the journal (16 records, then twice as
+    /// many each page up to 128), the reader a page ahead of the fold so
+    /// the workers do not wait for a read; one sandboxed call per
     /// replayed call, on `replay.parallel` worker tasks spawned once,
     /// which take the calls as pages are folded and wait only when none
     /// is left (no wait at a page's end, and no thread woken per call);
@@ -227,11 +233,11 @@ impl Session {
         replay: Replay<'_>,
         mut each: impl FnMut(Replayed),
     ) -> Result<ReplaySummary, ReplayError> {
-        let page = |after| Page {
+        let page = |after, limit| Page {
             owner: replay.owner,
             session_id: replay.session_id,
             after,
-            limit: PAGE,
+            limit,
         };
         let damaged = |(seq, problem)| ReplayError::Damaged {
             session_id: replay.session_id.to_owned(),
@@ -250,34 +256,64 @@ impl Session {
             summary: ReplaySummary::default(),
             each: &mut each,
         };
-        let mut read = store.read_page(page(0)).await?;
-        let mut follow = Follow::new(&read.header, replay.tools);
-        loop {
-            let last = read.records.last().map(|r| r.seq);
-            let mut jobs = Vec::new();
-            for record in std::mem::take(&mut read.records) {
-                jobs.extend(follow.absorb(record).map_err(damaged)?);
-            }
-            if last.is_none() {
-                jobs.extend(follow.pending.take());
-            }
-            report.waiting.extend(jobs.iter().map(Job::place));
-            shared.queue(jobs);
-            match last {
-                // This page's calls run, and are reported, while the next
-                // page is read.
-                Some(last) => {
-                    let ((), next) =
-                        tokio::join!(report.until(&shared, AHEAD), store.read_page(page(last)));
-                    read = next?;
+        let first = store.read_page(page(0, FIRST_PAGE)).await?;
+        let mut follow = Follow::new(&first.header, replay.tools);
+        // The reader reads on from there, a page ahead of the fold (one
+        // waits in `pages`), each page twice the last up to `PAGE`: the
+        // workers start before a whole page is read. It stops after the
+        // empty page that ends the journal, after an error, or once the
+        // fold is gone.
+        let (pages, read) = tokio::sync::mpsc::channel(1);
+        let after = first.records.last().map(|r| r.seq);
+        let reader = async {
+            let (Some(mut after), mut limit) = (after, FIRST_PAGE * 2) else {
+                return;
+            };
+            loop {
+                let next = store.read_page(page(after, limit)).await;
+                let last = next.as_ref().ok().and_then(|r| r.records.last());
+                let last = last.map(|r| r.seq);
+                if pages.send(next).await.is_err() {
+                    return;
                 }
-                None => {
+                let Some(last) = last else { return };
+                (after, limit) = (last, (limit * 2).min(PAGE));
+            }
+        };
+        let fold = async {
+            // Owned here: once the fold ends (an error too), the reader's
+            // next send fails and it stops.
+            let mut read = read;
+            let mut records = first.records;
+            loop {
+                let last = records.last().map(|r| r.seq);
+                let mut jobs = Vec::new();
+                for record in std::mem::take(&mut records) {
+                    jobs.extend(follow.absorb(record).map_err(damaged)?);
+                }
+                if last.is_none() {
+                    jobs.extend(follow.pending.take());
+                }
+                report.waiting.extend(jobs.iter().map(Job::place));
+                shared.queue(jobs);
+                if last.is_none() {
                     shared.close();
                     report.until(&shared, 0).await;
-                    break;
+                    return Ok::<_, ReplayError>(());
                 }
+                // This page's calls run, and are reported, while the
+                // reader reads on.
+                report.until(&shared, AHEAD).await;
+                // The reader ends only after the journal's end or an
+                // error, each sent.
+                records = match read.recv().await {
+                    Some(next) => next?.records,
+                    None => Vec::new(),
+                };
             }
-        }
+        };
+        let ((), folded) = tokio::join!(reader, fold);
+        folded?;
         let mut summary = report.summary;
         summary.skipped = follow.skipped;
         Ok(summary)

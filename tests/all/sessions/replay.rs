@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use airlock::agent::replay::{Replay, ReplaySummary, Replayed, Verdict};
+use airlock::agent::replay::{Replay, ReplayError, ReplaySummary, Replayed, Verdict};
 use airlock::policy::ToolConfig;
 use airlock::tools::ToolCall;
 
@@ -229,9 +229,7 @@ async fn a_replay_finds_exactly_the_calls_a_new_version_changes(backend: Backend
     assert!(
         matches!(
             missing,
-            Err(airlock::agent::replay::ReplayError::Store(
-                StoreError::NotFound { .. }
-            ))
+            Err(ReplayError::Store(StoreError::NotFound { .. }))
         ),
         "{missing:?}"
     );
@@ -830,4 +828,41 @@ async fn a_journal_of_many_pages_replays_whole_and_in_order() {
     .unwrap();
     assert_eq!(summary.same, 100, "{summary:?}");
     assert_eq!(again, calls);
+
+    // A record pages deep that does not fold (an op on the empty key)
+    // ends the replay with an error naming it, though the
+    // reader has read pages past it: the replay returns, it does not
+    // wait for the reader.
+    let mut journal = serde_json::to_value(&records).unwrap();
+    let damaged = journal
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .skip(128)
+        .find(|r| r["event"]["type"] == "context_update")
+        .unwrap();
+    damaged["event"]["ops"] = json!([{"op": "set", "key": "", "value": 1}]);
+    let seq = damaged["seq"].as_u64().unwrap();
+    made_of(&store, "damaged", journal).await;
+    let replay = Replay {
+        session_id: "damaged",
+        ..replay
+    };
+    let mut reported = Vec::new();
+    let failed = Session::replay(store.as_ref(), host().await, replay, |call| {
+        reported.push(call.seq)
+    })
+    .await;
+    match failed {
+        Err(ReplayError::Damaged {
+            session_id,
+            seq: at,
+            problem,
+        }) => {
+            assert_eq!((session_id.as_str(), at), ("damaged", seq));
+            assert!(problem.contains("the key is empty"), "{problem}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(reported.iter().all(|&at| at < seq), "{reported:?}");
 }
