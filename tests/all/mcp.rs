@@ -938,6 +938,67 @@ async fn stateful_over_http(db: &Path, extra: &[&str]) -> (HttpServer, RawHttp) 
     (server, client)
 }
 
+/// The JSON-RPC answer of a POST: its JSON body, or an event stream's last
+/// message.
+async fn answer_of(posted: reqwest::Response) -> Value {
+    let body = posted.text().await.unwrap();
+    serde_json::from_str(&body).unwrap_or_else(|_| events(&body).pop().unwrap())
+}
+
+/// A client hears each result in its revision's shape, whichever path of
+/// the server answers it. A 2025-06-18 session's `tools/list` and
+/// `tools/call` (answered by Airlock past rmcp) and its `resources/list`
+/// (by rmcp) carry no `resultType`, which that revision does not have.
+/// A 2026-07-28 request's carry `"complete"`, and its lists the caching
+/// hints that revision requires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_have_the_shape_of_the_clients_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shape.db");
+    let (server, client) = stateful_over_http(&db, &[]).await;
+    let asked = [
+        ("tools/list", json!({})),
+        (
+            "tools/call",
+            json!({"name": "increment", "arguments": {"name": "n"}}),
+        ),
+        ("resources/list", json!({})),
+    ];
+    for (id, (method, params)) in (2..).zip(&asked) {
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let answer = answer_of(client.post(message).await.unwrap()).await;
+        let result = &answer["result"];
+        assert!(result.is_object(), "{method}: {answer}");
+        assert_eq!(result.get("resultType"), None, "{method}: {answer}");
+        assert_eq!(result.get("ttlMs"), None, "{method}: {answer}");
+    }
+    for (id, (method, params)) in (2..).zip(&asked) {
+        let mut params = params.clone();
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        });
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut post = RawHttp::new(&server.url)
+            .http
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", *method);
+        if let Some(name) = params["name"].as_str() {
+            post = post.header("mcp-name", name);
+        }
+        let answer = answer_of(post.body(message.to_string()).send().await.unwrap()).await;
+        let result = &answer["result"];
+        assert_eq!(result["resultType"], "complete", "{method}: {answer}");
+        if method.ends_with("/list") {
+            assert!(result["ttlMs"].is_u64(), "{method}: {answer}");
+        }
+    }
+}
+
 /// Whether the one session in `store` is leased.
 async fn leased(store: &SqliteStore) -> bool {
     let sessions = store.list(None).await.unwrap();

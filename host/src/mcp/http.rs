@@ -641,7 +641,8 @@ impl Sessions {
         match &request.request {
             ClientRequest::ListToolsRequest(_) => {
                 let tools = ListToolsResult::with_all_items(server.tool_list(caller.as_ref()));
-                let result = ServerResult::ListToolsResult(tools);
+                let mut result = ServerResult::ListToolsResult(tools);
+                super::fit(&mut result, server.current_revision(meta));
                 Ok(Answer::Now(Box::new(ServerJsonRpcMessage::response(
                     result, request.id,
                 ))))
@@ -688,6 +689,7 @@ impl Sessions {
         // (see `answer`).
         let (relay, cancel) = Relay::new(&tool, token, &server.log_threshold, None, None);
         let running = self.running(id, request, &cancel);
+        let current = server.current_revision(meta);
         // The call's seconds, counted for its relay.
         let relay = relay.map(|relay| (relay, server.tools.seconds.listen()));
         let work = {
@@ -703,7 +705,8 @@ impl Sessions {
         let request = request.clone();
         let mut work = RunsToEnd(Some(Box::pin(work)));
         let answer = move |result| {
-            let result = ServerResult::from(CallToolResponse::from(result));
+            let mut result = ServerResult::from(CallToolResponse::from(result));
+            super::fit(&mut result, current);
             Box::new(ServerJsonRpcMessage::response(result, request.clone()))
         };
         let Some((relay, mut seconds)) = relay else {

@@ -32,11 +32,12 @@ use rmcp::model::ServerNotification;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, ElicitRequestParams, ElicitationAction, ElicitationSchema,
-    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceContents,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    RequestId, RequestMetaObject, Resource, ResourceContents, ServerCapabilities, ServerConfig,
+    ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -269,6 +270,9 @@ pub struct McpServer {
     /// Its number among the process's MCP servers (what names its
     /// client's subscriptions).
     number: u64,
+    /// The protocol revision its client asked for at `initialize` (rmcp
+    /// keeps it too, but only within a request it serves).
+    revision: std::sync::OnceLock<ProtocolVersion>,
 }
 
 impl McpServer {
@@ -284,6 +288,7 @@ impl McpServer {
             limiter: None,
             log_threshold: LogThreshold::new(),
             number,
+            revision: std::sync::OnceLock::new(),
         }
     }
 
@@ -306,7 +311,18 @@ impl McpServer {
             limiter,
             log_threshold: LogThreshold::new(),
             number,
+            revision: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether a request with `meta` is of the 2026-07-28 revision or a
+    /// later one: the revision `meta` names, else the one the client asked
+    /// for at `initialize` (none: an earlier one), as rmcp reads it.
+    pub(crate) fn current_revision(&self, meta: &RequestMetaObject) -> bool {
+        let revision = meta
+            .protocol_version()
+            .or_else(|| self.revision.get().cloned());
+        revision.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
     }
 
     /// The session, once there is one, to release it when serving ends.
@@ -694,6 +710,20 @@ fn resource_contents(
 }
 
 /// A call's arguments as the tool gets them: a JSON object's text.
+/// `result` in the shape its client's revision has (`current`: 2026-07-28
+/// or later, [`McpServer::current_revision`]), as rmcp shapes the results
+/// it sends itself, for one this server sends past rmcp: for an earlier
+/// revision, without `resultType: "complete"` and non-object output; from
+/// it on, with the caching hints it requires.
+pub(crate) fn fit(result: &mut ServerResult, current: bool) {
+    if current {
+        result.fill_missing_cache_hints();
+    } else {
+        result.strip_result_type_for_legacy_peer();
+        result.strip_non_object_output_for_legacy_peer();
+    }
+}
+
 fn arguments_text(arguments: Option<rmcp::model::JsonObject>) -> String {
     Value::Object(arguments.unwrap_or_default()).to_string()
 }
@@ -1018,6 +1048,19 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
         Err(unreadable(&request.method, request.params))
+    }
+
+    /// rmcp's answer, the client's revision noted for the results this
+    /// server sends past rmcp (Airlock's HTTP answers to `tools/list` and
+    /// `tools/call`).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let _ = self.revision.set(request.protocol_version.clone());
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
