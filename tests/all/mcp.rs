@@ -950,7 +950,8 @@ async fn answer_of(posted: reqwest::Response) -> Value {
 /// `tools/call` (answered by Airlock past rmcp) and its `resources/list`
 /// (by rmcp) carry no `resultType`, which that revision does not have.
 /// A 2026-07-28 request's carry `"complete"`, and its lists the caching
-/// hints that revision requires.
+/// hints that revision requires. A request that names a revision the
+/// server does not speak is refused, the call as the list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_have_the_shape_of_the_clients_revision() {
     let dir = tempfile::tempdir().unwrap();
@@ -972,6 +973,31 @@ async fn results_have_the_shape_of_the_clients_revision() {
         assert_eq!(result.get("resultType"), None, "{method}: {answer}");
         assert_eq!(result.get("ttlMs"), None, "{method}: {answer}");
     }
+    // A request of the session that names the 2026-07-28 revision in its
+    // `_meta` must carry that revision's other keys, whichever path would
+    // answer it; the session is served after.
+    for (id, (method, params)) in (10..).zip(&asked) {
+        let mut params = params.clone();
+        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let post = client
+            .http
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-session-id", client.session.as_deref().unwrap());
+        let answer = answer_of(post.body(message.to_string()).send().await.unwrap()).await;
+        let refused = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(refused.contains("missing"), "{method}: {answer}");
+    }
+    let call = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call",
+        "params": {"name": "increment", "arguments": {"name": "n"}}});
+    let answer = answer_of(client.post(call).await.unwrap()).await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["value"], 2,
+        "{answer}"
+    );
     for (id, (method, params)) in (2..).zip(&asked) {
         let mut params = params.clone();
         params["_meta"] = json!({
