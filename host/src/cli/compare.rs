@@ -137,10 +137,15 @@ impl Compared {
 
     /// The report as text: [`text`].
     pub(super) fn text(&self, store: &str, tools: &BTreeSet<String>) -> String {
+        let with_calls = self
+            .per_session
+            .iter()
+            .filter(|(_, _, s)| s.replayed() + s.skipped > 0)
+            .count();
         text(
             store,
             tools,
-            self.per_session.len(),
+            (with_calls, self.per_session.len() - with_calls),
             &self.total,
             &self.reported,
             self.not_shown,
@@ -215,11 +220,12 @@ pub(super) async fn chosen(
 }
 
 /// The text report: the summary line, then each call that is not the
-/// same, with its place and what differs.
+/// same, with its place and what differs. `sessions`: how many sessions
+/// had calls of `tools`, and how many more were read and had none.
 fn text(
     store: &str,
     tools: &BTreeSet<String>,
-    sessions: usize,
+    sessions: (usize, usize),
     total: &ReplaySummary,
     reported: &[Replayed],
     not_shown: u64,
@@ -230,12 +236,24 @@ fn text(
          reproduced",
         counted(total.replayed(), "call"),
         tools.join(", "),
-        counted(sessions as u64, "session"),
+        counted(sessions.0 as u64, "session"),
         total.same,
         total.different,
         total.failed,
         total.cannot_reproduce,
     );
+    if sessions.1 > 0 {
+        out.push_str(&format!(
+            " ({} more {} no call of {})",
+            sessions.1,
+            if sessions.1 == 1 {
+                "session had"
+            } else {
+                "sessions had"
+            },
+            tools.join(", ")
+        ));
+    }
     if total.skipped > 0 {
         out.push_str(&format!(
             " ({} not replayed: rejected, cancelled or interrupted when made)",

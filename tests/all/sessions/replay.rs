@@ -302,10 +302,22 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["summary"]["same"], 1);
 
+    // Every session of the user: s2, which has no call of stamp, is
+    // counted apart.
     let out = replay(&["--tool", &format!("stamp={v2}")]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(said.contains("2 same, 1 different, 0 failed"), "{said}");
+    assert!(
+        said.starts_with("replayed 3 calls of stamp in 1 session of sqlite:"),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "2 same, 1 different, 0 failed, 0 cannot be reproduced (1 more session had no \
+             call of stamp)\n"
+        ),
+        "{said}"
+    );
     assert!(said.contains("\ndifferent  s1 record "), "{said}");
     assert!(
         said.contains(r#"result.stamp.label: "Beta" → "beta""#),
