@@ -1163,3 +1163,79 @@ async fn resources_prompts_and_completions_that_break_a_rule_fail_alone() {
     );
     assert_host_still_serves(host, &mut ctx, &before).await;
 }
+
+/// An answer is checked against its question before the tool sees it,
+/// whoever gave it: one that is not an object, is over 64 KiB, or does
+/// not satisfy the question's schema reaches the tool as `unavailable`,
+/// saying where and by which rule it does not fit and never what it
+/// holds, and is kept (journaled) as such; an answer that fits reaches it
+/// as given. Each call is alone: deps unchanged, the next call served.
+#[tokio::test]
+async fn an_answer_that_does_not_fit_its_question_reaches_the_tool_as_unavailable() {
+    use airlock::sandbox::{Asker, CancelToken};
+    use airlock::spec::Answer;
+    use airlock::tools::ToolCall;
+    let mut config = ToolConfig::default();
+    config.grants.ask_user = true;
+    let host = host_with(&[("everything", config)], ContextRules::default()).await;
+    let mut ctx = RunContext::from_value(json!({"secret_plan": [1, 2, 3]})).unwrap();
+    let before = snapshot(&ctx);
+    // `test_elicitation` asks for `username` and `email`, both strings,
+    // both required, and says what it was given.
+    let fits = json!({"username": "ann", "email": "ann@example.com"});
+    let long = "x".repeat(70 << 10);
+    for (content, said) in [
+        (fits.clone(), "action=accept".to_owned()),
+        (
+            json!({"username": 5, "email": "hidden-value@example.com"}),
+            r#"at /username fails rule "type""#.to_owned(),
+        ),
+        (
+            json!({"username": "hidden-value"}),
+            r#"the value fails rule "required""#.to_owned(),
+        ),
+        (
+            json!("hidden-value"),
+            "it is a string, not a JSON object".to_owned(),
+        ),
+        (
+            json!({"username": long, "email": "a@b"}),
+            format!(
+                "it is {} bytes; the limit is 65536",
+                serde_json::to_string(&json!({"username": long, "email": "a@b"}))
+                    .unwrap()
+                    .len()
+            ),
+        ),
+    ] {
+        let given = Answer::Accept {
+            content: content.clone(),
+        };
+        let asker: Asker = std::sync::Arc::new(move |_| {
+            let given = given.clone();
+            Box::pin(async move { given })
+        });
+        let cancel = CancelToken::watched(None, Some(asker), None);
+        let call = ToolCall::new("test_elicitation", r#"{"message": "Who are you?"}"#);
+        let outcome = host
+            .call_cancellable(&mut ctx, &call, &cancel)
+            .await
+            .unwrap();
+        // The tool's result quotes what it was told as JSON.
+        let told = outcome.result.as_str().unwrap().to_owned();
+        assert!(told.contains(&said.replace('"', "\\\"")), "{told}");
+        let kept = &outcome.output.asked[0].answer;
+        if content == fits {
+            assert_eq!(kept, &Answer::Accept { content }, "{told}");
+        } else {
+            assert!(told.contains("action=unavailable"), "{told}");
+            assert!(!told.contains("hidden-value"), "{told}");
+            let Answer::Unavailable { why } = kept else {
+                panic!("kept {kept:?}");
+            };
+            assert!(why.contains(&said), "{why}");
+        }
+        assert_eq!(snapshot(&ctx), before);
+    }
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+}

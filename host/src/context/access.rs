@@ -170,27 +170,7 @@ impl ContextRules {
         let Some(validator) = self.schemas.get(key) else {
             return Ok(());
         };
-        // `is_valid` first: it builds no error, which a valid value (nearly
-        // every one) never needs.
-        if validator.is_valid(value) {
-            return Ok(());
-        }
-        match validator.iter_errors(value).next() {
-            None => Ok(()),
-            Some(e) => {
-                let schema_path = e.schema_path().to_string();
-                let rule = schema_path
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                Err(SchemaViolation {
-                    instance_path: e.instance_path().to_string(),
-                    rule,
-                    schema_path,
-                })
-            }
-        }
+        SchemaViolation::first(validator, value).map_or(Ok(()), Err)
     }
 }
 

@@ -299,6 +299,30 @@ pub struct SchemaViolation {
     pub schema_path: String,
 }
 
+impl SchemaViolation {
+    /// The first place where `value` breaks `validator`'s schema, if any.
+    /// Cost: one pass that builds no error for a valid value (nearly every
+    /// one); jsonschema's error for an invalid one (its message, which
+    /// quotes the value, is dropped).
+    pub(crate) fn first(validator: &jsonschema::Validator, value: &Value) -> Option<Self> {
+        if validator.is_valid(value) {
+            return None;
+        }
+        let e = validator.iter_errors(value).next()?;
+        let schema_path = e.schema_path().to_string();
+        let rule = schema_path
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Some(Self {
+            instance_path: e.instance_path().to_string(),
+            rule,
+            schema_path,
+        })
+    }
+}
+
 impl fmt::Display for SchemaViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.instance_path.is_empty() {

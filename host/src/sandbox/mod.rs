@@ -587,6 +587,10 @@ pub const MAX_QUESTIONS: usize = 8;
 /// The longest question or schema, in bytes; a longer one fails the call.
 pub const MAX_QUESTION_BYTES: usize = 16 << 10;
 
+/// The largest answer to a question, in bytes of JSON; a larger one
+/// reaches the tool as unavailable.
+pub const MAX_ANSWER_BYTES: usize = 64 << 10;
+
 impl std::fmt::Debug for CancelState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CancelState")

@@ -405,6 +405,16 @@ impl ask::Host for CallState {
                 );
             }
         };
+        // Whoever answers, the answer is checked against it before the
+        // tool sees it (and before it is kept).
+        let fits = match crate::spec::compile_schema(&schema) {
+            Ok(fits) => fits,
+            Err(e) => {
+                return misused(format!(
+                    "the tool's question has a schema that does not compile: {e}"
+                ));
+            }
+        };
         let mut asked = Asked {
             message,
             schema,
@@ -422,7 +432,7 @@ impl ask::Host for CallState {
             if self.cancel.is_cancelled() {
                 return Err(wasmtime::Error::new(crate::sandbox::Stop::Cancelled));
             }
-            answer
+            fitting(answer, &fits)
         } else {
             Answer::Unavailable {
                 why: "nobody can be asked here: the call's caller takes no questions".into(),
@@ -565,5 +575,38 @@ impl progress::Host for CallState {
             self.cancel.report(CallEvent::Progress(Cow::Borrowed(kept)));
         }
         Ok(())
+    }
+}
+
+/// `answer` as the tool may be given it: an accepted answer that is not a
+/// JSON object, is over
+/// [`MAX_ANSWER_BYTES`](crate::sandbox::MAX_ANSWER_BYTES), or does not
+/// satisfy the question's schema (`fits`) is replaced by an unavailable
+/// one that says where it does not fit and by which rule, never with what
+/// it holds. Whoever answered (a client, a terminal, a script, a recorded
+/// answer), the tool gets what the contract promises: an object shaped by
+/// the schema.
+fn fitting(answer: crate::spec::Answer, fits: &jsonschema::Validator) -> crate::spec::Answer {
+    use crate::sandbox::MAX_ANSWER_BYTES;
+    use crate::spec::Answer;
+    let Answer::Accept { content } = &answer else {
+        return answer;
+    };
+    let unfit = |why: String| Answer::Unavailable {
+        why: format!("the answer given does not fit the question: {why}"),
+    };
+    if !content.is_object() {
+        let kind = crate::context::JsonType::of(content);
+        return unfit(format!("it is {kind}, not a JSON object"));
+    }
+    let bytes = crate::json::len(content);
+    if bytes > MAX_ANSWER_BYTES {
+        return unfit(format!(
+            "it is {bytes} bytes; the limit is {MAX_ANSWER_BYTES}"
+        ));
+    }
+    match crate::context::SchemaViolation::first(fits, content) {
+        Some(violation) => unfit(violation.to_string()),
+        None => answer,
     }
 }
