@@ -1239,3 +1239,64 @@ async fn an_answer_that_does_not_fit_its_question_reaches_the_tool_as_unavailabl
     }
     assert_host_still_serves(&host, &mut ctx, &before).await;
 }
+
+/// A reply from the model is bounded before the tool sees it, whoever
+/// sent it: text longer than a reply of the tokens asked for could be (at
+/// least 64 KiB), or a model name over 1 KiB, reaches the tool as refused,
+/// saying so, and is kept as such; a reply in bounds reaches it as sent.
+/// Each call is alone: deps unchanged, the next call served.
+#[tokio::test]
+async fn a_reply_longer_than_the_tokens_asked_for_reaches_the_tool_as_refused() {
+    use airlock::policy::grants::SampleGrant;
+    use airlock::sandbox::{CancelToken, Sampler};
+    use airlock::spec::SampleReply;
+    use airlock::tools::ToolCall;
+    let mut config = ToolConfig::default();
+    config.grants.sampling = Some(SampleGrant::DEFAULT);
+    let host = host_with(&[("everything", config)], ContextRules::default()).await;
+    let mut ctx = RunContext::from_value(json!({"secret_plan": [1, 2, 3]})).unwrap();
+    let before = snapshot(&ctx);
+    let reply = |text: String, model: String| SampleReply::Answered {
+        text,
+        model,
+        stop_reason: None,
+    };
+    // The everything example's `test_sampling` asks for 100 tokens.
+    for (given, said) in [
+        (reply("Hi.".into(), "m".into()), "LLM response: Hi."),
+        (
+            reply("hidden-value ".repeat(6_000), "m".into()),
+            "the reply is 78000 bytes, more than 100 tokens could be (at most 65536)",
+        ),
+        (
+            reply("Hi.".into(), "m".repeat(2_000)),
+            "the reply's model or stop reason is over 1024 bytes",
+        ),
+    ] {
+        let sent = given.clone();
+        let sampler: Sampler = std::sync::Arc::new(move |_| {
+            let sent = sent.clone();
+            Box::pin(async move { sent })
+        });
+        let cancel = CancelToken::watched(None, None, Some(sampler));
+        let call = ToolCall::new("test_sampling", r#"{"prompt": "Say hi."}"#);
+        let told = match host.call_cancellable(&mut ctx, &call, &cancel).await {
+            Ok(outcome) => {
+                assert_eq!(outcome.output.sampled[0].reply, given);
+                outcome.result.as_str().unwrap().to_owned()
+            }
+            Err(failure) => {
+                let SampleReply::Refused { why } = &failure.output.sampled[0].reply else {
+                    panic!("kept {:?}", failure.output.sampled[0].reply);
+                };
+                assert!(why.contains(said), "{why}");
+                failure.error.to_string()
+            }
+        };
+        let head = &told[..told.len().min(300)];
+        assert!(told.contains(said), "{head}");
+        assert!(!told.contains("hidden-value"), "{head}");
+        assert_eq!(snapshot(&ctx), before);
+    }
+    assert_host_still_serves(&host, &mut ctx, &before).await;
+}

@@ -573,6 +573,16 @@ pub type Sampler = Arc<
 /// larger one fails the call.
 pub const MAX_SAMPLE_BYTES: usize = 64 << 10;
 
+/// The longest reply text a request for at most `max_tokens` tokens is
+/// given, in bytes: 16 bytes a token (four times what English text
+/// averages), and never less than [`MAX_SAMPLE_BYTES`]. A longer reply reaches the
+/// tool as refused.
+pub fn max_reply_bytes(max_tokens: u32) -> usize {
+    (max_tokens as usize)
+        .saturating_mul(16)
+        .max(MAX_SAMPLE_BYTES)
+}
+
 /// Who answers a call's questions (the `ask` import): given the question,
 /// the answer, once the person gave it.
 pub type Asker = Arc<

@@ -502,12 +502,13 @@ impl ask::Host for CallState {
                 let request = request(max_tokens.min(grant.max_tokens));
                 match self.cancel.sampler() {
                     Some(sampler) => {
+                        let tokens = request.max_tokens;
                         let reply = sampler(request).await;
                         // A call cancelled while it waited stops here.
                         if self.cancel.is_cancelled() {
                             return Err(wasmtime::Error::new(crate::sandbox::Stop::Cancelled));
                         }
-                        reply
+                        bounded(reply, tokens)
                     }
                     None => SampleReply::Refused {
                         why: "nobody can be asked here: the call's caller has no model for it"
@@ -608,5 +609,42 @@ fn fitting(answer: crate::spec::Answer, fits: &jsonschema::Validator) -> crate::
     match crate::context::SchemaViolation::first(fits, content) {
         Some(violation) => unfit(violation.to_string()),
         None => answer,
+    }
+}
+
+/// `reply` as the tool may be given it: one whose text is longer than a
+/// reply of `max_tokens` tokens could be
+/// ([`max_reply_bytes`](crate::sandbox::max_reply_bytes)), or whose model
+/// or stop reason is over 1 KiB, is replaced by a refusal that says so.
+/// Whoever replied (an MCP client, the run's model, a recorded reply), it
+/// is what was asked for, not what a client chose to send.
+fn bounded(reply: crate::spec::SampleReply, max_tokens: u32) -> crate::spec::SampleReply {
+    use crate::spec::SampleReply;
+    const MAX_NAME_BYTES: usize = 1 << 10;
+    let SampleReply::Answered {
+        text,
+        model,
+        stop_reason,
+    } = &reply
+    else {
+        return reply;
+    };
+    let limit = crate::sandbox::max_reply_bytes(max_tokens);
+    let why = if text.len() > limit {
+        format!(
+            "the reply is {} bytes, more than {max_tokens} tokens could be (at most {limit})",
+            text.len()
+        )
+    } else if model.len() > MAX_NAME_BYTES
+        || stop_reason
+            .as_ref()
+            .is_some_and(|r| r.len() > MAX_NAME_BYTES)
+    {
+        format!("the reply's model or stop reason is over {MAX_NAME_BYTES} bytes")
+    } else {
+        return reply;
+    };
+    SampleReply::Refused {
+        why: format!("the model's reply was not used: {why}"),
     }
 }
