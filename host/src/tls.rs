@@ -1,6 +1,9 @@
 //! The one TLS client configuration of the process: the Mozilla root
 //! certificates (webpki-roots) and the ring crypto provider. Used by tools'
-//! HTTP grant and by the model providers.
+//! HTTP grant and by the model providers. And the one way the host's own
+//! HTTP clients (model providers, registries, an authorization server's
+//! keys) read an answer: within a bound, so that no server can make the
+//! host hold more than that.
 
 use std::sync::{Arc, OnceLock};
 
@@ -32,4 +35,21 @@ pub(crate) fn install_default_provider() {
         // An error means a provider is already installed: fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
+}
+
+/// The body of `response`, or `None` once it would pass `limit` bytes
+/// (what was read is dropped, and the rest is not read). Holds at most
+/// `limit` bytes, and one chunk beside them.
+pub(crate) async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> reqwest::Result<Option<Vec<u8>>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len().saturating_add(chunk.len()) > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
 }

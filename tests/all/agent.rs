@@ -325,6 +325,31 @@ async fn malformed_responses_are_clear_errors_without_the_key() {
         assert!(!m.contains(KEY), "the API key leaked: {m}");
     }
     assert!(messages[2].contains("[redacted]"), "{}", messages[2]);
+
+    // An answer larger than any model's turn (33 MiB, well-formed) is
+    // refused, not held; the next run is served.
+    let huge = format!(
+        r#"{{"choices": [{{"message": {{"role": "assistant", "content": "{}"}}}}]}}"#,
+        "x".repeat(33 << 20)
+    );
+    server
+        .push(200, huge)
+        .push_json(openai_reply(Some("fine"), &[], 1, 1));
+    let err = Agent::new(Arc::clone(host().await), Arc::clone(&model))
+        .run(&mut RunContext::default(), &mut Transcript::default(), "hi")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("openai: malformed response: the answer is over 32 MiB (HTTP 200 OK)"),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    let mut transcript = Transcript::default();
+    Agent::new(Arc::clone(host().await), Arc::clone(&model))
+        .run(&mut RunContext::default(), &mut transcript, "hi")
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

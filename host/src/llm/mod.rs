@@ -283,6 +283,10 @@ pub fn from_spec(spec: &str, options: ProviderOptions) -> Result<Box<dyn Model>,
     }
 }
 
+/// The most bytes of one answer from a provider: a model's turn is far
+/// smaller; a server that sends more is refused rather than held.
+const MAX_ANSWER_BYTES: usize = 32 << 20;
+
 /// A JSON-over-HTTP client for one provider, with retries and redaction.
 #[derive(Debug)]
 struct JsonClient {
@@ -361,10 +365,19 @@ impl JsonClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
-            let text = response.text().await.map_err(|e| ModelError::Transport {
-                provider: self.provider,
-                message: self.redact(&crate::text::error_chain(&e)),
-            })?;
+            let body = crate::tls::read_bounded(response, MAX_ANSWER_BYTES)
+                .await
+                .map_err(|e| ModelError::Transport {
+                    provider: self.provider,
+                    message: self.redact(&crate::text::error_chain(&e)),
+                })?
+                .ok_or_else(|| {
+                    self.malformed(format!(
+                        "the answer is over {} MiB (HTTP {status})",
+                        MAX_ANSWER_BYTES >> 20
+                    ))
+                })?;
+            let text = String::from_utf8_lossy(&body);
             let retryable = status.as_u16() == 429 || status.is_server_error();
             if retryable && attempt < self.retry.max_retries {
                 let backoff = self.retry.base_delay.saturating_mul(1 << attempt.min(16));

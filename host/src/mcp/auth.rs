@@ -582,19 +582,11 @@ fn jwt_problem(error: &jsonwebtoken::errors::Error) -> String {
 }
 
 /// `response`'s body, at most [`MAX_DOCUMENT_BYTES`].
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+async fn read_bounded(response: reqwest::Response) -> Result<Vec<u8>, String> {
+    crate::tls::read_bounded(response, MAX_DOCUMENT_BYTES)
         .await
         .map_err(|e| crate::text::error_chain(&e))?
-    {
-        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!("the answer is over {MAX_DOCUMENT_BYTES} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+        .ok_or_else(|| format!("the answer is over {MAX_DOCUMENT_BYTES} bytes"))
 }
 
 /// Where the metadata of resource `audience` is (RFC 9728 §3.1): the

@@ -752,16 +752,10 @@ fn basic(own: &Auth) -> Option<HeaderValue> {
     }
 }
 
-/// The body of `response`, or `None` past `limit` bytes.
-async fn read_bounded(mut response: Response, limit: u64) -> reqwest::Result<Option<Vec<u8>>> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        body.extend_from_slice(&chunk);
-        if body.len() as u64 > limit {
-            return Ok(None);
-        }
-    }
-    Ok(Some(body))
+/// The body of `response`, or `None` past `limit` bytes
+/// ([`crate::tls::read_bounded`]).
+async fn read_bounded(response: Response, limit: u64) -> reqwest::Result<Option<Vec<u8>>> {
+    crate::tls::read_bounded(response, usize::try_from(limit).unwrap_or(usize::MAX)).await
 }
 
 /// `sha256:<hex>` of `bytes`.
