@@ -304,35 +304,32 @@ pub async fn run(args: InspectArgs) -> ExitCode {
     }
     if !component.skipped().is_empty() {
         text.push_str("\nnot offered as tools:\n");
-        for skipped in component.skipped() {
-            text.push_str(&format!(
-                "  {}  {}\n",
-                field(&skipped.function),
-                field(&skipped.reason)
-            ));
-        }
+        let rows = component.skipped().iter().map(|skipped| {
+            let reason = field(&skipped.reason).into_owned();
+            (field(&skipped.function).into_owned(), reason)
+        });
+        aligned(&mut text, rows);
     }
     let (resources, prompts) = component.offers();
     if !resources.is_empty() {
         text.push_str("\nresources (for an MCP client):\n");
-        for spec in resources {
+        let rows = resources.iter().map(|spec| {
             let about = spec.description.as_deref().unwrap_or(&spec.name);
-            text.push_str(&format!("  {}  {}\n", field(&spec.uri), block(about, 4)));
-        }
+            (field(&spec.uri).into_owned(), about.to_owned())
+        });
+        aligned(&mut text, rows);
     }
     if !component.withheld().is_empty() {
         text.push_str("\nresources not offered:\n");
-        for withheld in component.withheld() {
-            text.push_str(&format!(
-                "  {}  {}\n",
-                field(&withheld.uri),
-                field(&withheld.reason)
-            ));
-        }
+        let rows = component.withheld().iter().map(|withheld| {
+            let reason = field(&withheld.reason).into_owned();
+            (field(&withheld.uri).into_owned(), reason)
+        });
+        aligned(&mut text, rows);
     }
     if !prompts.is_empty() {
         text.push_str("\nprompts (for an MCP client):\n");
-        for spec in prompts {
+        let rows = prompts.iter().map(|spec| {
             let arguments: Vec<String> = spec
                 .arguments
                 .iter()
@@ -344,14 +341,10 @@ pub async fn run(args: InspectArgs) -> ExitCode {
                     }
                 })
                 .collect();
-            let about = spec.description.as_deref().unwrap_or_default();
-            text.push_str(&format!(
-                "  {}({})  {}\n",
-                field(&spec.name),
-                field(&arguments.join(", ")),
-                block(about, 4)
-            ));
-        }
+            let named = format!("{}({})", field(&spec.name), field(&arguments.join(", ")));
+            (named, spec.description.clone().unwrap_or_default())
+        });
+        aligned(&mut text, rows);
     }
     text.push_str("\nimports (what the tool asks for, and what it gets):\n");
     text.push_str(&import_lines(&imports, &described));
@@ -381,4 +374,22 @@ pub async fn run(args: InspectArgs) -> ExitCode {
 
 fn fail(args: &InspectArgs, failure: &Failure) -> ExitCode {
     report_failure(failure, args.json, serde_json::Map::new())
+}
+
+/// `rows` as lines of `text`: each first column padded to the longest (at
+/// most 40 characters), then the second, its own lines under its first.
+/// Both are shown as given: escape what needs it first.
+fn aligned(text: &mut String, rows: impl Iterator<Item = (String, String)>) {
+    let rows: Vec<(String, String)> = rows.collect();
+    let width = rows
+        .iter()
+        .map(|(first, _)| first.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(40);
+    for (first, second) in rows {
+        let line = format!("  {first:width$}  {}", block(&second, width + 4));
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
 }
