@@ -278,8 +278,9 @@ fn resources_with_a_scheme_the_policy_does_not_allow_are_withheld() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("resources (for an MCP client):\n  test://static-text         A text resource")
-            && text.contains("test://template/{id}/data")
+        text.contains(
+            "resources (for an MCP client):\n  test://static-text         A text resource"
+        ) && text.contains("test://template/{id}/data")
             && text.contains("test_prompt_with_arguments(arg1, arg2)")
             && !text.contains("not offered"),
         "{text}"
