@@ -448,16 +448,18 @@ async fn a_stalled_holder_blocks_until_its_lease_expires_and_then_cannot_commit(
     integrity(&run.db);
 }
 
-/// The kill hook is the tests' only: an `airlock` built without the
-/// `test-hooks` feature (what `make demo` and every release build) does
-/// not hold the variable's name, so nothing an operator sets can make it
-/// kill itself. `make test` names such a build in `AIRLOCK_SHIPPED_BIN`;
-/// the tests' own binary, built with the feature, holds it (the control).
+/// The test hooks are the tests' only: an `airlock` built without the
+/// `test-hooks` feature (what `make demo` and every release build) holds
+/// neither variable's name (the kill at a commit, the HTTP server's header
+/// limit), so nothing an operator sets can make it kill itself or change
+/// the limit. `make test` names such a build in `AIRLOCK_SHIPPED_BIN`; the
+/// tests' own binary, built with the feature, holds both (the control).
 #[test]
 fn a_build_without_test_hooks_has_no_kill_hook() {
-    let holds_hook = |binary: &Path| {
+    const HOOKS: [&str; 2] = ["AIRLOCK_TEST_KILL_AT_COMMIT", "AIRLOCK_TEST_HEADER_READ_MS"];
+    let holds = |binary: &Path, hook: &str| {
         std::process::Command::new("grep")
-            .args(["-q", "-a", "-F", "AIRLOCK_TEST_KILL_AT_COMMIT"])
+            .args(["-q", "-a", "-F", hook])
             .arg(binary)
             .status()
             .expect("grep runs")
@@ -472,13 +474,11 @@ fn a_build_without_test_hooks_has_no_kill_hook() {
         ),
     };
     assert!(shipped.is_file(), "{} is not a file", shipped.display());
-    assert!(
-        !holds_hook(&shipped),
-        "{} reads AIRLOCK_TEST_KILL_AT_COMMIT",
-        shipped.display()
-    );
-    if cfg!(feature = "test-hooks") {
-        assert!(holds_hook(tests_binary), "the tests' binary has no hook");
+    for hook in HOOKS {
+        assert!(!holds(&shipped, hook), "{} reads {hook}", shipped.display());
+        if cfg!(feature = "test-hooks") {
+            assert!(holds(tests_binary, hook), "the tests' binary has no {hook}");
+        }
     }
 }
 

@@ -1025,6 +1025,78 @@ async fn results_have_the_shape_of_the_clients_revision() {
     }
 }
 
+/// A connection that sends nothing, or its headers a piece at a time, or
+/// stays idle after a request, is closed once it has taken the server's
+/// header limit (30 s; 300 ms here, by the test build's hook) to send a
+/// request: such connections cannot hold the server's file descriptors
+/// for good. A client that sends its requests is served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_send_no_request_in_time_are_closed_over_http() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("slow.db");
+    let stateful = guest("stateful");
+    let args = [
+        "--tool",
+        stateful.to_str().unwrap(),
+        "--store",
+        db.to_str().unwrap(),
+    ];
+    let server =
+        crate::support::mcp::serve_http_env(&args, &[("AIRLOCK_TEST_HEADER_READ_MS", "300")]);
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let connect = || {
+        let stream = std::net::TcpStream::connect(&address).unwrap();
+        // A server that never closes fails the test, not hangs it.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream
+    };
+    // Whether the server closed `stream` (all it sent read, then the end).
+    let closed = |mut stream: std::net::TcpStream| {
+        let mut said = Vec::new();
+        match stream.read_to_end(&mut said) {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    };
+    let silent = connect();
+    let mut partial = connect();
+    partial
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    let mut idle = connect();
+    idle.write_all(b"GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    let mut answer = [0; 12];
+    idle.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 404");
+    let (silent, partial, idle) =
+        tokio::task::spawn_blocking(move || (closed(silent), closed(partial), closed(idle)))
+            .await
+            .unwrap();
+    assert!(silent, "a connection that sent nothing stayed open");
+    assert!(
+        partial,
+        "a connection that sent part of its headers stayed open"
+    );
+    assert!(idle, "a connection idle after its request stayed open");
+
+    let client = RawHttp::initialized(&server.url).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "increment", "arguments": {"name": "n"}}});
+    let answer = answer_of(client.post(call).await.unwrap()).await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["value"], 1,
+        "{answer}"
+    );
+}
+
 /// Whether the one session in `store` is leased.
 async fn leased(store: &SqliteStore) -> bool {
     let sessions = store.list(None).await.unwrap();

@@ -384,6 +384,25 @@ const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 /// How long a client has to finish its TLS handshake.
 const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a connection may take to send a request's headers, and stay
+/// idle between requests: past it the server closes it, so connections
+/// that send nothing (or a byte at a time) do not hold the server's file
+/// descriptors for good.
+const HEADER_READ: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// [`HEADER_READ`], or, in a build with the `test-hooks` feature, the
+/// milliseconds `AIRLOCK_TEST_HEADER_READ_MS` says.
+fn header_read() -> std::time::Duration {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("AIRLOCK_TEST_HEADER_READ_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        return std::time::Duration::from_millis(ms);
+    }
+    HEADER_READ
+}
+
 /// The acceptor of `--tls-cert`/`--tls-key`: rustls with its safe
 /// defaults (TLS 1.2 and 1.3), HTTP/1.1 offered by ALPN. An error names
 /// the file at fault.
@@ -482,6 +501,8 @@ where
     });
     let io = wasmtime_wasi_http::io::TokioIo::new(stream);
     if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read())
         .serve_connection(io, handler)
         .await
     {
