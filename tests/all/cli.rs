@@ -1096,7 +1096,8 @@ fn long_help_and_readme_list_exit_codes_and_every_variable() {
         );
     }
     assert!(!short.contains("Exit codes"), "-h stays short");
-    // Set by Airlock for itself (a compiling child, a kill test), or read
+    // Set by Airlock for itself (a compiling child), by its tests (a kill,
+    // the HTTP header limit, both only in a test build), or read
     // by its unit tests.
     let internal = [
         "AIRLOCK_BLESS",
@@ -1105,6 +1106,7 @@ fn long_help_and_readme_list_exit_codes_and_every_variable() {
         "AIRLOCK_COMPILE_MEMORY",
         "AIRLOCK_COMPILE_CPU_SECS",
         "AIRLOCK_TEST_KILL_AT_COMMIT",
+        "AIRLOCK_TEST_HEADER_READ_MS",
     ];
     let mut read = std::collections::BTreeSet::new();
     let mut dirs = vec![root().join("host/src")];

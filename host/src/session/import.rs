@@ -108,11 +108,28 @@ pub fn stage_for_user(
     }
 }
 
+/// The most bytes of the file one value may take (within 8 KiB): a
+/// journal record, a message or item of the lists beside it, the deps or
+/// the metadata. Held whole while it is read, so a file cannot make an
+/// import hold more; no session Airlock writes under its limits comes
+/// near.
+pub const MAX_VALUE_BYTES: u64 = 256 << 20;
+
 /// [`stage`], refusing a `user_id` other than `owner`'s once it is read.
 fn stage_checked(
+    input: impl Read + Seek,
+    rules: &ContextRules,
+    owner: Option<Option<&str>>,
+) -> Result<Staged, ImportError> {
+    stage_within(input, rules, owner, MAX_VALUE_BYTES)
+}
+
+/// [`stage_checked`], no value of the file over `most` bytes.
+fn stage_within(
     mut input: impl Read + Seek,
     rules: &ContextRules,
     owner: Option<Option<&str>>,
+    most: u64,
 ) -> Result<Staged, ImportError> {
     let rewind =
         |input: &mut dyn Seek| input.rewind().map_err(|e| ImportError::Read(e.to_string()));
@@ -120,8 +137,10 @@ fn stage_checked(
     let version = read_version(&mut input)?;
     rewind(&mut input)?;
     let spill = Spill::new().map_err(|e| ImportError::Stage(e.to_string()))?;
+    let gauge = Gauge::new(most);
     let mut journal = Journal {
         rules,
+        gauge: gauge.clone(),
         spill,
         state: Folded::default(),
         next: 1,
@@ -130,7 +149,13 @@ fn stage_checked(
         failed: None,
         every_call_keyed: version < 2,
     };
-    let mut reader = serde_json::Deserializer::from_reader(BufReader::new(input));
+    // Under the buffer, so the count costs a little per 8 KiB read, not
+    // per byte parsed.
+    let gauged = Gauged {
+        inner: input,
+        gauge,
+    };
+    let mut reader = serde_json::Deserializer::from_reader(BufReader::new(gauged));
     let fields = DocumentSeed {
         journal: &mut journal,
         rules,
@@ -142,7 +167,93 @@ fn stage_checked(
         Ok(fields) => fields.check(journal),
         // A record that does not fold stopped the reader: that is the
         // error, not where the reader was.
-        Err(e) => Err(journal.failed.take().unwrap_or_else(|| json_error(e))),
+        Err(e) => Err(journal.failed.take().unwrap_or_else(|| {
+            if journal.gauge.passed() {
+                let over = journal.gauge.over();
+                ImportError::Invalid(format!("a value of the file {over}"))
+            } else {
+                json_error(e)
+            }
+        })),
+    }
+}
+
+/// How many bytes of the file have been read, and how far the value being
+/// read may go ([`Gauge::measured`]); shared by the reader that counts and
+/// the seeds that read values.
+#[derive(Clone)]
+struct Gauge(std::rc::Rc<GaugeState>);
+
+struct GaugeState {
+    read: std::cell::Cell<u64>,
+    /// Where what is being read must end by: `most` past where the value
+    /// being read began, or else the last one ended (so a key, or what
+    /// lies between values, is bounded too).
+    until: std::cell::Cell<u64>,
+    /// The most one value may take.
+    most: u64,
+}
+
+impl Gauge {
+    fn new(most: u64) -> Self {
+        Self(std::rc::Rc::new(GaugeState {
+            read: std::cell::Cell::new(0),
+            until: std::cell::Cell::new(most),
+            most,
+        }))
+    }
+
+    /// `read` (one value of the file), refused by the reader once it has
+    /// taken more than the most one may.
+    fn measured<T>(&self, read: impl FnOnce() -> T) -> T {
+        self.restart();
+        let value = read();
+        if !self.passed() {
+            self.restart();
+        }
+        value
+    }
+
+    /// The bound, from here.
+    fn restart(&self) {
+        let state = &self.0;
+        state.until.set(state.read.get().saturating_add(state.most));
+    }
+
+    /// Whether the value being read went past the most one may take.
+    fn passed(&self) -> bool {
+        self.0.read.get() > self.0.until.get()
+    }
+
+    /// What is wrong with a value that went past it.
+    fn over(&self) -> String {
+        format!(
+            "is over {} bytes; the most one value of a session file may take \
+             (no session Airlock writes comes near)",
+            self.0.most
+        )
+    }
+}
+
+/// A reader that counts what it reads into its [`Gauge`], and fails once
+/// the value being read has taken more than it may: serde_json stops there,
+/// holding no more of it. Read through a buffer, it counts what the buffer
+/// takes, so a value is refused within a buffer's length (8 KiB) of the
+/// bound.
+struct Gauged<R> {
+    inner: R,
+    gauge: Gauge,
+}
+
+impl<R: Read> Read for Gauged<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let state = &self.gauge.0;
+        state.read.set(state.read.get().saturating_add(n as u64));
+        if self.gauge.passed() {
+            return Err(std::io::Error::other(self.gauge.over()));
+        }
+        Ok(n)
     }
 }
 
@@ -242,6 +353,8 @@ impl<'de> Visitor<'de> for VersionSeed<'_> {
 /// the conversation it makes digested.
 struct Journal<'r> {
     rules: &'r ContextRules,
+    /// How much of the file the value being read has taken.
+    gauge: Gauge,
     spill: Spill,
     state: Folded,
     /// The number the next record must have.
@@ -444,19 +557,25 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
                 "updated_at_ms" => {
                     once(&mut f.updated_at_ms, "updated_at_ms", || map.next_value())?
                 }
-                "metadata" => once(&mut f.metadata, "metadata", || map.next_value())?,
-                "deps" => once(&mut f.deps, "deps", || map.next_value())?,
+                "metadata" => once(&mut f.metadata, "metadata", || {
+                    self.journal.gauge.measured(|| map.next_value())
+                })?,
+                "deps" => once(&mut f.deps, "deps", || {
+                    self.journal.gauge.measured(|| map.next_value())
+                })?,
                 "usage" => once(&mut f.usage, "usage", || map.next_value())?,
                 "iteration" => once(&mut f.iteration, "iteration", || map.next_value())?,
                 "messages" => once(&mut f.messages, "messages", || {
                     map.next_value_seed(Digested::<Message> {
                         rules: self.rules,
+                        gauge: &self.journal.gauge,
                         of: std::marker::PhantomData,
                     })
                 })?,
                 "items" => once(&mut f.items, "items", || {
                     map.next_value_seed(Digested::<Event> {
                         rules: self.rules,
+                        gauge: &self.journal.gauge,
                         of: std::marker::PhantomData,
                     })
                 })?,
@@ -489,12 +608,22 @@ impl<'de> Visitor<'de> for JournalSeed<'_, '_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(record) = seq.next_element::<Record>()? {
+        loop {
+            let next = self.0.gauge.measured(|| seq.next_element::<Record>());
+            let record = match next {
+                Ok(Some(record)) => record,
+                Ok(None) => return Ok(()),
+                Err(_) if self.0.gauge.passed() => {
+                    let at = self.0.next;
+                    let over = format!("journal record {at} {}", self.0.gauge.over());
+                    return Err(self.0.fail(ImportError::Invalid(over)));
+                }
+                Err(e) => return Err(e),
+            };
             if let Err(e) = self.0.take(record) {
                 return Err(self.0.fail(e));
             }
         }
-        Ok(())
     }
 }
 
@@ -502,6 +631,7 @@ impl<'de> Visitor<'de> for JournalSeed<'_, '_> {
 /// as the journal's are).
 struct Digested<'r, T> {
     rules: &'r ContextRules,
+    gauge: &'r Gauge,
     of: std::marker::PhantomData<T>,
 }
 
@@ -525,7 +655,7 @@ impl<'de, T: Deserialize<'de> + Serialize + Scrub> Visitor<'de> for Digested<'_,
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ListDigest, A::Error> {
         let mut digest = ListDigest::default();
-        while let Some(mut element) = seq.next_element::<T>()? {
+        while let Some(mut element) = self.gauge.measured(|| seq.next_element::<T>())? {
             element.scrub(self.rules);
             digest.add(&element);
         }
@@ -637,5 +767,100 @@ impl RecordPages for SpilledRecords {
             page.push(serde_json::from_str(&line).map_err(|e| failed(e.to_string()))?);
         }
         Ok((!page.is_empty()).then_some(page))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An export of one call whose result is `long` bytes of text.
+    fn export(long: usize) -> String {
+        let text = "x".repeat(long);
+        let output = serde_json::to_string(&text).unwrap();
+        let output_json = serde_json::to_string(&output).unwrap();
+        let call = r#"{"id":"item_1","run_id":"run_1","type":"function_call","call_id":"c1","name":"say","arguments":"{}","iteration":0}"#;
+        let out = format!(
+            r#"{{"id":"item_2","run_id":"run_1","type":"function_call_output","call_id":"c1","name":"say","status":"completed","output":{output_json},"duration_us":1}}"#
+        );
+        let with_at = |item: &str, at: u64| {
+            item.replacen(r#","type""#, &format!(r#","at_ms":{at},"type""#), 1)
+        };
+        format!(
+            r#"{{"version": 3, "session_id": "s", "user_id": null, "created_at_ms": 1, "updated_at_ms": 2,
+            "metadata": {{}},
+            "journal": [{{"seq":1,"at_ms":1,"entry":"deps","deps":{{}}}},
+              {{"seq":2,"at_ms":1,"entry":"event","event":{call}}},
+              {{"seq":3,"at_ms":2,"entry":"event","event":{out}}}],
+            "messages": [],
+            "items": [{}, {}],
+            "deps": {{}}, "usage": {{"requests":0,"tool_calls":0,"input_tokens":0,"output_tokens":0,"total_tokens":0}}, "iteration": 0}}"#,
+            with_at(call, 1),
+            with_at(&out, 2)
+        )
+    }
+
+    fn staged(text: &str, most: u64) -> Result<Staged, ImportError> {
+        stage_within(
+            std::io::Cursor::new(text),
+            &ContextRules::default(),
+            None,
+            most,
+        )
+    }
+
+    /// A value of the file over the bound is refused once it passes it,
+    /// naming what it was; at the bound, the file imports. The bound is
+    /// per value, not per file.
+    #[test]
+    fn no_value_of_a_session_file_may_pass_the_bound() {
+        let text = export(40_000);
+        let whole = staged(&text, 1 << 20).unwrap();
+        assert_eq!(whole.records, 3);
+        // Each value is under 41,000 bytes; the file is over 80,000.
+        assert!(text.len() > 80_000);
+        assert!(staged(&text, 60_000).is_ok());
+        let refused = staged(&text, 20_000).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "invalid session file: journal record 3 is over 20000 bytes; the most one value \
+             of a session file may take (no session Airlock writes comes near)"
+        );
+        // The deps, and a listed item, alike.
+        let big_deps = text.replacen(
+            r#""deps": {}, "usage""#,
+            &format!(r#""deps": {{"k": "{}"}}, "usage""#, "y".repeat(80_000)),
+            1,
+        );
+        let refused = staged(&big_deps, 60_000).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("invalid session file: a value of the file is over 60000 bytes"),
+            "{refused}"
+        );
+        let listed = export(40_000).replacen(
+            r#""messages": []"#,
+            &format!(
+                r#""messages": [{{"role":"user","content":"{}"}}]"#,
+                "z".repeat(80_000)
+            ),
+            1,
+        );
+        let refused = staged(&listed, 60_000).unwrap_err().to_string();
+        assert!(refused.contains("is over 60000 bytes"), "{refused}");
+        // A field that is no list's element, and a key, alike.
+        let long_id = text.replacen(
+            r#""session_id": "s""#,
+            &format!(r#""session_id": "{}""#, "s".repeat(80_000)),
+            1,
+        );
+        let refused = staged(&long_id, 60_000).unwrap_err().to_string();
+        assert!(refused.contains("is over 60000 bytes"), "{refused}");
+        let long_key = text.replacen(
+            r#""iteration": 0"#,
+            &format!(r#""{}": 0"#, "k".repeat(80_000)),
+            1,
+        );
+        let refused = staged(&long_key, 60_000).unwrap_err().to_string();
+        assert!(refused.contains("is over 60000 bytes"), "{refused}");
     }
 }
