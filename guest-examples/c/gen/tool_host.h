@@ -232,7 +232,9 @@ typedef struct airlock_tool_ask_answer_t {
   } val;
 } airlock_tool_ask_answer_t;
 
-// They answered: a JSON object shaped by the question's schema.
+// They answered: a JSON object shaped by the question's schema
+// (the host checks it; an answer that does not fit it, or is over
+// 64 KiB, comes as `unavailable`, saying where it does not fit).
 #define AIRLOCK_TOOL_ASK_ANSWER_ACCEPT 0
 // They said no.
 #define AIRLOCK_TOOL_ASK_ANSWER_DECLINE 1
@@ -240,7 +242,8 @@ typedef struct airlock_tool_ask_answer_t {
 #define AIRLOCK_TOOL_ASK_ANSWER_CANCEL 2
 // Nobody can be asked, and why: the policy does not let this tool
 // ask, the client cannot ask its user, or the schema is not one
-// the client's protocol can carry.
+// the client's protocol can carry; or the answer given does not
+// fit the question.
 #define AIRLOCK_TOOL_ASK_ANSWER_UNAVAILABLE 3
 
 // Who said a message of a conversation for the model.
@@ -352,7 +355,8 @@ extern void airlock_tool_show_show(airlock_tool_show_block_t *block);
 // `boolean`, enums; defaults allowed), MCP's elicitation subset.
 // 
 // At most 8 questions a call, `message` and `schema` at most 16 KiB
-// each, `schema` a JSON object; past these the call fails.
+// each, `schema` a JSON object that compiles as a JSON Schema; past
+// these the call fails.
 extern void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_ask_json_t *schema, airlock_tool_ask_answer_t *ret);
 // Asks the model to continue `messages` (after `system`
 // instructions), in at most `max-tokens` tokens (the policy's
@@ -361,7 +365,9 @@ extern void airlock_tool_ask_ask_user(tool_host_string_t *message, airlock_tool_
 // declined.
 // 
 // At most the policy's `max_requests` a call (4 unless it says), and
-// 64 KiB of messages in all; past these the call fails.
+// 64 KiB of messages in all; past these the call fails. A reply longer
+// than `max-tokens` tokens could be (16 bytes a token, at least 64 KiB)
+// comes as `err`.
 extern bool airlock_tool_ask_ask_model(airlock_tool_ask_list_said_t *messages, tool_host_string_t *maybe_system, uint32_t max_tokens, airlock_tool_ask_reply_t *ret, tool_host_string_t *err);
 
 // Exported Functions from `airlock:tool/tool@0.1.2`
