@@ -945,6 +945,15 @@ async fn answer_of(posted: reqwest::Response) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|_| events(&body).pop().unwrap())
 }
 
+/// The count `increment` of counter `n` returns, called by `client` as
+/// request `id`.
+async fn increment(client: &RawHttp, id: u64) -> Value {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "increment", "arguments": {"name": "n"}}});
+    let answer = answer_of(client.post(call).await.unwrap()).await;
+    answer["result"]["structuredContent"]["value"].clone()
+}
+
 /// A client hears each result in its revision's shape, whichever path of
 /// the server answers it. A 2025-06-18 session's `tools/list` and
 /// `tools/call` (answered by Airlock past rmcp) and its `resources/list`
@@ -991,13 +1000,7 @@ async fn results_have_the_shape_of_the_clients_revision() {
         let refused = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(refused.contains("missing"), "{method}: {answer}");
     }
-    let call = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call",
-        "params": {"name": "increment", "arguments": {"name": "n"}}});
-    let answer = answer_of(client.post(call).await.unwrap()).await;
-    assert_eq!(
-        answer["result"]["structuredContent"]["value"], 2,
-        "{answer}"
-    );
+    assert_eq!(increment(&client, 20).await, 2);
     for (id, (method, params)) in (2..).zip(&asked) {
         let mut params = params.clone();
         params["_meta"] = json!({
@@ -1088,13 +1091,7 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
     assert!(idle, "a connection idle after its request stayed open");
 
     let client = RawHttp::initialized(&server.url).await;
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "increment", "arguments": {"name": "n"}}});
-    let answer = answer_of(client.post(call).await.unwrap()).await;
-    assert_eq!(
-        answer["result"]["structuredContent"]["value"], 1,
-        "{answer}"
-    );
+    assert_eq!(increment(&client, 2).await, 1);
 }
 
 /// Whether the one session in `store` is leased.
