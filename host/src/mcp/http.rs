@@ -432,6 +432,20 @@ fn events_response(
     response
 }
 
+/// `result` in the shape its client's revision has (`current`: 2026-07-28
+/// or later, [`McpServer::current_revision`]), as rmcp shapes the results
+/// it sends itself, for one this server sends past rmcp: for an earlier
+/// revision, without `resultType: "complete"` and non-object output; from
+/// it on, with the caching hints it requires.
+fn fit(result: &mut ServerResult, current: bool) {
+    if current {
+        result.fill_missing_cache_hints();
+    } else {
+        result.strip_result_type_for_legacy_peer();
+        result.strip_non_object_output_for_legacy_peer();
+    }
+}
+
 /// What an event-stream body is first given room for: a call's merged
 /// log records, its latest progress report and a short result, without
 /// growing it (each growth copies what was written).
@@ -642,7 +656,7 @@ impl Sessions {
             ClientRequest::ListToolsRequest(_) => {
                 let tools = ListToolsResult::with_all_items(server.tool_list(caller.as_ref()));
                 let mut result = ServerResult::ListToolsResult(tools);
-                super::fit(&mut result, server.current_revision(meta));
+                fit(&mut result, server.current_revision(meta));
                 Ok(Answer::Now(Box::new(ServerJsonRpcMessage::response(
                     result, request.id,
                 ))))
@@ -706,7 +720,7 @@ impl Sessions {
         let mut work = RunsToEnd(Some(Box::pin(work)));
         let answer = move |result| {
             let mut result = ServerResult::from(CallToolResponse::from(result));
-            super::fit(&mut result, current);
+            fit(&mut result, current);
             Box::new(ServerJsonRpcMessage::response(result, request.clone()))
         };
         let Some((relay, mut seconds)) = relay else {

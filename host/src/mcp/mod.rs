@@ -37,7 +37,7 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     RequestId, RequestMetaObject, Resource, ResourceContents, ServerCapabilities, ServerConfig,
-    ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -319,9 +319,8 @@ impl McpServer {
     /// later one: the revision `meta` names, else the one the client asked
     /// for at `initialize` (none: an earlier one), as rmcp reads it.
     pub(crate) fn current_revision(&self, meta: &RequestMetaObject) -> bool {
-        let revision = meta
-            .protocol_version()
-            .or_else(|| self.revision.get().cloned());
+        let named = meta.protocol_version();
+        let revision = named.as_ref().or_else(|| self.revision.get());
         revision.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
     }
 
@@ -710,20 +709,6 @@ fn resource_contents(
 }
 
 /// A call's arguments as the tool gets them: a JSON object's text.
-/// `result` in the shape its client's revision has (`current`: 2026-07-28
-/// or later, [`McpServer::current_revision`]), as rmcp shapes the results
-/// it sends itself, for one this server sends past rmcp: for an earlier
-/// revision, without `resultType: "complete"` and non-object output; from
-/// it on, with the caching hints it requires.
-pub(crate) fn fit(result: &mut ServerResult, current: bool) {
-    if current {
-        result.fill_missing_cache_hints();
-    } else {
-        result.strip_result_type_for_legacy_peer();
-        result.strip_non_object_output_for_legacy_peer();
-    }
-}
-
 fn arguments_text(arguments: Option<rmcp::model::JsonObject>) -> String {
     Value::Object(arguments.unwrap_or_default()).to_string()
 }
