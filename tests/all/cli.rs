@@ -1622,6 +1622,87 @@ fn a_terminal_prompt_is_never_interleaved_with_progress() {
     assert!(screen.starts_with("error: no session nope"), "{screen:?}");
 }
 
+/// `airlock call` asks a tool's question on the terminal, with or without
+/// a session, and asks again until the answer fits the question: what is
+/// not JSON, or breaks the question's schema, is refused there with where
+/// and by which rule (the check the tool's answer gets), so the person
+/// can mend it rather than the tool hearing `unavailable`. An empty line
+/// declines.
+#[test]
+fn a_terminal_answer_that_does_not_fit_is_asked_again() {
+    use crate::support::pty::Terminal;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("ask.toml");
+    let everything = guest("everything");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {everything:?}\nask = true\nuri_schemes = [\"test\"]\n"),
+    )
+    .unwrap();
+    let db = dir.path().join("ask.db");
+    let asked = r#"{"message":"Who are you?"}"#;
+    let call = |session: bool| {
+        let mut args = vec![
+            "call",
+            "--config",
+            path(&policy),
+            path(&everything),
+            "test_elicitation",
+            asked,
+        ];
+        if session {
+            args.extend(["--session", "s", "--store", path(&db)]);
+        }
+        Terminal::start(crate::support::airlock_command(&args, &[]))
+    };
+    let prompt = "answer: ";
+    let prompts = |screen: &str| screen.matches(prompt).count();
+
+    let mut terminal = call(false);
+    let first = terminal.wait_for("the question", |s| prompts(s) == 1);
+    assert!(
+        first.contains("a tool asks: Who are you?\n  answer with a JSON object of: email (string, required), username (string, required)"),
+        "{first}"
+    );
+    terminal.type_in("{\"username\": 5, \"email\": \"hidden-value\"}\n");
+    terminal.wait_for("the question again", |s| prompts(s) == 2);
+    terminal.type_in("nope\n");
+    terminal.wait_for("the question a third time", |s| prompts(s) == 3);
+    terminal.type_in("{\"username\": \"ann\", \"email\": \"ann@example.com\"}\n");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    let refused = "  that does not fit the question: at /username fails rule \"type\" (schema path /properties/username/type); try again\n";
+    assert!(screen.contains(refused), "{screen}");
+    assert!(
+        screen.contains("  that does not fit the question: it is not JSON; try again\n"),
+        "{screen}"
+    );
+    assert_eq!(
+        screen.matches("hidden-value").count(),
+        1,
+        "only as typed: {screen}"
+    );
+    assert!(
+        screen.contains(
+            r#"action=accept, content={\"username\":\"ann\",\"email\":\"ann@example.com\"}"#
+        ),
+        "{screen}"
+    );
+
+    // On a session the same; an empty line declines, and the decline is
+    // what the session keeps.
+    let mut terminal = call(true);
+    terminal.wait_for("the question", |s| prompts(s) == 1);
+    terminal.type_in("\n");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("action=decline"), "{screen}");
+    let shown = airlock(&["sessions", "show", "s", "--store", path(&db), "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains(r#""action":"decline""#), "{shown}");
+}
+
 /// `inspect` is brief unless asked: each tool's name and the first line of
 /// its description, aligned; schemas with `--schemas` (pretty, under
 /// `parameters:`) or `--json`; a capability said once for all the

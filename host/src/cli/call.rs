@@ -95,9 +95,17 @@ pub async fn run(args: CallArgs) -> ExitCode {
     if args.flags.session.id.is_some() {
         return call_in_session(&args, &host, &call).await;
     }
-    let result = host.call(&mut ctx, &call).await;
+    let result = host
+        .call_cancellable(&mut ctx, &call, &terminal_asks())
+        .await;
     let deps = shown_deps(&ctx, &host);
     finish(&args, &host, result.map_err(Failure::from), deps, None)
+}
+
+/// A call's token, with or without a session: its tool's questions are
+/// asked on the terminal ([`super::terminal::asker`]); nothing fires it.
+fn terminal_asks() -> CancelToken {
+    CancelToken::watched(None, Some(super::terminal::asker(None)), None)
 }
 
 /// The stored session a call was committed to: its id and where it lives.
@@ -114,12 +122,7 @@ async fn call_in_session(args: &CallArgs, host: &Host, call: &ToolCall) -> ExitC
         Err(failure) => return fail(args, &failure, None),
     };
     let result = session
-        .call(
-            host,
-            call,
-            &CancelToken::watched(None, Some(super::terminal::asker(None)), None),
-            None,
-        )
+        .call(host, call, &terminal_asks(), None)
         .await
         .map_err(|e| match e {
             SessionCallError::Call(failure) => Failure::from(*failure),

@@ -146,9 +146,17 @@ pub(super) fn asker(desk: Desk) -> Asker {
     })
 }
 
-/// Asks `asked` on the terminal until the answer is a JSON object (or
-/// nothing, or the end of input).
+/// Asks `asked` on the terminal until the answer fits the question (or
+/// is nothing, or the end of input): one that is not JSON, or does not fit
+/// the question's schema, is refused with why ([`airlock::tools::misfit`],
+/// the check the tool's answer gets) and asked again.
 fn ask_person(asked: &Asked) -> Answer {
+    let required: Vec<&str> = asked
+        .schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     let fields: Vec<String> = asked
         .schema
         .get("properties")
@@ -158,11 +166,19 @@ fn ask_person(asked: &Asked) -> Answer {
                 .iter()
                 .map(|(name, schema)| {
                     let kind = schema.get("type").and_then(Value::as_str).unwrap_or("any");
-                    format!("{} ({kind})", field(name))
+                    let needed = if required.contains(&name.as_str()) {
+                        ", required"
+                    } else {
+                        ""
+                    };
+                    format!("{} ({kind}{needed})", field(name))
                 })
                 .collect()
         })
         .unwrap_or_default();
+    // The call compiled it before asking; should it not compile here,
+    // the tool's own check still judges the answer.
+    let fits = airlock::spec::compile_schema(&asked.schema).ok();
     let mut err = std::io::stderr();
     let _ = writeln!(
         err,
@@ -184,12 +200,23 @@ fn ask_person(asked: &Asked) -> Answer {
                 return Answer::Cancel;
             }
             Ok(_) if line.trim().is_empty() => return Answer::Decline,
-            Ok(_) => match serde_json::from_str::<Value>(line.trim()) {
-                Ok(content @ Value::Object(_)) => return Answer::Accept { content },
-                _ => {
-                    let _ = writeln!(err, "  that is not a JSON object; try again");
-                }
-            },
+            Ok(_) => {
+                let why = match serde_json::from_str::<Value>(line.trim()) {
+                    Err(_) => "it is not JSON".to_owned(),
+                    Ok(content) => {
+                        let misfit = match &fits {
+                            Some(fits) => airlock::tools::misfit(&content, fits),
+                            None if content.is_object() => None,
+                            None => Some("it is not a JSON object".to_owned()),
+                        };
+                        match misfit {
+                            None => return Answer::Accept { content },
+                            Some(why) => why,
+                        }
+                    }
+                };
+                let _ = writeln!(err, "  that does not fit the question: {why}; try again");
+            }
         }
     }
 }

@@ -579,37 +579,45 @@ impl progress::Host for CallState {
     }
 }
 
-/// `answer` as the tool may be given it: an accepted answer that is not a
-/// JSON object, is over
-/// [`MAX_ANSWER_BYTES`](crate::sandbox::MAX_ANSWER_BYTES), or does not
-/// satisfy the question's schema (`fits`) is replaced by an unavailable
-/// one that says where it does not fit and by which rule, never with what
-/// it holds. Whoever answered (a client, a terminal, a script, a recorded
-/// answer), the tool gets what the contract promises: an object shaped by
-/// the schema.
+/// `answer` as the tool may be given it: an accepted answer that does not
+/// fit the question ([`misfit`]) is replaced by an unavailable one that
+/// says where it does not fit and by which rule, never with what it holds.
+/// Whoever answered (a client, a terminal, a script, a recorded answer),
+/// the tool gets what the contract promises: an object shaped by the
+/// schema.
 fn fitting(answer: crate::spec::Answer, fits: &jsonschema::Validator) -> crate::spec::Answer {
-    use crate::sandbox::MAX_ANSWER_BYTES;
     use crate::spec::Answer;
     let Answer::Accept { content } = &answer else {
         return answer;
     };
-    let unfit = |why: String| Answer::Unavailable {
-        why: format!("the answer given does not fit the question: {why}"),
-    };
+    match misfit(content, fits) {
+        Some(why) => Answer::Unavailable {
+            why: format!("the answer given does not fit the question: {why}"),
+        },
+        None => answer,
+    }
+}
+
+/// Why `content` is not an answer to a question whose schema compiled to
+/// `fits` ([`compile_schema`](crate::spec::compile_schema)): it is not a
+/// JSON object, it is over
+/// [`MAX_ANSWER_BYTES`](crate::sandbox::MAX_ANSWER_BYTES) of JSON, or
+/// where and by which rule it breaks the schema; never what it holds, so
+/// the reason may be shown to whoever did not give it. `None`: it fits.
+/// Cost: one measuring pass and one validation.
+pub fn misfit(content: &serde_json::Value, fits: &jsonschema::Validator) -> Option<String> {
+    use crate::sandbox::MAX_ANSWER_BYTES;
     if !content.is_object() {
         let kind = crate::context::JsonType::of(content);
-        return unfit(format!("it is {kind}, not a JSON object"));
+        return Some(format!("it is {kind}, not a JSON object"));
     }
     let bytes = crate::json::len(content);
     if bytes > MAX_ANSWER_BYTES {
-        return unfit(format!(
+        return Some(format!(
             "it is {bytes} bytes; the limit is {MAX_ANSWER_BYTES}"
         ));
     }
-    match crate::context::SchemaViolation::first(fits, content) {
-        Some(violation) => unfit(violation.to_string()),
-        None => answer,
-    }
+    crate::context::SchemaViolation::first(fits, content).map(|v| v.to_string())
 }
 
 /// `reply` as the tool may be given it: one whose text is longer than a

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::Value;
 use wasmtime::component::{Component, Linker};
 
-pub use bindings::{ContextView, Reads, WIT_VERSION};
+pub use bindings::{ContextView, Reads, WIT_VERSION, misfit};
 pub use call::MAX_ERROR_MESSAGE_BYTES;
 pub(crate) use call::Ran;
 pub use error::{CallError, CallFailure, LoadError, failure_text, with_refusals};
