@@ -1032,7 +1032,8 @@ async fn results_have_the_shape_of_the_clients_revision() {
 /// stays idle after a request, is closed once it has taken the server's
 /// header limit (30 s; 300 ms here, by the test build's hook) to send a
 /// request: such connections cannot hold the server's file descriptors
-/// for good. A client that sends its requests is served throughout.
+/// for good. A client that sends its requests is served throughout; one
+/// whose request's body is over 4 MiB is refused with 413.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_send_no_request_in_time_are_closed_over_http() {
     use std::io::{Read as _, Write as _};
@@ -1092,6 +1093,19 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
 
     let client = RawHttp::initialized(&server.url).await;
     assert_eq!(increment(&client, 2).await, 1);
+    // A body past 4 MiB is refused before it is parsed, and the session
+    // serves on with its deps as they were.
+    let name = "x".repeat(5 << 20);
+    let huge = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "increment", "arguments": {"name": name}}});
+    let refused = client.post(huge).await.unwrap();
+    assert_eq!(refused.status(), 413);
+    let said = refused.text().await.unwrap();
+    assert!(
+        said.contains("request body exceeds 4194304 bytes"),
+        "{said}"
+    );
+    assert_eq!(increment(&client, 4).await, 2);
 }
 
 /// Whether the one session in `store` is leased.
