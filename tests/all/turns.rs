@@ -335,3 +335,74 @@ async fn the_calls_of_a_turn_run_at_once() {
         assert!(!error && content.contains("together"), "{id}: {content}");
     }
 }
+
+/// A turn of many calls starts each only once the turn is within
+/// `max_parallel` of it: while its first call waits, the calls behind it
+/// do not all run and hold their results (a model that asks for thousands
+/// of calls in one turn cannot make the host hold thousands of results).
+/// Once the first call ends, the rest run and every call is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_runs_at_most_max_parallel_calls_ahead_of_the_one_it_is_at() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (release, released) = tokio::sync::watch::channel(false);
+    let served = {
+        let arrived = Arc::clone(&arrived);
+        crate::support::serve(move |request: hyper::Request<hyper::body::Incoming>| {
+            let first = request.uri().path() == "/0";
+            arrived.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut released = released.clone();
+            async move {
+                if first {
+                    let _ = released.wait_for(|r| *r).await;
+                }
+                Ok(hyper::Response::new(Full::new(Bytes::from("ok"))))
+            }
+        })
+        .await
+    };
+    let origin = format!("http://{}", served.addr);
+    let mut fetch = ToolConfig::default();
+    fetch.grants.http = HttpGrant::new(vec![HostPattern::parse(&origin).unwrap()]);
+    fetch.idempotent = true;
+    let host = Arc::new(host_with(&[("http_fetch", fetch)], ContextRules::default()).await);
+    let calls: Vec<Value> = (0..40)
+        .map(|i| json!({"name": "fetch", "arguments": {"url": format!("{origin}/{i}")}}))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let turns = [json!({ "tool_calls": calls })];
+    let watcher = {
+        let arrived = Arc::clone(&arrived);
+        tokio::spawn(async move {
+            // Four at once, or a failing count after 30 s (not a hang).
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+            while arrived.load(std::sync::atomic::Ordering::SeqCst) < 4
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            // Time for calls past the window to arrive, were they started:
+            // a shorter wait only makes this check weaker, never wrong.
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let seen = arrived.load(std::sync::atomic::Ordering::SeqCst);
+            release.send_replace(true);
+            seen
+        })
+    };
+    let (_, transcript) = run(&host, dir.path(), &turns, &Map::new(), parallel(4)).await;
+    let seen = watcher.await.unwrap();
+    assert_eq!(seen, 4, "calls started while the first waited");
+    let told = tool_messages(&transcript);
+    assert_eq!(told.len(), 40);
+    assert!(
+        told.iter()
+            .all(|(_, content, error)| !error && content.contains("ok")),
+        "{told:?}"
+    );
+    assert_eq!(
+        arrived.load(std::sync::atomic::Ordering::SeqCst),
+        40,
+        "each call ran once"
+    );
+}

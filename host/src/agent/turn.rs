@@ -213,7 +213,7 @@ impl<'a, 'c> Run<'a, 'c> {
         let mut speculations = if parallel {
             self.speculate(calls, turn.max_parallel)
         } else {
-            Speculations { tasks: Vec::new() }
+            Speculations::none()
         };
         let mut written = BTreeSet::new();
         for (k, call) in calls.iter().enumerate() {
@@ -221,7 +221,7 @@ impl<'a, 'c> Run<'a, 'c> {
             // Its intent was committed with the model's turn; it counts
             // when the turn reaches it, whether or not it runs yet.
             self.recorder.count_call();
-            let settled = match speculations.take(k) {
+            let settled = match speculations.take(k, self) {
                 Some((task, request)) => match task.await {
                     Ok(ran) if self.still_valid(&ran, &request, &written) => {
                         let took = ran.duration;
@@ -250,43 +250,49 @@ impl<'a, 'c> Run<'a, 'c> {
             && (!ran.reads.read_retry() || request.retry == self.retry_of(&request.name))
     }
 
-    /// Starts the calls of a turn that may run speculatively.
-    fn speculate(&self, calls: &[ToolCall], max_parallel: usize) -> Speculations {
+    /// Plans the calls of a turn that may run speculatively, at most
+    /// `window` of them started ahead of the call the turn is at
+    /// ([`Speculations::take`]).
+    fn speculate(&self, calls: &[ToolCall], window: usize) -> Speculations {
         let agent = self.agent;
-        let limit = Arc::new(tokio::sync::Semaphore::new(max_parallel));
-        let tasks = calls
+        let planned = calls
             .iter()
-            .enumerate()
-            .map(|(k, call)| {
+            .map(|call| {
                 let may = agent
                     .host
                     .component_for(&call.name)
                     .is_none_or(|c| c.approval() == Approval::Never && c.may_rerun());
-                if !may {
-                    return None;
-                }
-                // What the call would see in order: counted with the calls
-                // before it, and the retry count as the turn began.
-                let mut view = self.recorder.ctx().clone();
-                let before = u32::try_from(k).unwrap_or(u32::MAX);
-                view.usage.tool_calls = view
-                    .usage
-                    .tool_calls
-                    .saturating_add(before)
-                    .saturating_add(1);
-                let request = self.request(call, call.arguments.clone());
-                let cancel = self.token_for(&request);
-                let (host, limit, run) =
-                    (Arc::clone(&agent.host), Arc::clone(&limit), request.clone());
-                let task = tokio::spawn(async move {
-                    // The semaphore is never closed.
-                    let _permit = limit.acquire_owned().await;
-                    host.run_only(&view, &run, &cancel, true).await
-                });
-                Some((task, request))
+                // With the retry count as the turn began.
+                may.then(|| Slot::Planned(self.request(call, call.arguments.clone())))
             })
             .collect();
-        Speculations { tasks }
+        Speculations {
+            start: Some(self.recorder.ctx().clone()),
+            slots: planned,
+            next: 0,
+            window,
+        }
+    }
+
+    /// Starts speculative call `request`, at position `k` of its turn:
+    /// what it would see in order, counted with the calls before it, on
+    /// the context as the turn began (`start`).
+    fn start(
+        &self,
+        start: &crate::context::RunContext,
+        k: usize,
+        request: &ToolCall,
+    ) -> tokio::task::JoinHandle<Ran> {
+        let mut view = start.clone();
+        let before = u32::try_from(k).unwrap_or(u32::MAX);
+        view.usage.tool_calls = view
+            .usage
+            .tool_calls
+            .saturating_add(before)
+            .saturating_add(1);
+        let cancel = self.token_for(request);
+        let (host, run) = (Arc::clone(&self.agent.host), request.clone());
+        tokio::spawn(async move { host.run_only(&view, &run, &cancel, true).await })
     }
 
     /// The retry count a call of `tool` sees now.
@@ -407,23 +413,73 @@ fn sampler(model: Arc<dyn Model>, used: Arc<std::sync::Mutex<Usage>>) -> Sampler
 }
 
 /// The speculative calls of a turn, by position (`None`: runs in its
-/// turn), with the request each ran (and so the retry count it saw).
-/// Those not yet taken are stopped when this is dropped (the run ended
-/// early).
+/// turn), each with the request it runs (and so the retry count it saw).
+///
+/// Invariant: at most `window` of them are started and not yet taken, all
+/// within the `window` positions from the call the turn is at. A call is
+/// started only once the turn comes within `window` of it, so a turn of
+/// any number of calls holds at most `window` results waiting for their
+/// turn (not one per call), and runs at most `window` calls at once.
+/// Those started and not taken are stopped when this is dropped (the run
+/// ended early).
 struct Speculations {
-    tasks: Vec<Option<(tokio::task::JoinHandle<Ran>, ToolCall)>>,
+    /// The context as the turn began (its deps shared, not copied): what
+    /// each call started ahead sees.
+    start: Option<crate::context::RunContext>,
+    slots: Vec<Option<Slot>>,
+    /// The first position not yet started (or passed over).
+    next: usize,
+    window: usize,
+}
+
+enum Slot {
+    Planned(ToolCall),
+    Started(tokio::task::JoinHandle<Ran>, ToolCall),
 }
 
 impl Speculations {
-    fn take(&mut self, k: usize) -> Option<(tokio::task::JoinHandle<Ran>, ToolCall)> {
-        self.tasks.get_mut(k).and_then(Option::take)
+    /// A turn whose calls all run in their turn.
+    fn none() -> Self {
+        Self {
+            start: None,
+            slots: Vec::new(),
+            next: 0,
+            window: 0,
+        }
+    }
+
+    /// Call `k`'s speculative run, if it has one, once the calls within
+    /// `window` of it are started (by `run`). Taken in order: `k` is the
+    /// call the turn is at.
+    fn take(
+        &mut self,
+        k: usize,
+        run: &Run<'_, '_>,
+    ) -> Option<(tokio::task::JoinHandle<Ran>, ToolCall)> {
+        let start = self.start.as_ref()?;
+        let end = k.saturating_add(self.window).min(self.slots.len());
+        while self.next < end {
+            let at = self.next;
+            if let Some(Slot::Planned(request)) = self.slots[at].take() {
+                let task = run.start(start, at, &request);
+                self.slots[at] = Some(Slot::Started(task, request));
+            }
+            self.next += 1;
+        }
+        match self.slots.get_mut(k).and_then(Option::take) {
+            Some(Slot::Started(task, request)) => Some((task, request)),
+            // Not reached: every slot before `end` was started.
+            Some(Slot::Planned(_)) | None => None,
+        }
     }
 }
 
 impl Drop for Speculations {
     fn drop(&mut self) {
-        for (task, _) in self.tasks.iter().flatten() {
-            task.abort();
+        for slot in self.slots.iter().flatten() {
+            if let Slot::Started(task, _) = slot {
+                task.abort();
+            }
         }
     }
 }
