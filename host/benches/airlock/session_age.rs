@@ -53,6 +53,7 @@ fn journal(records: u64) -> Vec<Record> {
             output: format!(r#"{{"counter":"x","value":{calls}}}"#),
             error_kind: None,
             duration_us: 20,
+            arguments: None,
             guest: Default::default(),
         }));
         entries.push(item(Item::ContextUpdate {

@@ -547,11 +547,16 @@ impl<'a> Follow<'a> {
                     name,
                     status,
                     output,
+                    arguments,
                     guest,
                     ..
                 } => {
                     let asked = self.asked.remove(&call_id);
-                    if let Some((call, iteration, run_id)) = asked {
+                    if let Some((mut call, iteration, run_id)) = asked {
+                        // It ran with what its approval edited them to.
+                        if let Some(edited) = arguments {
+                            call.arguments = edited;
+                        }
                         if matches!(status, CallStatus::Completed | CallStatus::Failed) {
                             self.pending =
                                 Some(self.job(seq, call, iteration, run_id, status, output, guest));

@@ -229,7 +229,7 @@ impl<'a, 'c> Run<'a, 'c> {
                             self.agent
                                 .host
                                 .apply_ran(self.recorder.ctx_mut(), &request, ran);
-                        self.settle(&request, result, took)
+                        self.settle(&request, None, result, took)
                     }
                     _ => self.run_call(call).await,
                 },
@@ -341,28 +341,32 @@ impl<'a, 'c> Run<'a, 'c> {
             }
         }
         let started = Instant::now();
+        let edited = arguments != call.arguments;
         let request = self.request(call, arguments);
         let cancel = self.token_for(&request);
         let result = agent
             .host
             .run_and_apply(self.recorder.ctx_mut(), &request, Some(&cancel), false)
             .await;
-        self.settle(&request, result, started.elapsed())
+        let edited = edited.then_some(request.arguments.as_str());
+        self.settle(&request, edited, result, started.elapsed())
     }
 
-    /// Records how a call ended (and its ops) and tells the model; the
-    /// keys it wrote. A failure counts against its tool's retries;
-    /// cancellation ends the run.
+    /// Records how a call ended (and its ops, and its arguments when
+    /// they were `edited` at its approval) and tells the model; the keys
+    /// it wrote. A failure counts against its tool's retries; cancellation
+    /// ends the run.
     fn settle(
         &mut self,
         call: &ToolCall,
+        edited: Option<&str>,
         result: Result<CallOutcome, CallFailure>,
         took: Duration,
     ) -> Result<BTreeSet<String>, RunError> {
         self.count_sampled();
         let rules = self.agent.host.context_rules();
         self.recorder
-            .call_ended(call, call_end(&result), took, rules);
+            .call_ended_as(call, edited, call_end(&result), took, rules);
         match result {
             Ok(outcome) => Ok(outcome
                 .updates

@@ -446,8 +446,17 @@ fn describe_item(item: &Item) -> String {
             name,
             status,
             output,
+            arguments,
             ..
-        } => format!("{name} {}: {}", status.as_str(), one_line(output)),
+        } => {
+            let edited = arguments.as_deref().map_or(String::new(), |edited| {
+                format!(
+                    " (with the arguments its approval gave: {})",
+                    one_line(edited)
+                )
+            });
+            format!("{name} {}{edited}: {}", status.as_str(), one_line(output))
+        }
         Item::ContextUpdate { ops, .. } => format!("ops: {}", super::terminal::op_summary(ops)),
         Item::Error { kind, message } => format!("error ({kind}): {}", one_line(message)),
         _ => "(an item of a later version)".to_owned(),

@@ -222,6 +222,7 @@ fn map_output<'de, A: MapAccess<'de>>(mut map: A) -> Result<Item, A::Error> {
     let mut status: Option<CallStatus> = None;
     let mut error_kind: Option<Option<ErrorKind>> = None;
     let mut duration_us = None;
+    let mut arguments: Option<Option<String>> = None;
     let mut guest = Captured::default();
     while let Some(key) = map.next_key::<&'de str>()? {
         match key {
@@ -231,6 +232,7 @@ fn map_output<'de, A: MapAccess<'de>>(mut map: A) -> Result<Item, A::Error> {
             "output" => once(&mut map, &mut output)?,
             "error_kind" => once(&mut map, &mut error_kind)?,
             "duration_us" => once(&mut map, &mut duration_us)?,
+            "arguments" => once(&mut map, &mut arguments)?,
             _ => {
                 guest = rest(Prepended {
                     first: Some(key),
@@ -249,6 +251,7 @@ fn map_output<'de, A: MapAccess<'de>>(mut map: A) -> Result<Item, A::Error> {
                 output,
                 error_kind: error_kind.flatten(),
                 duration_us,
+                arguments: arguments.flatten(),
                 guest,
             })
         }
@@ -266,7 +269,7 @@ struct Prepended<'de, A> {
 }
 
 /// The keys read before a `function_call_output` item's [`Captured`].
-const READ: [&str; 9] = [
+const READ: [&str; 10] = [
     "id",
     "run_id",
     "type",
@@ -276,6 +279,7 @@ const READ: [&str; 9] = [
     "output",
     "error_kind",
     "duration_us",
+    "arguments",
 ];
 
 impl<'de, A: MapAccess<'de>> MapAccess<'de> for Prepended<'de, A> {

@@ -184,6 +184,7 @@ pub fn patch_entries(transcript: &Transcript, run_id: &str, now_ms: u64) -> Vec<
                     output: INTERRUPTED_MESSAGE.to_owned(),
                     error_kind: Some(ErrorKind::Interrupted),
                     duration_us: 0,
+                    arguments: None,
                     guest: Captured::default(),
                 },
             ))

@@ -133,6 +133,11 @@ pub enum Item {
         error_kind: Option<ErrorKind>,
         /// Wall-clock time, approval included.
         duration_us: u64,
+        /// The arguments (JSON text) the call ran with when the person who
+        /// approved it edited the ones it was asked with; absent when it
+        /// ran with those. What a replay runs it with.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<String>,
         /// What the guest logged and printed, for failed calls too (empty
         /// when it never ran).
         #[serde(flatten)]
@@ -572,6 +577,7 @@ mod tests {
                     output: "Error (failed): no".into(),
                     error_kind: Some(ErrorKind::Failed),
                     duration_us: 1234,
+                    arguments: Some(r#"{"name":"w"}"#.into()),
                     guest: Captured {
                         logs: vec![CapturedLog {
                             level: "warn".into(),

@@ -203,6 +203,20 @@ impl<'c> Recorder<'c> {
         took: Duration,
         rules: &ContextRules,
     ) -> CallStatus {
+        self.call_ended_as(call, None, ended, took, rules)
+    }
+
+    /// [`Recorder::call_ended`], for a call that ran with `edited`
+    /// arguments (JSON text) in place of those it was asked with: they
+    /// are kept with its output, as what it ran with.
+    pub(crate) fn call_ended_as(
+        &mut self,
+        call: &ToolCall,
+        edited: Option<&str>,
+        ended: CallEnd<'_>,
+        took: Duration,
+        rules: &ContextRules,
+    ) -> CallStatus {
         let (status, output, error_kind, guest, ops) = match ended {
             CallEnd::Rejected => (
                 CallStatus::Rejected,
@@ -247,6 +261,7 @@ impl<'c> Recorder<'c> {
             output,
             error_kind,
             duration_us: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            arguments: edited.map(str::to_owned),
             guest,
         });
         if !ops.is_empty() {

@@ -252,6 +252,7 @@ mod tests {
                 output: "{}".into(),
                 error_kind: None,
                 duration_us: 1,
+                arguments: None,
                 guest: Default::default(),
             })),
             (id(), 0..3u8, 0..100i64, any::<bool>()).prop_map(move |(call_id, k, v, delete)| {

@@ -235,7 +235,64 @@ async fn a_replay_finds_exactly_the_calls_a_new_version_changes(backend: Backend
     );
 }
 
-crate::on_both_stores!(a_replay_finds_exactly_the_calls_a_new_version_changes);
+/// A call whose approval edited its arguments ran with the edited ones:
+/// they are kept with its output, so a replay runs it with them. The same build reproduces it; a new one's diff is of the
+/// call as it ran.
+async fn a_call_edited_at_its_approval_replays_with_the_arguments_it_ran_with(backend: Backend) {
+    use airlock::agent::Decision;
+    let db = TestStore::new(backend, "edited").await;
+    let store = db.open().await;
+    let config = ToolConfig {
+        approval: airlock::policy::Approval::Ask,
+        ..ToolConfig::default()
+    };
+    let asking = Arc::new(host_with(&[("stamp", config)], ContextRules::default()).await);
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        "edited",
+        json!([
+            {"tool_calls": [{"name": "stamp", "arguments": {"label": "Typo"}}]},
+            {"text": "stamped"}
+        ]),
+    );
+    let mut session = open(&store, options(Some("alice"), "edited")).await;
+    let approver = |_: &airlock::ToolCall| Decision::Edit(json!({"label": "Fixed"}).to_string());
+    Agent::new(asking, model)
+        .approver(Arc::new(approver))
+        .run_session(&mut session, "Stamp.")
+        .await
+        .unwrap();
+    session.close().await.unwrap();
+    let journal = store.read(Some("alice"), "edited").await.unwrap().records;
+    let ran_with: Vec<Option<String>> = journal
+        .iter()
+        .filter_map(|r| match &r.entry.event()?.item {
+            Item::FunctionCallOutput { arguments, .. } => Some(arguments.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ran_with, [Some(r#"{"label":"Fixed"}"#.to_owned())]);
+
+    let (summary, calls) = replayed(&store, &stamp_host("stamp").await, "edited", &["stamp"]).await;
+    assert_eq!((summary.same, summary.different), (1, 0), "{calls:?}");
+    assert_eq!(calls[0].arguments, json!({"label": "Fixed"}));
+    let (summary, calls) =
+        replayed(&store, &stamp_host("stamp_v2").await, "edited", &["stamp"]).await;
+    assert_eq!((summary.same, summary.different), (0, 1), "{calls:?}");
+    let Verdict::Different { recorded, replayed } = &calls[0].verdict else {
+        panic!("{calls:?}");
+    };
+    assert_eq!(recorded.result["stamp"]["label"], "Fixed");
+    assert_eq!(replayed.result["stamp"]["label"], "fixed");
+    let after = store.read(Some("alice"), "edited").await.unwrap().records;
+    assert_eq!(after.len(), journal.len(), "nothing written");
+}
+
+crate::on_both_stores!(
+    a_replay_finds_exactly_the_calls_a_new_version_changes,
+    a_call_edited_at_its_approval_replays_with_the_arguments_it_ran_with
+);
 
 /// `airlock replay` on sessions `airlock call` made with the Rust, Python
 /// and JavaScript examples: the same builds reproduce every call (exit 0);
