@@ -1703,6 +1703,64 @@ fn a_terminal_answer_that_does_not_fit_is_asked_again() {
     assert!(shown.contains(r#""action":"decline""#), "{shown}");
 }
 
+/// An approval prompt takes `y`, `n` or `e` in either case, and asks again
+/// on anything else, saying what it takes; edited arguments that are not
+/// a JSON object are asked for again. The call runs as edited.
+#[test]
+fn an_approval_prompt_asks_again_on_what_it_does_not_take() {
+    use crate::support::pty::Terminal;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("approve.toml");
+    let stateful = guest("stateful");
+    std::fs::write(
+        &policy,
+        format!("[[tool]]\npath = {stateful:?}\napproval = \"ask\"\n"),
+    )
+    .unwrap();
+    let call = |arguments: &str| {
+        let args = [
+            "call",
+            "--config",
+            path(&policy),
+            path(&stateful),
+            "increment",
+            arguments,
+        ];
+        Terminal::start(crate::support::airlock_command(&args, &[]))
+    };
+    let prompt = "? [y]es / [n]o / [e]dit: ";
+    let edit = "new arguments (JSON object; empty rejects): ";
+    let count = |screen: &str, what: &str| screen.matches(what).count();
+
+    let mut terminal = call(r#"{"name":"typo"}"#);
+    terminal.wait_for("the prompt", |s| count(s, prompt) == 1);
+    terminal.type_in("sure\n");
+    terminal.wait_for("the prompt again", |s| count(s, prompt) == 2);
+    terminal.type_in("E\n");
+    terminal.wait_for("the arguments' prompt", |s| count(s, edit) == 1);
+    terminal.type_in("[1]\n");
+    terminal.wait_for("the arguments' prompt again", |s| count(s, edit) == 2);
+    terminal.type_in("{\"name\": \"fixed\"}\n");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("  answer y (yes), n (no) or e (edit); try again\n"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("  the arguments must be a JSON object; try again\n"),
+        "{screen}"
+    );
+    assert!(screen.contains(r#""counter":"fixed""#), "{screen}");
+
+    let mut terminal = call(r#"{"name":"loud"}"#);
+    terminal.wait_for("the prompt", |s| count(s, prompt) == 1);
+    terminal.type_in("YES\n");
+    let (code, screen) = terminal.finish();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains(r#""counter":"loud""#), "{screen}");
+}
+
 /// `inspect` is brief unless asked: each tool's name and the first line of
 /// its description, aligned; schemas with `--schemas` (pretty, under
 /// `parameters:`) or `--json`; a capability said once for all the

@@ -576,10 +576,12 @@ pub(super) fn approval_question(call: &ToolCall) -> String {
 }
 
 /// Asks `question` on the terminal: yes, no (also the end of input), or
-/// edit (then the new arguments).
+/// edit (then the new arguments), in either case. Anything else is asked
+/// again, saying what it takes; so are new arguments that are not a JSON
+/// object (an empty line rejects the call).
 pub(super) fn ask(question: &str) -> Decision {
-    let read = |prompt: &str| -> Option<String> {
-        let mut err = std::io::stderr();
+    let mut err = std::io::stderr();
+    let mut read = |prompt: &str| -> Option<String> {
         let _ = write!(err, "{prompt}");
         let _ = err.flush();
         let mut line = String::new();
@@ -592,12 +594,30 @@ pub(super) fn ask(question: &str) -> Decision {
             Ok(_) => Some(line.trim().to_owned()),
         }
     };
-    match read(question).as_deref() {
-        Some("y" | "yes") => Decision::Approve,
-        Some("e" | "edit") => match read("new arguments (JSON): ") {
-            Some(args) if !args.is_empty() => Decision::Edit(args),
-            _ => Decision::Reject,
-        },
-        _ => Decision::Reject,
+    let again = |said: &str| {
+        let _ = writeln!(std::io::stderr(), "  {said}; try again");
+    };
+    loop {
+        let Some(answer) = read(question) else {
+            return Decision::Reject;
+        };
+        match answer.to_ascii_lowercase().as_str() {
+            "y" | "yes" => return Decision::Approve,
+            "n" | "no" => return Decision::Reject,
+            "e" | "edit" => loop {
+                let Some(arguments) = read("new arguments (JSON object; empty rejects): ") else {
+                    return Decision::Reject;
+                };
+                if arguments.is_empty() {
+                    return Decision::Reject;
+                }
+                match serde_json::from_str::<serde_json::Value>(&arguments) {
+                    Ok(serde_json::Value::Object(_)) => return Decision::Edit(arguments),
+                    Ok(_) => again("the arguments must be a JSON object"),
+                    Err(_) => again("that is not JSON"),
+                }
+            },
+            _ => again("answer y (yes), n (no) or e (edit)"),
+        }
     }
 }
