@@ -690,7 +690,7 @@ fn confirm_signing(reference: &Reference, manifest: &str, component: &str) -> Re
     std::io::stdin()
         .read_line(&mut answer)
         .map_err(|e| Failure::input("confirm", format!("cannot read the answer: {e}")))?;
-    if matches!(answer.trim(), "y" | "Y" | "yes") {
+    if super::terminal::says_yes(&answer) {
         Ok(())
     } else {
         Err(Failure::input("confirm", format!("not signed: {names}")))

@@ -774,9 +774,10 @@ fn confirm_everything(count: usize) -> Result<(), Failure> {
     }
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
-    match line.trim() {
-        "y" | "yes" => Ok(()),
-        _ => Err(refused()),
+    if super::terminal::says_yes(&line) {
+        Ok(())
+    } else {
+        Err(refused())
     }
 }
 

@@ -221,6 +221,13 @@ fn ask_person(asked: &Asked) -> Answer {
     }
 }
 
+/// Whether a line typed at a `[y/N]` question says yes: `y` or `yes`, in
+/// either case; anything else is no.
+pub(super) fn says_yes(line: &str) -> bool {
+    let answer = line.trim();
+    answer.eq_ignore_ascii_case("y") || answer.eq_ignore_ascii_case("yes")
+}
+
 /// A progress report in words: `2 of 3: stroke 2 of 3`.
 pub(super) fn progress(done: f64, total: Option<f64>, message: Option<&str>) -> String {
     let message = message.map(|m| field(m).into_owned());
@@ -265,6 +272,16 @@ mod tests {
         );
         assert_eq!(field("x\ny: forged"), "x\\ny: forged");
         assert!(matches!(shown("plain é ✓"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn yes_is_y_or_yes_in_either_case_and_nothing_else() {
+        for yes in ["y", "Y", "yes", "YES", "Yes\n", "  y  "] {
+            assert!(says_yes(yes), "{yes:?}");
+        }
+        for no in ["", "\n", "n", "no", "yep", "ye", "y es", "sure"] {
+            assert!(!says_yes(no), "{no:?}");
+        }
     }
 
     #[test]
