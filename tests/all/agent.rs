@@ -728,3 +728,72 @@ async fn each_provider_gets_the_picture_its_api_carries() {
         "{text}"
     );
 }
+
+/// A reply the provider cut at its output limit (`max_tokens`) before its
+/// tool calls were whole fails the run, naming the limit: none of its
+/// calls runs (one may be cut short), deps are unchanged, and nothing of
+/// the turn is recorded. A text cut so is kept as far as it goes. The
+/// limit is what the options say: Anthropic's `max_tokens` (4096 unset),
+/// and OpenAI's only when set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_cut_at_its_output_limit_runs_none_of_its_calls() {
+    let server = ModelServer::start().await;
+    let mut cut = openai_reply(None, &[("c1", "increment", r#"{"name":"a"#)], 5, 50);
+    cut["choices"][0]["finish_reason"] = json!("length");
+    let mut cut_text = openai_reply(Some("The answer is"), &[], 5, 50);
+    cut_text["choices"][0]["finish_reason"] = json!("length");
+    server.push_json(cut).push_json(cut_text);
+    let limited = airlock::llm::ProviderOptions {
+        max_tokens: Some(50),
+        ..options(server.openai_base())
+    };
+    let model = airlock::llm::OpenAiModel::new("gpt-test", limited).unwrap();
+    let agent = Agent::new(Arc::clone(host().await), Arc::new(model));
+    let mut ctx = RunContext::from_value(json!({"kept": 1})).unwrap();
+    let mut transcript = Transcript::default();
+    let error = agent
+        .run(&mut ctx, &mut transcript, "go")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "openai: the model's reply was cut at its output limit (max_tokens 50) before \
+         its tool calls were whole; none was run: raise the limit (--max-tokens)",
+    );
+    assert_eq!(ctx.deps(), json!({"kept": 1}).as_object().unwrap());
+    assert!(
+        !transcript
+            .items
+            .iter()
+            .any(|e| matches!(e.item, Item::FunctionCall { .. })),
+        "no call of the cut turn was recorded"
+    );
+    assert_eq!(server.seen()[0].body["max_tokens"], 50);
+    // The next run is served; a text cut short is its answer.
+    let outcome = agent
+        .run(&mut ctx, &mut Transcript::default(), "again")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "The answer is");
+
+    // Unset: OpenAI's request has none; Anthropic's has 4096, and names
+    // it when a reply is cut.
+    let server = ModelServer::start().await;
+    server.push_json(openai_reply(Some("ok"), &[], 1, 1));
+    let mut cut = anthropic_reply(None, &[("toolu_1", "increment", json!({}))], 5, 4096);
+    cut["stop_reason"] = json!("max_tokens");
+    server.push_json(cut);
+    let openai = airlock::llm::OpenAiModel::new("gpt-test", options(server.openai_base())).unwrap();
+    Agent::new(Arc::clone(host().await), Arc::new(openai))
+        .run(&mut RunContext::default(), &mut Transcript::default(), "go")
+        .await
+        .unwrap();
+    assert!(server.seen()[0].body.get("max_tokens").is_none());
+    let anthropic = AnthropicModel::new("claude-test", options(server.anthropic_base())).unwrap();
+    let error = Agent::new(Arc::clone(host().await), Arc::new(anthropic))
+        .run(&mut RunContext::default(), &mut Transcript::default(), "go")
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("(max_tokens 4096)"), "{error}");
+    assert_eq!(server.seen()[1].body["max_tokens"], 4096);
+}

@@ -52,6 +52,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: u32,
+    /// The most tokens one model reply may hold (at least 1). Anthropic's
+    /// default is 4096; OpenAI-compatible servers keep their own unless
+    /// this is given. A reply cut at it before its tool calls are whole
+    /// fails the run, saying so; none of its calls runs.
+    #[arg(long, value_name = "N", conflicts_with = "script",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_tokens: Option<u32>,
     /// A system prompt for the model.
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
@@ -241,6 +248,7 @@ async fn prepare(
         (None, Some(spec)) => {
             let options = ProviderOptions {
                 base_url: args.base_url.clone(),
+                max_tokens: args.max_tokens,
                 ..ProviderOptions::default()
             };
             Arc::from(

@@ -4,14 +4,14 @@
 use serde_json::{Value, json};
 
 use super::{
-    JsonClient, Message, ModelError, ModelReply, Provider, ProviderOptions, TokenUsage, join_url,
+    DEFAULT_MAX_TOKENS, JsonClient, Message, ModelError, ModelReply, Provider, ProviderOptions,
+    TokenUsage, join_url,
 };
 use crate::journal::tool_text;
 use crate::spec::{Shown, ToolCall, ToolSpec};
 
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
-const MAX_TOKENS: u32 = 4096;
 
 /// The Anthropic Messages API.
 #[derive(Debug)]
@@ -119,7 +119,8 @@ impl Provider for AnthropicModel {
                 }
             }
         }
-        let mut body = json!({"model": self.http.model, "max_tokens": MAX_TOKENS, "messages": out});
+        let max_tokens = self.http.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        let mut body = json!({"model": self.http.model, "max_tokens": max_tokens, "messages": out});
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
@@ -182,5 +183,13 @@ impl Provider for AnthropicModel {
             tool_calls,
             usage: TokenUsage::at(body, "/usage/input_tokens", "/usage/output_tokens"),
         })
+    }
+
+    fn cut(&self, body: &Value) -> bool {
+        body.get("stop_reason").and_then(Value::as_str) == Some("max_tokens")
+    }
+
+    fn limit(&self) -> Option<u32> {
+        Some(self.http.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS))
     }
 }

@@ -132,6 +132,13 @@ trait Provider: Send + Sync + std::fmt::Debug {
 
     /// The reply an answer holds.
     fn parse_reply(&self, body: &Value) -> Result<ModelReply, ModelError>;
+
+    /// Whether an answer says its reply was cut at the request's output
+    /// limit.
+    fn cut(&self, body: &Value) -> bool;
+
+    /// The output limit a turn's request has (`None`: the server's own).
+    fn limit(&self) -> Option<u32>;
 }
 
 impl<P: Provider> Model for P {
@@ -149,7 +156,8 @@ impl<P: Provider> Model for P {
             let body = self.request_body(messages, tools);
             let client = self.client();
             let answer = client.post(&client.url, &self.headers(), &body).await?;
-            self.parse_reply(&answer)
+            let reply = self.parse_reply(&answer)?;
+            client.whole(reply, self.cut(&answer), self.limit())
         })
     }
 
@@ -198,6 +206,19 @@ pub enum ModelError {
         /// What is wrong, key redacted.
         detail: String,
     },
+    /// The reply was cut at the request's output limit before its tool
+    /// calls were whole: none of them is run (their arguments may be cut
+    /// too). Nothing of the turn is recorded.
+    #[error(
+        "{provider}: the model's reply was cut at its output limit (max_tokens {max_tokens}) \
+         before its tool calls were whole; none was run: raise the limit (--max-tokens)"
+    )]
+    Truncated {
+        /// `openai` or `anthropic`.
+        provider: &'static str,
+        /// The limit the request had (`unset`: the server's own).
+        max_tokens: String,
+    },
     /// A script file is unusable or ran out of turns.
     #[error("script {path}: {message}")]
     Script {
@@ -244,7 +265,14 @@ pub struct ProviderOptions {
     pub retry: RetryPolicy,
     /// Per-request timeout. Default 120 s.
     pub timeout: Option<Duration>,
+    /// The most tokens one reply may hold: Anthropic's `max_tokens`
+    /// (which it requires: [`DEFAULT_MAX_TOKENS`] when unset), and, when
+    /// set, OpenAI's (unset, the server's own limit holds).
+    pub max_tokens: Option<u32>,
 }
+
+/// Anthropic's `max_tokens` when [`ProviderOptions::max_tokens`] is unset.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// Builds the model named `provider:model` (`openai:gpt-4o-mini`,
 /// `anthropic:claude-sonnet-4-5`). Missing options come from the
@@ -298,6 +326,8 @@ struct JsonClient {
     client: reqwest::Client,
     /// Replaced by `[redacted]` in anything we report.
     api_key: Option<String>,
+    /// [`ProviderOptions::max_tokens`].
+    max_tokens: Option<u32>,
     retry: RetryPolicy,
 }
 
@@ -323,8 +353,38 @@ impl JsonClient {
             url,
             client,
             api_key: options.api_key.clone(),
+            max_tokens: options.max_tokens,
             retry: options.retry,
         })
+    }
+
+    /// `reply`, which the provider says it `cut` at the request's output
+    /// limit (`limit` tokens; `None`: the server's own): refused when it
+    /// has tool calls (one may be cut short, and a turn's calls run as a
+    /// whole or not at all); a text is kept as far as it goes, with a
+    /// warning.
+    fn whole(
+        &self,
+        reply: ModelReply,
+        cut: bool,
+        limit: Option<u32>,
+    ) -> Result<ModelReply, ModelError> {
+        if !cut {
+            return Ok(reply);
+        }
+        let limit = limit.map_or_else(|| "unset".to_owned(), |n| n.to_string());
+        if !reply.tool_calls.is_empty() {
+            return Err(ModelError::Truncated {
+                provider: self.provider,
+                max_tokens: limit,
+            });
+        }
+        tracing::warn!(
+            provider = self.provider,
+            max_tokens = %limit,
+            "the model's reply was cut at its output limit (raise it with --max-tokens)"
+        );
+        Ok(reply)
     }
 
     fn redact(&self, text: &str) -> String {

@@ -91,6 +91,9 @@ impl Provider for OpenAiModel {
             })
             .collect();
         let mut body = json!({"model": self.http.model, "messages": messages});
+        if let Some(max_tokens) = self.http.max_tokens {
+            body["max_tokens"] = max_tokens.into();
+        }
         if !tools.is_empty() {
             body["tools"] = tools
                 .iter()
@@ -151,5 +154,15 @@ impl Provider for OpenAiModel {
             tool_calls,
             usage: TokenUsage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens"),
         })
+    }
+
+    fn cut(&self, body: &Value) -> bool {
+        body.pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            == Some("length")
+    }
+
+    fn limit(&self) -> Option<u32> {
+        self.http.max_tokens
     }
 }

@@ -200,6 +200,7 @@ pub fn provider_options(server_base: String) -> airlock::llm::ProviderOptions {
             max_delay: std::time::Duration::from_millis(50),
         },
         timeout: Some(std::time::Duration::from_secs(10)),
+        max_tokens: None,
     }
 }
 
