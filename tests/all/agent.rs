@@ -734,7 +734,8 @@ async fn each_provider_gets_the_picture_its_api_carries() {
 /// calls runs (one may be cut short), deps are unchanged, and nothing of
 /// the turn is recorded. A text cut so is kept as far as it goes. The
 /// limit is what the options say: Anthropic's `max_tokens` (4096 unset),
-/// and OpenAI's only when set.
+/// and OpenAI's only when set. (An OpenAI refusal, with no content, is the
+/// answer.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_cut_at_its_output_limit_runs_none_of_its_calls() {
     let server = ModelServer::start().await;
@@ -775,6 +776,15 @@ async fn a_reply_cut_at_its_output_limit_runs_none_of_its_calls() {
         .await
         .unwrap();
     assert_eq!(outcome.answer, "The answer is");
+    // A refusal (OpenAI's `refusal`, no content) is the answer too.
+    let mut refused = openai_reply(None, &[], 5, 5);
+    refused["choices"][0]["message"]["refusal"] = json!("I can't help with that.");
+    server.push_json(refused);
+    let outcome = agent
+        .run(&mut ctx, &mut Transcript::default(), "refuse")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "I can't help with that.");
 
     // Unset: OpenAI's request has none; Anthropic's has 4096, and names
     // it when a reply is cut.

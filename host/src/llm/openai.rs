@@ -108,7 +108,12 @@ impl Provider for OpenAiModel {
             .pointer("/choices/0/message")
             .ok_or_else(|| self.http.malformed("no choices[0].message"))?;
         let content = match message.get("content") {
-            None | Some(Value::Null) => None,
+            // A refusal comes as `refusal`, with no content: it is the
+            // model's answer.
+            None | Some(Value::Null) => message
+                .get("refusal")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             Some(Value::String(text)) => Some(text.clone()),
             Some(other) => {
                 return Err(self
