@@ -196,9 +196,11 @@ impl<'a, 'c> Run<'a, 'c> {
     /// model's order (DESIGN §3, optimistic execution).
     ///
     /// In parallel mode, every call that may run twice (no approval, and no
-    /// effectful grant unless marked idempotent) starts at once against
-    /// the deps as the turn began, seeing the usage and retry count it would
-    /// see in order; at most `max_parallel` run together. Then, in order,
+    /// effectful grant unless marked idempotent) starts ahead of its turn
+    /// against the deps as the turn began, seeing the usage and retry count
+    /// it would see in order, once the turn is within `max_parallel` calls
+    /// of it (so at most that many run, or wait with their results, at
+    /// once; see [`Speculations`]). Then, in order,
     /// each call is settled: a speculative one whose reads (through `get`,
     /// `keys`, `retry`) no earlier call of the turn changed is taken as it
     /// ran, its ops checked against the deps as they are now; one that
