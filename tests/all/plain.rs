@@ -967,6 +967,7 @@ async fn a_turn_of_plain_calls_runs_in_parallel_with_the_results_of_running_them
                 turn: airlock::policy::TurnPolicy {
                     parallel,
                     max_parallel: 8,
+                    ..Default::default()
                 },
                 ..Default::default()
             };

@@ -29,6 +29,7 @@ fn parallel(max_parallel: usize) -> AgentOptions {
         turn: TurnPolicy {
             parallel: true,
             max_parallel,
+            ..TurnPolicy::default()
         },
         ..AgentOptions::default()
     }
@@ -404,5 +405,60 @@ async fn a_turn_runs_at_most_max_parallel_calls_ahead_of_the_one_it_is_at() {
         arrived.load(std::sync::atomic::Ordering::SeqCst),
         40,
         "each call ran once"
+    );
+}
+
+/// A turn runs at most `max_calls` of its calls, in parallel mode or not:
+/// each call past them is answered "not run" (an error the model sees,
+/// saying why and what to do), none of them ran, and the run goes on.
+/// The policy file sets the bound, and refuses 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_runs_at_most_max_calls_and_tells_the_model_of_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let increment =
+        |i: usize| json!({"id": format!("c{i}"), "name": "increment", "arguments": {"name": "n"}});
+    let turns = [
+        json!({"tool_calls": (0..5).map(increment).collect::<Vec<_>>()}),
+        json!({"tool_calls": [increment(9)]}),
+    ];
+    for parallel in [true, false] {
+        let options = AgentOptions {
+            turn: TurnPolicy {
+                parallel,
+                max_calls: 3,
+                ..TurnPolicy::default()
+            },
+            ..AgentOptions::default()
+        };
+        let (ctx, transcript) = run(host().await, dir.path(), &turns, &Map::new(), options).await;
+        assert_eq!(
+            ctx.deps()["counters"]["n"],
+            4,
+            "3 of the first turn, 1 of the next"
+        );
+        let told = tool_messages(&transcript);
+        assert_eq!(told.len(), 6, "every call is answered: {told:?}");
+        for (id, content, error) in &told[3..5] {
+            assert!(*error, "{id}: {content}");
+            assert_eq!(
+                content,
+                "Tool call was not run: this turn asked for 5 tool calls, and a turn runs at \
+                 most 3 (the policy's [turn] max_calls). Ask for it again in a later turn."
+            );
+        }
+        assert!(told[5].1.contains(r#""value":4"#), "{told:?}");
+    }
+
+    let policy = dir.path().join("turn.toml");
+    std::fs::write(&policy, "[turn]\nmax_calls = 2\n").unwrap();
+    let loaded = airlock::policy::Policy::load(&policy).unwrap();
+    assert_eq!(loaded.turn.max_calls, 2);
+    std::fs::write(&policy, "[turn]\nmax_calls = 0\n").unwrap();
+    let refused = airlock::policy::Policy::load(&policy)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("[turn] max_calls must be at least 1"),
+        "{refused}"
     );
 }

@@ -208,17 +208,19 @@ impl<'a, 'c> Run<'a, 'c> {
     /// once every earlier call has committed, as in sequential mode. Every
     /// call's intent was committed with the model's turn, before any of
     /// them started. The deps, results, events and commits are those of
-    /// the sequential run.
+    /// the sequential run. Calls past the turn's `max_calls` are not run:
+    /// each is answered, `rejected`, with why.
     async fn run_turn(&mut self, calls: &[ToolCall]) -> Result<(), RunError> {
         let turn = self.agent.options.turn;
-        let parallel = turn.parallel && turn.max_parallel >= 2 && calls.len() >= 2;
+        let (run, past) = calls.split_at(calls.len().min(turn.max_calls.max(1)));
+        let parallel = turn.parallel && turn.max_parallel >= 2 && run.len() >= 2;
         let mut speculations = if parallel {
-            self.speculate(calls, turn.max_parallel)
+            self.speculate(run, turn.max_parallel)
         } else {
             Speculations::none()
         };
         let mut written = BTreeSet::new();
-        for (k, call) in calls.iter().enumerate() {
+        for (k, call) in run.iter().enumerate() {
             self.check_size()?;
             // Its intent was committed with the model's turn; it counts
             // when the turn reaches it, whether or not it runs yet.
@@ -239,6 +241,21 @@ impl<'a, 'c> Run<'a, 'c> {
             };
             self.commit().await?;
             written.extend(settled?);
+        }
+        // The model is told of each call past the turn's bound, none run.
+        for call in past {
+            self.check_size()?;
+            self.recorder.count_call();
+            let why = format!(
+                "Tool call was not run: this turn asked for {} tool calls, and a turn runs at \
+                 most {} (the policy's [turn] max_calls). Ask for it again in a later turn.",
+                calls.len(),
+                run.len()
+            );
+            self.recorder.call_not_run(call, why);
+        }
+        if !past.is_empty() {
+            self.commit().await?;
         }
         Ok(())
     }

@@ -41,6 +41,7 @@
 //! [turn]                          # a model turn's calls (optional)
 //! parallel = true                 # concurrent, committed in the model's order
 //! max_parallel = 8                # at most this many at once
+//! max_calls = 64                  # a turn's calls past this many are not run
 //! ```
 //!
 //! Anything not granted is denied. A file that names an unknown key, a
@@ -138,12 +139,21 @@ pub struct TurnPolicy {
     /// At most this many calls of one turn at once. Default
     /// [`TurnPolicy::DEFAULT_MAX_PARALLEL`].
     pub max_parallel: usize,
+    /// At most this many calls of one turn run; the model is told that
+    /// each call past them was not run, and why. Default
+    /// [`TurnPolicy::DEFAULT_MAX_CALLS`].
+    pub max_calls: usize,
 }
 
 impl TurnPolicy {
     /// The default per-turn concurrency: enough for a turn of I/O-bound
     /// calls; CPU-bound ones are bounded by the cores anyway.
     pub const DEFAULT_MAX_PARALLEL: usize = 8;
+
+    /// The default most calls of one turn that run: far more than a
+    /// model asks for at once, few enough that a model cannot make one
+    /// turn run without end.
+    pub const DEFAULT_MAX_CALLS: usize = 64;
 }
 
 impl Default for TurnPolicy {
@@ -151,6 +161,7 @@ impl Default for TurnPolicy {
         Self {
             parallel: true,
             max_parallel: Self::DEFAULT_MAX_PARALLEL,
+            max_calls: Self::DEFAULT_MAX_CALLS,
         }
     }
 }
@@ -314,9 +325,14 @@ impl Policy {
                         "[turn] max_parallel must be at least 1 (use parallel = false to run calls one at a time)".into(),
                     ));
                 }
+                let max_calls = turn.max_calls.unwrap_or(TurnPolicy::DEFAULT_MAX_CALLS);
+                if max_calls == 0 {
+                    return Err(at(Some(span), "[turn] max_calls must be at least 1".into()));
+                }
                 TurnPolicy {
                     parallel: turn.parallel,
                     max_parallel,
+                    max_calls,
                 }
             }
         };
@@ -435,6 +451,7 @@ struct TurnFile {
     #[serde(default = "yes")]
     parallel: bool,
     max_parallel: Option<usize>,
+    max_calls: Option<usize>,
 }
 
 fn yes() -> bool {
