@@ -137,7 +137,8 @@ impl Session {
         };
         if !approved && !cancel.is_cancelled() {
             let rules = host.context_rules();
-            recorder.call_ended(call, CallEnd::Rejected, Duration::ZERO, rules);
+            let rejected = CallEnd::Rejected(crate::journal::REJECTED_MESSAGE.to_owned());
+            recorder.call_ended(call, rejected, Duration::ZERO, rules);
             recorder.commit_flushed(Flush::Now).await?;
             return Err(SessionCallError::Rejected);
         }

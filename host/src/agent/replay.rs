@@ -714,7 +714,7 @@ fn compare(
             result: Value::String(text),
             ops: Vec::new(),
         },
-        CallEnd::Rejected => Ended {
+        CallEnd::Rejected(_) => Ended {
             status: CallStatus::Rejected,
             result: Value::Null,
             ops: Vec::new(),

@@ -214,18 +214,15 @@ impl<'a, 'c> Run<'a, 'c> {
         let turn = self.agent.options.turn;
         let (run, past) = calls.split_at(calls.len().min(turn.max_calls.max(1)));
         let parallel = turn.parallel && turn.max_parallel >= 2 && run.len() >= 2;
-        let mut speculations = if parallel {
-            self.speculate(run, turn.max_parallel)
-        } else {
-            Speculations::none()
-        };
+        let mut speculations = parallel.then(|| self.speculate(run, turn.max_parallel));
         let mut written = BTreeSet::new();
         for (k, call) in run.iter().enumerate() {
             self.check_size()?;
             // Its intent was committed with the model's turn; it counts
             // when the turn reaches it, whether or not it runs yet.
             self.recorder.count_call();
-            let settled = match speculations.take(k, self) {
+            let ahead = speculations.as_mut().and_then(|s| s.take(k, self));
+            let settled = match ahead {
                 Some((task, request)) => match task.await {
                     Ok(ran) if self.still_valid(&ran, &request, &written) => {
                         let took = ran.duration;
@@ -242,22 +239,25 @@ impl<'a, 'c> Run<'a, 'c> {
             self.commit().await?;
             written.extend(settled?);
         }
+        if past.is_empty() {
+            return Ok(());
+        }
         // The model is told of each call past the turn's bound, none run.
+        let why = format!(
+            "Tool call was not run: this turn asked for {} tool calls, and a turn runs at most \
+             {} (the policy's [turn] max_calls). Ask for it again in a later turn.",
+            calls.len(),
+            run.len()
+        );
+        let rules = self.agent.host.context_rules();
         for call in past {
             self.check_size()?;
             self.recorder.count_call();
-            let why = format!(
-                "Tool call was not run: this turn asked for {} tool calls, and a turn runs at \
-                 most {} (the policy's [turn] max_calls). Ask for it again in a later turn.",
-                calls.len(),
-                run.len()
-            );
-            self.recorder.call_not_run(call, why);
+            let rejected = CallEnd::Rejected(why.clone());
+            self.recorder
+                .call_ended(call, rejected, Duration::ZERO, rules);
         }
-        if !past.is_empty() {
-            self.commit().await?;
-        }
-        Ok(())
+        self.commit().await
     }
 
     /// Whether a speculative call's run stands: the run is not cancelled,
@@ -286,7 +286,7 @@ impl<'a, 'c> Run<'a, 'c> {
             })
             .collect();
         Speculations {
-            start: Some(self.recorder.ctx().clone()),
+            start: self.recorder.ctx().clone(),
             slots: planned,
             next: 0,
             window,
@@ -353,8 +353,9 @@ impl<'a, 'c> Run<'a, 'c> {
                 Decision::Edit(edited) => arguments = edited,
                 Decision::Reject => {
                     let rules = agent.host.context_rules();
+                    let rejected = CallEnd::Rejected(crate::journal::REJECTED_MESSAGE.to_owned());
                     self.recorder
-                        .call_ended(call, CallEnd::Rejected, Duration::ZERO, rules);
+                        .call_ended(call, rejected, Duration::ZERO, rules);
                     return Ok(BTreeSet::new());
                 }
             }
@@ -448,7 +449,7 @@ fn sampler(model: Arc<dyn Model>, used: Arc<std::sync::Mutex<Usage>>) -> Sampler
 struct Speculations {
     /// The context as the turn began (its deps shared, not copied): what
     /// each call started ahead sees.
-    start: Option<crate::context::RunContext>,
+    start: crate::context::RunContext,
     slots: Vec<Option<Slot>>,
     /// The first position not yet started (or passed over).
     next: usize,
@@ -461,16 +462,6 @@ enum Slot {
 }
 
 impl Speculations {
-    /// A turn whose calls all run in their turn.
-    fn none() -> Self {
-        Self {
-            start: None,
-            slots: Vec::new(),
-            next: 0,
-            window: 0,
-        }
-    }
-
     /// Call `k`'s speculative run, if it has one, once the calls within
     /// `window` of it are started (by `run`). Taken in order: `k` is the
     /// call the turn is at.
@@ -479,12 +470,11 @@ impl Speculations {
         k: usize,
         run: &Run<'_, '_>,
     ) -> Option<(tokio::task::JoinHandle<Ran>, ToolCall)> {
-        let start = self.start.as_ref()?;
         let end = k.saturating_add(self.window).min(self.slots.len());
         while self.next < end {
             let at = self.next;
             if let Some(Slot::Planned(request)) = self.slots[at].take() {
-                let task = run.start(start, at, &request);
+                let task = run.start(&self.start, at, &request);
                 self.slots[at] = Some(Slot::Started(task, request));
             }
             self.next += 1;

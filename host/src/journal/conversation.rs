@@ -145,6 +145,8 @@ pub enum CallEnd<'a> {
         /// What it wrote before it failed.
         output: Captured,
     },
-    /// The approval handler rejected it; it never ran.
-    Rejected,
+    /// It never ran: the approval handler rejected it
+    /// ([`REJECTED_MESSAGE`](crate::journal::REJECTED_MESSAGE)), or its turn
+    /// asked for more calls than run. What the model (or client) is told.
+    Rejected(String),
 }

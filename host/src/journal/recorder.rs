@@ -206,21 +206,6 @@ impl<'c> Recorder<'c> {
         self.call_ended_as(call, None, ended, took, rules)
     }
 
-    /// Records that `call` was not run, and why (what the model is told):
-    /// its output item, `rejected`, as a call its approval refused.
-    pub(crate) fn call_not_run(&mut self, call: &ToolCall, why: String) {
-        self.record(Item::FunctionCallOutput {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            status: CallStatus::Rejected,
-            output: why,
-            error_kind: None,
-            duration_us: 0,
-            arguments: None,
-            guest: Captured::default(),
-        });
-    }
-
     /// [`Recorder::call_ended`], for a call that ran with `edited`
     /// arguments (JSON text) in place of those it was asked with: they
     /// are kept with its output, as what it ran with.
@@ -233,9 +218,9 @@ impl<'c> Recorder<'c> {
         rules: &ContextRules,
     ) -> CallStatus {
         let (status, output, error_kind, guest, ops) = match ended {
-            CallEnd::Rejected => (
+            CallEnd::Rejected(why) => (
                 CallStatus::Rejected,
-                REJECTED_MESSAGE.to_owned(),
+                why,
                 None,
                 Captured::default(),
                 Vec::new(),
