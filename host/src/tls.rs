@@ -42,11 +42,11 @@ pub(crate) fn install_default_provider() {
 /// `limit` bytes, and one chunk beside them.
 pub(crate) async fn read_bounded(
     mut response: reqwest::Response,
-    limit: usize,
+    limit: u64,
 ) -> reqwest::Result<Option<Vec<u8>>> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
-        if body.len().saturating_add(chunk.len()) > limit {
+        if (body.len() as u64).saturating_add(chunk.len() as u64) > limit {
             return Ok(None);
         }
         body.extend_from_slice(&chunk);

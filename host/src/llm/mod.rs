@@ -210,14 +210,15 @@ pub enum ModelError {
     /// calls were whole: none of them is run (their arguments may be cut
     /// too). Nothing of the turn is recorded.
     #[error(
-        "{provider}: the model's reply was cut at its output limit (max_tokens {max_tokens}) \
-         before its tool calls were whole; none was run: raise the limit (--max-tokens)"
+        "{provider}: the model's reply was cut at its output limit (max_tokens {}) \
+         before its tool calls were whole; none was run: raise the limit (--max-tokens)",
+        limit_text(*.max_tokens)
     )]
     Truncated {
         /// `openai` or `anthropic`.
         provider: &'static str,
-        /// The limit the request had (`unset`: the server's own).
-        max_tokens: String,
+        /// The limit the request had (`None`: the server's own).
+        max_tokens: Option<u32>,
     },
     /// A script file is unusable or ran out of turns.
     #[error("script {path}: {message}")]
@@ -274,6 +275,11 @@ pub struct ProviderOptions {
 /// Anthropic's `max_tokens` when [`ProviderOptions::max_tokens`] is unset.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
+/// An output limit as a message says it (`unset`: the server's own).
+fn limit_text(limit: Option<u32>) -> String {
+    limit.map_or_else(|| "unset".to_owned(), |n| n.to_string())
+}
+
 /// Builds the model named `provider:model` (`openai:gpt-4o-mini`,
 /// `anthropic:claude-sonnet-4-5`). Missing options come from the
 /// environment: `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`,
@@ -313,7 +319,7 @@ pub fn from_spec(spec: &str, options: ProviderOptions) -> Result<Box<dyn Model>,
 
 /// The most bytes of one answer from a provider: a model's turn is far
 /// smaller; a server that sends more is refused rather than held.
-const MAX_ANSWER_BYTES: usize = 32 << 20;
+const MAX_ANSWER_BYTES: u64 = 32 << 20;
 
 /// A JSON-over-HTTP client for one provider, with retries and redaction.
 #[derive(Debug)]
@@ -372,7 +378,6 @@ impl JsonClient {
         if !cut {
             return Ok(reply);
         }
-        let limit = limit.map_or_else(|| "unset".to_owned(), |n| n.to_string());
         if !reply.tool_calls.is_empty() {
             return Err(ModelError::Truncated {
                 provider: self.provider,
@@ -381,7 +386,7 @@ impl JsonClient {
         }
         tracing::warn!(
             provider = self.provider,
-            max_tokens = %limit,
+            max_tokens = %limit_text(limit),
             "the model's reply was cut at its output limit (raise it with --max-tokens)"
         );
         Ok(reply)

@@ -43,7 +43,7 @@ use crate::policy::AuthSettings;
 pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 /// The largest JWK set or introspection answer read.
-const MAX_DOCUMENT_BYTES: usize = 1 << 20;
+const MAX_DOCUMENT_BYTES: u64 = 1 << 20;
 
 /// How long a fetch of the JWK set or an introspection may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);

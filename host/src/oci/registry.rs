@@ -220,7 +220,7 @@ impl Registry {
                 problem: format!("the registry answered {status}"),
             },
             _ => {
-                let said = read_bounded(response, MAX_SMALL_BODY)
+                let said = crate::tls::read_bounded(response, MAX_SMALL_BODY)
                     .await
                     .ok()
                     .flatten()
@@ -346,7 +346,7 @@ impl Registry {
                 ),
             });
         }
-        let body = read_bounded(response, MAX_SMALL_BODY)
+        let body = crate::tls::read_bounded(response, MAX_SMALL_BODY)
             .await
             .map_err(|e| self.request_failed("token", &e))?
             .ok_or_else(|| self.registry_error("its token service's answer is too long".into()))?;
@@ -394,7 +394,7 @@ impl Registry {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let bytes = read_bounded(response, limit)
+        let bytes = crate::tls::read_bounded(response, limit)
             .await
             .map_err(|e| self.request_failed("manifest", &e))?
             .ok_or_else(|| too_large(limit.saturating_add(1)))?;
@@ -750,12 +750,6 @@ fn basic(own: &Auth) -> Option<HeaderValue> {
         )),
         _ => None,
     }
-}
-
-/// The body of `response`, or `None` past `limit` bytes
-/// ([`crate::tls::read_bounded`]).
-async fn read_bounded(response: Response, limit: u64) -> reqwest::Result<Option<Vec<u8>>> {
-    crate::tls::read_bounded(response, usize::try_from(limit).unwrap_or(usize::MAX)).await
 }
 
 /// `sha256:<hex>` of `bytes`.
