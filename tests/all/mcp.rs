@@ -1028,6 +1028,47 @@ async fn results_have_the_shape_of_the_clients_revision() {
     }
 }
 
+/// Every list is whole on its first page, with no `nextCursor`, so a list
+/// request with a cursor carries one the server never gave. It is refused
+/// with -32602 naming the cursor (MCP's pagination asks this of an invalid
+/// cursor), not answered with the first page again, which a client paging
+/// on would take for more items. This holds on `tools/list`'s own path as
+/// on rmcp's, and the session is served after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_request_with_a_cursor_the_server_never_gave_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cursor.db");
+    let (_server, client) = stateful_over_http(&db, &[]).await;
+    assert_eq!(increment(&client, 2).await, 1);
+    let lists = [
+        "tools/list",
+        "resources/list",
+        "resources/templates/list",
+        "prompts/list",
+    ];
+    for (id, method) in (10..).zip(lists) {
+        let whole = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}});
+        let answer = answer_of(client.post(whole).await.unwrap()).await;
+        assert!(answer["result"].is_object(), "{method}: {answer}");
+        assert_eq!(
+            answer["result"].get("nextCursor"),
+            None,
+            "{method}: {answer}"
+        );
+        let paged = json!({"jsonrpc": "2.0", "id": id + 100, "method": method,
+            "params": {"cursor": "page-2"}});
+        let answer = answer_of(client.post(paged).await.unwrap()).await;
+        assert_eq!(answer["error"]["code"], -32602, "{method}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("cursor: not one this server gave"),
+            "{method}: {answer}"
+        );
+        assert!(!message.contains("page-2"), "{method}: {answer}");
+    }
+    assert_eq!(increment(&client, 3).await, 2);
+}
+
 /// A connection that sends nothing, or its headers a piece at a time, or
 /// stays idle after a request, is closed once it has taken the server's
 /// header limit (30 s; 300 ms here, by the test build's hook) to send a

@@ -653,7 +653,11 @@ impl Sessions {
             .ok()
             .flatten();
         match &request.request {
-            ClientRequest::ListToolsRequest(_) => {
+            // A list request with a cursor goes through rmcp, to be
+            // refused there (`first_page`).
+            ClientRequest::ListToolsRequest(list)
+                if list.params.as_ref().is_none_or(|p| p.cursor.is_none()) =>
+            {
                 let tools = ListToolsResult::with_all_items(server.tool_list(caller.as_ref()));
                 let mut result = ServerResult::ListToolsResult(tools);
                 fit(&mut result, server.current_revision(meta));

@@ -887,6 +887,22 @@ fn progress(token: &ProgressToken, tool: &str, seconds: u32) -> ProgressNotifica
         .with_message(format!("{tool} running ({seconds} s)"))
 }
 
+/// Checks a list request's cursor. Every list this server answers is whole
+/// on its first page, with no `nextCursor`, so a request that carries a
+/// cursor carries one this server never gave: refused (-32602, as MCP's
+/// pagination asks of an invalid cursor) rather than answered with the
+/// first page again, which a client paging on would take for more items.
+fn first_page(request: Option<PaginatedRequestParams>) -> Result<(), ErrorData> {
+    match request.and_then(|request| request.cursor) {
+        None => Ok(()),
+        Some(_) => Err(ErrorData::invalid_params(
+            "cursor: not one this server gave (its lists are whole on the first page, \
+             with no nextCursor)",
+            None,
+        )),
+    }
+}
+
 /// The progress token a call's `_meta` carries, if any: a string or an
 /// integer (MCP's `ProgressToken`); `null` stands for none. Any other
 /// value is refused (-32602, naming it) rather than ignored, which would
@@ -1054,9 +1070,10 @@ impl ServerHandler for McpServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        first_page(request)?;
         Ok(ListToolsResult::with_all_items(
             self.tool_list(caller_of(&context)),
         ))
@@ -1232,9 +1249,10 @@ impl ServerHandler for McpServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        first_page(request)?;
         Ok(ListResourcesResult::with_all_items(
             self.resource_list(&context),
         ))
@@ -1242,9 +1260,10 @@ impl ServerHandler for McpServer {
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        first_page(request)?;
         Ok(ListResourceTemplatesResult::with_all_items(
             self.template_list(&context),
         ))
@@ -1291,9 +1310,10 @@ impl ServerHandler for McpServer {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
+        first_page(request)?;
         Ok(ListPromptsResult::with_all_items(
             self.prompt_list(&context),
         ))
