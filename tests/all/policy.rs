@@ -307,6 +307,49 @@ fn a_granted_directory_reaches_the_tool_only_with_the_policy() {
     assert_eq!(doc["error"]["kind"], "failed");
 }
 
+/// A policy's `[limits]` are every tool's defaults, a component given on
+/// the command line that the policy does not list included: it runs with
+/// no grants and those limits, not the built-in ones. So a bound the
+/// operator tightened holds for it, and a bound the host cannot give is
+/// refused naming the component, before anything runs.
+#[test]
+fn a_component_the_policy_does_not_list_gets_the_policys_limits() {
+    let out = show_state_under("[limits]\nmax_result_bytes = 8\n", &["--json"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "result_too_large", "{doc}");
+    assert_eq!(
+        doc["error"]["message"],
+        "the result is 26 bytes; the limit is 8"
+    );
+
+    let out = show_state_under("[limits]\nmemory_mb = 5000\n", &[], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("stateful.wasm: the memory limit (5000 MiB) is over the host's ceiling"),
+        "{err}"
+    );
+
+    // Listed beside another tool, the note says which limits it runs with;
+    // and without a `[limits]`, the built-in ones hold.
+    let hostile = guest("hostile");
+    let policy = format!(
+        "[limits]\nmax_result_bytes = 8\n\n[[tool]]\npath = {:?}\n",
+        s(&hostile)
+    );
+    let out = show_state_under(&policy, &[], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("does not list")
+            && text(&out.stderr).contains("so it runs with no grants and the policy's [limits]"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = show_state_under("[context]\nhidden = [\"secret\"]\n", &["--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 /// A directory inside another grant's read-write directory is refused at
 /// load (whoever writes the outer one could swap the inner one for a
 /// symlink before the next load); the same directory granted twice is not.

@@ -53,11 +53,16 @@ pub(super) struct Compared {
 }
 
 /// A host with no tool yet, under `policy`'s context rules (those the
-/// journal's ops were scrubbed with): where a candidate is loaded.
+/// journal's ops were scrubbed with) and `[limits]` (what a candidate the
+/// policy has no entry for runs with, by [`Host::load`]): where a
+/// candidate is loaded.
 pub(super) fn empty_host(policy: Option<&airlock::policy::Policy>) -> Result<Host, Failure> {
     let mut builder = super::host_builder(super::Lifetime::OneShot);
     if let Some(policy) = policy {
-        builder = builder.context_rules(policy.context.clone());
+        builder = builder
+            .context_rules(policy.context.clone())
+            .limits(policy.limits.clone())
+            .fuel_metering(policy.needs_fuel());
     }
     Ok(builder.build()?)
 }

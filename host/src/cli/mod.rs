@@ -881,7 +881,7 @@ async fn load_host(
         // Worth a word only when the policy grants other tools: then a
         // path that does not match is the likely mistake.
         print_note(&format!(
-            "{} does not list {component}, so it runs with no grants and the default limits",
+            "{} does not list {component}, so it runs with no grants and the policy's [limits]",
             policy.source.display(),
         ));
     }

@@ -475,8 +475,10 @@ async fn replay_moved(
     for resolved in moved {
         let entry = policy.and_then(|p| p.for_reference(&resolved.reference));
         let mut host = super::compare::empty_host(policy)?;
-        let config = entry.map(|t| t.config.clone()).unwrap_or_default();
-        let loaded = host.load_with(&resolved.path, config).await?;
+        let loaded = match entry {
+            Some(entry) => host.load_with(&resolved.path, entry.config.clone()).await?,
+            None => host.load(&resolved.path).await?,
+        };
         let tools: BTreeSet<String> = loaded.tools().iter().map(|t| t.name.clone()).collect();
         let host = Arc::new(host);
         let compared = compare(store.as_ref(), &host, &tools, &chosen, cores()).await?;

@@ -133,7 +133,8 @@ fn parse_tool(text: &str) -> Result<(String, ComponentArg), Failure> {
 
 /// A host with each candidate loaded under the policy's entry for the
 /// tool it replaces (the grants, limits and names the tool has now), or
-/// with nothing granted when the policy has no such tool.
+/// with nothing granted and the policy's `[limits]` when the policy has no
+/// such tool.
 async fn candidate_host(
     args: &ReplayArgs,
     candidates: &[(String, ComponentArg)],
@@ -173,8 +174,10 @@ async fn candidate_host(
         let offered = match offering.get(&file) {
             Some(offered) => offered,
             None => {
-                let config = configs.get(name).cloned().unwrap_or_default();
-                let loaded = host.load_with(&path, config).await?;
+                let loaded = match configs.get(name) {
+                    Some(config) => host.load_with(&path, config.clone()).await?,
+                    None => host.load(&path).await?,
+                };
                 let offered = loaded.tools().iter().map(|t| t.name.clone()).collect();
                 offering.entry(file).or_insert(offered)
             }

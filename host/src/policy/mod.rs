@@ -175,6 +175,10 @@ pub struct Policy {
     pub tools: Vec<ToolPolicy>,
     /// Hidden keys and per-key schemas, for every tool.
     pub context: ContextRules,
+    /// The `[limits]` table over the built-in defaults: the limits of each
+    /// listed tool where its own `limits` does not say otherwise, and of a
+    /// component loaded beside the policy without an entry of its own.
+    pub limits: Limits,
     /// How a model turn's calls run (`[turn]`).
     pub turn: TurnPolicy,
     /// Registries: signatures required, plain HTTP, size bounds (`[oci]`).
@@ -340,6 +344,7 @@ impl Policy {
             source: source.to_path_buf(),
             tools,
             context,
+            limits: defaults,
             turn,
             oci,
             sessions,
@@ -359,23 +364,10 @@ impl Policy {
             .find(|t| t.oci.as_ref().is_some_and(|o| &o.reference == reference))
     }
 
-    /// Whether any tool has a fuel limit (the host must then meter fuel).
+    /// Whether any tool, or the `[limits]` a tool loaded beside the
+    /// policy gets, has a fuel limit (the host must then meter fuel).
     pub fn needs_fuel(&self) -> bool {
-        self.tools.iter().any(|t| t.config.limits.fuel.is_some())
-    }
-
-    /// This policy with only the entry for the component at `path` (none
-    /// if it is not listed): its host-wide rules, one tool.
-    pub fn restricted_to(&self, path: &Path) -> Policy {
-        Policy {
-            source: self.source.clone(),
-            tools: self.for_component(path).cloned().into_iter().collect(),
-            context: self.context.clone(),
-            turn: self.turn,
-            oci: self.oci.clone(),
-            sessions: self.sessions,
-            mcp: self.mcp.clone(),
-        }
+        self.limits.fuel.is_some() || self.tools.iter().any(|t| t.config.limits.fuel.is_some())
     }
 
     /// The policy entry for the component at `path`, if the policy lists

@@ -94,8 +94,10 @@ impl Offered {
 }
 
 impl Host {
-    /// Loads the component at `path` with the host's default limits and
-    /// nothing granted.
+    /// Loads the component at `path` with the host's default limits (the
+    /// builder's, or the policy's `[limits]` for a host built with
+    /// [`HostBuilder::build_with_policy`](super::HostBuilder::build_with_policy))
+    /// and nothing granted.
     pub async fn load(
         &mut self,
         path: impl AsRef<Path>,

@@ -433,9 +433,11 @@ impl HostBuilder {
 
     /// Builds a host for `policy` and loads every tool it lists, each with
     /// its own config: the one way to get a host that honours a policy
-    /// whole (its context rules and fuel metering are taken from it, so
-    /// they cannot be forgotten). Settings made on the builder before
-    /// (cache, limits for tools loaded later, pool size) are kept.
+    /// whole (its context rules, its `[limits]` and fuel metering are
+    /// taken from it, so they cannot be forgotten: a component loaded
+    /// later with [`Host::load`] gets the policy's `[limits]`, not the
+    /// builder's). Settings made on the builder before (cache, pool size)
+    /// are kept.
     ///
     /// A tool the policy names by reference must have been resolved first
     /// ([`crate::oci::Resolver::resolve_policy`]); one that was not is
@@ -453,6 +455,7 @@ impl HostBuilder {
             });
         }
         self.context_rules = policy.context.clone();
+        self.limits = policy.limits.clone();
         self.config.fuel_metering = self.config.fuel_metering || policy.needs_fuel();
         let mut host = self.build()?;
         host.load_all(&policy.tools).await?;

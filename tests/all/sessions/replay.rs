@@ -495,6 +495,24 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
             && said.contains(": 2 same, 0 different"),
         "{said}"
     );
+
+    // A candidate runs under the policy: a tool it lists with a fuel
+    // bound replays on a host that meters fuel; one it does not list gets
+    // its `[limits]`, a tightened one failing each call.
+    let policy = dir.path().join("airlock.toml");
+    let write = |text: String| std::fs::write(&policy, text).unwrap();
+    write(format!(
+        "[[tool]]\npath = {v1:?}\nlimits = {{ fuel = 100000000 }}\n"
+    ));
+    let config = path(policy.clone());
+    let out = replay(&["s1", "--tool", &stamp_v1, "--config", &config]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    write("[limits]\nmax_result_bytes = 8\n".to_owned());
+    let out = replay(&["s1", "--tool", &stamp_v1, "--config", &config]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains("0 same, 0 different, 3 failed"), "{said}");
+    assert_eq!(said.matches("the limit is 8").count(), 3, "{said}");
 }
 
 /// A replay changes nothing outside the sandbox: a call that fetched over
