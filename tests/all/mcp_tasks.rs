@@ -17,6 +17,7 @@ use rmcp::service::RunningService;
 use serde_json::{Value, json};
 
 use crate::support::mcp::{deps, discovering};
+use crate::support::stores::{Backend, TestStore};
 use crate::support::{airlock_command, guest};
 
 /// A client of the 2026-07-28 revision that declares the tasks extension
@@ -163,6 +164,13 @@ impl Desk {
     }
 }
 
+/// How many tasks have mail in the SQLite store `db`.
+fn mail_in(db: &str) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("SELECT count(*) FROM task_mail", [], |row| row.get(0))
+        .unwrap()
+}
+
 fn kill9(pid: u32) {
     let killed = std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -222,6 +230,7 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
     assert!(why.contains("asks for no input"), "{why}");
     kill9(pid);
     drop(client);
+    assert_eq!(mail_in(db), 1, "the killed server's task left its mail");
 
     // Started again on the same store: the finished task still answers
     // with its result; the one the kill interrupted failed, and none of it
@@ -234,6 +243,7 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
     );
     let task = get(&client, &spinning).await;
     assert_eq!(task.task.status(), TaskStatus::Failed, "{task:?}");
+    assert_eq!(mail_in(db), 0);
     let TaskPayload::Failed { error } = &task.task.payload else {
         panic!("{task:?}")
     };
@@ -308,8 +318,13 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
 /// A client of the 2026-07-28 revision over HTTP (no MCP session: each
 /// request stands alone) that declares tasks.
 async fn over_http(url: &str) -> Client {
+    over_http_as(TaskClient::TASKS, url).await
+}
+
+/// [`over_http`] as `client`.
+async fn over_http_as(client: TaskClient, url: &str) -> Client {
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
-    TaskClient::TASKS
+    client
         .serve_with_lifecycle(transport, discovering())
         .await
         .expect("discover over HTTP")
@@ -364,6 +379,9 @@ async fn tasks_over_stateless_http_are_found_through_the_store() {
     assert_eq!(task.task.status(), TaskStatus::Working);
     server.kill();
     drop(client);
+    // The task's mail, posted before its handle was given, is left by the
+    // killed host; the host that finds the task interrupted removes it.
+    assert_eq!(mail_in(db), 1);
 
     // Calls end long before this server's wait.
     write_policy(600_000);
@@ -371,6 +389,7 @@ async fn tasks_over_stateless_http_are_found_through_the_store() {
     let client = over_http(&server.url).await;
     let task = get(&client, &spinning).await;
     assert_eq!(task.task.status(), TaskStatus::Failed, "{task:?}");
+    assert_eq!(mail_in(db), 0);
     let counted = call_on(&client, "team", "increment", json!({"name": "n"})).await;
     let CallToolResponse::Complete(counted) = counted else {
         panic!("a call that ends is answered with its result: {counted:?}")
@@ -592,3 +611,99 @@ async fn a_task_asks_for_its_approval_first() {
     assert_eq!(deps(&client).await, json!({"watched": "four"}));
     client.cancel().await.unwrap();
 }
+
+/// Two hosts of one store: a task runs on the first, and a client of the
+/// second sees its questions, answers them and cancels it there, through
+/// the task's mail in the store; the first host's call gets each answer,
+/// and the task ends as it would answered where it runs. An update that
+/// names no waiting question is refused on the second host too. Once
+/// tasks end, no mail is left in the store.
+async fn a_task_is_seen_answered_and_cancelled_from_another_host(backend: Backend) {
+    let db = TestStore::new(backend, "mail").await;
+    let desk = Desk::everything(
+        "ask = true\nsample = { max_tokens = 50 }\nlimits = { timeout_ms = 60000 }\n",
+    );
+    let runs = crate::support::mcp::serve_http(desk.policy(), &db.spec);
+    let other = crate::support::mcp::serve_http(desk.policy(), &db.spec);
+    let (here, there) = (
+        over_http_as(TaskClient::ANSWERING, &runs.url).await,
+        over_http_as(TaskClient::ANSWERING, &other.url).await,
+    );
+    let CallToolResponse::Task(greeting) = call_on(&here, "team", "greet", json!({})).await else {
+        panic!("greet is not a task")
+    };
+    let greeting = greeting.task.task_id;
+    let person = question(&waiting(&there, &greeting).await, "person-1");
+    assert_eq!(person["method"], "elicitation/create", "{person}");
+    assert_eq!(person["params"]["message"], "Whom shall I greet?");
+    let wrong = [("model-1".to_owned(), json!({"action": "accept"}))].into();
+    let why = refused(
+        there
+            .update_task(UpdateTaskParams::new(&greeting, wrong))
+            .await,
+    );
+    assert!(why.contains("no question \"model-1\" is waiting"), "{why}");
+    let name = [(
+        "person-1".to_owned(),
+        json!({"action": "accept", "content": {"name": "Ada"}}),
+    )]
+    .into();
+    there
+        .update_task(UpdateTaskParams::new(&greeting, name))
+        .await
+        .unwrap();
+    let model = question(&waiting(&there, &greeting).await, "model-1");
+    assert!(
+        model["params"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Ada"),
+        "{model}"
+    );
+    // The host that runs it shows the same question.
+    assert_eq!(question(&waiting(&here, &greeting).await, "model-1"), model);
+    let reply = [(
+        "model-1".to_owned(),
+        json!({"role": "assistant", "content": {"type": "text", "text": "Hello, Ada!"},
+               "model": "scripted"}),
+    )]
+    .into();
+    there
+        .update_task(UpdateTaskParams::new(&greeting, reply))
+        .await
+        .unwrap();
+    let task = ended(&there, &greeting).await;
+    let entry = json!({"name": "Ada", "greeting": "Hello, Ada!"});
+    assert_eq!(result_of(&task)["structuredContent"], entry);
+    assert_eq!(ended(&here, &greeting).await.task, task.task);
+
+    // Cancelled from the other host while it waits: it ends cancelled,
+    // nothing of it applied.
+    let CallToolResponse::Task(stopped) = call_on(&here, "team", "greet", json!({})).await else {
+        panic!("greet is not a task")
+    };
+    let stopped = stopped.task.task_id;
+    waiting(&there, &stopped).await;
+    there
+        .cancel_task(CancelTaskParams::new(&stopped))
+        .await
+        .unwrap();
+    assert_eq!(
+        ended(&there, &stopped).await.task.status(),
+        TaskStatus::Cancelled
+    );
+    let shown =
+        crate::support::airlock(&["sessions", "show", "team", "--json", "--store", &db.spec]);
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["deps"], json!({"greetings": [entry]}));
+    assert_eq!(db.scalar("SELECT count(*) FROM {p}task_mail").await, 0);
+    here.cancel().await.unwrap();
+    there.cancel().await.unwrap();
+}
+
+crate::on_both_stores!(a_task_is_seen_answered_and_cancelled_from_another_host);

@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod http;
 pub mod limits;
+mod mail;
 mod offers;
 pub mod relay;
 mod rounds;

@@ -28,14 +28,17 @@
 //!   a request for a completion, keys never reused in one task);
 //! - running nowhere this process knows: the session is leased, as
 //!   resuming it would (a dead holder's calls are answered
-//!   "interrupted"); when another host holds it, `working`.
+//!   "interrupted"); when another host holds it, `working`, or
+//!   `input_required` with the questions its mail says wait
+//!   ([`super::mail`]).
 //!
 //! `tasks/update` answers the questions a task waits on, by key (a key
 //! that names no waiting question refuses the whole update); the answers
 //! go to the tool as a mid-call answer would, and are journaled with the
-//! call. `tasks/cancel` stops a task running in this process as the
-//! client's cancellation of a request would, a waiting question answered
-//! "cancel". A task is known for [`TaskSettings::ttl`] after it started.
+//! call. `tasks/cancel` stops a task as the client's cancellation of a
+//! request would, a waiting question answered "cancel". Both reach a task
+//! running on another host of the store through its mail. A task is known
+//! for [`TaskSettings::ttl`] after it started.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -49,6 +52,7 @@ use rmcp::{ErrorData, RoleServer};
 use tokio::sync::oneshot;
 
 use super::auth::Caller;
+use super::mail::{self, Keeping, Questions, TaskKey, Unchanged};
 use super::{
     McpServer, NO_ELICITATION, NO_SAMPLING, ToolSet, approval_question, call_key, caller_of,
     error_result, lock, rounds, tool_result,
@@ -109,6 +113,12 @@ impl McpServer {
             .map(|can| approval(&tools, name, &arguments, task_asker(&input, can, &cancel)));
         let (begun, in_journal) = oneshot::channel();
         let (done, mut ended) = oneshot::channel();
+        let (finish, finished) = tokio::sync::watch::channel(false);
+        let mail_key = TaskKey {
+            owner: session.held().user.clone(),
+            session_id: session.held().id.clone(),
+            call_id: call_id.clone(),
+        };
         let call = ToolCall {
             id: call_id,
             name: name.to_owned(),
@@ -135,6 +145,7 @@ impl McpServer {
                 .await;
                 session.done().await;
                 tools.tasks.ended(&id);
+                finish.send_replace(true);
                 // The request may have gone (the client has the handle).
                 let _ = done.send(result);
             }
@@ -186,6 +197,19 @@ impl McpServer {
         if cancelled {
             cancel.cancel();
             return answer(ended.await);
+        }
+        // Before the handle: whoever has it finds the task's mail on every
+        // host of the store.
+        if let Some(store) = self.store() {
+            mail::keep(Keeping {
+                store,
+                key: mail_key,
+                input: Arc::clone(&input) as Arc<dyn Questions>,
+                cancel: cancel.clone(),
+                poll: tools.tasks.settings().poll,
+                finished,
+            })
+            .await;
         }
         let now = now_ms();
         let task = tools
@@ -256,15 +280,29 @@ impl McpServer {
                 };
                 return Ok(tasks.detailed(id, asked_ms, now, said, payload));
             }
-            let another_host = || {
+            let mail_key = TaskKey {
+                owner: user.clone(),
+                session_id: session_id.to_owned(),
+                call_id: call_id.to_owned(),
+            };
+            let another_host = async || {
                 let said = Some("running on another host".to_owned());
-                Ok(tasks.detailed(id, asked_ms, now, said, TaskPayload::Working))
+                let waiting = mail::waiting_elsewhere(store.as_ref(), &mail_key)
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let payload = match waiting {
+                    Some(input_requests) if !input_requests.is_empty() => {
+                        TaskPayload::InputRequired { input_requests }
+                    }
+                    _ => TaskPayload::Working,
+                };
+                Ok(tasks.detailed(id, asked_ms, now, said, payload))
             };
             // Its host may be alive (another host of a shared store) or
             // dead: leasing the session tells, as resuming it would, and
             // answers a dead host's calls "interrupted".
             let Some(opener) = self.opener.as_ref().filter(|_| !leased) else {
-                return another_host();
+                return another_host().await;
             };
             let host = self.tools.current();
             match opener
@@ -277,7 +315,7 @@ impl McpServer {
                     }
                     leased = true;
                 }
-                Err(SessionError::Store(StoreError::InUse { .. })) => return another_host(),
+                Err(SessionError::Store(StoreError::InUse { .. })) => return another_host().await,
                 Err(e) => return Err(ErrorData::internal_error(e.to_string(), None)),
             }
         }
@@ -297,11 +335,23 @@ impl McpServer {
                 None,
             ));
         }
-        if self.tools.tasks.cancel(id, self.user(caller).as_deref()) {
+        let user = self.user(caller);
+        if self.tools.tasks.cancel(id, user.as_deref()) {
+            return Ok(());
+        }
+        let left = match (self.store(), mail_key(id, user)) {
+            (Some(store), Some(key)) => mail::leave_cancel(store.as_ref(), &key)
+                .await
+                .map_err(|e| unchanged(id, e))?,
+            _ => false,
+        };
+        if left {
             Ok(())
         } else {
             Err(ErrorData::invalid_params(
-                format!("task {id:?} runs on another host; cancel it there"),
+                format!(
+                    "task {id:?} runs on another host that does not read task mail; cancel it there"
+                ),
                 None,
             ))
         }
@@ -320,13 +370,20 @@ impl McpServer {
     ) -> Result<(), ErrorData> {
         let refused = |why: String| ErrorData::invalid_params(why, None);
         let user = self.user(caller);
-        match self.tools.tasks.answer(id, user.as_deref(), responses) {
-            Some(answered) => answered.map_err(|why| refused(format!("task {id:?}: {why}"))),
-            None => {
-                self.task(id, caller).await?;
-                Err(refused(format!("task {id:?} asks for no input")))
-            }
+        if let Some(answered) = self.tools.tasks.answer(id, user.as_deref(), responses) {
+            return answered.map_err(|why| refused(format!("task {id:?}: {why}")));
         }
+        let task = self.task(id, caller).await?;
+        // Waiting on another host: the answers are left in its mail.
+        if let (TaskPayload::InputRequired { .. }, Some(store), Some(key)) =
+            (&task.payload, self.store(), mail_key(id, user))
+            && mail::leave_answers(store.as_ref(), &key, responses)
+                .await
+                .map_err(|e| unchanged(id, e))?
+        {
+            return Ok(());
+        }
+        Err(refused(format!("task {id:?} asks for no input")))
     }
 
     /// The store the caller's tasks are in: the opener's, or the server's
@@ -382,6 +439,9 @@ pub(super) struct Input {
     open: Mutex<Open>,
     /// Told when a question is asked (the call becomes a task then).
     asked: tokio::sync::Notify,
+    /// Told when the questions waiting change (one is asked, answered,
+    /// or stops waiting): the task's mail posts them.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -400,7 +460,10 @@ struct Filed<'a> {
 
 impl Drop for Filed<'_> {
     fn drop(&mut self) {
-        lock(&self.input.open).waiting.remove(&self.key);
+        let removed = lock(&self.input.open).waiting.remove(&self.key);
+        if removed.is_some() {
+            self.input.changed.notify_one();
+        }
     }
 }
 
@@ -440,6 +503,7 @@ impl Input {
         };
         let _filed = Filed { input: self, key };
         self.asked.notify_one();
+        self.changed.notify_one();
         tokio::select! {
             answer = answered => answer.ok(),
             () = cancel.cancelled() => None,
@@ -468,18 +532,47 @@ impl Input {
         if let Some(key) = responses.keys().find(|k| !open.waiting.contains_key(*k)) {
             return Some(Err(format!("no question {key:?} is waiting")));
         }
-        for (key, response) in responses {
-            let Some((_, reply)) = open.waiting.remove(key) else {
-                continue;
-            };
-            // A call that has stopped meanwhile takes no answer.
-            let _ = match reply {
-                Reply::Person(sender) => sender.send(rounds::answer(response)).is_ok(),
-                Reply::Model(sender) => sender.send(rounds::reply(response)).is_ok(),
-            };
-        }
+        give(&mut open, responses);
+        drop(open);
+        self.changed.notify_one();
         Some(Ok(()))
     }
+}
+
+impl Questions for Input {
+    fn waiting(&self) -> Option<InputRequests> {
+        Input::waiting(self)
+    }
+
+    /// Answers another host left may have been given before (keys are
+    /// never reused in one task): those are dropped.
+    fn give(&self, responses: &InputResponses) {
+        if give(&mut lock(&self.open), responses) {
+            self.changed.notify_one();
+        }
+    }
+
+    fn changed(&self) -> &tokio::sync::Notify {
+        &self.changed
+    }
+}
+
+/// Hands each of `responses` to the question of its key that waits in
+/// `open`, if one does; whether any did.
+fn give(open: &mut Open, responses: &InputResponses) -> bool {
+    let mut gave = false;
+    for (key, response) in responses {
+        let Some((_, reply)) = open.waiting.remove(key) else {
+            continue;
+        };
+        gave = true;
+        // A call that has stopped meanwhile takes no answer.
+        let _ = match reply {
+            Reply::Person(sender) => sender.send(rounds::answer(response)).is_ok(),
+            Reply::Model(sender) => sender.send(rounds::reply(response)).is_ok(),
+        };
+    }
+    gave
 }
 
 /// The asker of a task's call: its questions wait in `input` (or are
@@ -675,6 +768,30 @@ impl Tasks {
     /// `now_ms` (then it is unknown).
     pub(super) fn expired(&self, started_ms: u64, now_ms: u64) -> bool {
         now_ms.saturating_sub(started_ms) > millis(self.settings.ttl)
+    }
+}
+
+/// The key of task `id`'s mail, for `user`; `None` for an id this server
+/// never gives.
+fn mail_key(id: &str, user: Option<String>) -> Option<TaskKey> {
+    let (session_id, call_id) = parse_task_id(id)?;
+    Some(TaskKey {
+        owner: user,
+        session_id: session_id.to_owned(),
+        call_id: call_id.to_owned(),
+    })
+}
+
+/// Task `id`'s mail was not changed, as the client is told: refused (an
+/// invalid parameter, saying why) or not made (an internal error).
+fn unchanged(id: &str, why: Unchanged) -> ErrorData {
+    match why {
+        Unchanged::Refused(why) => ErrorData::invalid_params(format!("task {id:?}: {why}"), None),
+        Unchanged::Store(e) => ErrorData::internal_error(e.to_string(), None),
+        Unchanged::Busy => ErrorData::internal_error(
+            format!("task {id:?}: its mail is changed by other hosts; try again"),
+            None,
+        ),
     }
 }
 

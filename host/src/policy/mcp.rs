@@ -58,7 +58,9 @@ pub struct TaskSettings {
     pub after: Duration,
     /// How long after it starts a task can be looked up (`ttlMs`).
     pub ttl: Duration,
-    /// How often a client is asked to poll (`pollIntervalMs`).
+    /// How often a client is asked to poll (`pollIntervalMs`), and how
+    /// often the host that runs a task reads its mail (answers and a
+    /// cancellation another host left).
     pub poll: Duration,
 }
 

@@ -62,7 +62,7 @@ pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{
     Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
     Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot,
+    StoredSnapshot, TaskMail,
 };
 
 use crate::context::{ContextRules, RunContext};

@@ -224,6 +224,25 @@ pub struct CallKey<'a> {
     pub call_id: &'a str,
 }
 
+/// What hosts sharing a store tell each other about a task (an MCP call
+/// that outlives its request) whose call runs on one of them: the host
+/// that runs it posts the questions it waits on; any host leaves it
+/// answers, or asks it to stop. The store keeps the fields as they are
+/// given and reads nothing into them; they are about one call, and go
+/// with its session, or with the lease they were posted under when
+/// another holder takes the session from a holder that never released it
+/// ([`SessionStore::lease`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskMail {
+    /// The questions the call waits on, as its host wrote them; `None`
+    /// while it waits on none.
+    pub waiting: Option<String>,
+    /// Answers left for its host, not yet taken.
+    pub answers: Option<String>,
+    /// Whether a host asked the task to stop.
+    pub cancelled: bool,
+}
+
 /// A request to lease a session, creating it if it does not exist.
 #[derive(Debug, Clone)]
 pub struct LeaseRequest<'a> {
@@ -268,7 +287,9 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// records after it (every record when it has none). Fails with
     /// [`StoreError::InUse`] while another holder's lease is current: it
     /// has not expired and [`super::Holder::is_gone`] does not say its
-    /// holder is gone.
+    /// holder is gone. A lease taken from a holder that never released it
+    /// removes the session's [`TaskMail`] (its tasks ran under that lease,
+    /// and no longer run).
     fn lease<'a>(&'a self, request: LeaseRequest<'a>) -> Reply<'a, Leased>;
 
     /// Appends [`Append::records`] and, in the same transaction, replaces
@@ -287,6 +308,31 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// returned as well; every read gives an indexed record back marked
     /// keyed, so that an export says what a key finds.
     fn call_records<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Vec<Record>>;
+
+    /// The mail of task `call` ([`TaskMail`]); `None` when there is none
+    /// (no host that runs it keeps mail, or it has ended). One indexed
+    /// read. A store that keeps no mail (the default) has none: its tasks
+    /// are seen whole only by the host that runs them.
+    fn task_mail<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Option<TaskMail>> {
+        let _ = call;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Replaces the mail of task `call` with `new` (`None` removes it) if
+    /// it is `expected` now (`None`: there is none), in one transaction;
+    /// whether it was. Mail is kept only for a session that exists (and
+    /// goes with it); for any other, `false`. Hosts change mail by reading
+    /// it and swapping what they read for what they make of it, again
+    /// when another host changed it meanwhile.
+    fn swap_task_mail<'a>(
+        &'a self,
+        call: CallKey<'a>,
+        expected: Option<&'a TaskMail>,
+        new: Option<&'a TaskMail>,
+    ) -> Reply<'a, bool> {
+        let _ = (call, expected, new);
+        Box::pin(async { Ok(false) })
+    }
 
     /// Extends the lease to `now_ms` + its ttl; [`StoreError::LeaseLost`]
     /// if it was lost.

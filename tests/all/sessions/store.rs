@@ -303,4 +303,84 @@ async fn a_write_that_waits_out_another_writers_lock_fails_saying_so() {
     assert!(store.list(None).await.unwrap().is_empty());
 }
 
-crate::on_both_stores!(an_earlier_schema_is_migrated_and_its_calls_indexed,);
+/// A task's mail (what hosts sharing a store tell each other about it)
+/// changes only from what it is: a swap from anything else changes
+/// nothing, so no host's change is lost to another's. It is kept only
+/// for a session that exists, apart per owner, and goes with its session.
+async fn task_mail_changes_only_from_what_it_is_and_goes_with_its_session(backend: Backend) {
+    use airlock::session::{CallKey, TaskMail};
+    let db = TestStore::new(backend, "mail").await;
+    let store = db.open().await;
+    keyed_increments(&store, "s", 0..1, 4).await;
+    let key = CallKey {
+        owner: None,
+        session_id: "s",
+        call_id: "t1",
+    };
+    assert_eq!(store.task_mail(key).await.unwrap(), None);
+    let asked = TaskMail {
+        waiting: Some(r#"{"person-1":{}}"#.into()),
+        ..TaskMail::default()
+    };
+    assert!(store.swap_task_mail(key, None, Some(&asked)).await.unwrap());
+    assert!(
+        !store.swap_task_mail(key, None, Some(&asked)).await.unwrap(),
+        "already there"
+    );
+    let answered = TaskMail {
+        answers: Some(r#"{"person-1":{"action":"decline"}}"#.into()),
+        ..asked.clone()
+    };
+    assert!(
+        !store
+            .swap_task_mail(key, Some(&answered), None)
+            .await
+            .unwrap(),
+        "not what it is"
+    );
+    assert_eq!(store.task_mail(key).await.unwrap(), Some(asked.clone()));
+    assert!(
+        store
+            .swap_task_mail(key, Some(&asked), Some(&answered))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.task_mail(key).await.unwrap(), Some(answered.clone()));
+
+    // Another owner's session of that id does not exist: no mail for it.
+    let bob = CallKey {
+        owner: Some("bob"),
+        ..key
+    };
+    assert_eq!(store.task_mail(bob).await.unwrap(), None);
+    assert!(!store.swap_task_mail(bob, None, Some(&asked)).await.unwrap());
+    let elsewhere = CallKey {
+        session_id: "nowhere",
+        ..key
+    };
+    assert!(
+        !store
+            .swap_task_mail(elsewhere, None, Some(&asked))
+            .await
+            .unwrap()
+    );
+
+    assert!(
+        store
+            .swap_task_mail(key, Some(&answered), None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.task_mail(key).await.unwrap(), None);
+    assert!(store.swap_task_mail(key, None, Some(&asked)).await.unwrap());
+    store
+        .remove(None, "s", airlock::journal::now_ms())
+        .await
+        .unwrap();
+    assert_eq!(db.scalar("SELECT count(*) FROM {p}task_mail").await, 0);
+}
+
+crate::on_both_stores!(
+    an_earlier_schema_is_migrated_and_its_calls_indexed,
+    task_mail_changes_only_from_what_it_is_and_goes_with_its_session,
+);

@@ -56,7 +56,7 @@ use super::rows::{
 use super::store::{
     Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
     Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot,
+    StoredSnapshot, TaskMail,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
@@ -137,6 +137,23 @@ CREATE TABLE airlock_blobs (
     digest text NOT NULL,
     data text NOT NULL,
     PRIMARY KEY (owner, session_id, digest),
+    FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
+);
+";
+
+/// [`TaskMail`], beside the versioned tables: made where it is missing by
+/// any version that uses it, and needing no newer schema, since an older
+/// Airlock that does not read it loses nothing (its tasks are seen whole
+/// only by the host that runs them, as before).
+const TASK_MAIL: &str = "
+CREATE TABLE IF NOT EXISTS airlock_task_mail (
+    owner text NOT NULL,
+    session_id text NOT NULL,
+    call_id text NOT NULL,
+    waiting text,
+    answers text,
+    cancelled boolean NOT NULL,
+    PRIMARY KEY (owner, session_id, call_id),
     FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
 );
 ";
@@ -334,6 +351,7 @@ impl PostgresStore {
         if version < 4 {
             tx.batch_execute(SCHEMA_V4).await.map_err(db)?;
         }
+        tx.batch_execute(TASK_MAIL).await.map_err(db)?;
         if version < SCHEMA_VERSION {
             tx.execute("DELETE FROM airlock_schema", &[])
                 .await
@@ -508,6 +526,29 @@ async fn read_blobs(
 }
 
 /// The session's lease, its row locked until the transaction ends.
+/// The mail of call `call_id` of a session ([`TaskMail`]), if any; read
+/// with `lock` (`FOR UPDATE`, or nothing).
+async fn read_mail(
+    client: &impl GenericClient,
+    owner: &str,
+    session_id: &str,
+    call_id: &str,
+    lock: &str,
+) -> Result<Option<TaskMail>, tokio_postgres::Error> {
+    let query = format!(
+        "SELECT waiting, answers, cancelled FROM airlock_task_mail
+         WHERE owner = $1 AND session_id = $2 AND call_id = $3 {lock}"
+    );
+    let row = client
+        .query_opt(&query, &[&owner, &session_id, &call_id])
+        .await?;
+    Ok(row.map(|row| TaskMail {
+        waiting: row.get(0),
+        answers: row.get(1),
+        cancelled: row.get(2),
+    }))
+}
+
 async fn lock_lease(
     tx: &impl GenericClient,
     owner: &str,
@@ -679,6 +720,15 @@ impl SessionStore for PostgresStore {
                         ],
                     )
                     .await?;
+                    if row.holder.is_some() {
+                        // Taken from a holder that never released it: the
+                        // mail its tasks left is stale ([`TaskMail`]).
+                        tx.execute(
+                            "DELETE FROM airlock_task_mail WHERE owner = $1 AND session_id = $2",
+                            &[&owner, &session_id],
+                        )
+                        .await?;
+                    }
                     break (token, false);
                 }
                 let Some(new) = &create else {
@@ -849,6 +899,79 @@ impl SessionStore for PostgresStore {
                 .collect();
             let blobs = read_blobs(&client, &owner, session_id, &rows, None).await?;
             Ok(rows::decode_records(session_id, rows, &blobs)?)
+        }))
+    }
+
+    fn task_mail<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Option<TaskMail>> {
+        let (owner, session_id, call_id) = (owner_key(call.owner), call.session_id, call.call_id);
+        Box::pin(self.run(async move {
+            let client = self.client().await?;
+            Ok(read_mail(&client, &owner, session_id, call_id, "").await?)
+        }))
+    }
+
+    fn swap_task_mail<'a>(
+        &'a self,
+        call: CallKey<'a>,
+        expected: Option<&'a TaskMail>,
+        new: Option<&'a TaskMail>,
+    ) -> Reply<'a, bool> {
+        let (owner, session_id, call_id) = (owner_key(call.owner), call.session_id, call.call_id);
+        Box::pin(self.run(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // The mail's row, locked until the swap commits; where there
+            // is none, an insert racing this one's finds the key taken.
+            let now = read_mail(&tx, &owner, session_id, call_id, "FOR UPDATE").await?;
+            if now.as_ref() != expected {
+                return Ok(false);
+            }
+            let changed = match (now, new) {
+                (None, None) => 1,
+                (Some(_), None) => {
+                    tx.execute(
+                        "DELETE FROM airlock_task_mail
+                         WHERE owner = $1 AND session_id = $2 AND call_id = $3",
+                        &[&owner, &session_id, &call_id],
+                    )
+                    .await?
+                }
+                (Some(_), Some(mail)) => {
+                    tx.execute(
+                        "UPDATE airlock_task_mail SET waiting = $4, answers = $5, cancelled = $6
+                         WHERE owner = $1 AND session_id = $2 AND call_id = $3",
+                        &[
+                            &owner,
+                            &session_id,
+                            &call_id,
+                            &mail.waiting,
+                            &mail.answers,
+                            &mail.cancelled,
+                        ],
+                    )
+                    .await?
+                }
+                (None, Some(mail)) => {
+                    tx.execute(
+                        "INSERT INTO airlock_task_mail
+                             (owner, session_id, call_id, waiting, answers, cancelled)
+                         SELECT owner, session_id, $3, $4, $5, $6 FROM airlock_sessions
+                         WHERE owner = $1 AND session_id = $2
+                         ON CONFLICT DO NOTHING",
+                        &[
+                            &owner,
+                            &session_id,
+                            &call_id,
+                            &mail.waiting,
+                            &mail.answers,
+                            &mail.cancelled,
+                        ],
+                    )
+                    .await?
+                }
+            };
+            tx.commit().await?;
+            Ok(changed == 1)
         }))
     }
 

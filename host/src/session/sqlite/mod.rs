@@ -40,7 +40,7 @@ use super::rows::{
 use super::store::{
     Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
     Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot,
+    StoredSnapshot, TaskMail,
 };
 use crate::journal::{Record, StoreError};
 use commit::{Committer, synchronous};
@@ -58,7 +58,11 @@ use sql::{Failure, failure, insert_records, lock, not_a_store};
 /// (an older Airlock would not find it).
 const SCHEMA_VERSION: i64 = 5;
 
-/// The tables and indexes of schema 5 (3's, and `blobs`).
+/// The tables and indexes of schema 5 (3's, and `blobs`), and
+/// `task_mail` ([`TaskMail`]): made where it is missing by any version
+/// that uses it, and needing no newer schema, since an older Airlock that
+/// does not read it loses nothing (its tasks are seen whole only by the
+/// host that runs them, as before).
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS sessions (
         sid INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -95,6 +99,14 @@ const SCHEMA: &str = "
         digest TEXT NOT NULL,
         data TEXT NOT NULL,
         PRIMARY KEY (sid, digest)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS task_mail (
+        sid INTEGER NOT NULL,
+        call_id TEXT NOT NULL,
+        waiting TEXT,
+        answers TEXT,
+        cancelled INTEGER NOT NULL,
+        PRIMARY KEY (sid, call_id)
     ) WITHOUT ROWID;";
 
 /// The most page cache the store's connection keeps, in KiB.
@@ -450,9 +462,31 @@ fn lease_row(
     .optional()
 }
 
-/// Removes the session `sid`: its journal, snapshot and row.
+/// The mail of call `call_id` of a session ([`TaskMail`]), if any.
+fn read_mail(
+    conn: &Connection,
+    owner: &str,
+    session_id: &str,
+    call_id: &str,
+) -> rusqlite::Result<Option<TaskMail>> {
+    conn.prepare_cached(
+        "SELECT m.waiting, m.answers, m.cancelled
+         FROM sessions s JOIN task_mail m ON m.sid = s.sid
+         WHERE s.owner = ?1 AND s.session_id = ?2 AND m.call_id = ?3",
+    )?
+    .query_row(params![owner, session_id, call_id], |row| {
+        Ok(TaskMail {
+            waiting: row.get(0)?,
+            answers: row.get(1)?,
+            cancelled: row.get(2)?,
+        })
+    })
+    .optional()
+}
+
+/// Removes the session `sid`: its journal, snapshot, task mail and row.
 fn delete_session(tx: &rusqlite::Transaction<'_>, sid: i64) -> rusqlite::Result<()> {
-    for table in ["records", "snapshots", "blobs", "sessions"] {
+    for table in ["records", "snapshots", "blobs", "task_mail", "sessions"] {
         tx.prepare_cached(&format!("DELETE FROM {table} WHERE sid = ?1"))?
             .execute([sid])?;
     }
@@ -607,6 +641,12 @@ impl SessionStore for SqliteStore {
                          WHERE sid = ?1",
                     )?
                     .execute(params![sid, holder.as_str(), token, expires])?;
+                    if row.holder.is_some() {
+                        // Taken from a holder that never released it: the
+                        // mail its tasks left is stale ([`TaskMail`]).
+                        tx.prepare_cached("DELETE FROM task_mail WHERE sid = ?1")?
+                            .execute([sid])?;
+                    }
                     (token, false)
                 }
                 None => {
@@ -755,6 +795,51 @@ impl SessionStore for SqliteStore {
                 }
             }
             Ok(rows::decode_records(&session_id, rows, &blobs)?)
+        })
+    }
+
+    fn task_mail<'a>(&'a self, call: CallKey<'a>) -> Reply<'a, Option<TaskMail>> {
+        let owner = owner_key(call.owner);
+        let (session_id, call_id) = (call.session_id.to_owned(), call.call_id.to_owned());
+        self.run(move |conn| Ok(read_mail(conn, &owner, &session_id, &call_id)?))
+    }
+
+    fn swap_task_mail<'a>(
+        &'a self,
+        call: CallKey<'a>,
+        expected: Option<&'a TaskMail>,
+        new: Option<&'a TaskMail>,
+    ) -> Reply<'a, bool> {
+        let owner = owner_key(call.owner);
+        let (session_id, call_id) = (call.session_id.to_owned(), call.call_id.to_owned());
+        let (expected, new) = (expected.cloned(), new.cloned());
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if read_mail(&tx, &owner, &session_id, &call_id)? != expected {
+                return Ok(false);
+            }
+            let sid: Option<i64> = tx
+                .prepare_cached("SELECT sid FROM sessions WHERE owner = ?1 AND session_id = ?2")?
+                .query_row(params![owner, session_id], |row| row.get(0))
+                .optional()?;
+            let Some(sid) = sid else {
+                // Only none was expected: nothing to remove, nowhere to
+                // keep anything.
+                return Ok(new.is_none());
+            };
+            match new {
+                None => tx
+                    .prepare_cached("DELETE FROM task_mail WHERE sid = ?1 AND call_id = ?2")?
+                    .execute(params![sid, call_id])?,
+                Some(mail) => tx
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO task_mail (sid, call_id, waiting, answers, cancelled)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![sid, call_id, mail.waiting, mail.answers, mail.cancelled])?,
+            };
+            tx.commit()?;
+            Ok(true)
         })
     }
 
