@@ -1285,8 +1285,9 @@ async fn an_open_event_stream_keeps_its_session_past_the_idle_timeout() {
 
 /// Over stdio, a line that is not JSON gets a JSON-RPC parse error
 /// (-32700, id null), JSON that is not JSON-RPC an invalid-request error
-/// (-32600, with its id), and the server goes on to serve the next
-/// message (issue 31.12).
+/// (-32600, with its id), a line over 4 MiB (what an HTTP request's body
+/// may have) an invalid-request error too (id null: none of it is kept),
+/// and the server goes on to serve the next message (issue 31.12).
 #[test]
 fn stdio_answers_what_is_not_json_rpc_and_keeps_serving() {
     use std::io::{BufRead, BufReader, Write};
@@ -1319,6 +1320,24 @@ fn stdio_answers_what_is_not_json_rpc_and_keeps_serving() {
     let reply = next();
     assert_eq!(reply["error"]["code"], -32600, "{reply}");
     assert_eq!(reply["id"], 7);
+    // A request of 5 MiB, written a piece at a time.
+    let padding = "x".repeat(1 << 20);
+    write!(
+        stdin,
+        r#"{{"jsonrpc": "2.0", "id": 8, "method": "ping", "params": {{"#
+    )
+    .unwrap();
+    for piece in 0..5 {
+        write!(stdin, r#""p{piece}": "{padding}", "#).unwrap();
+    }
+    writeln!(stdin, r#""end": 1}}}}"#).unwrap();
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert_eq!(reply["id"], Value::Null);
+    assert_eq!(
+        reply["error"]["message"],
+        "Invalid Request: the message is over 4194304 bytes"
+    );
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}});

@@ -596,13 +596,19 @@ async fn reload_on_change(
     }
 }
 
+/// The most bytes a message over stdio may have, its newline included:
+/// what a request's body may have over HTTP (rmcp's bound there).
+const MAX_LINE_BYTES: usize = 4 << 20;
+
 /// The stdio transport, checked: a line that is not JSON is answered
-/// with a JSON-RPC parse error (-32700), and JSON that is not a JSON-RPC
-/// 2.0 message with an invalid-request error (-32600), and the server
-/// keeps serving (rmcp alone would skip them without a word). Every
-/// message out, rmcp's and these, is written whole, one line each.
+/// with a JSON-RPC parse error (-32700), JSON that is not a JSON-RPC 2.0
+/// message, or a line over [`MAX_LINE_BYTES`] (skipped as it arrives,
+/// never held), with an invalid-request error (-32600), and the server
+/// keeps serving (rmcp alone would skip the first two without a word, and
+/// hold a line of any length). Every message out, rmcp's and these, is
+/// written whole, one line each.
 fn stdio() -> (tokio::io::DuplexStream, LineWriter) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let (input, mut output) = raw_stdio();
     let (lines, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(async move {
@@ -619,9 +625,17 @@ fn stdio() -> (tokio::io::DuplexStream, LineWriter) {
         let mut line = Vec::new();
         loop {
             line.clear();
-            match input.read_until(b'\n', &mut line).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+            match read_line(&mut input, &mut line, MAX_LINE_BYTES).await {
+                Ok(Line::End) | Err(_) => break,
+                Ok(Line::Whole) => {}
+                Ok(Line::TooLong) => {
+                    let _ = errors.send(error_reply(
+                        &serde_json::Value::Null,
+                        -32600,
+                        &format!("Invalid Request: the message is over {MAX_LINE_BYTES} bytes"),
+                    ));
+                    continue;
+                }
             }
             match check_message(&line) {
                 Ok(()) => {
@@ -650,7 +664,7 @@ fn stdio() -> (tokio::io::DuplexStream, LineWriter) {
 /// only `jsonrpc` and `id` (the rest is skipped, not built), as this runs
 /// on every message before rmcp parses it.
 fn check_message(line: &[u8]) -> Result<(), Vec<u8>> {
-    use serde_json::{Value, json};
+    use serde_json::Value;
     #[derive(serde::Deserialize)]
     struct Probe {
         jsonrpc: Option<String>,
@@ -670,12 +684,62 @@ fn check_message(line: &[u8]) -> Result<(), Vec<u8>> {
         Err(e) if e.is_data() => (Value::Null, -32600, INVALID_REQUEST.to_owned()),
         Err(e) => (Value::Null, -32700, format!("Parse error: {e}")),
     };
-    let mut reply =
-        json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-            .to_string()
-            .into_bytes();
+    Err(error_reply(&id, code, &message))
+}
+
+/// A JSON-RPC error response to request `id`, as a line.
+fn error_reply(id: &serde_json::Value, code: i64, message: &str) -> Vec<u8> {
+    let reply = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let mut reply = reply.to_string().into_bytes();
     reply.push(b'\n');
-    Err(reply)
+    reply
+}
+
+/// What [`read_line`] read.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// A line, its newline included (or the input's last bytes).
+    Whole,
+    /// A line over the bound, skipped to its end; nothing kept.
+    TooLong,
+    /// The end of the input.
+    End,
+}
+
+/// Reads the next line of `input` into `line`, holding at most `max`
+/// bytes of it: a longer one is read on to its end and dropped as it
+/// comes.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    use tokio::io::AsyncBufReadExt;
+    let mut too_long = false;
+    loop {
+        let buffer = input.fill_buf().await?;
+        if buffer.is_empty() {
+            return Ok(match (too_long, line.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::End,
+                (false, false) => Line::Whole,
+            });
+        }
+        let (taken, ended) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buffer.len(), false),
+        };
+        if !too_long && line.len() + taken <= max {
+            line.extend_from_slice(&buffer[..taken]);
+        } else {
+            too_long = true;
+            line.clear();
+        }
+        input.consume(taken);
+        if ended {
+            return Ok(if too_long { Line::TooLong } else { Line::Whole });
+        }
+    }
 }
 
 const INVALID_REQUEST: &str = "Invalid Request: not a JSON-RPC 2.0 message";
@@ -782,5 +846,33 @@ mod tests {
         assert_eq!(idle_timeout("5m"), Ok(KEEP_ALIVE));
         assert!(idle_timeout("0s").is_err());
         assert!(idle_timeout("soon").is_err());
+    }
+
+    /// A line over the bound is read to its end and dropped, however its
+    /// bytes arrive, and the next line is read whole; so is a last line
+    /// without a newline.
+    #[tokio::test]
+    async fn a_line_over_the_bound_is_skipped_and_the_next_read_whole() {
+        let input: &[u8] = b"0123456789\nabc\n0123\nxyz";
+        // A buffer of 3 bytes: the long line arrives in pieces.
+        let mut input = tokio::io::BufReader::with_capacity(3, input);
+        let mut line = Vec::new();
+        let mut read = Vec::new();
+        loop {
+            line.clear();
+            match read_line(&mut input, &mut line, 5).await.unwrap() {
+                Line::End => break,
+                got => read.push((got, String::from_utf8(line.clone()).unwrap())),
+            }
+        }
+        assert_eq!(
+            read,
+            [
+                (Line::TooLong, String::new()),
+                (Line::Whole, "abc\n".to_owned()),
+                (Line::Whole, "0123\n".to_owned()),
+                (Line::Whole, "xyz".to_owned()),
+            ]
+        );
     }
 }
