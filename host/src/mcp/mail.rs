@@ -3,7 +3,7 @@
 //!
 //! Once a call becomes a task, the host that runs it keeps mail for it in
 //! the store until it ends: it posts there the questions the call waits
-//! on, and reads there, as often as clients are asked to poll
+//! on and its latest progress report, and reads there, as often as clients are asked to poll
 //! (`[mcp.tasks] poll_ms`), the answers and the cancellation other hosts
 //! leave for it. So `tasks/get` shows a task's questions, and
 //! `tasks/update` and `tasks/cancel` reach it, on any host of the store,
@@ -19,12 +19,13 @@
 //! that question waits (keys are never reused in one task), so an answer
 //! taken twice is given once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{InputRequests, InputResponses};
 use tokio::sync::watch;
 
+use super::lock;
 use crate::journal::StoreError;
 use crate::sandbox::CancelToken;
 use crate::session::{CallKey, SessionStore, TaskMail};
@@ -110,6 +111,8 @@ pub(super) struct Keeping {
     pub(super) input: Arc<dyn Questions>,
     /// Stops its call.
     pub(super) cancel: CancelToken,
+    /// Its call's latest progress report.
+    pub(super) said: Arc<Mutex<Option<String>>>,
     /// How often it reads its mail.
     pub(super) poll: Duration,
     /// Turns `true` once the task has ended.
@@ -125,6 +128,7 @@ pub(super) async fn keep(keeping: Keeping) {
     let posted = change(keeping.store.as_ref(), &keeping.key, |_| {
         let mail = TaskMail {
             waiting: waiting_text(keeping.input.as_ref()),
+            status: lock(&keeping.said).clone(),
             ..TaskMail::default()
         };
         Ok((Some(mail), ()))
@@ -139,13 +143,15 @@ pub(super) async fn keep(keeping: Keeping) {
 
 /// Keeps a task's mail until the task ends: gives the answers left there
 /// to its questions, stops it when asked to, posts its questions as they
-/// change; then removes it.
+/// change and its latest progress report (at most once a poll); then
+/// removes it.
 async fn upkeep(keeping: Keeping) {
     let Keeping {
         store,
         key,
         input,
         cancel,
+        said,
         poll,
         mut finished,
     } = keeping;
@@ -168,6 +174,7 @@ async fn upkeep(keeping: Keeping) {
                 waiting: waiting_text(input.as_ref()),
                 answers: None,
                 cancelled: now.cancelled,
+                status: lock(&said).clone(),
             };
             Ok((Some(next), ()))
         })
@@ -194,17 +201,18 @@ fn waiting_text(input: &dyn Questions) -> Option<String> {
     serde_json::to_string(&waiting).ok()
 }
 
-/// What task `key`'s mail says: `None` without mail (no host that keeps
-/// mail runs it); else the questions it waits on that no answer left for
-/// it names (none while it waits on none).
-pub(super) async fn waiting_elsewhere(
+/// What task `key`'s mail says of it: the questions it waits on that no
+/// answer left for it names (none while it waits on none), and its
+/// latest progress report as its host posted it; `None` without mail (no
+/// host that keeps mail runs it).
+pub(super) async fn elsewhere(
     store: &dyn SessionStore,
     key: &TaskKey,
-) -> Result<Option<InputRequests>, StoreError> {
+) -> Result<Option<(InputRequests, Option<String>)>, StoreError> {
     let Some(mail) = store.task_mail(key.call()).await? else {
         return Ok(None);
     };
-    Ok(Some(open_questions(&mail)))
+    Ok(Some((open_questions(&mail), mail.status)))
 }
 
 /// The questions `mail` says wait and no answer in it names yet.
@@ -274,4 +282,186 @@ pub(super) async fn leave_cancel(
         })
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::session::{Holder, LeaseRequest, SessionHeader, SqliteStore};
+
+    /// Questions a test sets, and the answers given to them.
+    #[derive(Default)]
+    struct Asked {
+        waiting: Mutex<Option<InputRequests>>,
+        given: Mutex<Vec<InputResponses>>,
+        changed: tokio::sync::Notify,
+    }
+
+    impl Questions for Asked {
+        fn waiting(&self) -> Option<InputRequests> {
+            lock(&self.waiting).clone()
+        }
+
+        fn give(&self, responses: &InputResponses) {
+            let mut waiting = lock(&self.waiting);
+            let Some(open) = waiting.as_mut() else {
+                return;
+            };
+            let taken: InputResponses = responses
+                .iter()
+                .filter(|(key, _)| open.remove(*key).is_some())
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect();
+            if open.is_empty() {
+                *waiting = None;
+            }
+            if !taken.is_empty() {
+                lock(&self.given).push(taken);
+            }
+        }
+
+        fn changed(&self) -> &tokio::sync::Notify {
+            &self.changed
+        }
+    }
+
+    /// The first of `read`'s readings (one every 5 ms, for at most a
+    /// minute) that `done` takes; the last one past the minute.
+    async fn until<T>(mut read: impl AsyncFnMut() -> T, done: impl Fn(&T) -> bool) -> T {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = read().await;
+            if done(&now) || std::time::Instant::now() > deadline {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A task's host posts its questions and its latest progress report
+    /// when it starts keeping the mail, and again as they change; an
+    /// answer another host leaves is given once, to the question it
+    /// names; a cancellation left there stops the call; the mail goes
+    /// when the task ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tasks_host_posts_what_it_waits_on_and_takes_what_is_left_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn SessionStore> =
+            Arc::new(SqliteStore::open(dir.path().join("mail.db")).unwrap());
+        let header = SessionHeader {
+            session_id: "s".into(),
+            user_id: None,
+            created_at_ms: 1,
+            metadata: BTreeMap::new(),
+            ephemeral: false,
+        };
+        let holder = Holder::new();
+        store
+            .lease(LeaseRequest {
+                user_id: None,
+                session_id: "s",
+                holder: &holder,
+                ttl: Duration::from_secs(30),
+                now_ms: 1,
+                create: Some((&header, &[])),
+            })
+            .await
+            .unwrap();
+        let key = TaskKey {
+            owner: None,
+            session_id: "s".into(),
+            call_id: "t".into(),
+        };
+        let question: InputRequests = serde_json::from_value(serde_json::json!({
+            "person-1": {"method": "elicitation/create",
+                         "params": {"message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}}
+        }))
+        .unwrap();
+        let asked = Arc::new(Asked::default());
+        *lock(&asked.waiting) = Some(question.clone());
+        let said = Arc::new(Mutex::new(Some("1 of 3".to_owned())));
+        let cancel = CancelToken::new();
+        let (finish, finished) = watch::channel(false);
+        keep(Keeping {
+            store: Arc::clone(&store),
+            key: key.clone(),
+            input: Arc::clone(&asked) as Arc<dyn Questions>,
+            cancel: cancel.clone(),
+            said: Arc::clone(&said),
+            poll: Duration::from_millis(10),
+            finished,
+        })
+        .await;
+        // Posted before `keep` returns.
+        let seen = elsewhere(store.as_ref(), &key).await.unwrap();
+        assert_eq!(seen, Some((question.clone(), Some("1 of 3".to_owned()))));
+
+        // Progress goes out at the next poll.
+        *lock(&said) = Some("2 of 3".to_owned());
+        let seen = until(
+            async || elsewhere(store.as_ref(), &key).await.unwrap(),
+            |seen| {
+                seen.as_ref()
+                    .is_some_and(|(_, said)| said.as_deref() == Some("2 of 3"))
+            },
+        )
+        .await;
+        assert_eq!(seen, Some((question.clone(), Some("2 of 3".to_owned()))));
+
+        // Left answers: one naming no question is refused, nothing left.
+        let wrong: InputResponses = [("model-1".to_owned(), serde_json::json!({}))].into();
+        let refused = leave_answers(store.as_ref(), &key, &wrong).await;
+        assert!(
+            matches!(&refused, Err(Unchanged::Refused(why)) if why.contains("model-1")),
+            "{refused:?}"
+        );
+        let answer: InputResponses = [(
+            "person-1".to_owned(),
+            serde_json::json!({"action": "decline"}),
+        )]
+        .into();
+        assert!(leave_answers(store.as_ref(), &key, &answer).await.unwrap());
+        // Shown no more, whether its host has taken it yet or not (it
+        // gives answers before it posts what still waits).
+        let (open, _) = elsewhere(store.as_ref(), &key)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert!(open.is_empty(), "{open:?}");
+        let given = until(
+            async || lock(&asked.given).clone(),
+            |given| !given.is_empty(),
+        )
+        .await;
+        assert_eq!(given, std::slice::from_ref(&answer));
+        let seen = until(
+            async || elsewhere(store.as_ref(), &key).await.unwrap(),
+            |seen| seen.as_ref().is_some_and(|(open, _)| open.is_empty()),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            Some((InputRequests::new(), Some("2 of 3".to_owned())))
+        );
+        assert!(
+            leave_answers(store.as_ref(), &key, &answer).await.is_err(),
+            "person-1 waits no more"
+        );
+
+        assert!(leave_cancel(store.as_ref(), &key).await.unwrap());
+        until(async || cancel.is_cancelled(), |stopped| *stopped).await;
+        assert!(cancel.is_cancelled());
+        assert_eq!(lock(&asked.given).len(), 1, "each answer given once");
+
+        finish.send_replace(true);
+        let gone = until(
+            async || store.task_mail(key.call()).await.unwrap(),
+            Option::is_none,
+        )
+        .await;
+        assert_eq!(gone, None);
+        assert!(!leave_cancel(store.as_ref(), &key).await.unwrap());
+    }
 }

@@ -107,7 +107,7 @@ impl McpServer {
         };
         let id = task_id(&session.held().id, &call_id);
         let tools = Arc::clone(&self.tools);
-        let (cancel, input) = tools.tasks.start(&id, session.held().user.as_deref(), asks);
+        let (cancel, input, said) = tools.tasks.start(&id, session.held().user.as_deref(), asks);
         let approval = asks
             .approval
             .map(|can| approval(&tools, name, &arguments, task_asker(&input, can, &cancel)));
@@ -206,6 +206,7 @@ impl McpServer {
                 key: mail_key,
                 input: Arc::clone(&input) as Arc<dyn Questions>,
                 cancel: cancel.clone(),
+                said,
                 poll: tools.tasks.settings().poll,
                 finished,
             })
@@ -286,15 +287,17 @@ impl McpServer {
                 call_id: call_id.to_owned(),
             };
             let another_host = async || {
-                let said = Some("running on another host".to_owned());
-                let waiting = mail::waiting_elsewhere(store.as_ref(), &mail_key)
+                let mail = mail::elsewhere(store.as_ref(), &mail_key)
                     .await
                     .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-                let payload = match waiting {
-                    Some(input_requests) if !input_requests.is_empty() => {
-                        TaskPayload::InputRequired { input_requests }
+                let (waiting, said) = mail.unwrap_or_default();
+                let said = said.or_else(|| Some("running on another host".to_owned()));
+                let payload = if waiting.is_empty() {
+                    TaskPayload::Working
+                } else {
+                    TaskPayload::InputRequired {
+                        input_requests: waiting,
                     }
-                    _ => TaskPayload::Working,
                 };
                 Ok(tasks.detailed(id, asked_ms, now, said, payload))
             };
@@ -670,15 +673,15 @@ impl Tasks {
     }
 
     /// Files task `id` of `user` as running, and returns the token that
-    /// runs (and stops) its call, and where its questions wait: the token
-    /// keeps the call's progress reports as the task's status message, and
-    /// files the questions `asks` allows.
+    /// runs (and stops) its call, where its questions wait, and its latest
+    /// progress report: the token keeps the call's progress reports as the
+    /// task's status message, and files the questions `asks` allows.
     pub(super) fn start(
         &self,
         id: &str,
         user: Option<&str>,
         asks: Asks,
-    ) -> (CancelToken, Arc<Input>) {
+    ) -> (CancelToken, Arc<Input>, Arc<Mutex<Option<String>>>) {
         let said = Arc::new(Mutex::new(None));
         let told = Arc::clone(&said);
         let input = Arc::new(Input::default());
@@ -694,11 +697,11 @@ impl Tasks {
         let live = Live {
             user: user.map(str::to_owned),
             cancel: cancel.clone(),
-            said,
+            said: Arc::clone(&said),
             input: Arc::clone(&input),
         };
         lock(&self.live).insert(id.to_owned(), live);
-        (cancel, input)
+        (cancel, input, said)
     }
 
     /// Task `id` has ended (its outcome is committed, or could not be).

@@ -241,6 +241,9 @@ pub struct TaskMail {
     pub answers: Option<String>,
     /// Whether a host asked the task to stop.
     pub cancelled: bool,
+    /// The call's latest progress report, as its host last posted it (at
+    /// most once a poll): the task's status message on other hosts.
+    pub status: Option<String>,
 }
 
 /// A request to lease a session, creating it if it does not exist.

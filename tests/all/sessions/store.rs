@@ -329,6 +329,7 @@ async fn task_mail_changes_only_from_what_it_is_and_goes_with_its_session(backen
     );
     let answered = TaskMail {
         answers: Some(r#"{"person-1":{"action":"decline"}}"#.into()),
+        status: Some("2 of 3".into()),
         ..asked.clone()
     };
     assert!(

@@ -153,6 +153,7 @@ CREATE TABLE IF NOT EXISTS airlock_task_mail (
     waiting text,
     answers text,
     cancelled boolean NOT NULL,
+    status text,
     PRIMARY KEY (owner, session_id, call_id),
     FOREIGN KEY (owner, session_id) REFERENCES airlock_sessions ON DELETE CASCADE
 );
@@ -536,7 +537,7 @@ async fn read_mail(
     lock: &str,
 ) -> Result<Option<TaskMail>, tokio_postgres::Error> {
     let query = format!(
-        "SELECT waiting, answers, cancelled FROM airlock_task_mail
+        "SELECT waiting, answers, cancelled, status FROM airlock_task_mail
          WHERE owner = $1 AND session_id = $2 AND call_id = $3 {lock}"
     );
     let row = client
@@ -546,6 +547,7 @@ async fn read_mail(
         waiting: row.get(0),
         answers: row.get(1),
         cancelled: row.get(2),
+        status: row.get(3),
     }))
 }
 
@@ -938,7 +940,8 @@ impl SessionStore for PostgresStore {
                 }
                 (Some(_), Some(mail)) => {
                     tx.execute(
-                        "UPDATE airlock_task_mail SET waiting = $4, answers = $5, cancelled = $6
+                        "UPDATE airlock_task_mail
+                         SET waiting = $4, answers = $5, cancelled = $6, status = $7
                          WHERE owner = $1 AND session_id = $2 AND call_id = $3",
                         &[
                             &owner,
@@ -947,6 +950,7 @@ impl SessionStore for PostgresStore {
                             &mail.waiting,
                             &mail.answers,
                             &mail.cancelled,
+                            &mail.status,
                         ],
                     )
                     .await?
@@ -954,8 +958,8 @@ impl SessionStore for PostgresStore {
                 (None, Some(mail)) => {
                     tx.execute(
                         "INSERT INTO airlock_task_mail
-                             (owner, session_id, call_id, waiting, answers, cancelled)
-                         SELECT owner, session_id, $3, $4, $5, $6 FROM airlock_sessions
+                             (owner, session_id, call_id, waiting, answers, cancelled, status)
+                         SELECT owner, session_id, $3, $4, $5, $6, $7 FROM airlock_sessions
                          WHERE owner = $1 AND session_id = $2
                          ON CONFLICT DO NOTHING",
                         &[
@@ -965,6 +969,7 @@ impl SessionStore for PostgresStore {
                             &mail.waiting,
                             &mail.answers,
                             &mail.cancelled,
+                            &mail.status,
                         ],
                     )
                     .await?

@@ -106,6 +106,7 @@ const SCHEMA: &str = "
         waiting TEXT,
         answers TEXT,
         cancelled INTEGER NOT NULL,
+        status TEXT,
         PRIMARY KEY (sid, call_id)
     ) WITHOUT ROWID;";
 
@@ -470,7 +471,7 @@ fn read_mail(
     call_id: &str,
 ) -> rusqlite::Result<Option<TaskMail>> {
     conn.prepare_cached(
-        "SELECT m.waiting, m.answers, m.cancelled
+        "SELECT m.waiting, m.answers, m.cancelled, m.status
          FROM sessions s JOIN task_mail m ON m.sid = s.sid
          WHERE s.owner = ?1 AND s.session_id = ?2 AND m.call_id = ?3",
     )?
@@ -479,6 +480,7 @@ fn read_mail(
             waiting: row.get(0)?,
             answers: row.get(1)?,
             cancelled: row.get(2)?,
+            status: row.get(3)?,
         })
     })
     .optional()
@@ -833,10 +835,18 @@ impl SessionStore for SqliteStore {
                     .execute(params![sid, call_id])?,
                 Some(mail) => tx
                     .prepare_cached(
-                        "INSERT OR REPLACE INTO task_mail (sid, call_id, waiting, answers, cancelled)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        "INSERT OR REPLACE INTO task_mail
+                             (sid, call_id, waiting, answers, cancelled, status)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     )?
-                    .execute(params![sid, call_id, mail.waiting, mail.answers, mail.cancelled])?,
+                    .execute(params![
+                        sid,
+                        call_id,
+                        mail.waiting,
+                        mail.answers,
+                        mail.cancelled,
+                        mail.status
+                    ])?,
             };
             tx.commit()?;
             Ok(true)
