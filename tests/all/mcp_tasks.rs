@@ -424,6 +424,51 @@ fn question(requests: &rmcp::model::InputRequests, key: &str) -> Value {
     serde_json::to_value(&requests[key]).unwrap()
 }
 
+/// Answers `greet` task `id`'s first question (whom to greet) with Ada,
+/// through `client`: once it waits, an update naming a key that does not
+/// wait is refused and answers nothing; then the name is taken. The
+/// question the task asks next (for a greeting), once it does.
+async fn name_ada(client: &Client, id: &str) -> Value {
+    let person = question(&waiting(client, id).await, "person-1");
+    assert_eq!(person["method"], "elicitation/create", "{person}");
+    assert_eq!(person["params"]["message"], "Whom shall I greet?");
+    let wrong = [("model-1".to_owned(), json!({"action": "accept"}))].into();
+    let why = refused(client.update_task(UpdateTaskParams::new(id, wrong)).await);
+    assert!(why.contains("no question \"model-1\" is waiting"), "{why}");
+    assert_eq!(question(&waiting(client, id).await, "person-1"), person);
+    let name = [(
+        "person-1".to_owned(),
+        json!({"action": "accept", "content": {"name": "Ada"}}),
+    )]
+    .into();
+    client
+        .update_task(UpdateTaskParams::new(id, name))
+        .await
+        .unwrap();
+    let model = question(&waiting(client, id).await, "model-1");
+    let asked = model["params"]["messages"][0]["content"]["text"].as_str();
+    assert!(asked.unwrap_or_default().contains("Ada"), "{model}");
+    model
+}
+
+/// Answers `greet` task `id`'s request for a greeting, once it has Ada's
+/// name ([`name_ada`]), through `client`: the task once it ends, and the
+/// greeting it is to make.
+async fn greet_ada(client: &Client, id: &str) -> (GetTaskResult, Value) {
+    let reply = [(
+        "model-1".to_owned(),
+        json!({"role": "assistant", "content": {"type": "text", "text": "Hello, Ada!"},
+               "model": "scripted"}),
+    )]
+    .into();
+    client
+        .update_task(UpdateTaskParams::new(id, reply))
+        .await
+        .unwrap();
+    let task = ended(client, id).await;
+    (task, json!({"name": "Ada", "greeting": "Hello, Ada!"}))
+}
+
 /// A tool that asks becomes a task at its first question, whatever the
 /// server's wait: the task is `input_required` with the question until
 /// `tasks/update` answers it, then the next; the answers reach the tool,
@@ -441,52 +486,9 @@ async fn a_task_waits_for_its_clients_answers() {
     let (client, _) = start(TaskClient::ANSWERING, &desk.args(db)).await;
 
     let greeting = task_of(&client, "greet", json!({})).await;
-    let asked = waiting(&client, &greeting).await;
-    let person = question(&asked, "person-1");
-    assert_eq!(person["method"], "elicitation/create", "{person}");
-    assert_eq!(person["params"]["message"], "Whom shall I greet?");
-    // A key that names no waiting question: refused, nothing answered.
-    let wrong = [("model-1".to_owned(), json!({"action": "accept"}))].into();
-    let why = refused(
-        client
-            .update_task(UpdateTaskParams::new(&greeting, wrong))
-            .await,
-    );
-    assert!(why.contains("no question \"model-1\""), "{why}");
-    assert_eq!(
-        question(&waiting(&client, &greeting).await, "person-1"),
-        person
-    );
-    let name = [(
-        "person-1".to_owned(),
-        json!({"action": "accept", "content": {"name": "Ada"}}),
-    )]
-    .into();
-    client
-        .update_task(UpdateTaskParams::new(&greeting, name))
-        .await
-        .unwrap();
-    let model = question(&waiting(&client, &greeting).await, "model-1");
+    let model = name_ada(&client, &greeting).await;
     assert_eq!(model["method"], "sampling/createMessage", "{model}");
-    assert!(
-        model["params"]["messages"][0]["content"]["text"]
-            .as_str()
-            .unwrap()
-            .contains("Ada"),
-        "{model}"
-    );
-    let reply = [(
-        "model-1".to_owned(),
-        json!({"role": "assistant", "content": {"type": "text", "text": "Hello, Ada!"},
-               "model": "scripted"}),
-    )]
-    .into();
-    client
-        .update_task(UpdateTaskParams::new(&greeting, reply))
-        .await
-        .unwrap();
-    let task = ended(&client, &greeting).await;
-    let entry = json!({"name": "Ada", "greeting": "Hello, Ada!"});
+    let (task, entry) = greet_ada(&client, &greeting).await;
     assert_eq!(result_of(&task)["structuredContent"], entry);
     assert_eq!(deps(&client).await, json!({"greetings": [entry]}));
     let why = refused(
@@ -633,47 +635,10 @@ async fn a_task_is_seen_answered_and_cancelled_from_another_host(backend: Backen
         panic!("greet is not a task")
     };
     let greeting = greeting.task.task_id;
-    let person = question(&waiting(&there, &greeting).await, "person-1");
-    assert_eq!(person["method"], "elicitation/create", "{person}");
-    assert_eq!(person["params"]["message"], "Whom shall I greet?");
-    let wrong = [("model-1".to_owned(), json!({"action": "accept"}))].into();
-    let why = refused(
-        there
-            .update_task(UpdateTaskParams::new(&greeting, wrong))
-            .await,
-    );
-    assert!(why.contains("no question \"model-1\" is waiting"), "{why}");
-    let name = [(
-        "person-1".to_owned(),
-        json!({"action": "accept", "content": {"name": "Ada"}}),
-    )]
-    .into();
-    there
-        .update_task(UpdateTaskParams::new(&greeting, name))
-        .await
-        .unwrap();
-    let model = question(&waiting(&there, &greeting).await, "model-1");
-    assert!(
-        model["params"]["messages"][0]["content"]["text"]
-            .as_str()
-            .unwrap()
-            .contains("Ada"),
-        "{model}"
-    );
+    let model = name_ada(&there, &greeting).await;
     // The host that runs it shows the same question.
     assert_eq!(question(&waiting(&here, &greeting).await, "model-1"), model);
-    let reply = [(
-        "model-1".to_owned(),
-        json!({"role": "assistant", "content": {"type": "text", "text": "Hello, Ada!"},
-               "model": "scripted"}),
-    )]
-    .into();
-    there
-        .update_task(UpdateTaskParams::new(&greeting, reply))
-        .await
-        .unwrap();
-    let task = ended(&there, &greeting).await;
-    let entry = json!({"name": "Ada", "greeting": "Hello, Ada!"});
+    let (task, entry) = greet_ada(&there, &greeting).await;
     assert_eq!(result_of(&task)["structuredContent"], entry);
     assert_eq!(ended(&here, &greeting).await.task, task.task);
 

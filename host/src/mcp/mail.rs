@@ -286,10 +286,8 @@ pub(super) async fn leave_cancel(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::session::{Holder, LeaseRequest, SessionHeader, SqliteStore};
+    use crate::session::SqliteStore;
 
     /// Questions a test sets, and the answers given to them.
     #[derive(Default)]
@@ -350,25 +348,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn SessionStore> =
             Arc::new(SqliteStore::open(dir.path().join("mail.db")).unwrap());
-        let header = SessionHeader {
-            session_id: "s".into(),
-            user_id: None,
-            created_at_ms: 1,
-            metadata: BTreeMap::new(),
-            ephemeral: false,
-        };
-        let holder = Holder::new();
-        store
-            .lease(LeaseRequest {
-                user_id: None,
-                session_id: "s",
-                holder: &holder,
-                ttl: Duration::from_secs(30),
-                now_ms: 1,
-                create: Some((&header, &[])),
-            })
-            .await
-            .unwrap();
+        crate::session::leased_for_test(store.as_ref(), "s").await;
         let key = TaskKey {
             owner: None,
             session_id: "s".into(),

@@ -173,6 +173,29 @@ pub struct InvalidId {
     pub problem: String,
 }
 
+/// Session `id` (anonymous, empty) of `store`, made and leased: for the
+/// crate's unit tests.
+#[cfg(test)]
+pub(crate) async fn leased_for_test(store: &dyn SessionStore, id: &str) -> Lease {
+    let header = SessionHeader {
+        session_id: id.into(),
+        user_id: None,
+        created_at_ms: 1,
+        metadata: BTreeMap::new(),
+        ephemeral: false,
+    };
+    let holder = Holder::new();
+    let request = LeaseRequest {
+        user_id: None,
+        session_id: id,
+        holder: &holder,
+        ttl: Duration::from_secs(30),
+        now_ms: 1,
+        create: Some((&header, &[])),
+    };
+    store.lease(request).await.unwrap().lease
+}
+
 /// Checks a session id: 1 to [`MAX_SESSION_ID_BYTES`] bytes of ASCII
 /// letters, digits and `_ - . : @`.
 pub fn check_session_id(id: &str) -> Result<(), InvalidId> {

@@ -527,6 +527,24 @@ async fn read_blobs(
 }
 
 /// The session's lease, its row locked until the transaction ends.
+/// The parameters of a row of `airlock_task_mail`, in its columns' order.
+fn mail_row<'a>(
+    owner: &'a String,
+    session_id: &'a &'a str,
+    call_id: &'a &'a str,
+    mail: &'a TaskMail,
+) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 7] {
+    [
+        owner,
+        session_id,
+        call_id,
+        &mail.waiting,
+        &mail.answers,
+        &mail.cancelled,
+        &mail.status,
+    ]
+}
+
 /// The mail of call `call_id` of a session ([`TaskMail`]), if any; read
 /// with `lock` (`FOR UPDATE`, or nothing).
 async fn read_mail(
@@ -943,15 +961,7 @@ impl SessionStore for PostgresStore {
                         "UPDATE airlock_task_mail
                          SET waiting = $4, answers = $5, cancelled = $6, status = $7
                          WHERE owner = $1 AND session_id = $2 AND call_id = $3",
-                        &[
-                            &owner,
-                            &session_id,
-                            &call_id,
-                            &mail.waiting,
-                            &mail.answers,
-                            &mail.cancelled,
-                            &mail.status,
-                        ],
+                        &mail_row(&owner, &session_id, &call_id, mail),
                     )
                     .await?
                 }
@@ -962,15 +972,7 @@ impl SessionStore for PostgresStore {
                          SELECT owner, session_id, $3, $4, $5, $6, $7 FROM airlock_sessions
                          WHERE owner = $1 AND session_id = $2
                          ON CONFLICT DO NOTHING",
-                        &[
-                            &owner,
-                            &session_id,
-                            &call_id,
-                            &mail.waiting,
-                            &mail.answers,
-                            &mail.cancelled,
-                            &mail.status,
-                        ],
+                        &mail_row(&owner, &session_id, &call_id, mail),
                     )
                     .await?
                 }

@@ -995,11 +995,9 @@ fn restrict_to_owner(path: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::journal::{Entry, Flush};
-    use crate::session::Holder;
 
     /// The store's `PRAGMA synchronous`: 2 is `FULL`, 1 `NORMAL`.
     fn synchronous_now(store: &SqliteStore) -> i64 {
@@ -1010,23 +1008,7 @@ mod tests {
 
     /// Session `s` of `store`, leased; its lease.
     async fn leased(store: &SqliteStore) -> crate::session::Lease {
-        let header = SessionHeader {
-            session_id: "s".into(),
-            user_id: None,
-            created_at_ms: 1,
-            metadata: BTreeMap::new(),
-            ephemeral: false,
-        };
-        let holder = Holder::new();
-        let request = LeaseRequest {
-            user_id: None,
-            session_id: "s",
-            holder: &holder,
-            ttl: Duration::from_secs(30),
-            now_ms: 1,
-            create: Some((&header, &[])),
-        };
-        store.lease(request).await.unwrap().lease
+        crate::session::leased_for_test(store, "s").await
     }
 
     /// Appends record `seq` to the session `lease` holds, flushed so.
