@@ -995,7 +995,6 @@ fn restrict_to_owner(path: &Path) {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::journal::{Entry, Flush};
 
