@@ -306,7 +306,9 @@ async fn a_write_that_waits_out_another_writers_lock_fails_saying_so() {
 /// A task's mail (what hosts sharing a store tell each other about it)
 /// changes only from what it is: a swap from anything else changes
 /// nothing, so no host's change is lost to another's. It is kept only
-/// for a session that exists, apart per owner, and goes with its session.
+/// for a session that exists, apart per owner, and goes with its session,
+/// or with the lease it was posted under when another holder takes the
+/// session from one that never released it.
 async fn task_mail_changes_only_from_what_it_is_and_goes_with_its_session(backend: Backend) {
     use airlock::session::{CallKey, TaskMail};
     let db = TestStore::new(backend, "mail").await;
@@ -373,11 +375,34 @@ async fn task_mail_changes_only_from_what_it_is_and_goes_with_its_session(backen
             .unwrap()
     );
     assert_eq!(store.task_mail(key).await.unwrap(), None);
+
+    // Mail is posted under a lease: released, it stays (its tasks end
+    // after); taken from a holder that never released it (its lease
+    // expired), it goes, those tasks running nowhere now.
+    let lease = |holder, now_ms| airlock::session::LeaseRequest {
+        user_id: None,
+        session_id: "s",
+        holder,
+        ttl: std::time::Duration::from_secs(30),
+        now_ms,
+        create: None,
+    };
+    let (first, second) = (
+        airlock::session::Holder::new(),
+        airlock::session::Holder::new(),
+    );
+    let now = airlock::journal::now_ms();
+    let held = store.lease(lease(&first, now)).await.unwrap().lease;
     assert!(store.swap_task_mail(key, None, Some(&asked)).await.unwrap());
-    store
-        .remove(None, "s", airlock::journal::now_ms())
-        .await
-        .unwrap();
+    store.release(&held).await.unwrap();
+    store.lease(lease(&second, now)).await.unwrap();
+    assert_eq!(store.task_mail(key).await.unwrap(), Some(asked.clone()));
+    let later = now + 60_000;
+    store.lease(lease(&first, later)).await.unwrap();
+    assert_eq!(store.task_mail(key).await.unwrap(), None);
+
+    assert!(store.swap_task_mail(key, None, Some(&asked)).await.unwrap());
+    store.remove(None, "s", later + 60_000).await.unwrap();
     assert_eq!(db.scalar("SELECT count(*) FROM {p}task_mail").await, 0);
 }
 
