@@ -4,6 +4,8 @@
 //! Nothing here depends on the sandbox, the tools or the model providers,
 //! so any of them (and embedders) can use these types.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -391,6 +393,11 @@ pub struct Tape {
     /// policy says `record = true`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listings: Vec<Listing>,
+    /// The environment variables it was granted, each with the value it
+    /// was given (`None`: unset), when its policy says `record = true`;
+    /// a replay gives it these rather than the host's values of now.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, Option<String>>,
     /// What the call read past the bounds (or, played back, past what
     /// was recorded): why it cannot be reproduced. `None`: it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -440,6 +447,7 @@ impl Tape {
             && self.http.is_empty()
             && self.files.is_empty()
             && self.listings.is_empty()
+            && self.env.is_empty()
             && self.past.is_none()
     }
 }

@@ -645,6 +645,11 @@ mod tests {
                                 entries: vec![("a.txt".into(), "regular-file".into())],
                                 ended: true,
                             }],
+                            env: [
+                                ("TZ".to_owned(), Some("UTC".to_owned())),
+                                ("LANG".to_owned(), None),
+                            ]
+                            .into(),
                             past: None,
                         })),
                     },

@@ -21,7 +21,7 @@
 //! limits = { timeout_ms = 2000 }
 //! context = { read = ["city", "units"], write = ["forecast"] }
 //! idempotent = true               # safe to run twice: may run speculatively
-//! record = true                  # journal what it reads (HTTP, files), for replay
+//! record = true                  # journal what it reads (HTTP, files, env), for replay
 //! functions = ["forecast"]         # offer only these of its tools
 //! rename = { forecast = "weather" } # under another name
 //!
@@ -653,12 +653,13 @@ impl ToolFile {
             && record
             && self.http.is_empty()
             && dirs.is_empty()
+            && env.is_empty()
         {
             return Err(at(
                 Some(flag.span()),
                 prefix(
                     "record = true journals what the tool reads through its grants, but it is \
-                     granted no `http` origin and no `dirs`"
+                     granted no `http` origin, no `dirs` and no `env`"
                         .to_owned(),
                 ),
             ));

@@ -865,15 +865,20 @@ impl CallState {
         let deadline = Instant::now() + limits.timeout;
         let mut wasi = WasiCtx::builder();
         wasi.stdout(stdout.clone()).stderr(stderr.clone());
+        let played = cancel.played().cloned();
+        let replaying = played.is_some();
         let mut setup = CallSetup {
             wasi: &mut wasi,
             secrets: Vec::new(),
+            recorded_env: played.as_deref().map(|tape| &tape.env),
+            env: std::collections::BTreeMap::new(),
         };
-        let played = cancel.played().cloned();
-        let replaying = played.is_some();
         grants.prepare(&mut setup, replaying)?;
-        let secrets = setup.secrets;
+        let (secrets, env) = (setup.secrets, setup.env);
         let reel = Reel::arm(&mut wasi, sources, grants.record, played.clone());
+        if let Some(reel) = reel.as_ref().filter(|_| !replaying && grants.record) {
+            reel.keep_env(env);
+        }
         // A replay always has a reel: where what it cannot reproduce is
         // noted.
         let replayed = reel.clone().filter(|_| replaying);

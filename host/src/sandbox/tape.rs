@@ -146,6 +146,12 @@ impl Reel {
         Some(reel)
     }
 
+    /// Keeps the environment variables the call was given (a recording
+    /// call whose policy says `record = true`).
+    pub(crate) fn keep_env(&self, env: std::collections::BTreeMap<String, Option<String>>) {
+        self.deck().tape.env = env;
+    }
+
     /// The tape so far, leaving an empty one: what was recorded, or,
     /// played back, only what ran short.
     pub(crate) fn take(&self) -> Tape {

@@ -515,6 +515,99 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
     assert_eq!(said.matches("the limit is 8").count(), 3, "{said}");
 }
 
+/// A tool granted environment variables whose policy says `record = true`
+/// keeps with each call the values it was given (an unset one as unset;
+/// one whose name looks secret not at all), and a replay gives it those, whatever the host's are now: its calls
+/// reproduce themselves after the operator changed the variable. Without
+/// `record`, a replay reads the variables as they are now, and a changed
+/// one is a difference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_environment_is_recorded_replays_with_it() {
+    use crate::support::{airlock_with_env, guest};
+    const VAR: &str = "AIRLOCK_TEST_REPLAYED_ZONE";
+    let db = TestStore::new(Backend::Sqlite, "env").await;
+    let hostile = guest("hostile").display().to_string();
+    let policy = |name: &str, record: bool| {
+        let path = db.dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "[[tool]]\npath = {hostile:?}\nenv = [{VAR:?}, \"AIRLOCK_TEST_TOKEN\"]\n\
+                 record = {record}\n"
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let (recorded, unrecorded) = (policy("recorded.toml", true), policy("plain.toml", false));
+    let args = json!({"name": VAR}).to_string();
+    let call = |config: &str, session: &str, zone: Option<&str>| {
+        let mut env = vec![("AIRLOCK_TEST_TOKEN", "t0p-s3cret")];
+        env.extend(zone.map(|zone| (VAR, zone)));
+        let out = airlock_with_env(
+            &[
+                "call",
+                &hostile,
+                "read_env",
+                &args,
+                "--config",
+                config,
+                "--session",
+                session,
+                "--store",
+                &db.spec,
+                "--json",
+            ],
+            &env,
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout_json(&out)["result"]["value"].clone()
+    };
+    assert_eq!(
+        call(&recorded, "kept", Some("Europe/Paris")),
+        json!("Europe/Paris")
+    );
+    assert_eq!(call(&recorded, "kept", None), Value::Null);
+    assert_eq!(
+        call(&unrecorded, "now", Some("Europe/Paris")),
+        json!("Europe/Paris")
+    );
+
+    let store = db.open().await;
+    let journal = serde_json::to_value(store.read(None, "kept").await.unwrap().records).unwrap();
+    let tapes: Vec<Value> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.pointer("/event/type") == Some(&json!("function_call_output")))
+        .map(|r| r.pointer("/event/tape/env").cloned().unwrap_or(Value::Null))
+        .collect();
+    // A variable whose name looks secret is given, never journaled.
+    assert_eq!(tapes, [json!({VAR: "Europe/Paris"}), json!({VAR: null})]);
+    assert!(!journal.to_string().contains("t0p-s3cret"));
+
+    let replay = |session: &str, config: &str| {
+        let tool = format!("read_env={hostile}");
+        airlock_with_env(
+            &[
+                "replay", session, "--tool", &tool, "--config", config, "--store", &db.spec,
+            ],
+            &[(VAR, "UTC")],
+        )
+    };
+    let out = replay("kept", &recorded);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(said.contains(": 2 same, 0 different"), "{said}");
+    let out = replay("now", &unrecorded);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.contains(r#"result.value: "Europe/Paris" → "UTC""#),
+        "{said}"
+    );
+}
+
 /// A replay changes nothing outside the sandbox: a call that fetched over
 /// HTTP (with a secret) and one that read a granted directory are
 /// replayed as "cannot be reproduced", saying why; the server hears no

@@ -1,5 +1,6 @@
 //! Serving the environment grant: the named variables, read when each
-//! call starts.
+//! call starts (a replayed call's, as its tape recorded them, when it
+//! did).
 
 use wasmtime::component::Linker;
 
@@ -13,9 +14,20 @@ impl Capability for EnvGrant {
         Ok(())
     }
 
+    /// The variable as the host has it now; for a replayed call whose
+    /// tape recorded it, as recorded. Kept for the tape (with `record =
+    /// true`) unless its name looks secret.
     fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
-        if let Ok(value) = std::env::var(&self.name) {
+        let value = match call.recorded_env.and_then(|env| env.get(&self.name)) {
+            Some(recorded) => recorded.clone(),
+            None => std::env::var(&self.name).ok(),
+        };
+        if let Some(value) = &value {
             call.wasi.env(&self.name, value);
+        }
+        // What a name that looks secret holds is never journaled.
+        if !crate::journal::secrets::is_secret_key(&self.name) {
+            call.env.insert(self.name.clone(), value);
         }
         Ok(())
     }

@@ -29,6 +29,8 @@ mod env;
 mod http;
 mod secrets;
 
+use std::collections::BTreeMap;
+
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
 
@@ -61,6 +63,12 @@ pub struct CallSetup<'a> {
     pub(crate) wasi: &'a mut WasiCtxBuilder,
     /// Secrets resolved for this call, for the HTTP sender to inject.
     pub(crate) secrets: Vec<ResolvedSecret>,
+    /// A replayed call's environment as its tape recorded it (empty when
+    /// it was not recorded: the variables are then read as they are now).
+    pub(crate) recorded_env: Option<&'a BTreeMap<String, Option<String>>>,
+    /// The environment variables the call was given, with their values,
+    /// but those whose names look secret: what its tape may keep.
+    pub(crate) env: BTreeMap<String, Option<String>>,
 }
 
 impl std::fmt::Debug for CallSetup<'_> {
