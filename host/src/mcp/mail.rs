@@ -3,9 +3,9 @@
 //!
 //! Once a call becomes a task, the host that runs it keeps mail for it in
 //! the store until it ends: it posts there the questions the call waits
-//! on and its latest progress report, and reads there, as often as clients are asked to poll
-//! (`[mcp.tasks] poll_ms`), the answers and the cancellation other hosts
-//! leave for it. So `tasks/get` shows a task's questions, and
+//! on and its latest progress report, and reads there, as often as
+//! clients are asked to poll (`[mcp.tasks] poll_ms`), the answers and the
+//! cancellation other hosts leave for it. So `tasks/get` shows a task's questions, and
 //! `tasks/update` and `tasks/cancel` reach it, on any host of the store,
 //! not only on the one that runs it. The mail goes when the task ends (or
 //! with its session); a host that died leaves its tasks' mail, which goes
@@ -167,7 +167,11 @@ async fn upkeep(keeping: Keeping) {
             if let Some(answers) = &now.answers {
                 match serde_json::from_str::<InputResponses>(answers) {
                     Ok(answers) => input.give(&answers),
-                    Err(e) => tracing::warn!(task = %key.call_id, error = %e, "a task's mail holds answers that are not answers"),
+                    Err(e) => tracing::warn!(
+                        task = %key.call_id,
+                        error = %e,
+                        "a task's mail holds answers that are not answers"
+                    ),
                 }
             }
             let next = TaskMail {

@@ -226,8 +226,8 @@ pub struct CallKey<'a> {
 
 /// What hosts sharing a store tell each other about a task (an MCP call
 /// that outlives its request) whose call runs on one of them: the host
-/// that runs it posts the questions it waits on; any host leaves it
-/// answers, or asks it to stop. The store keeps the fields as they are
+/// that runs it posts the questions it waits on and its latest progress
+/// report; any host leaves it answers, or asks it to stop. The store keeps the fields as they are
 /// given and reads nothing into them; they are about one call, and go
 /// with its session, or with the lease they were posted under when
 /// another holder takes the session from a holder that never released it
@@ -324,7 +324,8 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// Replaces the mail of task `call` with `new` (`None` removes it) if
     /// it is `expected` now (`None`: there is none), in one transaction;
     /// whether it was. Mail is kept only for a session that exists (and
-    /// goes with it); for any other, `false`. Hosts change mail by reading
+    /// goes with it); for any other, `false` (but for `None` to `None`,
+    /// which changes nothing anywhere). Hosts change mail by reading
     /// it and swapping what they read for what they make of it, again
     /// when another host changed it meanwhile.
     fn swap_task_mail<'a>(
