@@ -1141,6 +1141,9 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
         "params": {"name": "increment", "arguments": {"name": name}}});
     let refused = client.post(huge).await.unwrap();
     assert_eq!(refused.status(), 413);
+    // Its connection, whose body was left unread, closes: the client is
+    // told, and sends its next request on another.
+    assert_eq!(refused.headers()["connection"], "close");
     let said = refused.text().await.unwrap();
     assert!(
         said.contains("request body exceeds 4194304 bytes"),

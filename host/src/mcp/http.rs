@@ -294,6 +294,9 @@ impl McpHttpService {
                 {
                     unreadable_body(response).await
                 }
+                None if response.status() == hyper::StatusCode::PAYLOAD_TOO_LARGE => {
+                    closing(response)
+                }
                 None => response,
             }
         };
@@ -825,6 +828,19 @@ enum Answer {
     Ended(Vec<ServerJsonRpcMessage>),
     /// A long call's progress reports, then its answer.
     Later(futures::channel::mpsc::Receiver<ServerSseMessage>),
+}
+
+/// `response`, sent before its request's body was read to its end (a body
+/// over the bound), marked `Connection: close`: the connection cannot
+/// carry another request after a body left half read, and a client told
+/// so opens a new one for its next request rather than send it down one
+/// the server is closing.
+fn closing<B>(mut response: hyper::Response<B>) -> hyper::Response<B> {
+    response.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 /// A directly answered call's entry in [`Known::running`], removed as the
