@@ -119,8 +119,8 @@ impl Provider for AnthropicModel {
                 }
             }
         }
-        let max_tokens = self.http.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-        let mut body = json!({"model": self.http.model, "max_tokens": max_tokens, "messages": out});
+        let mut body =
+            json!({"model": self.http.model, "max_tokens": self.max_tokens(), "messages": out});
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
@@ -190,6 +190,13 @@ impl Provider for AnthropicModel {
     }
 
     fn limit(&self) -> Option<u32> {
-        Some(self.http.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS))
+        Some(self.max_tokens())
+    }
+}
+
+impl AnthropicModel {
+    /// The `max_tokens` every request carries (Anthropic requires one).
+    fn max_tokens(&self) -> u32 {
+        self.http.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
     }
 }

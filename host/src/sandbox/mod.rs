@@ -871,18 +871,19 @@ impl CallState {
             wasi: &mut wasi,
             secrets: Vec::new(),
             recorded_env: played.as_deref().map(|tape| &tape.env),
-            env: std::collections::BTreeMap::new(),
+            // Only a call that records keeps what it was given.
+            env: (grants.record && !replaying).then(std::collections::BTreeMap::new),
         };
         grants.prepare(&mut setup, replaying)?;
         let (secrets, env) = (setup.secrets, setup.env);
         let reel = Reel::arm(&mut wasi, sources, grants.record, played.clone());
-        if let Some(reel) = reel.as_ref().filter(|_| !replaying && grants.record) {
-            reel.keep_env(env);
-        }
         // A replay always has a reel: where what it cannot reproduce is
         // noted.
         let replayed = reel.clone().filter(|_| replaying);
         let recording = reel.clone().filter(|_| !replaying && grants.record);
+        if let (Some(reel), Some(env)) = (&recording, env) {
+            reel.keep_env(env);
+        }
         let files = FileWatch::arm(
             &mut wasi,
             &grants.dirs,

@@ -15,8 +15,8 @@ impl Capability for EnvGrant {
     }
 
     /// The variable as the host has it now; for a replayed call whose
-    /// tape recorded it, as recorded. Kept for the tape (with `record =
-    /// true`) unless its name looks secret.
+    /// tape recorded it, as recorded. Kept for the tape of a call that
+    /// records, unless its name looks secret.
     fn prepare(&self, call: &mut CallSetup<'_>) -> Result<(), GrantError> {
         let value = match call.recorded_env.and_then(|env| env.get(&self.name)) {
             Some(recorded) => recorded.clone(),
@@ -26,8 +26,10 @@ impl Capability for EnvGrant {
             call.wasi.env(&self.name, value);
         }
         // What a name that looks secret holds is never journaled.
-        if !crate::journal::secrets::is_secret_key(&self.name) {
-            call.env.insert(self.name.clone(), value);
+        if let Some(kept) = &mut call.env
+            && !crate::journal::secrets::is_secret_key(&self.name)
+        {
+            kept.insert(self.name.clone(), value);
         }
         Ok(())
     }

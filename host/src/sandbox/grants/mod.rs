@@ -66,9 +66,10 @@ pub struct CallSetup<'a> {
     /// A replayed call's environment as its tape recorded it (empty when
     /// it was not recorded: the variables are then read as they are now).
     pub(crate) recorded_env: Option<&'a BTreeMap<String, Option<String>>>,
-    /// The environment variables the call was given, with their values,
-    /// but those whose names look secret: what its tape may keep.
-    pub(crate) env: BTreeMap<String, Option<String>>,
+    /// For a call that records (`None` otherwise: nothing is kept), the
+    /// environment variables it was given, with their values, but those
+    /// whose names look secret: what its tape keeps.
+    pub(crate) env: Option<BTreeMap<String, Option<String>>>,
 }
 
 impl std::fmt::Debug for CallSetup<'_> {
