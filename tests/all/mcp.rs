@@ -1464,7 +1464,8 @@ fn refused_as(request: &Value, code: i64, says: &str, reply: &Value) {
 /// params saying what does not fit, one whose method MCP lacks is not
 /// found, the message bounded; a body that is no JSON-RPC message gets
 /// 400 and a parse error (not 415, kept for a body that is not JSON by
-/// its content type); and the session goes on serving.
+/// its content type); a call of a tool no one has is an error result
+/// naming it cut short; and the session goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_refuses_what_is_not_json_rpc_or_does_not_fit_its_method_and_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
@@ -1517,6 +1518,19 @@ async fn http_refuses_what_is_not_json_rpc_or_does_not_fit_its_method_and_keeps_
     }
     let ping = r#"{"jsonrpc": "2.0", "id": 31, "method": "ping"}"#;
     assert_eq!(raw("text/plain", ping).await.unwrap().status(), 415);
+    // A tool no one has, however long its name, is an error result that
+    // names it cut short and what there is.
+    let call = json!({"jsonrpc": "2.0", "id": 32, "method": "tools/call",
+        "params": {"name": "x".repeat(100_000), "arguments": {}}});
+    let reply = answer(client.post(call).await.unwrap().text().await.unwrap());
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let said = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(said.contains("unknown tool \"xxx"), "{said}");
+    assert!(
+        said.ends_with("…\"; available: add_note, increment, show_state"),
+        "{said}"
+    );
+    assert!(said.len() < 1000, "{} bytes", said.len());
     for expected in [1, 2] {
         let call = json!({"jsonrpc": "2.0", "id": 20 + expected, "method": "tools/call",
             "params": {"name": "increment", "arguments": {"name": "n"}}});
@@ -2221,6 +2235,22 @@ async fn a_round_goes_on_after_a_restart_with_the_operators_state_key() {
         panic!("{greeted:?}")
     };
     assert_eq!(greeted.structured_content.as_ref().unwrap()["name"], "Ann");
+    // An answer to a question the round never asked is refused, named cut
+    // short however long.
+    let stray = CallToolRequestParams::new("greet")
+        .with_request_state(state.clone())
+        .with_input_responses([("x".repeat(100_000), json!({"action": "decline"}))].into());
+    let stray = client.call_tool_once(stray).await.unwrap();
+    let CallToolResponse::Complete(stray) = stray else {
+        panic!("{stray:?}")
+    };
+    assert_eq!(stray.is_error, Some(true));
+    let said = text(&stray);
+    assert!(
+        said.contains("no question of this call is named \"xxx"),
+        "{said}"
+    );
+    assert!(said.len() < 1000, "{} bytes", said.len());
     client.cancel().await.unwrap();
 
     // A key missing or too short: the server does not start.

@@ -177,6 +177,18 @@ async fn resources_and_prompts(
         err.contains("-32602") && err.contains("\"arg2\" is required"),
         "{err}"
     );
+    // An argument that is no string is refused, named cut short however
+    // long its name.
+    let long = "a".repeat(100_000);
+    let err = get(json!({"arg1": "one", "arg2": "two", long: 1}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("-32602") && err.contains("the argument \"aaa"),
+        "{err}"
+    );
+    assert!(err.len() < 1000, "{} bytes", err.len());
     let err = client
         .get_prompt(GetPromptRequestParams::new("nope"))
         .await

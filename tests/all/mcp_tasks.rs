@@ -271,11 +271,16 @@ async fn long_calls_become_tasks_that_outlive_a_killed_server() {
         json!({"counter": "visits", "value": 2})
     );
 
-    // Ids the server never gave, or gave another user, are unknown.
+    // Ids the server never gave, or gave another user, are unknown; one
+    // of any length is named cut short.
     for id in ["nonsense", "desk/task-0", "other/task-0"] {
         let why = refused(client.get_task(GetTaskParams::new(id)).await);
         assert!(why.contains("unknown task"), "{id}: {why}");
     }
+    let long = format!("desk/{}", "9".repeat(100_000));
+    let why = refused(client.get_task(GetTaskParams::new(&long)).await);
+    assert!(why.starts_with("unknown task \"desk/999"), "{why}");
+    assert!(why.len() < 1000, "{} bytes", why.len());
     client.cancel().await.unwrap();
     let bob = [
         "--config",
@@ -435,6 +440,12 @@ async fn name_ada(client: &Client, id: &str) -> Value {
     let wrong = [("model-1".to_owned(), json!({"action": "accept"}))].into();
     let why = refused(client.update_task(UpdateTaskParams::new(id, wrong)).await);
     assert!(why.contains("no question \"model-1\" is waiting"), "{why}");
+    // A key of any length is named cut short.
+    let long = format!("model-{}", "9".repeat(100_000));
+    let wrong = [(long, json!({"action": "accept"}))].into();
+    let why = refused(client.update_task(UpdateTaskParams::new(id, wrong)).await);
+    assert!(why.contains("no question \"model-999"), "{why}");
+    assert!(why.len() < 1000, "{} bytes", why.len());
     assert_eq!(question(&waiting(client, id).await, "person-1"), person);
     let name = [(
         "person-1".to_owned(),

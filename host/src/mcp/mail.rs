@@ -249,6 +249,7 @@ pub(super) async fn leave_answers(
         };
         let open = open_questions(now);
         if let Some(key) = responses.keys().find(|k| !open.contains_key(*k)) {
+            let key = crate::text::truncate(key, 128);
             return Err(format!("no question {key:?} is waiting"));
         }
         let mut answers: InputResponses = now

@@ -488,7 +488,10 @@ impl McpServer {
         for (key, value) in arguments.unwrap_or_default() {
             let Value::String(value) = value else {
                 return Err(ErrorData::invalid_params(
-                    format!("prompt {name:?}: the argument {key:?} must be a string"),
+                    format!(
+                        "prompt {name:?}: the argument {:?} must be a string",
+                        crate::text::truncate(&key, 128)
+                    ),
                     None,
                 ));
             };

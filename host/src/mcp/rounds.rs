@@ -176,7 +176,10 @@ impl Round {
                 _ if id == "approval" => approval = Some(answer(response)),
                 Some(("person", _)) => opened.answers.push(answer(response)),
                 Some(("model", _)) => opened.replies.push(reply(response)),
-                _ => return Err(format!("no question of this call is named {id:?}")),
+                _ => {
+                    let id = crate::text::truncate(id, 128);
+                    return Err(format!("no question of this call is named {id:?}"));
+                }
             }
         }
         Ok(Self {

@@ -227,7 +227,10 @@ impl McpServer {
         id: &str,
         caller: Option<&Caller>,
     ) -> Result<DetailedTask, ErrorData> {
-        let unknown = || ErrorData::invalid_params(format!("unknown task {id:?}"), None);
+        let unknown = || {
+            let id = crate::text::truncate(id, 256);
+            ErrorData::invalid_params(format!("unknown task {id:?}"), None)
+        };
         let (session_id, call_id) = parse_task_id(id).ok_or_else(unknown)?;
         let user = self.user(caller);
         let store = self.store().ok_or_else(unknown)?;
@@ -533,6 +536,7 @@ impl Input {
             return None;
         }
         if let Some(key) = responses.keys().find(|k| !open.waiting.contains_key(*k)) {
+            let key = crate::text::truncate(key, 128);
             return Some(Err(format!("no question {key:?} is waiting")));
         }
         give(&mut open, responses);

@@ -259,8 +259,9 @@ impl From<CallError> for CallFailure {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
-    /// No loaded tool has this name.
-    #[error("unknown tool {name:?}; available: {}", list(.available))]
+    /// No loaded tool has this name (said cut to 256 bytes: a model or a
+    /// client may ask for any).
+    #[error("unknown tool {:?}; available: {}", crate::text::truncate(.name, 256), list(.available))]
     UnknownTool {
         /// The name asked for.
         name: String,
