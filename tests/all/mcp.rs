@@ -1464,8 +1464,9 @@ fn refused_as(request: &Value, code: i64, says: &str, reply: &Value) {
 /// params saying what does not fit, one whose method MCP lacks is not
 /// found, the message bounded; a body that is no JSON-RPC message gets
 /// 400 and a parse error (not 415, kept for a body that is not JSON by
-/// its content type); a call of a tool no one has is an error result
-/// naming it cut short; and the session goes on serving.
+/// its content type); a call of a tool no one has, or with arguments
+/// outside its schema, is an error result that says so in a bounded
+/// message; and the session goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_refuses_what_is_not_json_rpc_or_does_not_fit_its_method_and_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
@@ -1531,6 +1532,23 @@ async fn http_refuses_what_is_not_json_rpc_or_does_not_fit_its_method_and_keeps_
         "{said}"
     );
     assert!(said.len() < 1000, "{} bytes", said.len());
+    // Arguments outside the schema are refused quoting their value when it
+    // is short, and saying where and which rule alone when it is not.
+    for (name, says) in [
+        (json!(5), r#"at /name: 5 is not of type "string""#),
+        (
+            json!(["x".repeat(100_000)]),
+            r#"at /name fails rule "type" (schema path /properties/name/type)"#,
+        ),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": 33, "method": "tools/call",
+            "params": {"name": "increment", "arguments": {"name": name}}});
+        let reply = answer(client.post(call).await.unwrap().text().await.unwrap());
+        assert_eq!(reply["result"]["isError"], true, "{reply}");
+        let said = reply["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(said.contains(says), "{said}");
+        assert!(said.len() < 1000, "{} bytes", said.len());
+    }
     for expected in [1, 2] {
         let call = json!({"jsonrpc": "2.0", "id": 20 + expected, "method": "tools/call",
             "params": {"name": "increment", "arguments": {"name": "n"}}});

@@ -309,17 +309,22 @@ impl SchemaViolation {
             return None;
         }
         let e = validator.iter_errors(value).next()?;
+        Some(Self::of(&e))
+    }
+
+    /// Where `e` says its value breaks the schema, without the value.
+    pub(crate) fn of(e: &jsonschema::ValidationError<'_>) -> Self {
         let schema_path = e.schema_path().to_string();
         let rule = schema_path
             .rsplit('/')
             .next()
             .unwrap_or_default()
             .to_owned();
-        Some(Self {
+        Self {
             instance_path: e.instance_path().to_string(),
             rule,
             schema_path,
-        })
+        }
     }
 }
 

@@ -16,7 +16,9 @@ use super::{
     CallError, CallFailure, CallOutcome, ContextView, GuestOp, Host, Kind, LoadedComponent, Target,
     ToolCall, guest,
 };
-use crate::context::{JsonType, OpKind, ParsedOutput, RunContext, WireOp, parse_output};
+use crate::context::{
+    JsonType, OpKind, ParsedOutput, RunContext, SchemaViolation, WireOp, parse_output,
+};
 use crate::sandbox::{
     CallState, CancelToken, Grants, GuestOutput, ImportMisused, Limits, OutputLimitExceeded,
     ResourceHit, Sources, Stop, ToolGate, until,
@@ -584,6 +586,10 @@ pub(super) fn push_view(
         .map_err(|e| CallError::Busy(e.to_string()))
 }
 
+/// The longest schema message an argument error quotes (jsonschema's
+/// quotes the value, which may be as long as the arguments).
+const MAX_SCHEMA_MESSAGE: usize = 1024;
+
 /// Checks that `arguments` is a JSON object that satisfies the tool's
 /// parameter schema; the parsed arguments.
 fn check_arguments(
@@ -598,6 +604,15 @@ fn check_arguments(
             match invalid.and_then(|v| v.iter_errors(&value).next()) {
                 None => Ok(value),
                 Some(e) => {
+                    // jsonschema's message quotes the value: said when it
+                    // is short, else where and which rule alone.
+                    let said = e.to_string();
+                    if said.len() > MAX_SCHEMA_MESSAGE {
+                        let broken = SchemaViolation::of(&e);
+                        return Err(CallError::BadArguments(format!(
+                            "the arguments do not match the tool's schema: {broken}"
+                        )));
+                    }
                     let at = e.instance_path().to_string();
                     let at = if at.is_empty() {
                         String::new()
@@ -605,7 +620,7 @@ fn check_arguments(
                         format!(" at {at}")
                     };
                     Err(CallError::BadArguments(format!(
-                        "the arguments do not match the tool's schema{at}: {e}"
+                        "the arguments do not match the tool's schema{at}: {said}"
                     )))
                 }
             }
