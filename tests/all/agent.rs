@@ -355,6 +355,9 @@ async fn malformed_responses_are_clear_errors_without_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
     let server = ModelServer::start().await;
+    // A name and an argument as long as a model may make them.
+    let long_name = "x".repeat(100_000);
+    let long_argument = json!({"name": ["y".repeat(100_000)]}).to_string();
     server
         .push_json(openai_reply(
             None,
@@ -364,6 +367,8 @@ async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
                 ("c3", "increment", r#"{"name": 7}"#),
                 ("c4", "read", r#"{"keys": 5}"#),
                 ("c5", "read", "{}"),
+                ("c6", &long_name, "{}"),
+                ("c7", "increment", &long_argument),
             ],
             10,
             10,
@@ -404,6 +409,21 @@ async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
     assert_eq!(read["retry"], 1);
     assert_eq!(read["tool_call_id"], "c5");
     assert_eq!(read["iteration"], 1);
+    // What the model named is said back to it cut short, and its long
+    // argument not at all.
+    assert!(
+        text[5].contains("unknown tool \"xxx") && text[5].contains("…\"; available: add_note"),
+        "{}",
+        text[5]
+    );
+    assert!(
+        text[6].contains(r#"at /name fails rule "type""#),
+        "{}",
+        text[6]
+    );
+    for said in &text[5..] {
+        assert!(said.len() < 1000, "{} bytes", said.len());
+    }
     assert!(ctx.deps().is_empty(), "no failed call changed deps");
     let failed = transcript
         .items
@@ -418,7 +438,7 @@ async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
             )
         })
         .count();
-    assert_eq!(failed, 4);
+    assert_eq!(failed, 6);
 }
 
 async fn approval_host() -> Host {
