@@ -1437,6 +1437,15 @@ fn misfits() -> Vec<(Value, i64, &'static str)> {
             "_meta.progressToken",
         ),
         (
+            request(
+                20,
+                "tools/call",
+                json!({"name": "increment", "arguments": {"name": "n"}, "_meta": {"progressToken": "p".repeat(1025)}}),
+            ),
+            -32602,
+            "_meta.progressToken is over 1024 bytes",
+        ),
+        (
             request(16, "no/such", json!({})),
             -32601,
             r#"no method "no/such""#,

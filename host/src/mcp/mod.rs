@@ -904,22 +904,32 @@ fn first_page(request: Option<PaginatedRequestParams>) -> Result<(), ErrorData> 
     }
 }
 
-/// The progress token a call's `_meta` carries, if any: a string or an
-/// integer (MCP's `ProgressToken`); `null` stands for none. Any other
-/// value is refused (-32602, naming it) rather than ignored, which would
-/// leave its client waiting for reports that never come.
+/// The progress token a call's `_meta` carries, if any: a string of at
+/// most [`MAX_PROGRESS_TOKEN`] bytes or an integer (MCP's
+/// `ProgressToken`); `null` stands for none. Any other value is refused
+/// (-32602, naming it) rather than ignored, which would leave its client
+/// waiting for reports that never come.
 fn progress_token(meta: &RequestMetaObject) -> Result<Option<ProgressToken>, ErrorData> {
     const FIELD: &str = "progressToken";
+    let refused =
+        |why: &str| ErrorData::invalid_params(format!("tools/call: _meta.{FIELD} {why}"), None);
     match meta.get(FIELD) {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(_) => meta.get_progress_token().map(Some).ok_or_else(|| {
-            ErrorData::invalid_params(
-                format!("tools/call: _meta.{FIELD} must be a string or an integer"),
-                None,
-            )
-        }),
+        Some(serde_json::Value::String(token)) if token.len() > MAX_PROGRESS_TOKEN => {
+            Err(refused(&format!("is over {MAX_PROGRESS_TOKEN} bytes")))
+        }
+        Some(_) => meta
+            .get_progress_token()
+            .map(Some)
+            .ok_or_else(|| refused("must be a string or an integer")),
     }
 }
+
+/// The longest progress token a call may carry. Each of the call's
+/// progress notifications repeats it, and a slow client's may wait in
+/// memory (`RELAYED` of them a call): a longer one would make the server
+/// keep many copies of what the client sent once.
+const MAX_PROGRESS_TOKEN: usize = 1024;
 
 /// The call key a request's `_meta` gives ([`CALL_META_KEY`]), checked.
 fn call_key(meta: &RequestMetaObject) -> Result<Option<String>, String> {
