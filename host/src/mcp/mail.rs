@@ -235,6 +235,18 @@ fn open_questions(mail: &TaskMail) -> InputRequests {
     waiting
 }
 
+/// Why `responses` cannot be given, when one of their keys names no
+/// question that `waits` (its key cut short: a client may send any): an
+/// update gives all of its answers or none.
+pub(super) fn stray_answer(
+    responses: &InputResponses,
+    waits: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let key = responses.keys().find(|key| !waits(key))?;
+    let key = crate::text::truncate(key, 128);
+    Some(format!("no question {key:?} is waiting"))
+}
+
 /// Leaves `responses` in task `key`'s mail for its host: all of them, or
 /// none when a key names no question the mail says waits unanswered
 /// (refused, saying which). `false` when the task has no mail.
@@ -248,9 +260,8 @@ pub(super) async fn leave_answers(
             return Ok((None, false));
         };
         let open = open_questions(now);
-        if let Some(key) = responses.keys().find(|k| !open.contains_key(*k)) {
-            let key = crate::text::truncate(key, 128);
-            return Err(format!("no question {key:?} is waiting"));
+        if let Some(why) = stray_answer(responses, |key| open.contains_key(key)) {
+            return Err(why);
         }
         let mut answers: InputResponses = now
             .answers

@@ -535,9 +535,8 @@ impl Input {
         if open.waiting.is_empty() {
             return None;
         }
-        if let Some(key) = responses.keys().find(|k| !open.waiting.contains_key(*k)) {
-            let key = crate::text::truncate(key, 128);
-            return Some(Err(format!("no question {key:?} is waiting")));
+        if let Some(why) = mail::stray_answer(responses, |key| open.waiting.contains_key(key)) {
+            return Some(Err(why));
         }
         give(&mut open, responses);
         drop(open);

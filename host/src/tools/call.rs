@@ -590,6 +590,21 @@ pub(super) fn push_view(
 /// quotes the value, which may be as long as the arguments).
 const MAX_SCHEMA_MESSAGE: usize = 1024;
 
+/// What a refusal of arguments that break the tool's schema at `e` says:
+/// where, and jsonschema's message when it is at most
+/// [`MAX_SCHEMA_MESSAGE`] bytes; else where and which rule alone.
+fn schema_refusal(e: &jsonschema::ValidationError<'_>) -> String {
+    let said = e.to_string();
+    if said.len() > MAX_SCHEMA_MESSAGE {
+        let broken = SchemaViolation::of(e);
+        return format!("the arguments do not match the tool's schema: {broken}");
+    }
+    match e.instance_path().to_string() {
+        at if at.is_empty() => format!("the arguments do not match the tool's schema: {said}"),
+        at => format!("the arguments do not match the tool's schema at {at}: {said}"),
+    }
+}
+
 /// Checks that `arguments` is a JSON object that satisfies the tool's
 /// parameter schema; the parsed arguments.
 fn check_arguments(
@@ -603,26 +618,7 @@ fn check_arguments(
             let invalid = validator.filter(|v| !v.is_valid(&value));
             match invalid.and_then(|v| v.iter_errors(&value).next()) {
                 None => Ok(value),
-                Some(e) => {
-                    // jsonschema's message quotes the value: said when it
-                    // is short, else where and which rule alone.
-                    let said = e.to_string();
-                    if said.len() > MAX_SCHEMA_MESSAGE {
-                        let broken = SchemaViolation::of(&e);
-                        return Err(CallError::BadArguments(format!(
-                            "the arguments do not match the tool's schema: {broken}"
-                        )));
-                    }
-                    let at = e.instance_path().to_string();
-                    let at = if at.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" at {at}")
-                    };
-                    Err(CallError::BadArguments(format!(
-                        "the arguments do not match the tool's schema{at}: {said}"
-                    )))
-                }
+                Some(e) => Err(CallError::BadArguments(schema_refusal(&e))),
             }
         }
         Ok(other) => Err(CallError::BadArguments(format!(
