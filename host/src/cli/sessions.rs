@@ -5,6 +5,7 @@
 //! text, as `store` in `--json`, on stderr for `export` (whose stdout is
 //! the document).
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use airlock::journal::{Item, Role};
 use airlock::llm::Message;
 use airlock::session::export::{ExportError, ImportError, JournalPages, Spill, write_export};
 use airlock::session::import::{Staged, stage_for_user};
-use airlock::session::{SessionStore, StoreError};
+use airlock::session::{Listing, SessionStore, StoreError};
 
 use super::{Failure, StoreFlags, print_json, print_note, print_out, report_failure, show_json};
 
@@ -73,6 +74,10 @@ pub struct PruneArgs {
 pub struct ListArgs {
     #[command(flatten)]
     store: StoreFlags,
+    /// Show only the N most recently updated sessions (and say how many
+    /// more there are). Without it, all of them.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    limit: Option<u32>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -252,12 +257,24 @@ async fn list(args: ListArgs) -> Result<(), Failure> {
     let owner = args.store.owner()?;
     // A store that does not exist yet has no sessions, and is not made.
     let (store, location) = args.store.open_existing().await?;
-    let sessions = match &store {
-        Some(store) => store.list(owner).await?,
-        None => Vec::new(),
+    let Listing { sessions, total } = match &store {
+        Some(store) => {
+            store
+                .list_recent(owner, args.limit.map_or(u64::MAX, u64::from))
+                .await?
+        }
+        None => Listing {
+            sessions: Vec::new(),
+            total: 0,
+        },
     };
     if args.json {
-        print_json(&json!({"ok": true, "store": location, "sessions": sessions}));
+        print_json(&json!({
+            "ok": true,
+            "store": location,
+            "sessions": sessions,
+            "total": total,
+        }));
         return Ok(());
     }
     let mut text = format!("store: {location}\n");
@@ -299,6 +316,14 @@ async fn list(args: ListArgs) -> Result<(), Failure> {
         let line = format!("{a:<id$}  {b:<updated$}  {c:>records$}  {d}");
         text.push_str(line.trim_end());
         text.push('\n');
+    }
+    let shown = sessions.len() as u64;
+    if total > shown {
+        let more = total - shown;
+        let _ = write!(
+            text,
+            "… and {more} more ({total} in all; a larger --limit shows them)"
+        );
     }
     print_out(text.trim_end());
     Ok(())

@@ -60,9 +60,9 @@ pub use holder::Holder;
 pub use postgres::{DEFAULT_POOL_SIZE, PostgresStore, is_postgres_url};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{
-    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
-    Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot, TaskMail,
+    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Listing, Owner, Page,
+    PruneRequest, Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary,
+    StoredSession, StoredSnapshot, TaskMail,
 };
 
 use crate::context::{ContextRules, RunContext};

@@ -107,6 +107,16 @@ pub struct SessionSummary {
     pub ephemeral: bool,
 }
 
+/// What [`SessionStore::list_recent`] gives: an owner's most recently
+/// updated sessions, first first, and how many it has in all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    /// The sessions shown.
+    pub sessions: Vec<SessionSummary>,
+    /// How many sessions the owner has (at least `sessions.len()`).
+    pub total: u64,
+}
+
 /// Which sessions [`SessionStore::prune`] removes: those of `owner` (every
 /// owner when `None`) last updated before `updated_before_ms`, or, for an
 /// ephemeral one, before `ephemeral_updated_before_ms`; never one whose
@@ -363,6 +373,22 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
 
     /// The owner's sessions, most recently updated first.
     fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>>;
+
+    /// The owner's `most` most recently updated sessions, in that order,
+    /// and how many it has in all: a listing of an owner with many
+    /// sessions that holds only what it shows.
+    ///
+    /// The stores Airlock has read at most `most` rows, and count the
+    /// owner's sessions (an index scan) only when there may be more; this
+    /// default lists them all and keeps the first `most`.
+    fn list_recent<'a>(&'a self, owner: Owner<'a>, most: u64) -> Reply<'a, Listing> {
+        Box::pin(async move {
+            let mut sessions = self.list(owner).await?;
+            let total = sessions.len() as u64;
+            sessions.truncate(usize::try_from(most).unwrap_or(usize::MAX));
+            Ok(Listing { sessions, total })
+        })
+    }
 
     /// Every owner that has a session (`None`: the anonymous bucket), in
     /// order: what an operator's command over all users goes through.

@@ -406,7 +406,99 @@ async fn task_mail_changes_only_from_what_it_is_and_goes_with_its_session(backen
     assert_eq!(db.scalar("SELECT count(*) FROM {p}task_mail").await, 0);
 }
 
+/// A listing is most recently updated first, on the store (`list_recent`)
+/// and in `airlock sessions list --limit N`, which shows N and says how
+/// many more the user has (another user's never counted); `--limit 0`
+/// is bad input.
+async fn a_listing_shows_the_most_recent_and_says_how_many_more(backend: Backend) {
+    use airlock::session::SessionHeader;
+    let db = TestStore::new(backend, "listed").await;
+    let store = db.open().await;
+    let now = airlock::journal::now_ms();
+    let record = airlock::journal::Record {
+        seq: 1,
+        at_ms: now,
+        entry: airlock::journal::Entry::Deps {
+            deps: serde_json::Map::new(),
+        },
+    };
+    // Updated a minute apart, "s0" last; alice's is the most recent.
+    let made: [(&str, Option<&str>, u64); 5] = [
+        ("s2", None, 3),
+        ("s0", None, 1),
+        ("theirs", Some("alice"), 0),
+        ("s3", None, 4),
+        ("s1", None, 2),
+    ];
+    for (id, user, minutes_ago) in made {
+        let header = SessionHeader {
+            session_id: id.into(),
+            user_id: user.map(str::to_owned),
+            created_at_ms: now - 3_600_000,
+            metadata: BTreeMap::new(),
+            ephemeral: false,
+        };
+        let at = now - minutes_ago * 60_000;
+        store
+            .insert(&header, Box::new(vec![record.clone()]), at)
+            .await
+            .unwrap();
+    }
+    let ids = |listing: &airlock::session::Listing| -> Vec<String> {
+        listing
+            .sessions
+            .iter()
+            .map(|s| s.session_id.clone())
+            .collect()
+    };
+    let two = store.list_recent(None, 2).await.unwrap();
+    assert_eq!((ids(&two), two.total), (vec!["s0".into(), "s1".into()], 4));
+    let all = store.list_recent(None, 100).await.unwrap();
+    assert_eq!((ids(&all).len(), all.total), (4, 4));
+    assert_eq!(all.sessions, store.list(None).await.unwrap());
+    let four = store.list_recent(None, 4).await.unwrap();
+    assert_eq!((ids(&four), four.total), (ids(&all), 4));
+    let hers = store.list_recent(Some("alice"), 1).await.unwrap();
+    assert_eq!((ids(&hers), hers.total), (vec!["theirs".into()], 1));
+
+    let out = sessions(&db.spec, &["list", "--limit", "2", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = stdout_json(&out);
+    let shown: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!((shown, &listed["total"]), (vec!["s0", "s1"], &json!(4)));
+    let out = sessions(&db.spec, &["list", "--limit", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    assert!(lines[1].starts_with("SESSION"), "{text}");
+    let order: Vec<&str> = lines[2..5]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(order, ["s0", "s1", "s2"], "{text}");
+    assert_eq!(
+        lines[5],
+        "… and 1 more (4 in all; a larger --limit shows them)"
+    );
+    // Without --limit, all four and no such line.
+    let out = sessions(&db.spec, &["list"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert!(!text.contains("more"), "{text}");
+
+    let out = sessions(&db.spec, &["list", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--limit"), "{}", stderr(&out));
+}
+
 crate::on_both_stores!(
     an_earlier_schema_is_migrated_and_its_calls_indexed,
+    a_listing_shows_the_most_recent_and_says_how_many_more,
     task_mail_changes_only_from_what_it_is_and_goes_with_its_session,
 );

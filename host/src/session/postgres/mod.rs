@@ -54,9 +54,9 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
-    Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot, TaskMail,
+    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Listing, Owner, Page,
+    PruneRequest, Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary,
+    StoredSession, StoredSnapshot, TaskMail,
 };
 use crate::journal::{Record, StoreError};
 use commit::Committer;
@@ -399,6 +399,45 @@ fn describe_config(config: &Config) -> String {
 }
 
 type Failure = rows::Failure<tokio_postgres::Error>;
+
+/// The owner's sessions, most recently updated first, at most `most` of
+/// them (all without it).
+async fn summaries(
+    client: &tokio_postgres::Client,
+    owner: &str,
+    most: Option<u64>,
+) -> Result<Vec<SessionSummary>, tokio_postgres::Error> {
+    let now = crate::journal::now_ms();
+    // Postgres reads a null limit as none.
+    let limit = most.map(|most| i64::try_from(most).unwrap_or(i64::MAX));
+    let rows = client
+        .query(
+            "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder,
+                    lease_token, lease_expires_ms, ephemeral
+             FROM airlock_sessions WHERE owner = $1
+             ORDER BY updated_at_ms DESC, session_id LIMIT $2",
+            &[&owner, &limit],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let lease = LeaseRow {
+                holder: row.get(4),
+                token: num(row.get(5)),
+                expires_ms: num(row.get(6)),
+            };
+            SessionSummary {
+                session_id: row.get(0),
+                created_at_ms: num(row.get(1)),
+                updated_at_ms: num(row.get(2)),
+                records: num(row.get(3)),
+                leased_until_ms: lease.blocking_until(now),
+                ephemeral: row.get(7),
+            }
+        })
+        .collect())
+}
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Self {
@@ -827,36 +866,23 @@ impl SessionStore for PostgresStore {
 
     fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>> {
         Box::pin(self.run(async move {
-            let owner = owner_key(owner);
-            let now = crate::journal::now_ms();
             let client = self.client().await?;
-            let rows = client
-                .query(
-                    "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder,
-                            lease_token, lease_expires_ms, ephemeral
-                     FROM airlock_sessions WHERE owner = $1
-                     ORDER BY updated_at_ms DESC, session_id",
-                    &[&owner],
-                )
-                .await?;
-            Ok(rows
-                .into_iter()
-                .map(|row| {
-                    let lease = LeaseRow {
-                        holder: row.get(4),
-                        token: num(row.get(5)),
-                        expires_ms: num(row.get(6)),
-                    };
-                    SessionSummary {
-                        session_id: row.get(0),
-                        created_at_ms: num(row.get(1)),
-                        updated_at_ms: num(row.get(2)),
-                        records: num(row.get(3)),
-                        leased_until_ms: lease.blocking_until(now),
-                        ephemeral: row.get(7),
-                    }
-                })
-                .collect())
+            Ok(summaries(&client, &owner_key(owner), None).await?)
+        }))
+    }
+
+    fn list_recent<'a>(&'a self, owner: Owner<'a>, most: u64) -> Reply<'a, Listing> {
+        Box::pin(self.run(async move {
+            let owner = owner_key(owner);
+            let client = self.client().await?;
+            let sessions = summaries(&client, &owner, Some(most)).await?;
+            let total = if (sessions.len() as u64) < most {
+                sessions.len() as u64
+            } else {
+                let count = "SELECT count(*) FROM airlock_sessions WHERE owner = $1";
+                num(client.query_one(count, &[&owner]).await?.get(0))
+            };
+            Ok(Listing { sessions, total })
         }))
     }
 

@@ -38,9 +38,9 @@ use super::rows::{
     owner_key_of, owner_of,
 };
 use super::store::{
-    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Owner, Page, PruneRequest,
-    Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary, StoredSession,
-    StoredSnapshot, TaskMail,
+    Append, CallKey, Durability, Fork, Lease, LeaseRequest, Leased, Listing, Owner, Page,
+    PruneRequest, Pruned, RecordPages, Reply, SessionHeader, SessionStore, SessionSummary,
+    StoredSession, StoredSnapshot, TaskMail,
 };
 use crate::journal::{Record, StoreError};
 use commit::{Committer, synchronous};
@@ -596,6 +596,39 @@ fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     })
 }
 
+/// The owner's sessions, most recently updated first, at most `most` of
+/// them (all without it).
+fn summaries(
+    conn: &Connection,
+    owner: &str,
+    most: Option<u64>,
+) -> rusqlite::Result<Vec<SessionSummary>> {
+    let now = crate::journal::now_ms();
+    // SQLite reads a negative limit as none.
+    let limit = most.map_or(-1, |most| i64::try_from(most).unwrap_or(i64::MAX));
+    let mut query = conn.prepare_cached(
+        "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder, lease_token,
+                lease_expires_ms, ephemeral
+         FROM sessions WHERE owner = ?1 ORDER BY updated_at_ms DESC, session_id LIMIT ?2",
+    )?;
+    let rows = query.query_map(params![owner, limit], |row| {
+        let lease = LeaseRow {
+            holder: row.get(4)?,
+            token: row.get(5)?,
+            expires_ms: row.get(6)?,
+        };
+        Ok(SessionSummary {
+            session_id: row.get(0)?,
+            created_at_ms: row.get(1)?,
+            updated_at_ms: row.get(2)?,
+            records: row.get(3)?,
+            leased_until_ms: lease.blocking_until(now),
+            ephemeral: row.get(7)?,
+        })
+    })?;
+    rows.collect()
+}
+
 /// Moves `lease`'s expiry to `expires`, or gives the lease up (`None`),
 /// while the session still carries its token: whether it did.
 fn update_lease(conn: &Connection, lease: &Lease, expires: Option<u64>) -> rusqlite::Result<bool> {
@@ -715,29 +748,20 @@ impl SessionStore for SqliteStore {
 
     fn list<'a>(&'a self, owner: Owner<'a>) -> Reply<'a, Vec<SessionSummary>> {
         let owner = owner_key(owner);
+        self.run(move |conn| Ok(summaries(conn, &owner, None)?))
+    }
+
+    fn list_recent<'a>(&'a self, owner: Owner<'a>, most: u64) -> Reply<'a, Listing> {
+        let owner = owner_key(owner);
         self.run(move |conn| {
-            let now = crate::journal::now_ms();
-            let mut query = conn.prepare_cached(
-                "SELECT session_id, created_at_ms, updated_at_ms, head, lease_holder, lease_token,
-                        lease_expires_ms, ephemeral
-                 FROM sessions WHERE owner = ?1 ORDER BY updated_at_ms DESC, session_id",
-            )?;
-            let rows = query.query_map(params![owner], |row| {
-                let lease = LeaseRow {
-                    holder: row.get(4)?,
-                    token: row.get(5)?,
-                    expires_ms: row.get(6)?,
-                };
-                Ok(SessionSummary {
-                    session_id: row.get(0)?,
-                    created_at_ms: row.get(1)?,
-                    updated_at_ms: row.get(2)?,
-                    records: row.get(3)?,
-                    leased_until_ms: lease.blocking_until(now),
-                    ephemeral: row.get(7)?,
-                })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            let sessions = summaries(conn, &owner, Some(most))?;
+            let total = if (sessions.len() as u64) < most {
+                sessions.len() as u64
+            } else {
+                conn.prepare_cached("SELECT count(*) FROM sessions WHERE owner = ?1")?
+                    .query_row(params![owner], |row| row.get(0))?
+            };
+            Ok(Listing { sessions, total })
         })
     }
 
