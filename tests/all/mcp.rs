@@ -938,6 +938,112 @@ async fn stateful_over_http(db: &Path, extra: &[&str]) -> (HttpServer, RawHttp) 
     (server, client)
 }
 
+/// A client that opens MCP session after session (a loop gone wrong, or
+/// anyone on this machine) cannot grow the server without end: past
+/// `[mcp] max_sessions` (1,024 unless told) an `initialize` is refused
+/// with 503 naming the setting, while the sessions open go on serving;
+/// once one ends (DELETE), a new one opens. A policy's `max_sessions = 0`
+/// is bad input naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_holds_at_most_max_sessions_and_serves_those_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    // Opens sessions until one is refused: how many opened, and the
+    // refusal.
+    let open_all = |url: String, most: usize| {
+        let initialize = initialize.clone();
+        async move {
+            let client = RawHttp::new(&url);
+            for opened in 0..=most {
+                let answer = client.post(initialize.clone()).await.unwrap();
+                if answer.status() != 200 {
+                    return (opened, answer);
+                }
+                answer.bytes().await.unwrap();
+            }
+            panic!("{} sessions opened, none refused", most + 1)
+        }
+    };
+    let refused_as_full = |status: reqwest::StatusCode, text: &str| {
+        assert_eq!(status, 503, "{text}");
+        assert!(text.contains("[mcp] max_sessions"), "{text}");
+    };
+
+    // Unless told, 1,024.
+    let db = dir.path().join("default.db");
+    let (_server, first) = stateful_over_http(&db, &[]).await;
+    let (opened, refused) = open_all(first.url.clone(), 1024).await;
+    assert_eq!(opened, 1023, "besides the first");
+    let status = refused.status();
+    refused_as_full(status, &refused.text().await.unwrap());
+    assert_eq!(increment(&first, 2).await, 1);
+
+    // Told 3: the fourth waits for one to end.
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\n\n[mcp]\nmax_sessions = 3\n",
+            guest("stateful")
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("told.db");
+    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let first = RawHttp::initialized(&server.url).await;
+    let second = RawHttp::initialized(&server.url).await;
+    let _third = RawHttp::initialized(&server.url).await;
+    let (opened, refused) = open_all(server.url.clone(), 3).await;
+    assert_eq!(opened, 0);
+    let status = refused.status();
+    refused_as_full(status, &refused.text().await.unwrap());
+    assert_eq!(increment(&first, 2).await, 1);
+    assert_eq!(increment(&second, 2).await, 1);
+    let ended = second
+        .http
+        .delete(&second.url)
+        .header("mcp-session-id", second.session.clone().unwrap())
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let again = RawHttp::initialized(&server.url).await;
+    assert_eq!(increment(&again, 2).await, 1);
+    assert_eq!(increment(&first, 3).await, 2);
+
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\n\n[mcp]\nmax_sessions = 0\n",
+            guest("stateful")
+        ),
+    )
+    .unwrap();
+    let out = airlock_command(
+        &[
+            "mcp",
+            "--transport",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+        ],
+        &[],
+    )
+    .arg(&policy)
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("[mcp] max_sessions must be at least 1"),
+        "{said}"
+    );
+}
+
 /// The JSON-RPC answer of a POST: its JSON body, or an event stream's last
 /// message.
 async fn answer_of(posted: reqwest::Response) -> Value {

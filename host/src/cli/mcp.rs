@@ -221,6 +221,7 @@ pub async fn run(args: McpArgs) -> ExitCode {
                 let access = Access {
                     auth,
                     limits: loaded.mcp.limits,
+                    max_sessions: loaded.mcp.max_sessions,
                 };
                 serve_http(&args, tls, tools, &retention, access).await
             }

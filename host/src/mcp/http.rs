@@ -69,7 +69,7 @@ use super::auth::{AuthError, Authenticator, Caller, METADATA_PATH};
 use super::limits::{Permit, UserLimiter};
 use super::relay::{self, PROGRESS_GAP, Relay};
 use super::{McpServer, SessionOpener, ToolSet, arguments_text, lock};
-use crate::policy::UserLimits;
+use crate::policy::{DEFAULT_MAX_SESSIONS, UserLimits};
 use crate::sandbox::CancelToken;
 
 tokio::task_local! {
@@ -91,19 +91,41 @@ struct InRequest {
     answer: Option<Whole>,
     /// Who the request comes from, when its token said.
     caller: Option<Caller>,
-    /// The user's place for the MCP session this request may create, for
+    /// The places of the MCP session this request may create, for
     /// [`Sessions::create_session`] to keep with it.
-    session_permit: Option<Permit>,
+    place: Option<Place>,
+}
+
+/// An MCP session's places while it lives: one of the server's
+/// [`Access::max_sessions`], and one of its user's `open_sessions` when
+/// the policy counts them. Dropped with the session, they are free again.
+struct Place {
+    _server: tokio::sync::OwnedSemaphorePermit,
+    _user: Option<Permit>,
 }
 
 /// Who may use an HTTP server, and how much of it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Access {
     /// Checks every request's bearer token; `None` asks for none (every
     /// request is the opener's user).
     pub auth: Option<Arc<Authenticator>>,
     /// What one user may use at once.
     pub limits: UserLimits,
+    /// The most MCP sessions open at once, all users' together
+    /// ([`DEFAULT_MAX_SESSIONS`] by default): an `initialize` past it is
+    /// refused (503) until one ends.
+    pub max_sessions: usize,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Self {
+            auth: None,
+            limits: UserLimits::default(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+        }
+    }
 }
 
 /// `airlock mcp`'s streamable HTTP service: each MCP session served by
@@ -118,6 +140,9 @@ pub struct McpHttpService {
     /// Counts what each user uses; `None` when the policy sets no limit
     /// (nothing is counted then).
     limiter: Option<Arc<UserLimiter>>,
+    /// The places of [`Access::max_sessions`] not taken.
+    open: Arc<tokio::sync::Semaphore>,
+    max_sessions: usize,
 }
 
 impl std::fmt::Debug for McpHttpService {
@@ -184,7 +209,36 @@ impl McpHttpService {
             tools,
             auth: access.auth,
             limiter,
+            open: Arc::new(tokio::sync::Semaphore::new(access.max_sessions)),
+            max_sessions: access.max_sessions,
         }
+    }
+
+    /// The places a new MCP session of `user` takes, or why not: the
+    /// server holds as many sessions as it may (503), or the user does
+    /// (429).
+    fn admit(&self, user: &str) -> Result<Place, (hyper::StatusCode, String)> {
+        let Ok(server) = Arc::clone(&self.open).try_acquire_owned() else {
+            let full = format!(
+                "Service Unavailable: this server holds {} MCP sessions, the most it may \
+                 ([mcp] max_sessions); try again when one ends (DELETE) or idles out\n",
+                self.max_sessions
+            );
+            return Err((hyper::StatusCode::SERVICE_UNAVAILABLE, full));
+        };
+        let user = match &self.limiter {
+            None => None,
+            Some(limiter) => match limiter.open_session(user) {
+                Ok(permit) => Some(permit),
+                Err(limit) => {
+                    return Err((hyper::StatusCode::TOO_MANY_REQUESTS, limit.to_string()));
+                }
+            },
+        };
+        Ok(Place {
+            _server: server,
+            _user: user,
+        })
     }
 
     /// Answers one HTTP request to the MCP endpoint, or, with
@@ -232,7 +286,7 @@ impl McpHttpService {
             .get("mcp-session-id")
             .and_then(|id| id.to_str().ok())
             .map(SessionId::from);
-        let mut session_permit = None;
+        let mut place = None;
         match &session {
             // Another user's session is one this user does not have.
             Some(id) if !self.sessions.owned_by(id, user) => {
@@ -246,21 +300,10 @@ impl McpHttpService {
             Some(_) => {}
             // A POST without a session starts one (rmcp refuses anything
             // else that comes without).
-            None if request.method() == hyper::Method::POST
-                && let Some(limiter) = &self.limiter =>
-            {
-                match limiter.open_session(user) {
-                    Ok(permit) => session_permit = Some(permit),
-                    Err(limit) => {
-                        return text_response(
-                            hyper::StatusCode::TOO_MANY_REQUESTS,
-                            "text/plain",
-                            limit.to_string(),
-                            None,
-                        );
-                    }
-                }
-            }
+            None if request.method() == hyper::Method::POST => match self.admit(user) {
+                Ok(admitted) => place = Some(admitted),
+                Err((status, why)) => return text_response(status, "text/plain", why, None),
+            },
             None => {}
         }
         if let Some(caller) = &caller {
@@ -268,7 +311,7 @@ impl McpHttpService {
         }
         let now = InRequest {
             caller,
-            session_permit,
+            place,
             ..InRequest::default()
         };
         let sessionless_post = session.is_none() && request.method() == hyper::Method::POST;
@@ -536,8 +579,8 @@ struct Known {
     streams: usize,
     /// The user whose request created it: only their requests reach it.
     owner: String,
-    /// Its place in its owner's count of open sessions.
-    _permit: Option<Permit>,
+    /// Its places among the server's sessions and its owner's.
+    _place: Option<Place>,
 }
 
 impl Known {
@@ -549,7 +592,7 @@ impl Known {
             running: HashMap::new(),
             streams: 0,
             owner: String::new(),
-            _permit: None,
+            _place: None,
         }
     }
 }
@@ -956,17 +999,17 @@ impl SessionManager for Sessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let (server, owner, permit) = IN_REQUEST
+        let (server, owner, place) = IN_REQUEST
             .try_with(|now| {
                 let mut now = now.borrow_mut();
                 let owner = now.caller.as_ref().map(|c| c.user.clone());
-                (now.made.take(), owner, now.session_permit.take())
+                (now.made.take(), owner, now.place.take())
             })
             .unwrap_or_default();
         let (id, transport) = self.local.create_session().await?;
         let mut known = Known::new(server, Instant::now());
         known.owner = owner.unwrap_or_else(|| self.default_user.clone());
-        known._permit = permit;
+        known._place = place;
         lock(&self.known).insert(id.clone(), known);
         Ok((id, transport))
     }

@@ -1,7 +1,8 @@
 //! What a policy says about serving MCP (`[mcp]`): the OAuth resource
 //! server that admits an HTTP request (`[mcp.auth]`, [`AuthSettings`]),
-//! what one user may use at once (`[mcp.limits]`, [`UserLimits`]) and
-//! when a call becomes a task (`[mcp.tasks]`, [`TaskSettings`]).
+//! what one user may use at once (`[mcp.limits]`, [`UserLimits`]), how
+//! many MCP sessions the server holds (`[mcp] max_sessions`) and when a
+//! call becomes a task (`[mcp.tasks]`, [`TaskSettings`]).
 //! Data only: validating tokens and counting calls are `crate::mcp`'s.
 
 use std::time::Duration;
@@ -33,19 +34,41 @@ pub const DEFAULT_JWKS_REFETCH: Duration = Duration::from_secs(10);
 /// unless the policy says.
 pub const DEFAULT_JWKS_MAX_AGE: Duration = Duration::from_secs(300);
 
+/// The most MCP sessions an HTTP server holds open at once, all users'
+/// together, unless the policy says (`[mcp] max_sessions`). Each costs
+/// the server about 70 KiB while it lives (until its client ends it or
+/// it idles out), so this bounds what a client that opens session after
+/// session can take: about 70 MiB.
+pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+
 /// The policy's `[mcp]` section.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpSettings {
     /// Who may call over HTTP; `None` asks for no credentials.
     pub auth: Option<AuthSettings>,
     /// What one user may use at once.
     pub limits: UserLimits,
+    /// The most MCP sessions an HTTP server holds open at once, all
+    /// users' together ([`DEFAULT_MAX_SESSIONS`] unless told).
+    pub max_sessions: usize,
     /// When a call becomes a task, and how long one is kept.
     pub tasks: TaskSettings,
     /// The environment variable holding the key that seals a 2026-07-28
     /// client's round states (the policy never holds the key itself);
     /// `None`: each process draws its own.
     pub state_key_env: Option<String>,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self {
+            auth: None,
+            limits: UserLimits::default(),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            tasks: TaskSettings::default(),
+            state_key_env: None,
+        }
+    }
 }
 
 /// `[mcp.tasks]`: calls as tasks (the MCP tasks extension), for clients
@@ -142,6 +165,7 @@ pub(crate) struct McpFile {
     #[serde(default)]
     tasks: TasksFile,
     state_key_env: Option<String>,
+    max_sessions: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -222,8 +246,12 @@ impl McpFile {
                 ));
             }
         }
+        if self.max_sessions == Some(0) {
+            return Err("[mcp] max_sessions must be at least 1".into());
+        }
         Ok(McpSettings {
             auth,
+            max_sessions: self.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS),
             limits: UserLimits {
                 concurrent_calls: limits.concurrent_calls,
                 calls_per_minute: limits.calls_per_minute,
