@@ -1044,6 +1044,58 @@ async fn an_http_server_holds_at_most_max_sessions_and_serves_those_it_holds() {
     );
 }
 
+/// Connections that send nothing hold no more of the server than
+/// `[mcp] max_connections` says: while that many are open, the next
+/// waits, unserved, and is served as soon as one of them closes; the
+/// sessions of a served connection go on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_serves_at_most_max_connections_and_the_next_once_one_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\n\n[mcp]\nmax_connections = 2\n",
+            guest("stateful")
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("held.db");
+    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    // Each request on a connection of its own, which then closes.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let once = |url: String| async move {
+        let client = RawHttp {
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
+            ..RawHttp::new(&url)
+        };
+        let client = client.initialize().await;
+        increment(&client, 2).await
+    };
+    assert_eq!(once(server.url.clone()).await, 1);
+    // Two connections that send nothing take both places (the listener
+    // hands connections over in the order they came).
+    let first = std::net::TcpStream::connect(&address).unwrap();
+    let _second = std::net::TcpStream::connect(&address).unwrap();
+    let waiting = tokio::spawn(once(server.url.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a third connection was served");
+    drop(first);
+    let served = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiting connection is served once one closes")
+        .unwrap();
+    assert_eq!(served, 1);
+}
+
 /// The JSON-RPC answer of a POST: its JSON body, or an event stream's last
 /// message.
 async fn answer_of(posted: reqwest::Response) -> Value {

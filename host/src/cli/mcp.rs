@@ -223,7 +223,8 @@ pub async fn run(args: McpArgs) -> ExitCode {
                     limits: loaded.mcp.limits,
                     max_sessions: loaded.mcp.max_sessions,
                 };
-                serve_http(&args, tls, tools, &retention, access).await
+                let connections = loaded.mcp.max_connections;
+                serve_http(&args, (tls, connections), tools, &retention, access).await
             }
         };
         reloader.abort();
@@ -301,9 +302,11 @@ async fn serve_stdio(
     result
 }
 
+/// Serves `tools` over HTTP (with `tls`, HTTPS), at most `connections`
+/// connections at once.
 async fn serve_http(
     args: &McpArgs,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    (tls, connections): (Option<tokio_rustls::TlsAcceptor>, usize),
     tools: Arc<ToolSet>,
     retention: &Retention,
     access: Access,
@@ -371,7 +374,8 @@ async fn serve_http(
     // connection's task, spawned from a worker, starts on that worker, and
     // no other thread is woken for it. rmcp's own client opens a connection
     // for every request.
-    let _accepting = AbortOnDrop(Some(tokio::spawn(accept(listener, tls, service))));
+    let accepting = accept(listener, tls, service, connections);
+    let _accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
     // Ends the server on Ctrl-C, or at once if that signal cannot be
     // listened for.
     let _ = tokio::signal::ctrl_c().await;
@@ -381,6 +385,10 @@ async fn serve_http(
 
 /// How long the HTTP server waits after failing to accept a connection.
 const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The least time between two warnings that the HTTP server has as many
+/// connections open as it serves.
+const FULL_TOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a client has to finish its TLS handshake.
 const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -434,13 +442,37 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Fa
 
 /// Accepts MCP connections on `listener` and serves each in a task of its
 /// own (over TLS when `tls` is given: a client that does not finish its
-/// handshake in [`TLS_HANDSHAKE`] is dropped), until aborted.
+/// handshake in [`TLS_HANDSHAKE`] is dropped), until aborted. While `most`
+/// are open, the next waits in the listener's queue until one closes (an
+/// idle one closes after [`HEADER_READ`]).
 async fn accept(
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     service: Arc<McpHttpService>,
+    most: usize,
 ) {
+    let open = Arc::new(tokio::sync::Semaphore::new(most));
+    // When the operator was last told the server is full: at most once a
+    // minute, however many connections wait.
+    let mut told: Option<std::time::Instant> = None;
     loop {
+        let place = match Arc::clone(&open).try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                if told.is_none_or(|at| at.elapsed() >= FULL_TOLD_EVERY) {
+                    told = Some(std::time::Instant::now());
+                    tracing::warn!(
+                        "{most} MCP connections are open, the most this server serves \
+                         ([mcp] max_connections): new ones wait until one closes"
+                    );
+                }
+                match Arc::clone(&open).acquire_owned().await {
+                    Ok(place) => place,
+                    // Never closed.
+                    Err(_) => return,
+                }
+            }
+        };
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -460,6 +492,7 @@ async fn accept(
         let service = Arc::clone(&service);
         let tls = tls.clone();
         tokio::spawn(async move {
+            let _place = place;
             match tls {
                 None => serve_connection(stream, service).await,
                 Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE, tls.accept(stream)).await {

@@ -1,7 +1,8 @@
 //! What a policy says about serving MCP (`[mcp]`): the OAuth resource
 //! server that admits an HTTP request (`[mcp.auth]`, [`AuthSettings`]),
 //! what one user may use at once (`[mcp.limits]`, [`UserLimits`]), how
-//! many MCP sessions the server holds (`[mcp] max_sessions`) and when a
+//! many MCP sessions and connections an HTTP server holds (`[mcp]
+//! max_sessions`, `max_connections`) and when a
 //! call becomes a task (`[mcp.tasks]`, [`TaskSettings`]).
 //! Data only: validating tokens and counting calls are `crate::mcp`'s.
 
@@ -41,6 +42,14 @@ pub const DEFAULT_JWKS_MAX_AGE: Duration = Duration::from_secs(300);
 /// session can take: about 70 MiB.
 pub const DEFAULT_MAX_SESSIONS: usize = 1024;
 
+/// The most connections an HTTP server serves at once, unless the policy
+/// says (`[mcp] max_connections`): past it, new ones wait, unaccepted,
+/// until one closes. An open connection costs the server 20–40 KiB (a
+/// request being read, more), so this bounds what clients that open
+/// connections and send little or nothing can take, whatever the
+/// process's file descriptor limit: about 160 MiB.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 /// The policy's `[mcp]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpSettings {
@@ -51,6 +60,9 @@ pub struct McpSettings {
     /// The most MCP sessions an HTTP server holds open at once, all
     /// users' together ([`DEFAULT_MAX_SESSIONS`] unless told).
     pub max_sessions: usize,
+    /// The most connections an HTTP server serves at once
+    /// ([`DEFAULT_MAX_CONNECTIONS`] unless told).
+    pub max_connections: usize,
     /// When a call becomes a task, and how long one is kept.
     pub tasks: TaskSettings,
     /// The environment variable holding the key that seals a 2026-07-28
@@ -65,6 +77,7 @@ impl Default for McpSettings {
             auth: None,
             limits: UserLimits::default(),
             max_sessions: DEFAULT_MAX_SESSIONS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             tasks: TaskSettings::default(),
             state_key_env: None,
         }
@@ -166,6 +179,7 @@ pub(crate) struct McpFile {
     tasks: TasksFile,
     state_key_env: Option<String>,
     max_sessions: Option<usize>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -246,12 +260,18 @@ impl McpFile {
                 ));
             }
         }
-        if self.max_sessions == Some(0) {
-            return Err("[mcp] max_sessions must be at least 1".into());
+        for (key, value) in [
+            ("max_sessions", self.max_sessions),
+            ("max_connections", self.max_connections),
+        ] {
+            if value == Some(0) {
+                return Err(format!("[mcp] {key} must be at least 1"));
+            }
         }
         Ok(McpSettings {
             auth,
             max_sessions: self.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS),
+            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             limits: UserLimits {
                 concurrent_calls: limits.concurrent_calls,
                 calls_per_minute: limits.calls_per_minute,

@@ -81,7 +81,10 @@ use grants::{
 pub use keys::PublicKey;
 pub use limits::Limits;
 use limits::LimitsConfig;
-pub use mcp::{AuthSettings, DEFAULT_MAX_SESSIONS, McpSettings, TaskSettings, UserLimits};
+pub use mcp::{
+    AuthSettings, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, McpSettings, TaskSettings,
+    UserLimits,
+};
 use oci::{OciFile, VerifyFile};
 pub use oci::{OciSettings, OciTool, Resolved};
 pub use reference::{InvalidReference, Reference};
