@@ -1231,8 +1231,10 @@ async fn a_list_request_with_a_cursor_the_server_never_gave_is_refused() {
 /// stays idle after a request, is closed once it has taken the server's
 /// header limit (30 s; 300 ms here, by the test build's hook) to send a
 /// request: such connections cannot hold the server's file descriptors
-/// for good. A client that sends its requests is served throughout; one
-/// whose request's body is over 4 MiB is refused with 413.
+/// for good. A request whose body does not arrive within the same limit
+/// is answered 408 and its connection closed, having run nothing. A
+/// client that sends its requests is served throughout; one whose
+/// request's body is over 4 MiB is refused with 413.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_send_no_request_in_time_are_closed_over_http() {
     use std::io::{Read as _, Write as _};
@@ -1292,6 +1294,30 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
 
     let client = RawHttp::initialized(&server.url).await;
     assert_eq!(increment(&client, 2).await, 1);
+    // A call whose body stops halfway is answered 408 once the limit has
+    // passed since its headers, its connection closed; it ran nothing.
+    let mut stalled = connect();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\n\
+         Mcp-Protocol-Version: 2025-06-18\r\nContent-Length: 200\r\n\r\n\
+         {{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"tools/call\", \"params\": {{",
+        client.session.clone().unwrap()
+    );
+    stalled.write_all(head.as_bytes()).unwrap();
+    let said = tokio::task::spawn_blocking(move || {
+        let mut said = String::new();
+        stalled.read_to_string(&mut said).map(|_| said)
+    })
+    .await
+    .unwrap()
+    .expect("the server answers and closes a stalled body's connection");
+    assert!(said.starts_with("HTTP/1.1 408"), "{said}");
+    assert!(said.contains("connection: close"), "{said}");
+    assert!(
+        said.contains("the request's body did not arrive within 0.3 s"),
+        "{said}"
+    );
     // A body past 4 MiB is refused before it is parsed, and the session
     // serves on with its deps as they were.
     let name = "x".repeat(5 << 20);

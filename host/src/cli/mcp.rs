@@ -17,7 +17,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 
 use airlock::mcp::auth::{Authenticator, METADATA_PATH};
-use airlock::mcp::http::{Access, KEEP_ALIVE, McpHttpService};
+use airlock::mcp::http::{Access, KEEP_ALIVE, McpHttpService, read_deadline};
 use airlock::mcp::{MIN_STATE_KEY, McpServer, Serving, SessionOpener, StateKey, ToolSet};
 use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
@@ -393,25 +393,6 @@ const FULL_TOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// How long a client has to finish its TLS handshake.
 const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How long a connection may take to send a request's headers, and stay
-/// idle between requests: past it the server closes it, so connections
-/// that send nothing (or a byte at a time) do not hold the server's file
-/// descriptors for good.
-const HEADER_READ: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// [`HEADER_READ`], or, in a build with the `test-hooks` feature, the
-/// milliseconds `AIRLOCK_TEST_HEADER_READ_MS` says.
-fn header_read() -> std::time::Duration {
-    #[cfg(feature = "test-hooks")]
-    if let Some(ms) = std::env::var("AIRLOCK_TEST_HEADER_READ_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-    {
-        return std::time::Duration::from_millis(ms);
-    }
-    HEADER_READ
-}
-
 /// The acceptor of `--tls-cert`/`--tls-key`: rustls with its safe
 /// defaults (TLS 1.2 and 1.3), HTTP/1.1 offered by ALPN. An error names
 /// the file at fault.
@@ -444,7 +425,8 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Fa
 /// own (over TLS when `tls` is given: a client that does not finish its
 /// handshake in [`TLS_HANDSHAKE`] is dropped), until aborted. While `most`
 /// are open, the next waits in the listener's queue until one closes (an
-/// idle one closes after [`HEADER_READ`]).
+/// idle one closes after
+/// [`READ_DEADLINE`](airlock::mcp::http::READ_DEADLINE)).
 async fn accept(
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -536,7 +518,7 @@ where
     let io = wasmtime_wasi_http::io::TokioIo::new(stream);
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(header_read())
+        .header_read_timeout(read_deadline())
         .serve_connection(io, handler)
         .await
     {

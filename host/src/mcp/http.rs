@@ -246,12 +246,18 @@ impl McpHttpService {
     /// ([`METADATA_PATH`], and that path followed by the endpoint's).
     pub async fn handle<B>(
         &self,
-        mut request: hyper::Request<B>,
+        request: hyper::Request<B>,
     ) -> hyper::Response<BoxBody<Bytes, Infallible>>
     where
         B: http_body::Body + Send + 'static,
         B::Error: std::fmt::Display,
     {
+        let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut request = request.map(|body| Deadline {
+            body: Box::pin(body),
+            sleep: Box::pin(tokio::time::sleep(read_deadline())),
+            late: Arc::clone(&late),
+        });
         if request.uri().path().starts_with(METADATA_PATH) {
             let Some(auth) = &self.auth else {
                 let none =
@@ -327,6 +333,18 @@ impl McpHttpService {
         let served = async {
             let response = self.service.handle(request).await;
             match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
+                None if late.load(std::sync::atomic::Ordering::Relaxed) => {
+                    let waited = read_deadline().as_secs_f64();
+                    let why = format!(
+                        "Request Timeout: the request's body did not arrive within {waited} s\n"
+                    );
+                    closing(text_response(
+                        hyper::StatusCode::REQUEST_TIMEOUT,
+                        "text/plain",
+                        why,
+                        None,
+                    ))
+                }
                 Some(Whole::Json(answer)) => json_response(&answer),
                 Some(Whole::Events(messages)) => events_response(&messages),
                 None if sessionless_post && response.status() == hyper::StatusCode::BAD_REQUEST => {
@@ -542,6 +560,76 @@ fn write_message(body: &mut Vec<u8>, message: &ServerJsonRpcMessage) -> serde_js
             plain(body, &note.method, &note.params)
         }
         _ => serde_json::to_writer(body, message),
+    }
+}
+
+/// How long a connection may take to send a request's headers, or stay
+/// idle between requests (the binary's connections), and how long a
+/// request's body may take to arrive once its headers have
+/// ([`McpHttpService::handle`]): past it the request is answered 408 and
+/// its connection closed, so a client that sends its body a byte at a
+/// time, or never, holds no connection for good.
+pub const READ_DEADLINE: Duration = Duration::from_secs(30);
+
+/// [`READ_DEADLINE`], or, in a build with the `test-hooks` feature, the
+/// milliseconds `AIRLOCK_TEST_HEADER_READ_MS` says.
+pub fn read_deadline() -> Duration {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("AIRLOCK_TEST_HEADER_READ_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    READ_DEADLINE
+}
+
+/// A request's body that ends in an error once its deadline passes
+/// before its last frame came, saying so in `late` (checked after the
+/// request is handled). Cost: one timer per request, polled only while
+/// the body is read.
+struct Deadline<B> {
+    body: Pin<Box<B>>,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    late: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Why a [`Deadline`] body failed.
+#[derive(Debug, thiserror::Error)]
+enum BodyError<E> {
+    #[error("{0}")]
+    Read(E),
+    #[error("the request's body did not arrive within {} s", .0.as_secs_f64())]
+    Late(Duration),
+}
+
+impl<B: http_body::Body> http_body::Body for Deadline<B> {
+    type Data = B::Data;
+    type Error = BodyError<B::Error>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = self.body.as_mut().poll_frame(cx) {
+            return Poll::Ready(frame.map(|frame| frame.map_err(BodyError::Read)));
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.late.store(true, std::sync::atomic::Ordering::Relaxed);
+                let waited = read_deadline();
+                Poll::Ready(Some(Err(BodyError::Late(waited))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
