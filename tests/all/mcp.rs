@@ -1247,8 +1247,13 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
         "--store",
         db.to_str().unwrap(),
     ];
-    let server =
-        crate::support::mcp::serve_http_env(&args, &[("AIRLOCK_TEST_HEADER_READ_MS", "300")]);
+    let mut server = crate::support::mcp::serve_http_env(
+        &args,
+        &[
+            ("AIRLOCK_TEST_HEADER_READ_MS", "300"),
+            ("RUST_LOG", "debug"),
+        ],
+    );
     let address = server
         .url
         .trim_start_matches("http://")
@@ -1334,6 +1339,44 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
         "{said}"
     );
     assert_eq!(increment(&client, 4).await, 2);
+
+    // A client that stops reading its answer (here, 5.4 MB of deps, more
+    // than the server's socket may buffer) loses its connection once the
+    // limit has passed with nothing read: the server holds neither for
+    // good. The session serves on.
+    let note = "n".repeat(900_000);
+    for id in 0..6 {
+        let add = json!({"jsonrpc": "2.0", "id": 10 + id, "method": "tools/call",
+            "params": {"name": "add_note", "arguments": {"text": note}}});
+        let added = answer_of(client.post(add).await.unwrap()).await;
+        assert_eq!(added["result"]["isError"], false, "{added}");
+    }
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut reader = socket.connect(address.parse().unwrap()).await.unwrap();
+    let read = json!({"jsonrpc": "2.0", "id": 30, "method": "resources/read",
+        "params": {"uri": "airlock://session/deps"}})
+    .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\n\
+         Mcp-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\n\r\n{read}",
+        client.session.clone().unwrap(),
+        read.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut reader, request.as_bytes())
+        .await
+        .unwrap();
+    wait_for_note(&mut server.notes, "read nothing for 0.3 s").await;
+    let mut got = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut got).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got[..got.len().min(300)])
+    );
+    assert!(got.len() < 6 * 900_000, "the whole answer was sent");
+    assert_eq!(increment(&client, 40).await, 3);
 }
 
 /// Whether the one session in `store` is leased.
