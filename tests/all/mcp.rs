@@ -938,6 +938,15 @@ async fn stateful_over_http(db: &Path, extra: &[&str]) -> (HttpServer, RawHttp) 
     (server, client)
 }
 
+/// A policy in `dir` serving the stateful tool, its `[mcp]` section
+/// `mcp`: its path.
+fn stateful_policy_with_mcp(dir: &Path, mcp: &str) -> String {
+    let policy = dir.join("airlock.toml");
+    let text = format!("[[tool]]\npath = {:?}\n\n[mcp]\n{mcp}\n", guest("stateful"));
+    std::fs::write(&policy, text).unwrap();
+    policy.to_str().unwrap().to_owned()
+}
+
 /// A client that opens MCP session after session (a loop gone wrong, or
 /// anyone on this machine) cannot grow the server without end: past
 /// `[mcp] max_sessions` (1,024 unless told) an `initialize` is refused
@@ -981,17 +990,9 @@ async fn an_http_server_holds_at_most_max_sessions_and_serves_those_it_holds() {
     assert_eq!(increment(&first, 2).await, 1);
 
     // Told 3: the fourth waits for one to end.
-    let policy = dir.path().join("airlock.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[tool]]\npath = {:?}\n\n[mcp]\nmax_sessions = 3\n",
-            guest("stateful")
-        ),
-    )
-    .unwrap();
+    let policy = stateful_policy_with_mcp(dir.path(), "max_sessions = 3");
     let db = dir.path().join("told.db");
-    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let server = serve_http(&policy, db.to_str().unwrap());
     let first = RawHttp::initialized(&server.url).await;
     let second = RawHttp::initialized(&server.url).await;
     let _third = RawHttp::initialized(&server.url).await;
@@ -1001,27 +1002,13 @@ async fn an_http_server_holds_at_most_max_sessions_and_serves_those_it_holds() {
     refused_as_full(status, &refused.text().await.unwrap());
     assert_eq!(increment(&first, 2).await, 1);
     assert_eq!(increment(&second, 2).await, 1);
-    let ended = second
-        .http
-        .delete(&second.url)
-        .header("mcp-session-id", second.session.clone().unwrap())
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let ended = second.end().await;
     assert!(ended.status().is_success(), "{}", ended.status());
     let again = RawHttp::initialized(&server.url).await;
     assert_eq!(increment(&again, 2).await, 1);
     assert_eq!(increment(&first, 3).await, 2);
 
-    std::fs::write(
-        &policy,
-        format!(
-            "[[tool]]\npath = {:?}\n\n[mcp]\nmax_sessions = 0\n",
-            guest("stateful")
-        ),
-    )
-    .unwrap();
+    let policy = stateful_policy_with_mcp(dir.path(), "max_sessions = 0");
     let out = airlock_command(
         &[
             "mcp",
@@ -1051,17 +1038,9 @@ async fn an_http_server_holds_at_most_max_sessions_and_serves_those_it_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_server_serves_at_most_max_connections_and_the_next_once_one_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("airlock.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[tool]]\npath = {:?}\n\n[mcp]\nmax_connections = 2\n",
-            guest("stateful")
-        ),
-    )
-    .unwrap();
+    let policy = stateful_policy_with_mcp(dir.path(), "max_connections = 2");
     let db = dir.path().join("held.db");
-    let server = serve_http(policy.to_str().unwrap(), db.to_str().unwrap());
+    let server = serve_http(&policy, db.to_str().unwrap());
     let address = server
         .url
         .trim_start_matches("http://")
@@ -1404,7 +1383,6 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("delete.db");
     let (server, client) = stateful_over_http(&db, &[]).await;
-    let id = client.session.clone().unwrap();
     let answer = client
         .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                "params": {"name": "increment", "arguments": {"name": "a"}}}))
@@ -1420,14 +1398,7 @@ async fn delete_ends_the_session_with_204_and_its_lease() {
         "the MCP session holds its Airlock session"
     );
 
-    let deleted = client
-        .http
-        .delete(&server.url)
-        .header("mcp-session-id", &id)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let deleted = client.end().await;
     assert_eq!(deleted.status(), reqwest::StatusCode::NO_CONTENT);
     // The lease is given up as the session's server is dropped.
     wait_unleased(&store, "the lease outlived the MCP session").await;

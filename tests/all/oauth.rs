@@ -520,15 +520,7 @@ async fn per_user_limits_hold_under_a_flood() {
     assert_eq!(fourth.status(), 429);
     let text = fourth.text().await.unwrap();
     assert!(text.contains("open_sessions"), "{text}");
-    let ended = second
-        .http
-        .delete(&server.url)
-        .bearer_auth(&ann_token)
-        .header("mcp-session-id", second.session.clone().unwrap())
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .unwrap();
+    let ended = second.end().await;
     assert!(ended.status().is_success(), "{}", ended.status());
     let _again = RawHttp::new(&server.url)
         .with_token(&ann_token)

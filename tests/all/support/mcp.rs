@@ -360,6 +360,19 @@ impl RawHttp {
         self
     }
 
+    /// Ends the session (DELETE), with this client's token if it has one.
+    pub async fn end(&self) -> reqwest::Response {
+        let mut request = self
+            .http
+            .delete(&self.url)
+            .header("mcp-session-id", self.session.clone().unwrap_or_default())
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.unwrap()
+    }
+
     /// POSTs `message`, in the session once there is one.
     pub fn post(
         &self,
