@@ -1,7 +1,54 @@
-//! Crash-safe file writes, and paths as a reader wants them.
+//! Crash-safe file writes, bounded reads of the files a user names, and
+//! paths as a reader wants them.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
+
+/// The most bytes a component file may hold: far more than any component
+/// compiles within the compile bounds, and a bound on what reading one
+/// can take.
+pub const MAX_COMPONENT_FILE: u64 = 1 << 30;
+
+/// The most bytes a policy, a lock file, a key or a script may hold.
+pub const MAX_SETTINGS_FILE: u64 = 16 << 20;
+
+/// All of the file at `path`, at most `most` bytes of it: a larger one
+/// is refused. A regular file is refused by its size before any of it is
+/// read (a sparse file reports terabytes it can give); anything else that
+/// reads (a pipe, as `<(command)` gives, or a device) is read as far as
+/// one byte past `most`, so one that never ends (`/dev/zero`) is refused
+/// there too. A directory is refused by the read. The error (an
+/// [`std::io::Error`]) says which, for a message that names the file.
+/// Memory: at most `most` bytes.
+pub fn read_bounded(path: &Path, most: u64) -> std::io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?;
+    let too_large = |size: Option<u64>| {
+        let size = size.map_or_else(String::new, |size| format!("{size} bytes, "));
+        std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{size}more than the {most} bytes this reads"),
+        )
+    };
+    let mut bytes = Vec::new();
+    if size.is_file() {
+        if size.len() > most {
+            return Err(too_large(Some(size.len())));
+        }
+        bytes.reserve_exact(usize::try_from(size.len()).unwrap_or(0));
+    }
+    file.take(most + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > most {
+        return Err(too_large(None));
+    }
+    Ok(bytes)
+}
+
+/// [`read_bounded`], as UTF-8 text.
+pub fn read_text_bounded(path: &Path, most: u64) -> std::io::Result<String> {
+    String::from_utf8(read_bounded(path, most)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
 
 /// Writes `bytes` to `path` so that a reader, or the file after a crash at
 /// any point, holds either the old content or all of the new: write to a

@@ -107,6 +107,113 @@ async fn files_that_are_not_components_are_refused_clearly() {
     assert!(err.to_string().contains("acme:missing/thing"), "{err}");
 }
 
+/// `airlock ARGS`, which must end within a minute (a command that reads
+/// without end fails the test).
+fn airlock_within_a_minute(args: &[&str]) -> std::process::Output {
+    let mut child = crate::support::airlock_command(args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("airlock {args:?} did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A file named where a component, a policy or a model script belongs
+/// that never ends (`/dev/zero`), or a sparse file of terabytes, is
+/// refused, naming it, having read at most the bound (1 GiB for a
+/// component, 16 MiB for the rest): `/dev/zero` as a component took the
+/// process past 9 GB in 7 s. A directory is refused as such. A pipe that
+/// ends, as `--config <(command)` gives, is read as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_that_never_end_or_are_too_large_are_refused_within_their_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = dir.path().join("huge.wasm");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(2 << 40)
+        .unwrap();
+    let sparse = sparse.to_str().unwrap();
+    let endless = "more than the 1073741824 bytes this reads";
+    let too_large = "2199023255552 bytes, more than the 1073741824 bytes this reads";
+    let mut host = Host::builder()
+        .cache(CompileCache::in_dir(cache_dir()))
+        .build()
+        .unwrap();
+    let directory = dir.path().to_str().unwrap();
+    for (path, says) in [
+        ("/dev/zero", endless),
+        (sparse, too_large),
+        (directory, "Is a directory"),
+    ] {
+        let err = host.load(path).await.unwrap_err();
+        assert!(matches!(err, LoadError::Read { .. }), "{err}");
+        let said = err.to_string();
+        assert!(
+            said.starts_with(&format!("{path}: cannot read: ")),
+            "{said}"
+        );
+        assert!(said.contains(says), "{said}");
+    }
+    assert!(host.tool_names().is_empty());
+
+    let stateful = guest("stateful");
+    let stateful = stateful.to_str().unwrap();
+    let args = r#"{"name":"n"}"#;
+    let settings = "more than the 16777216 bytes this reads";
+    for (command, path, says) in [
+        (vec!["inspect", "/dev/zero"], "/dev/zero", endless),
+        (vec!["inspect", sparse], sparse, too_large),
+        (
+            vec!["call", stateful, "increment", args, "--config", "/dev/zero"],
+            "/dev/zero",
+            settings,
+        ),
+        (
+            vec!["run", "hello", "--tool", stateful, "--script", "/dev/zero"],
+            "/dev/zero",
+            settings,
+        ),
+    ] {
+        let out = airlock_within_a_minute(&command);
+        assert_eq!(out.status.code(), Some(2), "{command:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(&format!("{path}: cannot read: ")),
+            "{command:?}: {said}"
+        );
+        assert!(said.contains(says), "{command:?}: {said}");
+    }
+
+    // A policy through a pipe that ends.
+    let pipe = dir.path().join("policy.toml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let policy = format!("[[tool]]\npath = {stateful:?}\n");
+    let writer = {
+        let pipe = pipe.clone();
+        std::thread::spawn(move || std::fs::write(pipe, policy).unwrap())
+    };
+    let pipe = pipe.to_str().unwrap();
+    let out = airlock_within_a_minute(&["call", stateful, "increment", args, "--config", pipe]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    writer.join().unwrap();
+}
+
 #[tokio::test]
 async fn missing_file_names_the_path() {
     let mut host = Host::builder()
