@@ -126,8 +126,8 @@ fn airlock_within_a_minute(args: &[&str]) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-/// A file named where a component, a policy or a model script belongs
-/// that never ends (`/dev/zero`), or a sparse file of terabytes, is
+/// A file named where a component, a policy, a model script or a TLS
+/// certificate belongs that never ends (`/dev/zero`), or a sparse file of terabytes, is
 /// refused, naming it, having read at most the bound (1 GiB for a
 /// component, 16 MiB for the rest): `/dev/zero` as a component took the
 /// process past 9 GB in 7 s. A directory is refused as such. A pipe that
@@ -178,6 +178,23 @@ async fn files_that_never_end_or_are_too_large_are_refused_within_their_bound() 
         ),
         (
             vec!["run", "hello", "--tool", stateful, "--script", "/dev/zero"],
+            "/dev/zero",
+            settings,
+        ),
+        (
+            vec![
+                "mcp",
+                "--transport",
+                "http",
+                "--listen",
+                "127.0.0.1:0",
+                "--tool",
+                stateful,
+                "--tls-cert",
+                "/dev/zero",
+                "--tls-key",
+                "/dev/zero",
+            ],
             "/dev/zero",
             settings,
         ),

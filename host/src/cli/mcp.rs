@@ -404,13 +404,17 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Fa
     let bad = |file: &Path, problem: String| {
         Failure::input("tls", format!("{}: {problem}", file.display()))
     };
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let read = |file: &Path| {
+        airlock::fs::read_bounded(file, airlock::fs::MAX_SETTINGS_FILE)
+            .map_err(|e| bad(file, format!("cannot read: {e}")))
+    };
+    let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(cert, format!("cannot read a PEM certificate chain: {e}")))?;
     if chain.is_empty() {
         return Err(bad(cert, "holds no certificate".into()));
     }
-    let key_der = PrivateKeyDer::from_pem_file(key)
+    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
         .map_err(|e| bad(key, format!("cannot read a PEM private key: {e}")))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)

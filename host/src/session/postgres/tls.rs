@@ -58,9 +58,12 @@ impl TlsSettings {
         let roots = match &self.root {
             Some(path) => {
                 let mut roots = rustls::RootCertStore::empty();
-                let certs = CertificateDer::pem_file_iter(path)
-                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+                let at = |e: &dyn std::fmt::Display| format!("sslrootcert {}: {e}", path.display());
+                let pem = crate::fs::read_bounded(path, crate::fs::MAX_SETTINGS_FILE)
+                    .map_err(|e| at(&format!("cannot read: {e}")))?;
+                let certs = CertificateDer::pem_slice_iter(&pem)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| at(&e))?;
                 let (added, _) = roots.add_parsable_certificates(certs);
                 if added == 0 {
                     return Err(format!(
