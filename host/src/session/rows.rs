@@ -60,7 +60,13 @@ impl Span {
 
 /// When a lease taken or renewed at `now_ms` expires.
 pub(crate) fn expiry(now_ms: u64, ttl: Duration) -> u64 {
-    now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+    // Both stores keep times as signed 64-bit numbers: a lease longer than
+    // they can hold ends when they can still say (in some 292 million
+    // years), rather than failing the open.
+    let never = i64::MAX.unsigned_abs();
+    now_ms
+        .saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(never))
+        .min(never)
 }
 
 /// The partition key: the user id, or `""` for the anonymous bucket (user

@@ -527,7 +527,43 @@ async fn a_session_removed_and_made_again_is_written_as_the_new_one(backend: Bac
     resumed.close().await.unwrap();
 }
 
+/// A lease longer than the store can say (`Duration::MAX`, or
+/// `AIRLOCK_LEASE_TTL_MS=18446744073709551615`) opens, commits and is
+/// given back: it ends when the store can still say, in some 292 million
+/// years. It failed the open with "out of range integral type conversion
+/// attempted".
+async fn a_lease_longer_than_the_store_can_say_still_opens(backend: Backend) {
+    let db = TestStore::new(backend, "long").await;
+    let store = db.open().await;
+    let mut forever = options(None, "forever");
+    forever.lease_ttl = std::time::Duration::MAX;
+    forever.deps = Some(json!({"n": 1}).as_object().unwrap().clone());
+    stored(&store, forever).await;
+    let again = open(&store, options(None, "forever")).await;
+    assert_eq!(
+        Value::Object(again.context().deps().clone()),
+        json!({"n": 1})
+    );
+    again.close().await.unwrap();
+
+    let out = crate::support::airlock_with_env(
+        &[
+            "call",
+            guest("stateful").to_str().unwrap(),
+            "increment",
+            r#"{"name":"n"}"#,
+            "--session",
+            "by-env",
+            "--store",
+            &db.spec,
+        ],
+        &[("AIRLOCK_LEASE_TTL_MS", "18446744073709551615")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 crate::on_both_stores!(
+    a_lease_longer_than_the_store_can_say_still_opens,
     concurrent_appends_commit_together_and_a_fenced_one_fails_alone,
     a_remote_holders_lease_blocks_until_it_expires,
     users_are_a_hard_partition,
