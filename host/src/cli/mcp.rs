@@ -226,7 +226,7 @@ pub async fn run(args: McpArgs) -> ExitCode {
                     max_sessions: loaded.mcp.max_sessions,
                 };
                 let connections = loaded.mcp.max_connections;
-                serve_http(&args, (tls, connections), tools, &retention, access).await
+                serve_http(&args, tls, connections, tools, &retention, access).await
             }
         };
         reloader.abort();
@@ -308,7 +308,8 @@ async fn serve_stdio(
 /// connections at once.
 async fn serve_http(
     args: &McpArgs,
-    (tls, connections): (Option<tokio_rustls::TlsAcceptor>, usize),
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    connections: usize,
     tools: Arc<ToolSet>,
     retention: &Retention,
     access: Access,
