@@ -52,18 +52,110 @@ pub fn read_text_bounded(path: &Path, most: u64) -> std::io::Result<String> {
 
 /// Writes `bytes` to `path` so that a reader, or the file after a crash at
 /// any point, holds either the old content or all of the new: write to a
-/// temporary file in the same directory, fsync it, rename it over `path`.
+/// temporary file in the same directory, fsync it, rename it over `path`
+/// ([`Destination`] has how a symbolic link, a device or a pipe is
+/// written).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    names_a_file(path)?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let mut destination = Destination::open(path)?;
+    destination.write_all(bytes)?;
+    destination.commit()
+}
+
+/// A file a command writes, as [`write_atomic`] writes it but a piece at
+/// a time: [`Destination::commit`] once it is whole.
+///
+/// - A regular file, or none yet, is replaced whole or not at all: the
+///   bytes go to a temporary file beside it, synced and renamed over it
+///   at the commit (dropped before, it is removed and the file stays as
+///   it was).
+/// - A symbolic link is followed: what it points at is replaced, and the
+///   link stays a link.
+/// - A device or a pipe (`/dev/stdout`, `>(command)`, a FIFO) is
+///   written into as it is: it cannot be replaced, and a rename over it
+///   would put a regular file where the device or the link to it was.
+#[derive(Debug)]
+pub enum Destination {
+    /// A temporary file, renamed over the path at the commit.
+    Replace(tempfile::NamedTempFile, std::path::PathBuf),
+    /// The device or pipe itself.
+    Into(std::fs::File),
+}
+
+impl Destination {
+    /// Where `path`'s bytes go: refused when `path` names a directory
+    /// ([`names_a_file`]).
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        names_a_file(path)?;
+        let target = match std::fs::symlink_metadata(path) {
+            Ok(link) if link.file_type().is_symlink() => followed(path)?,
+            _ => path.to_path_buf(),
+        };
+        match std::fs::metadata(&target) {
+            Ok(there) if !there.is_file() => {
+                let file = std::fs::OpenOptions::new().write(true).open(&target)?;
+                Ok(Self::Into(file))
+            }
+            _ => {
+                let dir = match target.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir,
+                    _ => Path::new("."),
+                };
+                Ok(Self::Replace(tempfile::NamedTempFile::new_in(dir)?, target))
+            }
+        }
+    }
+
+    /// The file written to.
+    pub fn file(&self) -> &std::fs::File {
+        match self {
+            Self::Replace(temporary, _) => temporary.as_file(),
+            Self::Into(file) => file,
+        }
+    }
+
+    /// Ends the write: the temporary file synced and renamed into place.
+    pub fn commit(self) -> std::io::Result<()> {
+        match self {
+            Self::Replace(temporary, path) => {
+                temporary.as_file().sync_all()?;
+                temporary.persist(path).map(drop).map_err(|e| e.error)
+            }
+            Self::Into(mut file) => file.flush(),
+        }
+    }
+}
+
+impl Write for Destination {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Replace(temporary, _) => temporary.write(buf),
+            Self::Into(file) => file.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Replace(temporary, _) => temporary.flush(),
+            Self::Into(file) => file.flush(),
+        }
+    }
+}
+
+/// What the symbolic link `path` points at, through any links after it;
+/// for a link to nothing yet, its target as written (relative to the
+/// link's directory).
+fn followed(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    match std::fs::canonicalize(path) {
+        Ok(target) => Ok(target),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let target = std::fs::read_link(path)?;
+            Ok(match path.parent() {
+                Some(dir) if target.is_relative() => dir.join(target),
+                _ => target,
+            })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether `path`'s text ends in a directory: `out/`, `out/.`, `..`

@@ -98,6 +98,80 @@ fn call_json_failure_keeps_deps_and_exits_non_zero() {
     assert_eq!(doc["deps"], json!({"notes": "a string"}));
 }
 
+/// A file a command writes (`sessions export --output`, `--save-deps`)
+/// goes where a symbolic link points (the file it names replaced whole,
+/// the link kept), and into a pipe as it is: `--output /dev/stdout` once
+/// replaced this machine's `/dev/stdout` link with a regular file, and a
+/// named pipe was swapped for one.
+#[test]
+fn outputs_go_where_links_point_and_into_pipes_never_over_them() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let stateful = guest("stateful");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    let link = |name: &str| {
+        let link = dir.path().join(format!("{name}-link.json"));
+        std::os::unix::fs::symlink(format!("real/{name}.json"), &link).unwrap();
+        link
+    };
+    let (deps_link, export_link) = (link("deps"), link("export"));
+    let out = airlock(&[
+        "call",
+        path(&stateful),
+        "increment",
+        r#"{"name":"n"}"#,
+        "--session",
+        "demo",
+        "--store",
+        path(&store),
+        "--save-deps",
+        path(&deps_link),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let export = |to: &Path| {
+        airlock(&[
+            "sessions",
+            "export",
+            "demo",
+            "--store",
+            path(&store),
+            "--output",
+            path(to),
+        ])
+    };
+    let out = export(&export_link);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (link, name) in [(&deps_link, "deps"), (&export_link, "export")] {
+        let kind = std::fs::symlink_metadata(link).unwrap().file_type();
+        assert!(kind.is_symlink(), "{name}: the link was replaced");
+    }
+    let read = |name: &str| -> Value {
+        let text = std::fs::read_to_string(dir.path().join("real").join(name)).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    assert_eq!(read("deps.json"), json!({"counters": {"n": 1}}));
+    assert_eq!(read("export.json")["session_id"], "demo");
+
+    let pipe = dir.path().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reader = {
+        let pipe = pipe.clone();
+        std::thread::spawn(move || std::fs::read_to_string(pipe).unwrap())
+    };
+    let out = export(&pipe);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Checked first: a reader of a pipe replaced would wait for good.
+    let kind = std::fs::symlink_metadata(&pipe).unwrap().file_type();
+    assert!(kind.is_fifo(), "the pipe was replaced");
+    let heard: Value = serde_json::from_str(&reader.join().unwrap()).unwrap();
+    assert_eq!(heard["session_id"], "demo");
+}
+
 #[test]
 fn call_text_output_and_save_deps_carry_state_between_calls() {
     let stateful = guest("stateful");

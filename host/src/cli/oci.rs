@@ -758,15 +758,14 @@ pub fn keygen(args: KeygenArgs) -> ExitCode {
             let written = if args.force {
                 // Replaced whole or not at all: a file beside it (made
                 // 0600), renamed over it once written.
-                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-                tempfile::NamedTempFile::new_in(dir.unwrap_or(Path::new("."))).and_then(
-                    |mut file| {
-                        file.write_all(text.as_bytes())?;
-                        file.as_file()
+                airlock::fs::Destination::open(path).and_then(|mut file| {
+                    file.write_all(text.as_bytes())?;
+                    if let airlock::fs::Destination::Replace(..) = file {
+                        file.file()
                             .set_permissions(std::fs::Permissions::from_mode(mode))?;
-                        file.persist(path).map(drop).map_err(|e| e.error)
-                    },
-                )
+                    }
+                    file.commit()
+                })
             } else {
                 std::fs::OpenOptions::new()
                     .write(true)

@@ -515,19 +515,16 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
             let output_error = |e: std::io::Error| {
                 Failure::input("output_file", format!("--output {}: {e}", path.display()))
             };
-            airlock::fs::names_a_file(path).map_err(output_error)?;
-            let dir = match path.parent() {
-                Some(dir) if !dir.as_os_str().is_empty() => dir,
-                _ => std::path::Path::new("."),
-            };
-            let file = tempfile::NamedTempFile::new_in(dir).map_err(output_error)?;
+            let file = airlock::fs::Destination::open(path).map_err(output_error)?;
             let mut out = std::io::BufWriter::new(file);
             write_export(store.as_ref(), owner, &args.id, &rules, &[], &mut out)
                 .await
-                .map_err(failed)?;
+                .map_err(|e| match e {
+                    ExportError::Write(e) => output_error(e),
+                    other => failed(other),
+                })?;
             let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
-            file.as_file().sync_all().map_err(output_error)?;
-            file.persist(path).map_err(|e| output_error(e.error))?;
+            file.commit().map_err(output_error)?;
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
