@@ -154,11 +154,7 @@ fn outputs_go_where_links_point_and_into_pipes_never_over_them() {
     assert_eq!(read("export.json")["session_id"], "demo");
 
     let pipe = dir.path().join("pipe");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&pipe)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    crate::support::named_pipe(&pipe);
     let reader = {
         let pipe = pipe.clone();
         std::thread::spawn(move || std::fs::read_to_string(pipe).unwrap())

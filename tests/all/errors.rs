@@ -211,11 +211,7 @@ async fn files_that_never_end_or_are_too_large_are_refused_within_their_bound() 
 
     // A policy through a pipe that ends.
     let pipe = dir.path().join("policy.toml");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&pipe)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    crate::support::named_pipe(&pipe);
     let policy = format!("[[tool]]\npath = {stateful:?}\n");
     let writer = {
         let pipe = pipe.clone();

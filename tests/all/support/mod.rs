@@ -296,6 +296,15 @@ pub fn airlock_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 /// [`airlock_with_env`] with no extra environment.
+/// Makes a named pipe (FIFO) at `path`.
+pub fn named_pipe(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
 pub fn airlock(args: &[&str]) -> Output {
     airlock_with_env(args, &[])
 }
