@@ -252,10 +252,12 @@ impl McpHttpService {
         B: http_body::Body + Send + 'static,
         B::Error: std::fmt::Display,
     {
+        let limit = read_deadline();
         let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut request = request.map(|body| Deadline {
             body: Box::pin(body),
-            sleep: Box::pin(tokio::time::sleep(read_deadline())),
+            limit,
+            sleep: None,
             late: Arc::clone(&late),
         });
         if request.uri().path().starts_with(METADATA_PATH) {
@@ -334,7 +336,7 @@ impl McpHttpService {
             let response = self.service.handle(request).await;
             match IN_REQUEST.with(|now| now.borrow_mut().answer.take()) {
                 None if late.load(std::sync::atomic::Ordering::Relaxed) => {
-                    let waited = read_deadline().as_secs_f64();
+                    let waited = limit.as_secs_f64();
                     let why = format!(
                         "Request Timeout: the request's body did not arrive within {waited} s\n"
                     );
@@ -584,13 +586,16 @@ pub fn read_deadline() -> Duration {
     READ_DEADLINE
 }
 
-/// A request's body that ends in an error once its deadline passes
-/// before its last frame came, saying so in `late` (checked after the
-/// request is handled). Cost: one timer per request, polled only while
-/// the body is read.
+/// A request's body that ends in an error once `limit` has passed since
+/// it was first waited for (its handler read it and it had not come; it
+/// is read as soon as its headers are) before its last frame came, saying
+/// so in `late` (checked after the request is handled). Cost: a timer
+/// only for a body that is waited for; one that is there when read, as
+/// most are, sets none.
 struct Deadline<B> {
     body: Pin<Box<B>>,
-    sleep: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     late: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -614,11 +619,14 @@ impl<B: http_body::Body> http_body::Body for Deadline<B> {
         if let Poll::Ready(frame) = self.body.as_mut().poll_frame(cx) {
             return Poll::Ready(frame.map(|frame| frame.map_err(BodyError::Read)));
         }
-        match self.sleep.as_mut().poll(cx) {
+        let limit = self.limit;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 self.late.store(true, std::sync::atomic::Ordering::Relaxed);
-                let waited = read_deadline();
-                Poll::Ready(Some(Err(BodyError::Late(waited))))
+                Poll::Ready(Some(Err(BodyError::Late(limit))))
             }
             Poll::Pending => Poll::Pending,
         }
