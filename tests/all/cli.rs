@@ -449,6 +449,14 @@ fn call_on_a_session_names_the_session_and_its_store() {
     let doc = stdout_json(&out);
     assert_eq!(doc["ok"], false);
     assert_eq!(doc["session_id"], "named");
+    // The store as the last line named it is a store to give back, and
+    // it is the same one: both notes are there.
+    let named = format!("sqlite:{}", db.display());
+    let shown = airlock(&["sessions", "show", "named", "--store", &named, "--json"]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert_eq!(stdout_json(&shown)["deps"]["notes"], json!(["x", "y"]));
+    let out = airlock(&["sessions", "list", "--store", "sqlite:"]);
+    assert_input_error(&out, r#"--store "sqlite:" names no file"#);
 }
 
 /// A second run on a session prints its own usage, and the session's

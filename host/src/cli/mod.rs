@@ -368,8 +368,9 @@ pub struct StoreFlags {
     /// its own).
     #[arg(long, alias = "user-id", value_name = "USER")]
     user: Option<String>,
-    /// The session store: a SQLite file, or a Postgres database that
-    /// several hosts share (`postgres://user:password@host:port/db`).
+    /// The session store: a SQLite file (`sqlite:FILE` too, as messages
+    /// name it), or a Postgres database that several hosts share
+    /// (`postgres://user:password@host:port/db`).
     /// Default `$AIRLOCK_DATA_DIR/sessions.db`, else
     /// `~/.local/share/airlock/sessions.db`.
     #[arg(
@@ -431,11 +432,18 @@ impl StoreFlags {
         Ok((Some(store), location))
     }
 
-    /// The SQLite file the store is: `--store`, or the default.
+    /// The SQLite file the store is: `--store` (a path, or `sqlite:PATH`
+    /// as messages name it), or the default.
     fn sqlite_path(&self) -> Result<PathBuf, Failure> {
         Ok(match &self.store {
-            Some(path) => {
-                let path = PathBuf::from(path);
+            Some(store) => {
+                let path = airlock::session::sqlite_file(store).to_path_buf();
+                if path.as_os_str().is_empty() {
+                    return Err(Failure::input(
+                        "no_store",
+                        format!("--store {store:?} names no file"),
+                    ));
+                }
                 // A directory named by hand must be there: a typo should not
                 // quietly make a new tree with an empty store in it. Only the
                 // default location is made when missing.

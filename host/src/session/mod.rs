@@ -46,7 +46,7 @@ mod store;
 mod writer;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,6 +115,18 @@ pub fn default_store_path() -> Option<PathBuf> {
         return Some(PathBuf::from(dir).join(STORE_FILE));
     }
     Some(dirs::data_dir()?.join("airlock").join(STORE_FILE))
+}
+
+/// The SQLite file a store's name (`--store`) names: the name itself, or
+/// what follows `sqlite:`, the way [`SessionStore::location`] names a
+/// SQLite store (so a location a message showed can be given back), or
+/// `sqlite://` (`sqlite:///abs/sessions.db`, sqlx's form).
+pub fn sqlite_file(store: &str) -> &Path {
+    let file = match store.strip_prefix("sqlite:") {
+        Some(rest) => rest.strip_prefix("//").unwrap_or(rest),
+        None => store,
+    };
+    Path::new(file)
 }
 
 /// Prunes `owner`'s sessions (every owner's when `None`) that `retention`
