@@ -843,18 +843,10 @@ fn host_builder(lifetime: Lifetime) -> airlock::HostBuilder {
 fn child_compiler() -> Option<airlock::sandbox::Compiler> {
     let exe = std::env::current_exe().ok()?;
     let mut limits = airlock::sandbox::CompileLimits::default();
-    let number = |name: &str| {
-        let text = std::env::var(name).ok()?;
-        let parsed = text.parse::<u64>().ok().filter(|n| *n > 0);
-        if parsed.is_none() {
-            tracing::warn!("{name} is not a positive whole number; using the default");
-        }
-        parsed
-    };
-    if let Some(ms) = number("AIRLOCK_COMPILE_CPU_MS") {
+    if let Some(ms) = env_number("AIRLOCK_COMPILE_CPU_MS", 1) {
         limits.cpu_time = Some(std::time::Duration::from_millis(ms));
     }
-    if let Some(mb) = number("AIRLOCK_COMPILE_MEMORY_MB") {
+    if let Some(mb) = env_number("AIRLOCK_COMPILE_MEMORY_MB", 1) {
         limits.max_memory_bytes = Some(mb.saturating_mul(1 << 20));
     }
     Some(airlock::sandbox::Compiler::Child { exe, limits })
