@@ -179,6 +179,30 @@ pub fn names_a_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What `meta` describes when it is not a regular file, in words (`a
+/// directory`, `a character device`, `a named pipe`, ...); `None` for a
+/// regular file. `meta` is what [`std::fs::metadata`] says: a symbolic
+/// link is described by what it names.
+pub fn not_a_file(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    Some(if kind.is_file() {
+        return None;
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a named pipe"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    })
+}
+
 /// `base` joined with `relative`, written without the `.` and `..` steps a
 /// reader has to work out (`registry/../keys/a.pub` is `keys/a.pub`) when
 /// that names the same file: a step back out of a symbolic link does not

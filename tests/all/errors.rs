@@ -5,7 +5,7 @@ use airlock::{CallError, CompileCache, Host, LoadError, RunContext, ToolCall};
 use serde_json::json;
 
 use crate::support::{
-    HOST_TOOLS, assert_host_still_serves, cache_dir, call, guest, host, snapshot,
+    HOST_TOOLS, airlock, assert_host_still_serves, cache_dir, call, guest, host, snapshot,
 };
 
 #[tokio::test]
@@ -225,6 +225,80 @@ async fn files_that_never_end_or_are_too_large_are_refused_within_their_bound() 
         String::from_utf8_lossy(&out.stderr)
     );
     writer.join().unwrap();
+}
+
+/// A session store is a file: one that names a pipe or a directory is
+/// refused as bad input (exit 2), naming the store and what it is, and
+/// nothing is made beside it. SQLite given one failed with "disk I/O
+/// error" (exit 3) after writing its journal next to it (as root,
+/// `--store /dev/zero` made `/dev/zero-journal`). A link to a store is
+/// a store.
+#[test]
+fn a_store_that_is_not_a_file_is_refused_and_nothing_is_made_beside_it() {
+    use airlock::session::{SqliteStore, StoreError};
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("pipe.db");
+    crate::support::named_pipe(&pipe);
+    let folder = dir.path().join("folder.db");
+    std::fs::create_dir(&folder).unwrap();
+    let stateful = guest("stateful");
+    for (store, kind) in [(&pipe, "a named pipe"), (&folder, "a directory")] {
+        let err = SqliteStore::open(store).unwrap_err();
+        assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+        let named = store.to_str().unwrap();
+        for command in [
+            vec!["sessions", "list", "--store", named],
+            vec![
+                "call",
+                stateful.to_str().unwrap(),
+                "increment",
+                r#"{"name":"n"}"#,
+                "--session",
+                "s",
+                "--store",
+                named,
+            ],
+        ] {
+            let out = airlock_within_a_minute(&command);
+            assert_eq!(out.status.code(), Some(2), "{command:?}");
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                said.contains(&format!(
+                    "sqlite:{named}: not a session store this Airlock can use: it is {kind}, \
+                     not a file"
+                )),
+                "{command:?}: {said}"
+            );
+        }
+    }
+    let mut left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["folder.db", "pipe.db"]);
+    assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);
+
+    // A symbolic link to a store opens the store it names.
+    let real = dir.path().join("real.db");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let out = airlock(&[
+        "call",
+        stateful.to_str().unwrap(),
+        "increment",
+        r#"{"name":"n"}"#,
+        "--session",
+        "s",
+        "--store",
+        link.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(real.is_file() && link.is_symlink());
 }
 
 #[tokio::test]

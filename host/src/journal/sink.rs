@@ -175,8 +175,9 @@ pub enum StoreError {
         /// What is wrong, naming the record.
         problem: String,
     },
-    /// The store is not one Airlock can use: not a database, damaged, a
-    /// database of another program, or written by a newer Airlock.
+    /// The store is not one Airlock can use: not a file (a directory, a
+    /// device, a pipe), not a database, damaged, a database of another
+    /// program, or written by a newer Airlock.
     #[error("{location}: not a session store this Airlock can use: {problem}")]
     NotAStore {
         /// Where the store is.

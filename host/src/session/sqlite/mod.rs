@@ -146,6 +146,19 @@ impl SqliteStore {
             create_private_dir(dir)
                 .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
         }
+        // A store is a regular file, or a link to one. Given a device, a
+        // pipe or a directory, SQLite fails with "disk I/O error" after
+        // writing its journal beside it (`/dev/zero-journal`).
+        if let Some(kind) = std::fs::metadata(&path)
+            .ok()
+            .as_ref()
+            .and_then(crate::fs::not_a_file)
+        {
+            return Err(StoreError::NotAStore {
+                location: location.clone(),
+                problem: format!("it is {kind}, not a file"),
+            });
+        }
         let existed = path.exists();
         let connection = Connection::open_with_flags(
             &path,
