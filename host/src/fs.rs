@@ -186,9 +186,10 @@ pub fn names_a_file(path: &Path) -> std::io::Result<()> {
 pub fn not_a_file(meta: &std::fs::Metadata) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
     let kind = meta.file_type();
-    Some(if kind.is_file() {
+    if kind.is_file() {
         return None;
-    } else if kind.is_dir() {
+    }
+    Some(if kind.is_dir() {
         "a directory"
     } else if kind.is_char_device() {
         "a character device"

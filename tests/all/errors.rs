@@ -299,6 +299,39 @@ fn a_store_that_is_not_a_file_is_refused_and_nothing_is_made_beside_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(real.is_file() && link.is_symlink());
+
+    // A file where the store's directory should be is the name's fault
+    // too, whether the store is named or the default one.
+    let in_the_way = dir.path().join("in-the-way");
+    std::fs::write(&in_the_way, "").unwrap();
+    let under = in_the_way.join("sessions.db");
+    let err = SqliteStore::open(&under).unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+    let out = airlock(&["sessions", "list", "--store", under.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("{} is not a directory", in_the_way.display())),
+        "{said}"
+    );
+    let out = crate::support::airlock_with_env(
+        &[
+            "call",
+            stateful.to_str().unwrap(),
+            "increment",
+            r#"{"name":"n"}"#,
+            "--session",
+            "s",
+        ],
+        &[("AIRLOCK_DATA_DIR", in_the_way.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("cannot create {}", in_the_way.display())),
+        "{said}"
+    );
+    assert!(in_the_way.is_file());
 }
 
 #[tokio::test]

@@ -450,14 +450,15 @@ impl StoreFlags {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
                     && !dir.is_dir()
                 {
-                    return Err(Failure::input(
-                        "store_dir_missing",
+                    let (path, dir_name) = (path.display(), dir.display());
+                    let why = if dir.exists() {
+                        format!("--store {path}: {dir_name} is not a directory")
+                    } else {
                         format!(
-                            "--store {}: the directory {} does not exist; create it first",
-                            path.display(),
-                            dir.display()
-                        ),
-                    ));
+                            "--store {path}: the directory {dir_name} does not exist; create it first"
+                        )
+                    };
+                    return Err(Failure::input("store_dir_missing", why));
                 }
                 path
             }

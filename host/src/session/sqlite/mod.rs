@@ -143,23 +143,32 @@ impl SqliteStore {
             message,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            create_private_dir(dir)
-                .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+            create_private_dir(dir).map_err(|e| {
+                let problem = format!("cannot create {}: {e}", dir.display());
+                // A file where its directory, or one above it, should be is
+                // the name's fault, not the store's.
+                match e.kind() {
+                    std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotADirectory => {
+                        StoreError::NotAStore {
+                            location: location.clone(),
+                            problem,
+                        }
+                    }
+                    _ => fail(problem),
+                }
+            })?;
         }
         // A store is a regular file, or a link to one. Given a device, a
         // pipe or a directory, SQLite fails with "disk I/O error" after
         // writing its journal beside it (`/dev/zero-journal`).
-        if let Some(kind) = std::fs::metadata(&path)
-            .ok()
-            .as_ref()
-            .and_then(crate::fs::not_a_file)
-        {
+        let found = std::fs::metadata(&path).ok();
+        if let Some(kind) = found.as_ref().and_then(crate::fs::not_a_file) {
             return Err(StoreError::NotAStore {
                 location: location.clone(),
                 problem: format!("it is {kind}, not a file"),
             });
         }
-        let existed = path.exists();
+        let existed = found.is_some();
         let connection = Connection::open_with_flags(
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
