@@ -235,4 +235,18 @@ fn a_cache_others_can_write_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(mode(&entry) & 0o022, 0);
+
+    // A file where the cache directory should be: refused as not one.
+    let file = root.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = inspect(&file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "compile cache {}: is not a directory",
+            file.display()
+        )),
+        "{err}"
+    );
 }

@@ -21,11 +21,13 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 /// A cache directory or entry that someone other than this user could
-/// have written. Nothing from it is loaded.
+/// have written, or that is not what it should be (a directory that is
+/// a file). Nothing from it is loaded.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "compile cache {}: {problem}; code cached there runs as this user. Fix: `chmod 700` the \
-     directory and remove entries you did not write, or set AIRLOCK_CACHE_DIR to a private directory",
+    "compile cache {}: {problem}; code cached there runs as this user. Fix: make it a directory \
+     only you can write (`chmod 700`) and remove entries you did not write, or set \
+     AIRLOCK_CACHE_DIR to a private directory",
     .path.display()
 )]
 pub struct UnsafeCache {
@@ -36,7 +38,8 @@ pub struct UnsafeCache {
 }
 
 /// Refuses `path` unless this user owns it and only this user may write
-/// it (and, for an entry, it is a regular file, not a link).
+/// it (and, for an entry, it is a regular file, not a link; otherwise a
+/// directory).
 pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache> {
     use std::os::unix::fs::MetadataExt;
     let unsafe_because = |problem: String| UnsafeCache {
@@ -50,6 +53,9 @@ pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache>
     };
     if entry && !meta.file_type().is_file() {
         return Err(unsafe_because("is not a regular file".into()));
+    }
+    if !entry && !meta.file_type().is_dir() {
+        return Err(unsafe_because("is not a directory".into()));
     }
     let me = rustix::process::geteuid().as_raw();
     if meta.uid() != me {
