@@ -242,22 +242,21 @@ fn a_store_that_is_not_a_file_is_refused_and_nothing_is_made_beside_it() {
     let folder = dir.path().join("folder.db");
     std::fs::create_dir(&folder).unwrap();
     let stateful = guest("stateful");
+    let increment = [
+        "call",
+        stateful.to_str().unwrap(),
+        "increment",
+        r#"{"name":"n"}"#,
+        "--session",
+        "s",
+    ];
     for (store, kind) in [(&pipe, "a named pipe"), (&folder, "a directory")] {
         let err = SqliteStore::open(store).unwrap_err();
         assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
         let named = store.to_str().unwrap();
         for command in [
             vec!["sessions", "list", "--store", named],
-            vec![
-                "call",
-                stateful.to_str().unwrap(),
-                "increment",
-                r#"{"name":"n"}"#,
-                "--session",
-                "s",
-                "--store",
-                named,
-            ],
+            [&increment[..], &["--store", named]].concat(),
         ] {
             let out = airlock_within_a_minute(&command);
             assert_eq!(out.status.code(), Some(2), "{command:?}");
@@ -283,16 +282,7 @@ fn a_store_that_is_not_a_file_is_refused_and_nothing_is_made_beside_it() {
     let real = dir.path().join("real.db");
     let link = dir.path().join("link.db");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let out = airlock(&[
-        "call",
-        stateful.to_str().unwrap(),
-        "increment",
-        r#"{"name":"n"}"#,
-        "--session",
-        "s",
-        "--store",
-        link.to_str().unwrap(),
-    ]);
+    let out = airlock(&[&increment[..], &["--store", link.to_str().unwrap()]].concat());
     assert!(
         out.status.success(),
         "{}",
@@ -315,14 +305,7 @@ fn a_store_that_is_not_a_file_is_refused_and_nothing_is_made_beside_it() {
         "{said}"
     );
     let out = crate::support::airlock_with_env(
-        &[
-            "call",
-            stateful.to_str().unwrap(),
-            "increment",
-            r#"{"name":"n"}"#,
-            "--session",
-            "s",
-        ],
+        &increment,
         &[("AIRLOCK_DATA_DIR", in_the_way.to_str().unwrap())],
     );
     assert_eq!(out.status.code(), Some(2));
