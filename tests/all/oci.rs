@@ -529,6 +529,32 @@ fn an_update_replays_the_sessions_before_it_moves_the_lock() {
     );
     assert_eq!(scene.lock(), pinned);
 
+    // Evidence from a store that does not exist: none. The update is
+    // refused (exit 2), the lock stays, and no store is made.
+    let none = scene.path("none.db");
+    let none = none.to_str().unwrap();
+    for sessions in [&["s1"][..], &[]] {
+        let mut args = vec![
+            "pull",
+            reference.as_str(),
+            "--insecure",
+            "--update",
+            "--replay",
+        ];
+        args.extend_from_slice(sessions);
+        args.extend_from_slice(&["--store", none]);
+        let out = scene.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("sqlite:{none}"))
+                && stderr(&out).contains("does not exist yet"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(!std::path::Path::new(none).exists());
+    assert_eq!(scene.lock(), pinned);
+
     let out = update(&["--yes"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(scene.lock().contains(&second), "{}", scene.lock());

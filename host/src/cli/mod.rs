@@ -432,6 +432,24 @@ impl StoreFlags {
         Ok((Some(store), location))
     }
 
+    /// [`StoreFlags::open_existing`] for a command that reads sessions:
+    /// a store that does not exist yet holds none, and reading makes no
+    /// store. It fails, naming the store, with session `named` of `owner`
+    /// not found when one is named, else with `nothing` (what the command
+    /// has to say when there is no session at all).
+    async fn open_to_read(
+        &self,
+        named: Option<&str>,
+        owner: Option<&str>,
+        nothing: impl FnOnce(&str) -> Failure,
+    ) -> Result<Arc<dyn SessionStore>, Failure> {
+        let (store, location) = self.open_existing().await?;
+        store.ok_or_else(|| match named {
+            Some(id) => not_in_a_new_store(id, owner, &location),
+            None => nothing(&location),
+        })
+    }
+
     /// The SQLite file the store is: `--store` (a path, or `sqlite:PATH`
     /// as messages name it), or the default.
     fn sqlite_path(&self) -> Result<PathBuf, Failure> {
@@ -602,6 +620,20 @@ fn checked_session_id(id: &str) -> Result<(), Failure> {
 }
 
 /// Whose a session is, for a message: `of user "ann"`, `with no user`.
+/// Session `id` of `owner` not found in the store at `location`, which
+/// does not exist yet.
+fn not_in_a_new_store(id: &str, owner: Option<&str>, location: &str) -> Failure {
+    let mut failure = Failure::from(StoreError::NotFound {
+        session_id: id.to_owned(),
+    });
+    failure.message = format!(
+        "{} ({}) in {location}: the store does not exist yet",
+        failure.message,
+        whose(owner)
+    );
+    failure
+}
+
 fn whose(owner: Option<&str>) -> String {
     owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"))
 }

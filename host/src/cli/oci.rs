@@ -464,7 +464,18 @@ async fn replay_moved(
         return Ok(0);
     }
     let owner = args.store.owner()?;
-    let store = args.store.open().await?;
+    let store = args
+        .store
+        .open_to_read(sessions.first().map(String::as_str), owner, |location| {
+            Failure::input(
+                "no_calls",
+                format!(
+                    "--replay: there is no session to replay: the store {location} does not \
+                     exist yet"
+                ),
+            )
+        })
+        .await?;
     let selection = Selection {
         sessions,
         since: args.since.as_deref(),

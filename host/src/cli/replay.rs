@@ -75,7 +75,17 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
     let host = Arc::new(candidate_host(args, &candidates).await?);
     let tools: BTreeSet<String> = candidates.iter().map(|(name, _)| name.clone()).collect();
     let owner = args.store.owner()?;
-    let store = args.store.open().await?;
+    // Replaying writes nothing: a store not made yet is not made.
+    let named = args.sessions.first().map(String::as_str);
+    let store = args
+        .store
+        .open_to_read(named, owner, |location| {
+            Failure::input(
+                "no_calls",
+                format!("there is no session to replay: the store {location} does not exist yet"),
+            )
+        })
+        .await?;
     let selection = Selection {
         sessions: &args.sessions,
         since: args.since.as_deref(),

@@ -200,17 +200,7 @@ async fn open_for<'a>(
     let owner = flags.owner()?;
     match flags.open_existing().await? {
         (Some(store), _) => Ok((store, owner)),
-        (None, location) => {
-            let whose = super::whose(owner);
-            let mut failure = Failure::from(StoreError::NotFound {
-                session_id: id.to_owned(),
-            });
-            failure.message = format!(
-                "{} ({whose}) in {location}: the store does not exist yet",
-                failure.message
-            );
-            Err(failure)
-        }
+        (None, location) => Err(super::not_in_a_new_store(id, owner, &location)),
     }
 }
 
@@ -550,7 +540,10 @@ async fn export(args: ExportArgs) -> Result<(), Failure> {
 /// from its start twice: as far as its version, then whole).
 async fn import(args: ImportArgs) -> Result<(), Failure> {
     let rules = context_rules(args.config.as_deref())?;
-    let (store, owner) = open(&args.store).await?;
+    let owner = args.store.owner()?;
+    // A store there is checked before the file is read; one that is not
+    // is made only once the file is read whole and found good.
+    let (existing, _) = args.store.open_existing().await?;
     if let Some(id) = &args.as_id {
         airlock::session::check_session_id(id)
             .map_err(|e| Failure::input("invalid_session_id", format!("--as: {e}")))?;
@@ -596,6 +589,10 @@ async fn import(args: ImportArgs) -> Result<(), Failure> {
     if let Some(id) = &args.as_id {
         staged.header.session_id = id.clone();
     }
+    let store = match existing {
+        Some(store) => store,
+        None => args.store.open().await?,
+    };
     let Staged {
         header,
         updated_at_ms,

@@ -124,6 +124,10 @@ async fn unknown_missing_and_malformed_versions_import_nothing(backend: Backend)
     let out = sessions(&cli.spec, &["import", path(&file)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("missing or invalid version field"));
+    // A SQLite store that was not there is not made for a file refused.
+    if backend == Backend::Sqlite {
+        assert!(!cli.file.exists(), "{}", cli.file.display());
+    }
     let listed = stdout_json(&sessions(&cli.spec, &["list", "--json"]));
     assert_eq!(listed["sessions"], json!([]));
 }

@@ -468,6 +468,30 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
     assert_eq!(store.read(None, "s1").await.unwrap().records, journal);
     assert_eq!(store.list(None).await.unwrap().len(), 2);
 
+    // A store that does not exist holds no session, and replaying makes
+    // none: a session named in it is not found, and without names there
+    // is nothing to replay.
+    let empty = tempfile::tempdir().unwrap();
+    let missing = empty.path().join("none.db");
+    let missing = missing.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec!["replay", "s1", "--tool", &stamp_v1, "--store", missing],
+            format!(
+                "no session s1 (with no user) in sqlite:{missing}: the store does not exist yet"
+            ),
+        ),
+        (
+            vec!["replay", "--tool", &stamp_v1, "--store", missing],
+            format!("there is no session to replay: the store sqlite:{missing} does not exist yet"),
+        ),
+    ] {
+        let out = airlock(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&needle), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+
     // A session named twice is replayed once.
     let out = replay(&["s1", "s1", "--tool", &stamp_v1, "--parallel", "65535"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -49,7 +49,8 @@ pub struct TestStore {
     pub spec: String,
     /// Holds the SQLite file (and anything else the test writes).
     pub dir: tempfile::TempDir,
-    file: PathBuf,
+    /// The SQLite file (none is made until the store is opened).
+    pub file: PathBuf,
 }
 
 impl TestStore {
