@@ -474,17 +474,16 @@ fn an_update_replays_the_sessions_before_it_moves_the_lock() {
     }
     let pinned = scene.lock();
     let second = scene.push(&guest("stamp_v2"), &reference, None);
+    let replaying = [
+        "pull",
+        reference.as_str(),
+        "--insecure",
+        "--update",
+        "--replay",
+    ];
     let update = |extra: &[&str]| {
-        let mut args = vec![
-            "pull",
-            reference.as_str(),
-            "--insecure",
-            "--update",
-            "--replay",
-            "s1",
-            "--store",
-            sessions,
-        ];
+        let mut args = replaying.to_vec();
+        args.extend_from_slice(&["s1", "--store", sessions]);
         args.extend_from_slice(extra);
         scene.run(&args)
     };
@@ -534,13 +533,7 @@ fn an_update_replays_the_sessions_before_it_moves_the_lock() {
     let none = scene.path("none.db");
     let none = none.to_str().unwrap();
     for sessions in [&["s1"][..], &[]] {
-        let mut args = vec![
-            "pull",
-            reference.as_str(),
-            "--insecure",
-            "--update",
-            "--replay",
-        ];
+        let mut args = replaying.to_vec();
         args.extend_from_slice(sessions);
         args.extend_from_slice(&["--store", none]);
         let out = scene.run(&args);
