@@ -204,11 +204,6 @@ async fn open_for<'a>(
     }
 }
 
-async fn open(flags: &StoreFlags) -> Result<(Arc<dyn SessionStore>, Option<&str>), Failure> {
-    let owner = flags.owner()?;
-    Ok((flags.open().await?, owner))
-}
-
 /// A store error, a missing or existing session named with its owner and
 /// its store, and what to do about an existing one.
 fn located(e: StoreError, owner: Option<&str>, store: &dyn SessionStore) -> Failure {
@@ -708,20 +703,29 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
             "say how old a session must be to go: --older-than 30d, or a [sessions] ttl in --config",
         ));
     }
-    let (store, owner) = open(&args.store).await?;
+    let owner = args.store.owner()?;
     let scope = (!args.all_users).then_some(owner);
-    let planned =
-        airlock::session::would_prune(store.as_ref(), &retention, scope, older_than).await?;
-    let pruned = if args.dry_run {
-        planned
-    } else {
-        if planned.len() > 1 && !args.yes {
-            let covered = covered(store.as_ref(), owner, args.all_users).await?;
-            if planned.len() == covered {
-                confirm_everything(covered)?;
+    // A store that does not exist yet has nothing to prune, and is not
+    // made.
+    let (store, location) = args.store.open_existing().await?;
+    let pruned = match store {
+        None => Vec::new(),
+        Some(store) => {
+            let planned =
+                airlock::session::would_prune(store.as_ref(), &retention, scope, older_than)
+                    .await?;
+            if args.dry_run {
+                planned
+            } else {
+                if planned.len() > 1 && !args.yes {
+                    let covered = covered(store.as_ref(), owner, args.all_users).await?;
+                    if planned.len() == covered {
+                        confirm_everything(covered)?;
+                    }
+                }
+                airlock::session::prune(store.as_ref(), &retention, scope, older_than).await?
             }
         }
-        airlock::session::prune(store.as_ref(), &retention, scope, older_than).await?
     };
     let verb = if args.dry_run {
         "would prune"
@@ -731,16 +735,15 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
     if args.json {
         print_json(&json!({
             "ok": true,
-            "store": store.location(),
+            "store": location,
             "dry_run": args.dry_run,
             "pruned": pruned,
         }));
         return Ok(());
     }
     let mut text = format!(
-        "{verb} {} from {}",
+        "{verb} {} from {location}",
         super::terminal::counted(pruned.len() as u64, "session"),
-        store.location()
     );
     for session in &pruned {
         match &session.user_id {

@@ -92,6 +92,19 @@ async fn pruning_removes_old_and_ephemeral_sessions_never_a_leased_one(backend: 
     let out = sessions(&db.spec, &["prune", "--older-than", "soon", "--json"]);
     assert_eq!(out.status.code(), Some(2));
 
+    // A SQLite store that does not exist yet has nothing to prune, and
+    // pruning it makes none.
+    let missing = db.dir.path().join("none.db");
+    let missing = missing.to_str().unwrap();
+    let out = sessions(
+        missing,
+        &["prune", "--older-than", "30d", "--all-users", "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["pruned"], json!([]));
+    assert_eq!(stdout_json(&out)["store"], format!("sqlite:{missing}"));
+    assert!(!std::path::Path::new(missing).exists());
+
     // A policy's [sessions] ttl is what a prune without --older-than uses.
     let policy = db.dir.path().join("airlock.toml");
     std::fs::write(
