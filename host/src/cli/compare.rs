@@ -171,6 +171,15 @@ impl Compared {
     }
 }
 
+/// A replay's failure when no session is named and the store at
+/// `location` does not exist yet: there is nothing to replay.
+pub(super) fn no_store_to_replay(location: &str) -> Failure {
+    Failure::input(
+        "no_calls",
+        format!("there is no session to replay: the store {location} does not exist yet"),
+    )
+}
+
 /// The sessions `selection` names, with their owners.
 pub(super) async fn chosen(
     selection: &Selection<'_>,

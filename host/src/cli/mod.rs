@@ -619,7 +619,6 @@ fn checked_session_id(id: &str) -> Result<(), Failure> {
     })
 }
 
-/// Whose a session is, for a message: `of user "ann"`, `with no user`.
 /// Session `id` of `owner` not found in the store at `location`, which
 /// does not exist yet.
 fn not_in_a_new_store(id: &str, owner: Option<&str>, location: &str) -> Failure {
@@ -634,6 +633,7 @@ fn not_in_a_new_store(id: &str, owner: Option<&str>, location: &str) -> Failure 
     failure
 }
 
+/// Whose a session is, for a message: `of user "ann"`, `with no user`.
 fn whose(owner: Option<&str>) -> String {
     owner.map_or("with no user".to_owned(), |u| format!("of user {u:?}"))
 }

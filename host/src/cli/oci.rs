@@ -466,15 +466,11 @@ async fn replay_moved(
     let owner = args.store.owner()?;
     let store = args
         .store
-        .open_to_read(sessions.first().map(String::as_str), owner, |location| {
-            Failure::input(
-                "no_calls",
-                format!(
-                    "--replay: there is no session to replay: the store {location} does not \
-                     exist yet"
-                ),
-            )
-        })
+        .open_to_read(
+            sessions.first().map(String::as_str),
+            owner,
+            super::compare::no_store_to_replay,
+        )
         .await?;
     let selection = Selection {
         sessions,

@@ -79,12 +79,7 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
     let named = args.sessions.first().map(String::as_str);
     let store = args
         .store
-        .open_to_read(named, owner, |location| {
-            Failure::input(
-                "no_calls",
-                format!("there is no session to replay: the store {location} does not exist yet"),
-            )
-        })
+        .open_to_read(named, owner, super::compare::no_store_to_replay)
         .await?;
     let selection = Selection {
         sessions: &args.sessions,
