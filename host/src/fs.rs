@@ -50,6 +50,23 @@ pub fn read_text_bounded(path: &Path, most: u64) -> std::io::Result<String> {
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
+/// A component file, at most [`MAX_COMPONENT_FILE`] bytes
+/// ([`read_bounded`]).
+pub fn read_component(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_bounded(path, MAX_COMPONENT_FILE)
+}
+
+/// A file of settings a user names (a policy, a lock, a key, a script, a
+/// certificate), at most [`MAX_SETTINGS_FILE`] bytes ([`read_bounded`]).
+pub fn read_settings(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_bounded(path, MAX_SETTINGS_FILE)
+}
+
+/// [`read_settings`], as UTF-8 text.
+pub fn read_settings_text(path: &Path) -> std::io::Result<String> {
+    read_text_bounded(path, MAX_SETTINGS_FILE)
+}
+
 /// Writes `bytes` to `path` so that a reader, or the file after a crash at
 /// any point, holds either the old content or all of the new: write to a
 /// temporary file in the same directory, fsync it, rename it over `path`

@@ -406,8 +406,7 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Fa
         Failure::input("tls", format!("{}: {problem}", file.display()))
     };
     let read = |file: &Path| {
-        airlock::fs::read_bounded(file, airlock::fs::MAX_SETTINGS_FILE)
-            .map_err(|e| bad(file, format!("cannot read: {e}")))
+        airlock::fs::read_settings(file).map_err(|e| bad(file, format!("cannot read: {e}")))
     };
     let chain = CertificateDer::pem_slice_iter(&read(cert)?)
         .collect::<Result<Vec<_>, _>>()

@@ -578,7 +578,7 @@ pub async fn push(args: PushArgs) -> ExitCode {
 /// The bytes of the component at `path`, refused unless they are a valid
 /// component (a registry is no place to find out).
 fn read_component(path: &Path) -> Result<Vec<u8>, Failure> {
-    let bytes = airlock::fs::read_bounded(path, airlock::fs::MAX_COMPONENT_FILE).map_err(|e| {
+    let bytes = airlock::fs::read_component(path).map_err(|e| {
         Failure::input(
             "file_not_readable",
             format!("{}: cannot read: {e}", path.display()),

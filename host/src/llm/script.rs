@@ -103,8 +103,8 @@ impl ScriptModel {
             path: path.display().to_string(),
             message,
         };
-        let text = crate::fs::read_text_bounded(path, crate::fs::MAX_SETTINGS_FILE)
-            .map_err(|e| err(format!("cannot read: {e}")))?;
+        let text =
+            crate::fs::read_settings_text(path).map_err(|e| err(format!("cannot read: {e}")))?;
         let file: ScriptFile =
             serde_json::from_str(&text).map_err(|e| err(format!("not a valid script: {e}")))?;
         for (t, turn) in file.turns.iter().enumerate() {

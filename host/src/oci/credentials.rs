@@ -83,7 +83,7 @@ impl Credentials {
             .or_else(|| var("DOCKER_CONFIG").map(|dir| PathBuf::from(dir).join("config.json")))
             .or_else(|| dirs::home_dir().map(|home| home.join(".docker/config.json")));
         let mut by_registry = file
-            .and_then(|path| crate::fs::read_bounded(&path, crate::fs::MAX_SETTINGS_FILE).ok())
+            .and_then(|path| crate::fs::read_settings(&path).ok())
             .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
             .map(|doc| docker_auths(&doc))
             .unwrap_or_default();

@@ -63,7 +63,7 @@ impl Lock {
     /// that is not a lock this Airlock wrote (hand-edited into nonsense, a
     /// newer version) is an error naming the file and line.
     pub fn load(path: &Path) -> Result<Self, OciError> {
-        let text = match crate::fs::read_text_bounded(path, crate::fs::MAX_SETTINGS_FILE) {
+        let text = match crate::fs::read_settings_text(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Self {

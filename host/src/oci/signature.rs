@@ -120,13 +120,10 @@ impl PrivateKey {
             path: path.to_path_buf(),
             problem: problem.to_owned(),
         };
-        let text =
-            crate::fs::read_text_bounded(path, crate::fs::MAX_SETTINGS_FILE).map_err(|e| {
-                OciError::Key {
-                    path: path.to_path_buf(),
-                    problem: format!("cannot read: {e}"),
-                }
-            })?;
+        let text = crate::fs::read_settings_text(path).map_err(|e| OciError::Key {
+            path: path.to_path_buf(),
+            problem: format!("cannot read: {e}"),
+        })?;
         if text.contains("ENCRYPTED") {
             return Err(bad(
                 "an encrypted key (cosign's own format) is not supported; use `airlock keygen`, or \

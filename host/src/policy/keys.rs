@@ -51,8 +51,8 @@ impl PublicKey {
             path: path.to_path_buf(),
             problem,
         };
-        let text = crate::fs::read_text_bounded(path, crate::fs::MAX_SETTINGS_FILE)
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let text =
+            crate::fs::read_settings_text(path).map_err(|e| bad(format!("cannot read: {e}")))?;
         let der =
             pem_body(&text, "PUBLIC KEY").ok_or_else(|| bad("not a PEM `PUBLIC KEY`".into()))?;
         let point = der

@@ -230,14 +230,11 @@ impl Policy {
     /// resolved against its directory.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, PolicyError> {
         let path = path.as_ref();
-        let text =
-            crate::fs::read_text_bounded(path, crate::fs::MAX_SETTINGS_FILE).map_err(|e| {
-                PolicyError {
-                    file: path.to_path_buf(),
-                    line: None,
-                    message: format!("cannot read: {e}"),
-                }
-            })?;
+        let text = crate::fs::read_settings_text(path).map_err(|e| PolicyError {
+            file: path.to_path_buf(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
         let base = match path.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
             _ => PathBuf::from("."),

@@ -220,7 +220,7 @@ impl Host {
         } else {
             let file = path.clone();
             let docs = tokio::task::spawn_blocking(move || {
-                crate::fs::read_bounded(&file, crate::fs::MAX_COMPONENT_FILE)
+                crate::fs::read_component(&file)
                     .ok()
                     .and_then(|b| PackageDocs::of(&b))
             })
@@ -558,11 +558,9 @@ fn compile_file(
     // Taken before reading: if the file changes from here on, the result
     // is not filed under its new identity.
     let before = FileStamp::of(path);
-    let bytes = crate::fs::read_bounded(path, crate::fs::MAX_COMPONENT_FILE).map_err(|source| {
-        LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        }
+    let bytes = crate::fs::read_component(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
     })?;
     check_header(path, &bytes)?;
     let mut started = None;

@@ -59,8 +59,8 @@ impl TlsSettings {
             Some(path) => {
                 let mut roots = rustls::RootCertStore::empty();
                 let at = |e: &dyn std::fmt::Display| format!("sslrootcert {}: {e}", path.display());
-                let pem = crate::fs::read_bounded(path, crate::fs::MAX_SETTINGS_FILE)
-                    .map_err(|e| at(&format!("cannot read: {e}")))?;
+                let pem =
+                    crate::fs::read_settings(path).map_err(|e| at(&format!("cannot read: {e}")))?;
                 let certs = CertificateDer::pem_slice_iter(&pem)
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| at(&e))?;
