@@ -9,17 +9,15 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::task::Poll;
 
 use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 
 use airlock::mcp::auth::{Authenticator, METADATA_PATH};
-use airlock::mcp::http::{Access, KEEP_ALIVE, McpHttpService, read_deadline};
+use airlock::mcp::http::{Access, KEEP_ALIVE, McpHttpService, WriteDeadline, read_deadline};
 use airlock::mcp::{MIN_STATE_KEY, McpServer, Serving, SessionOpener, StateKey, ToolSet};
 use airlock::retention::Retention;
 use airlock::sandbox::FileStamp;
@@ -521,113 +519,18 @@ where
             Ok(response)
         }
     });
-    let io = wasmtime_wasi_http::io::TokioIo::new(WriteDeadline::new(stream, read_deadline()));
+    // One limit for a request's headers and for a client that reads
+    // nothing (its body's is the library's, `McpHttpService::handle`).
+    let limit = read_deadline();
+    let io = wasmtime_wasi_http::io::TokioIo::new(WriteDeadline::new(stream, limit));
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(read_deadline())
+        .header_read_timeout(limit)
         .serve_connection(io, handler)
         .await
     {
         let error = airlock::text::error_chain(&e);
         tracing::debug!(%error, "an MCP connection ended");
-    }
-}
-
-/// A connection whose writes fail once one has waited `limit` for its
-/// client to read: a client that stops reading its answer (or its event
-/// stream) loses its connection, and the server what it held for it,
-/// rather than holding both for good. Each write that goes through starts
-/// the wait anew; a timer is set only while a write waits.
-struct WriteDeadline<S> {
-    io: S,
-    limit: std::time::Duration,
-    waiting: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S> WriteDeadline<S> {
-    fn new(io: S, limit: std::time::Duration) -> Self {
-        Self {
-            io,
-            limit,
-            waiting: None,
-        }
-    }
-
-    /// What a write that `went` gives: its outcome once it is ready (the
-    /// wait over), an error once it has waited `limit`.
-    fn waited<T>(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        went: Poll<std::io::Result<T>>,
-    ) -> Poll<std::io::Result<T>> {
-        if went.is_ready() {
-            self.waiting = None;
-            return went;
-        }
-        let limit = self.limit;
-        let waiting = self
-            .waiting
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        match waiting.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "the client read nothing for {} s while its answer waited",
-                    limit.as_secs_f64()
-                ),
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let went = Pin::new(&mut self.io).poll_write(cx, buf);
-        self.waited(cx, went)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let went = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        self.waited(cx, went)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let went = Pin::new(&mut self.io).poll_flush(cx);
-        self.waited(cx, went)
-    }
-
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let went = Pin::new(&mut self.io).poll_shutdown(cx);
-        self.waited(cx, went)
     }
 }
 

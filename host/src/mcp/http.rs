@@ -256,8 +256,7 @@ impl McpHttpService {
         let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut request = request.map(|body| Deadline {
             body: Box::pin(body),
-            limit,
-            sleep: None,
+            countdown: Countdown::new(limit),
             late: Arc::clone(&late),
         });
         if request.uri().path().starts_with(METADATA_PATH) {
@@ -586,16 +585,54 @@ pub fn read_deadline() -> Duration {
     READ_DEADLINE
 }
 
-/// A request's body that ends in an error once `limit` has passed since
-/// it was first waited for (its handler read it and it had not come; it
-/// is read as soon as its headers are) before its last frame came, saying
-/// so in `late` (checked after the request is handled). Cost: a timer
-/// only for a body that is waited for; one that is there when read, as
-/// most are, sets none.
-struct Deadline<B> {
-    body: Pin<Box<B>>,
+/// A wait bounded by `limit`, counted from the first time it is waited
+/// on: no timer is set until then, so what never waits costs nothing.
+struct Countdown {
     limit: Duration,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Countdown {
+    fn new(limit: Duration) -> Self {
+        Self { limit, sleep: None }
+    }
+
+    /// Whether `limit` has passed since the first wait after the last
+    /// [`Countdown::stop`] (the timer set now if none runs); when not, `cx`
+    /// is woken once it has.
+    fn passed(&mut self, cx: &mut Context<'_>) -> bool {
+        let limit = self.limit;
+        self.sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)))
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+    }
+
+    /// The wait is over: the next one counts from its own start.
+    fn stop(&mut self) {
+        self.sleep = None;
+    }
+}
+
+impl std::fmt::Debug for Countdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Countdown")
+            .field("limit", &self.limit)
+            .field("waiting", &self.sleep.is_some())
+            .finish()
+    }
+}
+
+/// A request's body that ends in an error once its countdown has passed
+/// since it was first waited for (its handler read it and it had not
+/// come; it is read as soon as its headers are) before its last frame
+/// came, saying so in `late` (checked after the request is handled).
+/// Cost: a timer only for a body that is waited for; one that is there
+/// when read, as most are, sets none.
+struct Deadline<B> {
+    body: Pin<Box<B>>,
+    countdown: Countdown,
     late: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -619,17 +656,11 @@ impl<B: http_body::Body> http_body::Body for Deadline<B> {
         if let Poll::Ready(frame) = self.body.as_mut().poll_frame(cx) {
             return Poll::Ready(frame.map(|frame| frame.map_err(BodyError::Read)));
         }
-        let limit = self.limit;
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                self.late.store(true, std::sync::atomic::Ordering::Relaxed);
-                Poll::Ready(Some(Err(BodyError::Late(limit))))
-            }
-            Poll::Pending => Poll::Pending,
+        if !self.countdown.passed(cx) {
+            return Poll::Pending;
         }
+        self.late.store(true, std::sync::atomic::Ordering::Relaxed);
+        Poll::Ready(Some(Err(BodyError::Late(self.countdown.limit))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -638,6 +669,96 @@ impl<B: http_body::Body> http_body::Body for Deadline<B> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A connection (`io`) whose writes fail once one has waited `limit` for
+/// its client to read: a client that stops reading its answer (or its
+/// event stream) loses its connection, and the server what it held for
+/// it, rather than holding both for good. Each write that goes through
+/// starts the wait anew; a timer is set only while a write waits. Reads
+/// pass through. `airlock mcp --transport http` serves each connection
+/// through one, with [`read_deadline`].
+#[derive(Debug)]
+pub struct WriteDeadline<S> {
+    io: S,
+    countdown: Countdown,
+}
+
+impl<S> WriteDeadline<S> {
+    /// `io`, its writes bounded by `limit`.
+    pub fn new(io: S, limit: Duration) -> Self {
+        Self {
+            io,
+            countdown: Countdown::new(limit),
+        }
+    }
+
+    /// What a write that `went` gives: its outcome once it is ready (the
+    /// wait over), an error once it has waited `limit`.
+    fn waited<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        went: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if went.is_ready() {
+            self.countdown.stop();
+            return went;
+        }
+        if !self.countdown.passed(cx) {
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the client read nothing for {} s while its answer waited",
+                self.countdown.limit.as_secs_f64()
+            ),
+        )))
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let went = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.waited(cx, went)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let went = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.waited(cx, went)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let went = Pin::new(&mut self.io).poll_flush(cx);
+        self.waited(cx, went)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let went = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.waited(cx, went)
     }
 }
 
