@@ -704,28 +704,12 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
         ));
     }
     let owner = args.store.owner()?;
-    let scope = (!args.all_users).then_some(owner);
     // A store that does not exist yet has nothing to prune, and is not
     // made.
     let (store, location) = args.store.open_existing().await?;
     let pruned = match store {
         None => Vec::new(),
-        Some(store) => {
-            let planned =
-                airlock::session::would_prune(store.as_ref(), &retention, scope, older_than)
-                    .await?;
-            if args.dry_run {
-                planned
-            } else {
-                if planned.len() > 1 && !args.yes {
-                    let covered = covered(store.as_ref(), owner, args.all_users).await?;
-                    if planned.len() == covered {
-                        confirm_everything(covered)?;
-                    }
-                }
-                airlock::session::prune(store.as_ref(), &retention, scope, older_than).await?
-            }
-        }
+        Some(store) => pruned_from(store.as_ref(), &args, &retention, owner, older_than).await?,
     };
     let verb = if args.dry_run {
         "would prune"
@@ -753,6 +737,29 @@ async fn prune(args: PruneArgs) -> Result<(), Failure> {
     }
     print_out(&text);
     Ok(())
+}
+
+/// What `args` prunes from `store` (or would, with `--dry-run`), asking
+/// first when that is every session it covers.
+async fn pruned_from(
+    store: &dyn SessionStore,
+    args: &PruneArgs,
+    retention: &airlock::retention::Retention,
+    owner: Option<&str>,
+    older_than: Option<std::time::Duration>,
+) -> Result<Vec<airlock::session::Pruned>, Failure> {
+    let scope = (!args.all_users).then_some(owner);
+    let planned = airlock::session::would_prune(store, retention, scope, older_than).await?;
+    if args.dry_run {
+        return Ok(planned);
+    }
+    if planned.len() > 1 && !args.yes {
+        let covered = covered(store, owner, args.all_users).await?;
+        if planned.len() == covered {
+            confirm_everything(covered)?;
+        }
+    }
+    Ok(airlock::session::prune(store, retention, scope, older_than).await?)
 }
 
 /// How many sessions a prune covers: `owner`'s, or every user's.
