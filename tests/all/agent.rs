@@ -352,6 +352,78 @@ async fn malformed_responses_are_clear_errors_without_the_key() {
         .unwrap();
 }
 
+/// A provider's redirect to another origin would carry the API key
+/// (Anthropic's `x-api-key`, which an HTTP client does not drop on its
+/// own) and the conversation there: it is refused, naming only the
+/// origin. A redirect within the provider's origin is followed, a bounded
+/// number of times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_to_another_origin_is_refused_and_carries_nothing_there() {
+    let server = ModelServer::start().await;
+    let elsewhere = ModelServer::start().await;
+    elsewhere.push_json(anthropic_reply(Some("stolen"), &[], 1, 1));
+    let model: Arc<dyn airlock::llm::Model> =
+        Arc::new(AnthropicModel::new("claude-test", options(server.anthropic_base())).unwrap());
+    let mut ctx = RunContext::default();
+    ctx.deps_mut().insert("plan".into(), json!("unchanged"));
+    let before = ctx.deps().clone();
+
+    let away = format!(
+        "http://{}/v1/messages?token=the-servers-own",
+        elsewhere.addr
+    );
+    for status in [307, 308, 302] {
+        server.push_redirect(status, &away);
+        let err = Agent::new(Arc::clone(host().await), Arc::clone(&model))
+            .run(&mut ctx, &mut Transcript::default(), "a secret plan")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "redirected the request to http://{}, another origin",
+                elsewhere.addr
+            )),
+            "HTTP {status}: {err}"
+        );
+        assert!(!err.contains("the-servers-own"), "{err}");
+        assert!(!err.contains(KEY), "{err}");
+    }
+    assert!(
+        elsewhere.seen().is_empty(),
+        "another origin got a request: {:?}",
+        elsewhere.seen()
+    );
+    assert_eq!(ctx.deps(), &before);
+
+    // Within the origin: followed, the key and the conversation with it.
+    server
+        .push_redirect(308, "/v1/messages/moved")
+        .push_json(anthropic_reply(Some("fine"), &[], 1, 1));
+    let outcome = Agent::new(Arc::clone(host().await), Arc::clone(&model))
+        .run(&mut ctx, &mut Transcript::default(), "a secret plan")
+        .await
+        .unwrap();
+    assert_eq!(outcome.answer, "fine");
+    let seen = server.seen();
+    let moved = seen.last().unwrap();
+    assert_eq!(moved.path, "/v1/messages/moved");
+    assert_eq!(moved.header("x-api-key"), Some(KEY));
+    assert_eq!(moved.body["messages"][0]["content"], "a secret plan");
+
+    // A loop within the origin ends.
+    for _ in 0..6 {
+        server.push_redirect(307, "/v1/messages");
+    }
+    let err = Agent::new(Arc::clone(host().await), Arc::clone(&model))
+        .run(&mut ctx, &mut Transcript::default(), "a secret plan")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("more than 5 redirects"), "{err}");
+    assert_eq!(ctx.deps(), &before);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_calls_are_reported_to_the_model_and_the_run_goes_on() {
     let server = ModelServer::start().await;

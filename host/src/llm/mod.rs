@@ -8,6 +8,8 @@
 //!
 //! Invariant: API keys never appear in logs, events or errors. Error bodies
 //! from a provider are shortened and have the key replaced by `[redacted]`.
+//! A request (its key and conversation) goes only to the origin of the
+//! provider's base URL: a redirect elsewhere is an error, not followed.
 
 mod anthropic;
 mod openai;
@@ -321,6 +323,35 @@ pub fn from_spec(spec: &str, options: ProviderOptions) -> Result<Box<dyn Model>,
 /// smaller; a server that sends more is refused rather than held.
 const MAX_ANSWER_BYTES: u64 = 32 << 20;
 
+/// How many redirects one request to a provider follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// The redirect policy of a provider's client: a redirect is followed
+/// only within the origin (scheme, host and port) the request was sent
+/// to, at most [`MAX_REDIRECTS`] of them. A request carries the API key
+/// in its headers (`x-api-key` is not one that an HTTP client drops on
+/// its own) and the conversation in its body, so a redirect to another
+/// origin, or from `https` to `http`, ends the request with an error that
+/// names the origin only: the rest of its URL is the server's to keep.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let from = attempt.previous().first().map(reqwest::Url::origin);
+        let to = attempt.url().origin();
+        if from.as_ref().is_some_and(|from| *from != to) {
+            let to = to.ascii_serialization();
+            return attempt.error(format!(
+                "the server redirected the request to {to}, another origin; a provider's \
+                 redirects are followed only within its own, since a request carries the \
+                 API key and the conversation: set the base URL to the server that answers"
+            ));
+        }
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        attempt.follow()
+    })
+}
+
 /// A JSON-over-HTTP client for one provider, with retries and redaction.
 #[derive(Debug)]
 struct JsonClient {
@@ -348,6 +379,7 @@ impl JsonClient {
         let tls = crate::tls::client_config().map_err(ModelError::Config)?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls((*tls).clone())
+            .redirect(same_origin_redirects())
             .timeout(options.timeout.unwrap_or(Duration::from_secs(120)))
             .build()
             .map_err(|e| {

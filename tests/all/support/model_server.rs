@@ -31,7 +31,8 @@ impl SeenRequest {
 
 #[derive(Default)]
 struct State {
-    queue: VecDeque<(u16, String)>,
+    /// Status, body and the `Location` header, if any.
+    queue: VecDeque<(u16, String, Option<String>)>,
     seen: Vec<SeenRequest>,
 }
 
@@ -68,7 +69,17 @@ impl ModelServer {
             .lock()
             .expect("not poisoned")
             .queue
-            .push_back((status, body.into()));
+            .push_back((status, body.into(), None));
+        self
+    }
+
+    /// Queues a redirect (`status`, 3xx) to `location`.
+    pub fn push_redirect(&self, status: u16, location: &str) -> &Self {
+        self.state.lock().expect("not poisoned").queue.push_back((
+            status,
+            String::new(),
+            Some(location.to_owned()),
+        ));
         self
     }
 
@@ -103,7 +114,7 @@ async fn answer(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let (status, text) = {
+    let (status, text, location) = {
         let mut state = state.lock().expect("not poisoned");
         state.seen.push(SeenRequest {
             path,
@@ -113,11 +124,16 @@ async fn answer(
         state.queue.pop_front().unwrap_or((
             500,
             r#"{"error":"the test queued no more responses"}"#.into(),
+            None,
         ))
     };
-    Ok(Response::builder()
+    let mut response = Response::builder()
         .status(status)
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    if let Some(location) = location {
+        response = response.header("location", location);
+    }
+    Ok(response
         .body(Full::new(Bytes::from(text)))
         .unwrap_or_default())
 }
