@@ -571,6 +571,95 @@ async fn per_user_limits_hold_under_a_flood() {
     assert_eq!(deps(own, "ann")["counters"]["n"], 38);
 }
 
+/// Opaque tokens cost a client nothing to make up, and each costs the
+/// authorization server an introspection: at most `max_concurrent` are in
+/// flight at once, whatever the number of requests; the rest wait their
+/// turn and are answered as the endpoint says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn introspections_in_flight_are_bounded() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use airlock::mcp::auth::Authenticator;
+    use airlock::policy::AuthSettings;
+    use airlock::policy::mcp::{
+        DEFAULT_JWKS_MAX_AGE, DEFAULT_JWKS_REFETCH, DEFAULT_LEEWAY, Introspection,
+    };
+
+    const ISSUER: &str = "https://issuer.example";
+    const AUDIENCE: &str = "http://127.0.0.1:1/mcp";
+    // The endpoint counts what is in flight, and holds each request until
+    // the test opens it.
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let arrived = Arc::new(tokio::sync::Semaphore::new(0));
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let endpoint = {
+        let (in_flight, most, arrived) = (in_flight.clone(), most.clone(), arrived.clone());
+        crate::support::serve(move |_request| {
+            let (in_flight, most, arrived) = (in_flight.clone(), most.clone(), arrived.clone());
+            let mut opened = opened.clone();
+            async move {
+                most.fetch_max(
+                    in_flight.fetch_add(1, Ordering::SeqCst) + 1,
+                    Ordering::SeqCst,
+                );
+                arrived.add_permits(1);
+                let _ = opened.wait_for(|open| *open).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                let answer = json!({"active": true, "sub": "ann", "iss": ISSUER,
+                    "aud": AUDIENCE, "scope": "tools"});
+                Ok(hyper::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from(answer.to_string()),
+                )))
+            }
+        })
+        .await
+    };
+    let settings = AuthSettings {
+        issuer: ISSUER.into(),
+        audience: AUDIENCE.into(),
+        jwks_url: None,
+        algorithms: vec!["RS256".into()],
+        leeway: DEFAULT_LEEWAY,
+        user_claim: "sub".into(),
+        scopes: vec!["tools".into()],
+        authorization_servers: vec![ISSUER.into()],
+        jwks_refetch: DEFAULT_JWKS_REFETCH,
+        jwks_max_age: DEFAULT_JWKS_MAX_AGE,
+        introspection: Some(Introspection {
+            url: format!("http://{}/introspect", endpoint.addr),
+            client_id: "airlock".into(),
+            client_secret_env: "UNUSED".into(),
+            max_concurrent: 2,
+        }),
+    };
+    let auth = Arc::new(
+        Authenticator::with_secret(settings, Some("s".into()))
+            .await
+            .unwrap(),
+    );
+    let checks: Vec<_> = (0..12)
+        .map(|i| {
+            let auth = Arc::clone(&auth);
+            tokio::spawn(async move {
+                let header = http::HeaderValue::from_str(&format!("Bearer made-up-{i}")).unwrap();
+                auth.authenticate(Some(&header)).await
+            })
+        })
+        .collect();
+    let _ = arrived.acquire_many(2).await.unwrap();
+    open.send_replace(true);
+    for check in checks {
+        assert_eq!(check.await.unwrap().unwrap().user, "ann");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "introspections in flight at once"
+    );
+}
+
 /// A server that cannot check tokens does not start, and says why, naming
 /// the key or variable at fault; one that can may listen where other
 /// machines reach it, and asks them for a token.

@@ -66,6 +66,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             url: format!("{issuer}/introspect"),
             client_id: "airlock".into(),
             client_secret_env: "UNUSED".into(),
+            max_concurrent: airlock::policy::mcp::DEFAULT_INTROSPECTIONS,
         }),
     };
     let auth = Authenticator::with_secret(settings, Some("s".into()))

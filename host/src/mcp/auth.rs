@@ -19,7 +19,10 @@
 //! and the token's signature check and claims' parse (an RS256 check is
 //! the bulk, about 15 µs here; `make bench` measures it). An introspected
 //! token costs a round trip to the authorization server on every request:
-//! nothing is cached, so a revoked token stops at once.
+//! nothing is cached, so a revoked token stops at once. At most
+//! `max_concurrent` introspections are in flight at once (a request past
+//! it waits its turn), so made-up opaque tokens cannot make the server
+//! hammer the authorization server either.
 //!
 //! A refusal tells the client where to find the protected resource
 //! metadata (RFC 9728, [`Authenticator::metadata`]), which names the
@@ -119,6 +122,9 @@ pub struct Authenticator {
     keys: RwLock<KeySet>,
     /// Held by the one fetch of the set at a time.
     fetching: tokio::sync::Mutex<()>,
+    /// A place for each introspection in flight
+    /// ([`Introspection::max_concurrent`](crate::policy::mcp::Introspection::max_concurrent)).
+    introspecting: tokio::sync::Semaphore,
     secret: Option<String>,
     metadata_url: String,
 }
@@ -198,12 +204,17 @@ impl Authenticator {
             })
             .collect();
         let metadata_url = metadata_url(&settings.audience);
+        let places = settings
+            .introspection
+            .as_ref()
+            .map_or(0, |i| i.max_concurrent);
         let authenticator = Self {
             settings,
             algorithms,
             http,
             keys: RwLock::default(),
             fetching: tokio::sync::Mutex::new(()),
+            introspecting: tokio::sync::Semaphore::new(places),
             secret,
             metadata_url,
         };
@@ -320,6 +331,20 @@ impl Authenticator {
             return Err(AuthError::Invalid("not a signed token (JWT)".into()));
         };
         let unavailable = |e: String| AuthError::Unavailable(format!("introspection: {e}"));
+        // Requests past the bound wait their turn, in order, as long as
+        // one introspection may take.
+        let _place = tokio::time::timeout(FETCH_TIMEOUT, self.introspecting.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                unavailable(format!(
+                    "{} are in flight ([mcp.auth.introspection] max_concurrent) and none ended \
+                     within {} s",
+                    endpoint.max_concurrent,
+                    FETCH_TIMEOUT.as_secs()
+                ))
+            })?;
         let response = self
             .http
             .post(&endpoint.url)

@@ -156,7 +156,15 @@ pub struct Introspection {
     /// The environment variable holding its client secret (the policy
     /// never holds the secret itself).
     pub client_secret_env: String,
+    /// Introspections in flight at once, all requests' together: a
+    /// request past it waits its turn (see [`DEFAULT_INTROSPECTIONS`]).
+    pub max_concurrent: usize,
 }
+
+/// [`Introspection::max_concurrent`] unless the policy says: every
+/// request with an opaque token costs the authorization server a
+/// request, and tokens cost a client nothing to make up.
+pub const DEFAULT_INTROSPECTIONS: usize = 16;
 
 /// `[mcp.limits]`: what one user may use at once. `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -230,6 +238,7 @@ struct IntrospectionFile {
     url: String,
     client_id: String,
     client_secret_env: String,
+    max_concurrent: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -313,10 +322,15 @@ impl AuthFile {
             None => None,
             Some(i) => {
                 url("introspection.url", &i.url)?;
+                let max_concurrent = i.max_concurrent.unwrap_or(DEFAULT_INTROSPECTIONS);
+                if max_concurrent == 0 {
+                    return Err("[mcp.auth.introspection] max_concurrent must be at least 1".into());
+                }
                 Some(Introspection {
                     url: i.url,
                     client_id: i.client_id,
                     client_secret_env: i.client_secret_env,
+                    max_concurrent,
                 })
             }
         };
@@ -427,5 +441,31 @@ mod tests {
         let ok = settings("[limits]\nconcurrent_calls = 2\n").unwrap();
         assert_eq!(ok.limits.concurrent_calls, Some(2));
         assert_eq!(ok.auth, None);
+
+        let introspection = |extra: &str| {
+            settings(&format!(
+                "[auth]\nissuer = \"https://as.example\"\naudience = \"https://mcp.example/mcp\"\n\
+                 [auth.introspection]\nurl = \"https://as.example/introspect\"\n\
+                 client_id = \"airlock\"\nclient_secret_env = \"S\"\n{extra}"
+            ))
+        };
+        let err = introspection("max_concurrent = 0\n").unwrap_err();
+        assert!(
+            err.contains("[mcp.auth.introspection] max_concurrent"),
+            "{err}"
+        );
+        let bound = |s: McpSettings| {
+            s.auth
+                .and_then(|a| a.introspection)
+                .map(|i| i.max_concurrent)
+        };
+        assert_eq!(
+            bound(introspection("").unwrap()),
+            Some(DEFAULT_INTROSPECTIONS)
+        );
+        assert_eq!(
+            bound(introspection("max_concurrent = 3\n").unwrap()),
+            Some(3)
+        );
     }
 }
