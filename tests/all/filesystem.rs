@@ -124,6 +124,105 @@ async fn read_write_directory_can_be_written() {
     );
 }
 
+/// A tool granted a writable directory cannot fill the disk: what one
+/// call writes there, through a stream, at offsets, by growing a file, or
+/// as files it makes (a disk block each), stops at its `max_write_bytes`. The tool is told
+/// the disk is full, the call's refusals say why, deps are unchanged, and
+/// the next call has a whole budget of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_writes_at_most_its_bound_into_its_directories() {
+    const BOUND: u64 = 1 << 20;
+    let root = tempfile::tempdir().unwrap();
+    let rw = root.path().join("rw");
+    std::fs::create_dir_all(&rw).unwrap();
+    let mut config = ToolConfig::default();
+    config.grants.dirs = vec![DirGrant::new(&rw, "/rw", DirMode::Rw).unwrap()];
+    config.limits.max_write_bytes = BOUND;
+    // Without the bound, each attack would run to its timeout.
+    config.limits.timeout = std::time::Duration::from_secs(2);
+    let host = host_with(&[("hostile", config)], ContextRules::default()).await;
+
+    for (how, path) in [
+        ("stream", "/rw/stream.bin"),
+        ("positional", "/rw/positional.bin"),
+        ("grow", "/rw/grown.bin"),
+        ("files", "/rw/empty"),
+    ] {
+        let mut ctx = RunContext::from_value(json!({"keep": 1})).unwrap();
+        let before = snapshot(&ctx);
+        let args = json!({"path": path, "how": how}).to_string();
+        let failure = host
+            .call(&mut ctx, &airlock::ToolCall::new("fill_disk", args))
+            .await
+            .unwrap_err();
+        let CallError::Failed(message) = &failure.error else {
+            panic!(
+                "{how}: expected the tool's own failure, got {}",
+                failure.error
+            );
+        };
+        // What the tool sees is its libc's word for the error: a stream's
+        // failed write is "I/O error" to wasi-libc, whatever the host says.
+        assert!(message.contains(", then: "), "{how}: {message}");
+        if how != "stream" {
+            assert!(
+                message.contains("No space left on device")
+                    || message.contains("InsufficientSpace"),
+                "{how}: {message}"
+            );
+        }
+        assert!(
+            failure
+                .output
+                .refusals
+                .iter()
+                .any(|r| r.contains("at most 1048576 bytes into its directories")),
+            "{how}: {:?}",
+            failure.output.refusals
+        );
+        assert_host_still_serves(&host, &mut ctx, &before).await;
+    }
+    // Each file, with the block its making took, within the bound.
+    for file in ["stream.bin", "positional.bin"] {
+        let size = std::fs::metadata(rw.join(file)).unwrap().len();
+        assert!(
+            size + airlock::sandbox::ENTRY_BYTES <= BOUND && size >= BOUND / 2,
+            "{file}: {size} bytes"
+        );
+    }
+    assert_eq!(std::fs::metadata(rw.join("grown.bin")).unwrap().len(), 0);
+    let made = std::fs::read_dir(&rw)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("empty-")
+        })
+        .count() as u64;
+    assert_eq!(
+        made,
+        BOUND / airlock::sandbox::ENTRY_BYTES,
+        "empty files made"
+    );
+
+    // The next call's budget is its own.
+    let mut ctx = RunContext::default();
+    call(
+        &host,
+        &mut ctx,
+        "write_file",
+        json!({"path": "/rw/after.txt", "text": "written"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(rw.join("after.txt")).unwrap(),
+        "written"
+    );
+}
+
 #[tokio::test]
 async fn no_grant_no_files() {
     let host = host_with(

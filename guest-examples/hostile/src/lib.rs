@@ -70,6 +70,12 @@ const ATTACKS: &[(&str, &str)] = &[
     ("read_file", "Read {path} and return its text."),
     ("write_file", "Write {text} to {path}."),
     (
+        "fill_disk",
+        "Write to {path} without end: through a stream (how = \"stream\"), at offsets (\"positional\", \
+         in the first granted directory), by growing it to 1 TiB (\"grow\"), or as empty files {path}-N (\"files\"); \
+         fail saying how far it got.",
+    ),
+    (
         "plant_symlink",
         "Move directory {path} aside and put a symlink to {target} in its place.",
     ),
@@ -253,6 +259,9 @@ impl exports::airlock::tool::tool::Guest for Hostile {
                 Ok(()) => (json!({ "wrote": arg("path") }).to_string(), pwned()),
                 Err(e) => return Err(ToolError::Failed(format!("write {}: {e}", arg("path")))),
             },
+            "fill_disk" => {
+                return Err(ToolError::Failed(fill_disk(&arg("path"), &arg("how"))));
+            }
             "plant_symlink" => {
                 let path = arg("path");
                 let planted = std::fs::rename(&path, format!("{path}.moved"))
@@ -383,6 +392,68 @@ fn spin() -> ! {
     let mut n: u64 = 0;
     loop {
         n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
+/// Writes without end as `how` says, until a write fails: says how far
+/// it got and why it stopped.
+fn fill_disk(path: &str, how: &str) -> String {
+    use std::io::Write as _;
+    let chunk = vec![7u8; 64 << 10];
+    match how {
+        "files" => {
+            for made in 0u64.. {
+                if let Err(e) = std::fs::File::create(format!("{path}-{made}")) {
+                    return format!("made {made} files, then: {e}");
+                }
+            }
+            unreachable!()
+        }
+        "positional" | "grow" => {
+            use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+            let Some((dir, _)) = wasip2::filesystem::preopens::get_directories()
+                .into_iter()
+                .next()
+            else {
+                return "no directory granted".into();
+            };
+            let name = path.rsplit('/').next().unwrap_or(path);
+            let file = match dir.open_at(
+                PathFlags::empty(),
+                name,
+                OpenFlags::CREATE,
+                DescriptorFlags::WRITE,
+            ) {
+                Ok(file) => file,
+                Err(e) => return format!("open {name}: {e:?}"),
+            };
+            if how == "grow" {
+                return match file.set_size(1 << 40) {
+                    Ok(()) => "grew the file to 1 TiB".into(),
+                    Err(e) => format!("grew it by 0 bytes, then: {e:?}"),
+                };
+            }
+            let mut offset = 0u64;
+            loop {
+                match file.write(&chunk, offset) {
+                    Ok(n) => offset += n,
+                    Err(e) => return format!("wrote {offset} bytes, then: {e:?}"),
+                }
+            }
+        }
+        _ => {
+            let mut file = match std::fs::File::create(path) {
+                Ok(file) => file,
+                Err(e) => return format!("create {path}: {e}"),
+            };
+            let mut written = 0u64;
+            loop {
+                if let Err(e) = file.write_all(&chunk) {
+                    return format!("wrote {written} bytes, then: {e}");
+                }
+                written += chunk.len() as u64;
+            }
+        }
     }
 }
 

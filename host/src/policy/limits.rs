@@ -38,6 +38,15 @@ pub struct Limits {
     /// Bytes captured from each of stdout, stderr and the log interface.
     /// A tool that writes more fails. Default 1 MiB.
     pub max_output_bytes: usize,
+    /// Bytes a call may write into its granted directories: what it
+    /// writes to files, what it grows a file by (`set-size`), and a disk
+    /// block ([`ENTRY_BYTES`]) for each file, directory or link it may
+    /// make. A write past it is refused (the tool
+    /// sees "no space left on device") and noted among the call's
+    /// refusals; the call goes on. Bounds what one call adds to the disk,
+    /// not what a directory holds over many calls. Default 128 MiB.
+    #[serde(default = "default_write_bytes")]
+    pub max_write_bytes: u64,
     /// Bounds on the context ops of one call.
     pub ops: OpLimits,
     /// Fresh instances of the tool's component kept ready ahead of its
@@ -69,11 +78,21 @@ impl Default for Limits {
             fuel: None,
             max_result_bytes: 1 << 20,
             max_output_bytes: 1 << 20,
+            max_write_bytes: default_write_bytes(),
             ops: OpLimits::default(),
             prepared_instances: 1,
         }
     }
 }
+
+/// [`Limits::max_write_bytes`] unless told: 128 MiB.
+fn default_write_bytes() -> u64 {
+    128 << 20
+}
+
+/// What making a file, a directory or a link counts against
+/// [`Limits::max_write_bytes`]: the disk block it takes at least.
+pub const ENTRY_BYTES: u64 = 4096;
 
 /// What one table element is counted as against
 /// [`Limits::max_memory_bytes`]: a pointer-sized slot (more for some
@@ -167,6 +186,8 @@ pub struct LimitsConfig {
     pub max_result_bytes: Option<usize>,
     /// Bytes captured from each of stdout, stderr and the log.
     pub max_output_bytes: Option<usize>,
+    /// Bytes written into granted directories per call.
+    pub max_write_bytes: Option<u64>,
     /// Ops per call.
     pub max_ops: Option<usize>,
     /// Bytes of keys and values over a call's ops.
@@ -199,6 +220,9 @@ impl LimitsConfig {
         if let Some(fuel) = self.fuel {
             limits.fuel = Some(fuel);
         }
+        if let Some(bytes) = self.max_write_bytes {
+            limits.max_write_bytes = bytes;
+        }
         let set = |field: &mut usize, value: Option<usize>| {
             if let Some(v) = value {
                 *field = v;
@@ -217,5 +241,23 @@ impl LimitsConfig {
         // engine, so it is checked there.
         limits.check(usize::MAX)?;
         Ok(limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_bound_is_set_from_the_policy_and_whole_by_default() {
+        assert_eq!(Limits::default().max_write_bytes, 128 << 20);
+        let config: LimitsConfig = toml::from_str("max_write_bytes = 4096\n").unwrap();
+        let limits = config.apply(Limits::default()).unwrap();
+        assert_eq!(limits.max_write_bytes, 4096);
+        // Limits written before the bound existed read with the default.
+        let mut old = serde_json::to_value(Limits::default()).unwrap();
+        old.as_object_mut().unwrap().remove("max_write_bytes");
+        let read: Limits = serde_json::from_value(old).unwrap();
+        assert_eq!(read.max_write_bytes, 128 << 20);
     }
 }

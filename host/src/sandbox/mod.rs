@@ -40,7 +40,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub use crate::policy::limits::{
-    Limits, MAX_INSTANCES_CEILING, MAX_PREPARED_INSTANCES, MAX_TIMEOUT, TABLE_ELEMENT_BYTES,
+    ENTRY_BYTES, Limits, MAX_INSTANCES_CEILING, MAX_PREPARED_INSTANCES, MAX_TIMEOUT,
+    TABLE_ELEMENT_BYTES,
 };
 pub(crate) use admission::{Admission, Admitted, ToolGate};
 pub use admission::{Footprint, PoolUsage, QUEUE_PER_SLOT};
@@ -836,6 +837,8 @@ pub struct CallState {
     /// What it finds in its granted directories, recorded or played back
     /// (`None`: neither, or no directory granted).
     pub(crate) files: Option<FileWatch>,
+    /// What it may still write into its granted directories.
+    pub(crate) writes: grants::WriteBudget,
 }
 
 impl std::fmt::Debug for CallState {
@@ -896,6 +899,7 @@ impl CallState {
             source: Arc::new(source),
         })?;
         let refusals = Refusals::default();
+        let writes = grants::WriteBudget::new(limits.max_write_bytes, refusals.clone());
         // What the host holds for the guest is bounded like its memory:
         // this many resources at once, each buffer capped so that together
         // they fit the memory limit.
@@ -932,6 +936,7 @@ impl CallState {
             grants: Arc::clone(grants),
             reel,
             files,
+            writes,
         })
     }
 

@@ -3,23 +3,34 @@
 //! records or replays what it finds there
 //! ([`FileWatch`](crate::sandbox::FileWatch)), the
 //! filesystem functions that name a path, shadowed to look first.
+//!
+//! Every call's writes into its directories are counted against its
+//! [`WriteBudget`] before they are made: the bytes of each write (through
+//! `write` or a file's output stream, which is wrapped as it is opened),
+//! what `set-size` grows a file by, and a disk block for each file,
+//! directory or link it may make.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::FsPerms;
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView, WasiFilesystemView as _};
-use wasmtime_wasi::p2::FsResult;
 use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     self, DescriptorFlags, DirectoryEntry, DirectoryEntryStream, ErrorCode, HostDescriptor,
     HostDirectoryEntryStream, MetadataHashValue, NewTimestamp, OpenFlags, PathFlags,
 };
+use wasmtime_wasi::p2::{
+    DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult,
+};
 
 use super::{CallSetup, Capability, DirGrant, DirMode, GrantError};
-use crate::sandbox::CallState;
+use crate::policy::limits::ENTRY_BYTES;
 use crate::sandbox::files::{Found, Place};
+use crate::sandbox::{CallState, Refusals};
 
 /// The WASI version wasmtime-wasi links its filesystem interfaces under.
 const TYPES: &str = "wasi:filesystem/types@0.2.12";
@@ -53,6 +64,122 @@ impl Capability for DirGrant {
             .map(|_| ())
             .map_err(|e| unavailable(std::io::Error::other(e.to_string())))
     }
+}
+
+/// What a call may still write into its granted directories
+/// ([`Limits::max_write_bytes`](crate::Limits::max_write_bytes)), shared by
+/// the call's state and the file streams it opens. Each write takes its
+/// bytes before it is made; one that does not fit is refused whole.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteBudget(Arc<Budget>);
+
+#[derive(Debug)]
+struct Budget {
+    left: AtomicU64,
+    limit: u64,
+    refusals: Refusals,
+}
+
+impl WriteBudget {
+    /// `limit` bytes, a refused write noted in `refusals`.
+    pub(crate) fn new(limit: u64, refusals: Refusals) -> Self {
+        Self(Arc::new(Budget {
+            left: AtomicU64::new(limit),
+            limit,
+            refusals,
+        }))
+    }
+
+    /// Takes `bytes`, or refuses them all with the error a full disk
+    /// gives (`ENOSPC`: the tool sees "no space left on device"), noted
+    /// among the call's refusals.
+    fn take(&self, bytes: u64) -> std::io::Result<()> {
+        let left = &self.0.left;
+        if left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(bytes)
+            })
+            .is_ok()
+        {
+            return Ok(());
+        }
+        self.0.refusals.note(format!(
+            "write refused: a call may write at most {} bytes into its directories \
+             (limits max_write_bytes)",
+            self.0.limit
+        ));
+        Err(std::io::Error::from_raw_os_error(
+            rustix::io::Errno::NOSPC.raw_os_error(),
+        ))
+    }
+
+    /// [`take`](Self::take) as a stream's error.
+    fn take_for_stream(&self, bytes: usize) -> StreamResult<()> {
+        self.take(bytes as u64)
+            .map_err(|e| StreamError::LastOperationFailed(e.into()))
+    }
+
+    /// [`take`](Self::take) as a filesystem function's error.
+    fn take_for_fs(&self, bytes: u64) -> FsResult<()> {
+        self.take(bytes)
+            .map_err(|_| ErrorCode::InsufficientSpace.into())
+    }
+}
+
+/// A file's output stream whose writes are taken from the call's
+/// [`WriteBudget`] first.
+struct Budgeted {
+    file: DynOutputStream,
+    budget: WriteBudget,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Budgeted {
+    async fn ready(&mut self) {
+        self.file.ready().await;
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for Budgeted {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.budget.take_for_stream(bytes.len())?;
+        self.file.write(bytes)
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        self.file.flush()
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.file.check_write()
+    }
+
+    async fn blocking_write_and_flush(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.budget.take_for_stream(bytes.len())?;
+        self.file.blocking_write_and_flush(bytes).await
+    }
+
+    fn write_zeroes(&mut self, count: usize) -> StreamResult<()> {
+        self.budget.take_for_stream(count)?;
+        self.file.write_zeroes(count)
+    }
+
+    async fn cancel(&mut self) {
+        self.file.cancel().await;
+    }
+}
+
+/// `opened`, a file's output stream in the call's table, replaced by one
+/// that takes its writes from the call's budget first.
+fn budgeted(
+    state: &mut CallState,
+    opened: FsResult<Resource<DynOutputStream>>,
+) -> FsResult<Resource<DynOutputStream>> {
+    let file = state.table.delete(opened?)?;
+    let budget = state.writes.clone();
+    let stream: DynOutputStream = Box::new(Budgeted { file, budget });
+    Ok(state.table.push(stream)?)
 }
 
 type Store<'a> = StoreContextMut<'a, CallState>;
@@ -140,6 +267,11 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 let rep = fd.rep();
                 let place = touch(&mut store, rep, &path, follows(path_flags), true).await;
                 let state = store.data_mut();
+                if oflags.contains(OpenFlags::CREATE)
+                    && let Err(e) = state.writes.take_for_fs(ENTRY_BYTES)
+                {
+                    return settle(&mut state.filesystem(), Err(e));
+                }
                 let mut view = state.filesystem();
                 let opened = view.open_at(fd, path_flags, path, oflags, flags).await;
                 if let (Ok(new), Some(watch)) = (&opened, state.files.as_mut()) {
@@ -212,10 +344,22 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             )?
         };
     }
-    path_first!(
+    types.func_wrap_async(
         "[method]descriptor.create-directory-at",
-        create_directory_at
-    );
+        |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
+            Box::new(async move {
+                touch(&mut store, fd.rep(), &path, false, false).await;
+                let state = store.data_mut();
+                let taken = state.writes.take_for_fs(ENTRY_BYTES);
+                let mut view = state.filesystem();
+                let done = match taken {
+                    Ok(()) => view.create_directory_at(fd, path).await,
+                    Err(e) => Err(e),
+                };
+                settle(&mut view, done)
+            })
+        },
+    )?;
     path_first!("[method]descriptor.unlink-file-at", unlink_file_at);
     path_first!(
         "[method]descriptor.remove-directory-at",
@@ -227,8 +371,13 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         |mut store: Store<'_>, (fd, target, path): (Resource<Descriptor>, String, String)| {
             Box::new(async move {
                 touch(&mut store, fd.rep(), &path, false, false).await;
-                let mut view = store.data_mut().filesystem();
-                let done = view.symlink_at(fd, target, path).await;
+                let state = store.data_mut();
+                let taken = state.writes.take_for_fs(ENTRY_BYTES);
+                let mut view = state.filesystem();
+                let done = match taken {
+                    Ok(()) => view.symlink_at(fd, target, path).await,
+                    Err(e) => Err(e),
+                };
                 settle(&mut view, done)
             })
         },
@@ -259,8 +408,13 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             Box::new(async move {
                 touch(&mut store, fd.rep(), &old, follows(flags), false).await;
                 touch(&mut store, new_fd.rep(), &new, false, false).await;
-                let mut view = store.data_mut().filesystem();
-                let done = view.link_at(fd, flags, old, new_fd, new).await;
+                let state = store.data_mut();
+                let taken = state.writes.take_for_fs(ENTRY_BYTES);
+                let mut view = state.filesystem();
+                let done = match taken {
+                    Ok(()) => view.link_at(fd, flags, old, new_fd, new).await,
+                    Err(e) => Err(e),
+                };
                 settle(&mut view, done)
             })
         },
@@ -293,6 +447,59 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                     view.metadata_hash_at(fd, flags, path).await;
                 settle(&mut view, hash)
             })
+        },
+    )?;
+    // What writes a file: counted against the call's budget first.
+    types.func_wrap_async(
+        "[method]descriptor.write",
+        |mut store: Store<'_>, (fd, bytes, offset): (Resource<Descriptor>, Vec<u8>, u64)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let taken = state.writes.take_for_fs(bytes.len() as u64);
+                let mut view = state.filesystem();
+                let written = match taken {
+                    Ok(()) => view.write(fd, bytes, offset).await,
+                    Err(e) => Err(e),
+                };
+                settle(&mut view, written)
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.set-size",
+        |mut store: Store<'_>, (fd, size): (Resource<Descriptor>, u64)| {
+            Box::new(async move {
+                // What it grows the file by (a sparse file takes no disk
+                // on most file systems, but it does on some).
+                let now = store.data_mut().filesystem().stat(borrow(fd.rep())).await;
+                let grows = now.map_or(0, |stat| size.saturating_sub(stat.size));
+                let state = store.data_mut();
+                let taken = state.writes.take_for_fs(grows);
+                let mut view = state.filesystem();
+                let done = match taken {
+                    Ok(()) => view.set_size(fd, size).await,
+                    Err(e) => Err(e),
+                };
+                settle(&mut view, done)
+            })
+        },
+    )?;
+    types.func_wrap(
+        "[method]descriptor.write-via-stream",
+        |mut store: Store<'_>, (fd, offset): (Resource<Descriptor>, u64)| {
+            let state = store.data_mut();
+            let opened = state.filesystem().write_via_stream(fd, offset);
+            let stream = budgeted(state, opened);
+            settle(&mut state.filesystem(), stream)
+        },
+    )?;
+    types.func_wrap(
+        "[method]descriptor.append-via-stream",
+        |mut store: Store<'_>, (fd,): (Resource<Descriptor>,)| {
+            let state = store.data_mut();
+            let opened = state.filesystem().append_via_stream(fd);
+            let stream = budgeted(state, opened);
+            settle(&mut state.filesystem(), stream)
         },
     )?;
     Ok(())

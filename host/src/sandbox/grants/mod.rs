@@ -25,6 +25,7 @@
 //! [`Limits::describe`]: crate::sandbox::Limits::describe
 
 mod dirs;
+pub(crate) use dirs::WriteBudget;
 mod env;
 mod http;
 mod secrets;
