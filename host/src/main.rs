@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
+    raise_descriptor_limit();
     let args = cli::Cli::parse_with_help();
     let mut builder = if args.one_thread() {
         tokio::runtime::Builder::new_current_thread()
@@ -38,6 +39,32 @@ fn main() -> ExitCode {
     // never answers): exit without joining them.
     runtime.shutdown_background();
     code
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit,
+/// as Go's runtime does at start. The soft limit is often 1,024: fewer than
+/// an HTTP server's connections and its tools' files at once, while the
+/// hard limit is the operator's word on what the process may hold. A
+/// failure leaves the limit as it was.
+fn raise_descriptor_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let Rlimit {
+        current: Some(soft),
+        maximum: Some(hard),
+    } = getrlimit(Resource::Nofile)
+    else {
+        return;
+    };
+    if soft >= hard {
+        return;
+    }
+    let raised = Rlimit {
+        current: Some(hard),
+        maximum: Some(hard),
+    };
+    if let Err(e) = setrlimit(Resource::Nofile, raised) {
+        tracing::debug!(error = %e, soft, hard, "cannot raise the open-descriptor limit");
+    }
 }
 
 /// The log filter `RUST_LOG` asks for. A bare level (`RUST_LOG=debug`) is

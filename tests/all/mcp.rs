@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::support::mcp::{
     Client, HttpServer, RawHttp, Watching, call_with, connect, connect_2026, connect_noting,
     connect_with, deps, discovering, events, http_client, policy, policy_spinning, serve_http,
-    serve_http_with, wait_for_changes, wait_for_note,
+    serve_http_command, serve_http_with, wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -1073,6 +1073,118 @@ async fn an_http_server_serves_at_most_max_connections_and_the_next_once_one_clo
         .expect("the waiting connection is served once one closes")
         .unwrap();
     assert_eq!(served, 1);
+}
+
+/// `airlock mcp --transport http` serving the hostile tools, `data` at
+/// `/data`, its sessions in `store`, started with a limit of `soft` open
+/// descriptors (`hard` at most).
+fn serve_with_descriptors(data: &Path, store: &Path, soft: u64, hard: u64) -> HttpServer {
+    use std::os::unix::process::CommandExt as _;
+    let policy = data.with_file_name("airlock.toml");
+    let text = format!(
+        "[[tool]]\npath = {:?}\ndirs = [{{ host = {:?}, guest = \"/data\" }}]\n\n\
+         [[tool]]\npath = {:?}\n",
+        guest("hostile"),
+        data,
+        guest("stateful")
+    );
+    std::fs::write(&policy, text).unwrap();
+    let mut command = airlock_command(
+        &[
+            "mcp",
+            "--transport",
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            policy.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: setrlimit is async-signal-safe, and `limit` is a plain copy.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    serve_http_command(command)
+}
+
+/// The descriptors the server holds open.
+fn descriptors_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(Iterator::count)
+        .unwrap_or(0)
+}
+
+/// Connections cannot take the descriptors a call needs. The binary
+/// raises its soft limit on open descriptors to its hard one at start;
+/// a server whose limit is still below `[mcp] max_connections` (4,096)
+/// serves fewer connections at once, saying so, and keeps descriptors for
+/// its store and its tools. Held to 256, with 300 connections that send
+/// nothing, a session's call that opens a file is served, and commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_leave_the_descriptors_calls_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("note.txt"), "granted").unwrap();
+    let store = dir.path().join("sessions.db");
+
+    let raised = serve_with_descriptors(&data, &store, 256, 4096);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", raised.pid())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(
+        open_files.split_whitespace().collect::<Vec<_>>()[3..5],
+        ["4096", "4096"],
+        "{open_files}"
+    );
+    drop(raised);
+
+    let mut server = serve_with_descriptors(&data, &store, 256, 256);
+    let said = wait_for_note(&mut server.notes, "descriptors").await;
+    assert!(
+        said.contains("may open 256 descriptors") && said.contains("at most 192 connections"),
+        "{said}"
+    );
+    let client = RawHttp::new(&server.url).initialize().await;
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let _idle: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(&address).unwrap())
+        .collect();
+    // Until the server holds as many connections as it will.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while descriptors_of(server.pid()) < 192 {
+        assert!(Instant::now() < deadline, "the server took no connections");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let read = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "/data/note.txt"}}});
+    let answer = answer_of(client.post(read).await.unwrap()).await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["text"], "granted",
+        "{answer}"
+    );
+    assert_eq!(increment(&client, 3).await, 1);
+    assert!(!server.exited());
 }
 
 /// The JSON-RPC answer of a POST: its JSON body, or an event stream's last

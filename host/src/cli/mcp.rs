@@ -375,13 +375,43 @@ async fn serve_http(
     // connection's task, spawned from a worker, starts on that worker, and
     // no other thread is woken for it. rmcp's own client opens a connection
     // for every request.
-    let accepting = accept(listener, tls, service, connections);
+    let accepting = accept(listener, tls, service, within_descriptors(connections));
     let _accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
     // Ends the server on Ctrl-C, or at once if that signal cannot be
     // listened for.
     let _ = tokio::signal::ctrl_c().await;
     stop.cancel();
     Ok(())
+}
+
+/// Descriptors the HTTP server keeps for what is not a connection (its
+/// store, its tools' files and connections, the compile cache): this many,
+/// or an eighth of what the process may open if that is more.
+const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// `most` connections, or fewer when the process may not open that many
+/// descriptors and keep [`RESERVED_DESCRIPTORS`] for the rest of its work:
+/// connections that took every descriptor would fail every call (no store
+/// to commit to, no file or connection for a tool), and every session
+/// with them.
+fn within_descriptors(most: usize) -> usize {
+    let Some(may_open) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+    else {
+        return most;
+    };
+    let reserved = RESERVED_DESCRIPTORS.max(may_open / 8);
+    let fit = usize::try_from(may_open.saturating_sub(reserved))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if fit >= most {
+        return most;
+    }
+    tracing::warn!(
+        "this process may open {may_open} descriptors (`ulimit -n`): the server serves at most \
+         {fit} connections at once, not [mcp] max_connections ({most}), to keep {reserved} \
+         for its store and its tools"
+    );
+    fit
 }
 
 /// How long the HTTP server waits after failing to accept a connection.

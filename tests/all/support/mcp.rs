@@ -257,10 +257,16 @@ pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
 /// `airlock mcp --transport http --listen ADDR` with `args`, and `env`
 /// set for the server.
 pub fn serve_http_at(listen: &str, args: &[&str], env: &[(&str, &str)]) -> HttpServer {
-    use std::io::BufRead;
     let mut all = vec!["mcp", "--transport", "http", "--listen", listen];
     all.extend_from_slice(args);
-    let mut child = airlock_command(&all, env)
+    serve_http_command(airlock_command(&all, env))
+}
+
+/// `command` (an `airlock mcp --transport http`), started, once it says
+/// where it listens.
+pub fn serve_http_command(mut command: std::process::Command) -> HttpServer {
+    use std::io::BufRead;
+    let mut child = command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
