@@ -6,7 +6,7 @@ use std::process::Output;
 use serde_json::{Value, json};
 
 use crate::support::PROMPT;
-use crate::support::{airlock, guest, root};
+use crate::support::{airlock, airlock_with_env, guest, root};
 
 fn stdout_json(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -950,6 +950,40 @@ fn run_input_errors_exit_2_naming_what_is_missing() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/script.json"));
+
+    // A base URL no request can go to: said before the run starts, a user
+    // name and password in it left out, and no session made.
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("sessions.db");
+    for (model, url) in [
+        ("openai:gpt-4o-mini", "localhost:8080/v1"),
+        ("anthropic:claude", "ftp://ann:hunter2@models.example/"),
+        ("openai:gpt-4o-mini", "ann:hunter2@localhost:8080"),
+    ] {
+        let out = airlock_with_env(
+            &[
+                "run",
+                "--tool",
+                s,
+                "--model",
+                model,
+                "--base-url",
+                url,
+                "--store",
+                path(&store),
+                "hello",
+            ],
+            &[("OPENAI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")],
+        );
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{url}: {said}");
+        assert!(
+            said.contains("is not an http:// or https:// URL with a host"),
+            "{url}: {said}"
+        );
+        assert!(!said.contains("hunter2"), "{said}");
+    }
+    assert!(!store.exists(), "a session was made");
 }
 
 /// What a terminal would act on: ESC, BEL, CR, the C1 CSI, a bidi override.

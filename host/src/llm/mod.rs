@@ -376,6 +376,16 @@ impl JsonClient {
         url: String,
         options: &ProviderOptions,
     ) -> Result<Self, ModelError> {
+        let reachable = reqwest::Url::parse(&url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+        if !reachable {
+            return Err(ModelError::Config(format!(
+                "{provider}: the base URL is not an http:// or https:// URL with a host \
+                 (--base-url, or {}_BASE_URL): requests would go to {:?}",
+                provider.to_ascii_uppercase(),
+                without_credentials(&url)
+            )));
+        }
         let tls = crate::tls::client_config().map_err(ModelError::Config)?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls((*tls).clone())
@@ -511,6 +521,15 @@ impl JsonClient {
             provider: self.provider,
             detail: self.redact(&detail.into()),
         }
+    }
+}
+
+/// `url` as a message may show it: anything before an `@` (a user name
+/// and password) left out.
+fn without_credentials(url: &str) -> String {
+    match url.rsplit_once('@') {
+        Some((_, rest)) => format!("…@{rest}"),
+        None => url.to_owned(),
     }
 }
 
