@@ -196,6 +196,22 @@ fn settle<T>(view: &mut WasiFilesystemCtxView<'_>, result: FsResult<T>) -> Answe
     }
 }
 
+/// `write`, made once the call's budget has taken `bytes` for it, and
+/// answered as wasmtime-wasi's own binding would.
+async fn within_budget<T>(
+    state: &mut CallState,
+    bytes: u64,
+    write: impl AsyncFnOnce(&mut WasiFilesystemCtxView<'_>) -> FsResult<T>,
+) -> Answer<T> {
+    let taken = state.writes.take_for_fs(bytes);
+    let mut view = state.filesystem();
+    let done = match taken {
+        Ok(()) => write(&mut view).await,
+        Err(e) => Err(e),
+    };
+    settle(&mut view, done)
+}
+
 /// A borrow of the descriptor `rep`, to hand on.
 fn borrow(rep: u32) -> Resource<Descriptor> {
     Resource::new_borrow(rep)
@@ -349,14 +365,10 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         |mut store: Store<'_>, (fd, path): (Resource<Descriptor>, String)| {
             Box::new(async move {
                 touch(&mut store, fd.rep(), &path, false, false).await;
-                let state = store.data_mut();
-                let taken = state.writes.take_for_fs(ENTRY_BYTES);
-                let mut view = state.filesystem();
-                let done = match taken {
-                    Ok(()) => view.create_directory_at(fd, path).await,
-                    Err(e) => Err(e),
-                };
-                settle(&mut view, done)
+                within_budget(store.data_mut(), ENTRY_BYTES, async |view| {
+                    view.create_directory_at(fd, path).await
+                })
+                .await
             })
         },
     )?;
@@ -371,14 +383,10 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         |mut store: Store<'_>, (fd, target, path): (Resource<Descriptor>, String, String)| {
             Box::new(async move {
                 touch(&mut store, fd.rep(), &path, false, false).await;
-                let state = store.data_mut();
-                let taken = state.writes.take_for_fs(ENTRY_BYTES);
-                let mut view = state.filesystem();
-                let done = match taken {
-                    Ok(()) => view.symlink_at(fd, target, path).await,
-                    Err(e) => Err(e),
-                };
-                settle(&mut view, done)
+                within_budget(store.data_mut(), ENTRY_BYTES, async |view| {
+                    view.symlink_at(fd, target, path).await
+                })
+                .await
             })
         },
     )?;
@@ -408,14 +416,10 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             Box::new(async move {
                 touch(&mut store, fd.rep(), &old, follows(flags), false).await;
                 touch(&mut store, new_fd.rep(), &new, false, false).await;
-                let state = store.data_mut();
-                let taken = state.writes.take_for_fs(ENTRY_BYTES);
-                let mut view = state.filesystem();
-                let done = match taken {
-                    Ok(()) => view.link_at(fd, flags, old, new_fd, new).await,
-                    Err(e) => Err(e),
-                };
-                settle(&mut view, done)
+                within_budget(store.data_mut(), ENTRY_BYTES, async |view| {
+                    view.link_at(fd, flags, old, new_fd, new).await
+                })
+                .await
             })
         },
     )?;
@@ -454,14 +458,11 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         "[method]descriptor.write",
         |mut store: Store<'_>, (fd, bytes, offset): (Resource<Descriptor>, Vec<u8>, u64)| {
             Box::new(async move {
-                let state = store.data_mut();
-                let taken = state.writes.take_for_fs(bytes.len() as u64);
-                let mut view = state.filesystem();
-                let written = match taken {
-                    Ok(()) => view.write(fd, bytes, offset).await,
-                    Err(e) => Err(e),
-                };
-                settle(&mut view, written)
+                let len = bytes.len() as u64;
+                within_budget(store.data_mut(), len, async |view| {
+                    view.write(fd, bytes, offset).await
+                })
+                .await
             })
         },
     )?;
@@ -473,14 +474,10 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 // on most file systems, but it does on some).
                 let now = store.data_mut().filesystem().stat(borrow(fd.rep())).await;
                 let grows = now.map_or(0, |stat| size.saturating_sub(stat.size));
-                let state = store.data_mut();
-                let taken = state.writes.take_for_fs(grows);
-                let mut view = state.filesystem();
-                let done = match taken {
-                    Ok(()) => view.set_size(fd, size).await,
-                    Err(e) => Err(e),
-                };
-                settle(&mut view, done)
+                within_budget(store.data_mut(), grows, async |view| {
+                    view.set_size(fd, size).await
+                })
+                .await
             })
         },
     )?;
