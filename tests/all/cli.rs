@@ -740,6 +740,26 @@ fn inspect_shows_every_grant_aligned() {
     let grants = &stdout_json(&out)["grants"];
     assert_eq!(grants["approval"], "ask");
     assert_eq!(grants["http_bounds"]["max_response_bytes"], 1048576);
+    assert_eq!(grants["limits"]["max_write_bytes"], 128 << 20);
+    // A writable directory shows what a call may write into it.
+    assert!(!text.contains("dirs bounds"), "{text}");
+    let writable = tempfile::tempdir().unwrap();
+    let policy = writable.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\ndirs = [{{ host = \".\", guest = \"/w\", mode = \"rw\" }}]\n\
+             limits = {{ max_write_bytes = 65536 }}\n",
+            fetch
+        ),
+    )
+    .unwrap();
+    let out = airlock(&["inspect", path(&fetch), "--config", path(&policy)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("  dirs bounds  65536 bytes written a call\n"),
+        "{text}"
+    );
 }
 
 /// `--session`'s help is each command's own (issue 31.15).

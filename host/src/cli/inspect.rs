@@ -91,6 +91,7 @@ fn grants_json(component: &LoadedComponent) -> Value {
             "fuel": limits.fuel,
             "max_result_bytes": limits.max_result_bytes,
             "max_output_bytes": limits.max_output_bytes,
+            "max_write_bytes": limits.max_write_bytes,
             "max_ops": limits.ops.max_ops,
             "max_op_bytes": limits.ops.max_op_bytes,
             "max_deps_bytes": limits.ops.max_deps_bytes,
@@ -137,6 +138,19 @@ fn grant_lines(component: &LoadedComponent, described: &[(&'static str, String)]
                 grants.http.max_response_bytes,
                 grants.http.max_requests,
                 grants.http.max_connections
+            ),
+        ));
+    }
+    if grants
+        .dirs
+        .iter()
+        .any(|d| d.mode() == airlock::sandbox::grants::DirMode::Rw)
+    {
+        lines.push((
+            "dirs bounds",
+            format!(
+                "{} bytes written a call",
+                component.limits().max_write_bytes
             ),
         ));
     }
