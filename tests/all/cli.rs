@@ -1093,6 +1093,105 @@ fn guest_control_characters_never_reach_the_terminal() {
 /// A run that fails is told once, on stderr, with its kind; one that fails
 /// before anything is journaled leaves no session, while one whose prompt
 /// was journaled keeps it, to be resumed (issue 31.3).
+/// SIGTERM, what `docker stop`, systemd and Kubernetes send, stops a
+/// command as Ctrl-C does: a run's tool in flight is stopped, the run ends
+/// cancelled (exit 130), its session saved with the call journaled as
+/// cancelled (not left open, to be found interrupted); an HTTP server
+/// ends (exit 0).
+#[test]
+fn sigterm_stops_a_run_and_a_server_as_ctrl_c_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let events = dir.path().join("events.jsonl");
+    let script = dir.path().join("sleep.json");
+    std::fs::write(
+        &script,
+        r#"{"turns": [{"tool_calls": [{"name": "sleep", "arguments": {}}]}, {"text": "slept"}]}"#,
+    )
+    .unwrap();
+    // A call that sleeps for an hour, its time limit longer.
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\nlimits = {{ timeout_ms = 3600000 }}\n",
+            guest("hostile")
+        ),
+    )
+    .unwrap();
+    let run = crate::support::airlock_command(
+        &[
+            "run",
+            "sleep a while",
+            "--script",
+            path(&script),
+            "--config",
+            path(&policy),
+            "--session",
+            "sleepy",
+            "--store",
+            path(&store),
+            "--events",
+            path(&events),
+        ],
+        &[],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once the model's turn, and so the call's intent, is journaled.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .contains(r#""type":"function_call""#)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    signal(run.id(), libc::SIGTERM);
+    let ended = run.wait_with_output().unwrap();
+    assert_eq!(ended.status.code(), Some(130), "{}", stderr(&ended));
+    let shown = airlock(&[
+        "sessions",
+        "show",
+        "sleepy",
+        "--json",
+        "--store",
+        path(&store),
+    ]);
+    let text = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(text.contains(r#""status":"cancelled""#), "{text}");
+    assert!(!text.contains("interrupted"), "{text}");
+
+    let mut server =
+        crate::support::mcp::serve_http(path(&policy), path(&dir.path().join("served.db")));
+    signal(server.pid(), libc::SIGTERM);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.ended() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+/// Sends `signal` to the process `pid` (one this test started).
+#[allow(unsafe_code)]
+fn signal(pid: u32, signal: i32) {
+    let pid = i32::try_from(pid).unwrap();
+    // SAFETY: kill has no memory effects; a pid that is gone is ESRCH.
+    unsafe { libc::kill(pid, signal) };
+}
+
 #[test]
 fn a_failed_run_says_so_once_and_stores_only_what_it_journaled() {
     let dir = tempfile::tempdir().unwrap();

@@ -366,6 +366,8 @@ async fn serve_http(
         args.idle_timeout.unwrap_or(KEEP_ALIVE),
         access,
     ));
+    // Listened for before the server says it serves.
+    let stopping = super::stop_signal();
     print_note(&format!(
         "serving {count} tools over MCP at {scheme}://{bound}/mcp (sessions in {location})"
     ));
@@ -377,9 +379,11 @@ async fn serve_http(
     // for every request.
     let accepting = accept(listener, tls, service, within_descriptors(connections));
     let _accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
-    // Ends the server on Ctrl-C, or at once if that signal cannot be
+    // Ends the server on Ctrl-C or SIGTERM, or at once if neither can be
     // listened for.
-    let _ = tokio::signal::ctrl_c().await;
+    if let Ok(stopped) = stopping {
+        stopped.await;
+    }
     stop.cancel();
     Ok(())
 }

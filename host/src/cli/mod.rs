@@ -54,7 +54,7 @@ Exit codes:
   2    bad input: a file, argument, policy, component, deps, store or session that cannot be used
   3    internal error (the session store failed)
   4    the session is in use by another run (its lease expires unless renewed)
-  130  cancelled (Ctrl-C; the tool in flight is stopped, the session saved)
+  130  cancelled (Ctrl-C or SIGTERM; the tool in flight is stopped, the session saved)
 
 Environment:
   AIRLOCK_STORE               the session store (--store): a SQLite file or a postgres:// URL
@@ -658,6 +658,25 @@ fn save_deps(path: &Path, deps: &Value) -> Result<(), Failure> {
     let mut text = serde_json::to_vec_pretty(deps).map_err(|e| save_deps_error(path, e))?;
     text.push(b'\n');
     airlock::fs::write_atomic(path, &text).map_err(|e| save_deps_error(path, e))
+}
+
+/// A future that resolves when the command is asked to stop: Ctrl-C
+/// (SIGINT), or SIGTERM, what `docker stop`, systemd and Kubernetes send.
+/// Both stop a command the same way. (A container's PID 1 that does not
+/// listen for SIGTERM ignores it, and is killed 10 s later.) Both are
+/// listened for from this call on, before the future is first polled, so a
+/// signal sent as soon as the command says it is ready is not missed. An
+/// error: they cannot be listened for.
+pub(crate) fn stop_signal() -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }
 
 /// Prints an error the way every command does: one `error:` line on

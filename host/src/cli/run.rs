@@ -27,7 +27,7 @@ use super::{
     print_out, report_failure, save_deps, show_json,
 };
 
-/// Exit code of a run stopped by Ctrl-C (128 + SIGINT).
+/// Exit code of a run stopped by Ctrl-C or SIGTERM (128 + SIGINT).
 const EXIT_CANCELLED: u8 = 130;
 
 #[derive(Debug, Args)]
@@ -107,11 +107,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
     let cancel = CancelToken::new();
     let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+    if let Ok(stopped) = super::stop_signal() {
+        tokio::spawn(async move {
+            stopped.await;
             on_signal.cancel();
-        }
-    });
+        });
+    }
 
     let progress = !json && args.events.as_deref() != Some("-");
     if progress {

@@ -212,7 +212,12 @@ pub struct HttpServer {
 impl HttpServer {
     /// Whether it has ended (and is reaped).
     pub fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
+        self.ended().is_some()
+    }
+
+    /// How it ended, once it has (and is reaped).
+    pub fn ended(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// Its process id.
