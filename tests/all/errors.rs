@@ -82,6 +82,10 @@ async fn files_that_are_not_components_are_refused_clearly() {
     let err = load_error(b"\0asm\x01\0\0\0", "core.wasm").await;
     assert!(matches!(err, LoadError::CoreModule { .. }), "{err}");
     assert!(err.to_string().contains("wasm32-wasip2"), "{err}");
+    // So is one written as text, after its comments.
+    let text = b";; a core module\n(; block ;)\n  (module (func (export \"f\")))";
+    let err = load_error(text, "core.wat").await;
+    assert!(matches!(err, LoadError::CoreModule { .. }), "{err}");
 
     let err = load_error(
         b"\0asm\x0d\0\x01\0garbage that is not a section",

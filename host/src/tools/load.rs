@@ -680,11 +680,39 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     }
     let text_start = bytes.iter().find(|b| !b.is_ascii_whitespace());
     match text_start {
+        Some(b'(') | Some(b';') if wat_module(bytes) => Err(LoadError::CoreModule {
+            path: path.to_path_buf(),
+        }),
         Some(b'(') | Some(b';') => Ok(()),
         _ => Err(LoadError::NotWasm {
             path: path.to_path_buf(),
         }),
     }
+}
+
+/// Whether WebAssembly text `bytes` is a core module: its first form,
+/// past white space and comments, is `(module`.
+fn wat_module(mut bytes: &[u8]) -> bool {
+    loop {
+        bytes = bytes.trim_ascii_start();
+        if let Some(rest) = bytes.strip_prefix(b";;") {
+            // A line comment, to the line's end.
+            let end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
+            bytes = &rest[end..];
+        } else if let Some(rest) = bytes.strip_prefix(b"(;") {
+            // A block comment (nesting is rare enough to stop at).
+            match rest.windows(2).position(|w| w == b";)") {
+                Some(end) => bytes = &rest[end + 2..],
+                None => return false,
+            }
+        } else {
+            break;
+        }
+    }
+    bytes.strip_prefix(b"(module").is_some_and(|rest| {
+        rest.first()
+            .is_none_or(|b| b.is_ascii_whitespace() || *b == b')')
+    })
 }
 
 /// Checks what an Airlock tool's `describe` gave: names, sizes, schemas.
