@@ -41,10 +41,11 @@ pub struct Limits {
     /// Bytes a call may write into its granted directories: what it
     /// writes to files, what it grows a file by (`set-size`), and a disk
     /// block ([`ENTRY_BYTES`]) for each file, directory or link it may
-    /// make. A write past it is refused (the tool
-    /// sees "no space left on device") and noted among the call's
-    /// refusals; the call goes on. Bounds what one call adds to the disk,
-    /// not what a directory holds over many calls. Default 128 MiB.
+    /// make. A write past it is refused as a full disk would refuse it
+    /// (`ENOSPC`; wasi-libc reports a stream's failed write as an I/O
+    /// error) and noted among the call's refusals; the call goes on.
+    /// Bounds what one call adds to the disk, not what a directory holds
+    /// over many calls. Default 128 MiB.
     #[serde(default = "default_write_bytes")]
     pub max_write_bytes: u64,
     /// Bounds on the context ops of one call.

@@ -91,8 +91,7 @@ impl WriteBudget {
     }
 
     /// Takes `bytes`, or refuses them all with the error a full disk
-    /// gives (`ENOSPC`: the tool sees "no space left on device"), noted
-    /// among the call's refusals.
+    /// gives (`ENOSPC`), noted among the call's refusals.
     fn take(&self, bytes: u64) -> std::io::Result<()> {
         let left = &self.0.left;
         if left
