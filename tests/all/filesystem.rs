@@ -126,9 +126,9 @@ async fn read_write_directory_can_be_written() {
 
 /// A tool granted a writable directory cannot fill the disk: what one
 /// call writes there, through a stream, at offsets, by growing a file, or
-/// as files it makes (a disk block each), stops at its `max_write_bytes`. The tool is told
-/// the disk is full, the call's refusals say why, deps are unchanged, and
-/// the next call has a whole budget of its own.
+/// as files it makes (a disk block each), stops at its `max_write_bytes`.
+/// The tool is told the disk is full, the call's refusals say why, deps
+/// are unchanged, and the next call has a whole budget of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_writes_at_most_its_bound_into_its_directories() {
     const BOUND: u64 = 1 << 20;
