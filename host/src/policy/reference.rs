@@ -192,26 +192,25 @@ impl FromStr for Reference {
             Some((repository, tag)) => (repository, Some(tag.to_owned())),
             None => (path, None),
         };
-        let repository_ok = !repository.is_empty()
-            && repository.split('/').all(|part| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-'))
-            });
-        if !repository_ok {
+        if !repository.split('/').all(is_path_component) {
             return Err(invalid(
-                "a repository is lowercase letters, digits, `.`, `_`, `-`, in `/`-separated parts",
+                "a repository is `/`-separated parts of lowercase letters and digits, each \
+                 starting and ending with one, joined within a part by `.`, `_`, `__` or dashes",
             ));
         }
         if let Some(tag) = &tag {
-            let tag_ok = !tag.is_empty()
-                && tag.len() <= 128
+            let tag_ok = tag.len() <= 128
+                && tag
+                    .bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
                 && tag
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
             if !tag_ok {
-                return Err(invalid("a tag is up to 128 letters, digits, `.`, `_`, `-`"));
+                return Err(invalid(
+                    "a tag is up to 128 letters, digits, `.`, `_`, `-`, not starting with `.` or `-`",
+                ));
             }
         }
         if tag.is_none() && digest.is_none() {
@@ -226,6 +225,24 @@ impl FromStr for Reference {
     }
 }
 
+/// Whether `part` is a path component of a repository name, as the OCI
+/// distribution specification writes it:
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`. So no part is `.` or `..`, which
+/// a URL would take as a step up its path.
+fn is_path_component(part: &str) -> bool {
+    let bytes = part.as_bytes();
+    let plain = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !bytes.first().is_some_and(plain) || !bytes.last().is_some_and(plain) {
+        return false;
+    }
+    bytes
+        .split(plain)
+        .filter(|separator| !separator.is_empty())
+        .all(|separator| {
+            matches!(separator, b"." | b"_" | b"__") || separator.iter().all(|b| *b == b'-')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +254,7 @@ mod tests {
             "127.0.0.1:5000/tools/units:latest",
             "localhost/a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             "r.example:443/a/b/c:v1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "ghcr.io/a.b_c__d---e/f0:_v1.0-rc.1",
         ] {
             let parsed: Reference = text.parse().unwrap();
             assert_eq!(parsed.to_string(), text);
@@ -254,6 +272,15 @@ mod tests {
             "ghcr.io//x:1",
             "ghcr.io/x:bad tag",
             "",
+            "localhost:5000/../../etc:1",
+            "localhost:5000/a/./b:1",
+            "ghcr.io/a..b:1",
+            "ghcr.io/a._b:1",
+            "ghcr.io/-a:1",
+            "ghcr.io/a-:1",
+            "ghcr.io/a___b:1",
+            "ghcr.io/a:..",
+            "ghcr.io/a:-x",
         ] {
             assert!(bad.parse::<Reference>().is_err(), "{bad}");
         }
