@@ -222,7 +222,8 @@ fn a_cache_others_can_write_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains(&format!("compile cache {}: is writable", entry.display())),
+        err.contains(&format!("compile cache {}: is writable", entry.display()))
+            && err.contains("Fix: remove it"),
         "{err}"
     );
 
@@ -246,7 +247,7 @@ fn a_cache_others_can_write_is_refused() {
         err.contains(&format!(
             "compile cache {}: is not a directory",
             file.display()
-        )),
+        )) && err.contains("Fix: move what is there away"),
         "{err}"
     );
 }

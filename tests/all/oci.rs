@@ -652,7 +652,9 @@ fn with_the_lock_and_the_store_filled_no_network_is_needed() {
         };
         let message = refused(&call("shared"), "unsafe_store");
         assert!(
-            message.contains(scene.store().to_str().unwrap()),
+            message.contains(scene.store().to_str().unwrap())
+                && message.contains("Fix: make it a directory only you can write (`chmod 700`)")
+                && message.contains("AIRLOCK_OCI_DIR"),
             "{message}"
         );
         chmod(0o700);

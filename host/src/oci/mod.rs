@@ -214,12 +214,14 @@ pub enum OciError {
     },
     /// The store (or a file in it) is not private to this user: another
     /// user could put a component in it. Nothing in it is used.
-    #[error("OCI store {}: {problem}; make it private to your user (chmod 700) or set AIRLOCK_OCI_DIR", .path.display())]
+    #[error("OCI store {}: {problem}. Fix: {fix}, or set AIRLOCK_OCI_DIR to a private directory", .path.display())]
     UnsafeStore {
         /// The directory or file at fault.
         path: PathBuf,
         /// Why it is unsafe.
         problem: String,
+        /// What would mend it, for this problem.
+        fix: &'static str,
     },
     /// The store could not be read or written.
     #[error("OCI store {}: {problem}", .path.display())]

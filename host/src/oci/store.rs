@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::OciError;
 use super::signature::Signature;
-use crate::sandbox::cache::{check_private, create_private_dir};
+use crate::sandbox::cache::{UnsafeCache, check_private, create_private_dir};
 
 /// The pulled components, by digest.
 #[derive(Debug, Clone)]
@@ -54,10 +54,12 @@ impl OciStore {
         }
     }
 
-    fn unsafe_store(&self, path: &Path, problem: String) -> OciError {
+    /// The store's error for what [`check_private`] refused.
+    fn unsafe_store(refused: UnsafeCache) -> OciError {
         OciError::UnsafeStore {
-            path: path.to_path_buf(),
-            problem,
+            path: refused.path,
+            problem: refused.problem,
+            fix: refused.fix,
         }
     }
 
@@ -66,7 +68,7 @@ impl OciStore {
         let dir = self.dir.join(sub);
         for d in [&self.dir, &dir] {
             create_private_dir(d).map_err(|e| self.fail(d, e))?;
-            check_private(d, false).map_err(|e| self.unsafe_store(d, e.problem))?;
+            check_private(d, false).map_err(Self::unsafe_store)?;
         }
         Ok(dir)
     }
@@ -86,8 +88,7 @@ impl OciStore {
             return Ok(None);
         }
         for checked in [&self.dir, &path] {
-            check_private(checked, checked == &path)
-                .map_err(|e| self.unsafe_store(checked, e.problem))?;
+            check_private(checked, checked == &path).map_err(Self::unsafe_store)?;
         }
         Ok(Some(path))
     }
@@ -137,7 +138,7 @@ impl OciStore {
     /// are an error, never a manifest.
     pub fn manifest(&self, digest: &str) -> Result<Option<Vec<u8>>, OciError> {
         let path = self.manifest_path(digest);
-        check_private(&path, true).map_err(|e| self.unsafe_store(&path, e.problem))?;
+        check_private(&path, true).map_err(Self::unsafe_store)?;
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -25,8 +25,7 @@ use wasmtime::component::Component;
 /// a file). Nothing from it is loaded.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "compile cache {}: {problem}; code cached there runs as this user. Fix: make it a directory \
-     only you can write (`chmod 700`) and remove entries you did not write, or set \
+    "compile cache {}: {problem}; code cached there runs as this user. Fix: {fix}, or set \
      AIRLOCK_CACHE_DIR to a private directory",
     .path.display()
 )]
@@ -35,6 +34,8 @@ pub struct UnsafeCache {
     pub path: PathBuf,
     /// What is wrong with it.
     pub problem: String,
+    /// What would mend it, for this problem.
+    pub fix: &'static str,
 }
 
 /// Refuses `path` unless this user owns it and only this user may write
@@ -42,33 +43,57 @@ pub struct UnsafeCache {
 /// directory).
 pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache> {
     use std::os::unix::fs::MetadataExt;
-    let unsafe_because = |problem: String| UnsafeCache {
+    let unsafe_because = |problem: String, fix: &'static str| UnsafeCache {
         path: path.to_path_buf(),
         problem,
+        fix,
     };
     let meta = match fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(unsafe_because(format!("cannot be checked: {e}"))),
+        Err(e) => {
+            return Err(unsafe_because(
+                format!("cannot be checked: {e}"),
+                "let this user reach it",
+            ));
+        }
     };
     if entry && !meta.file_type().is_file() {
-        return Err(unsafe_because("is not a regular file".into()));
+        return Err(unsafe_because(
+            "is not a regular file".into(),
+            "remove it (Airlock makes or fetches it again)",
+        ));
     }
     if !entry && !meta.file_type().is_dir() {
-        return Err(unsafe_because("is not a directory".into()));
+        return Err(unsafe_because(
+            "is not a directory".into(),
+            "move what is there away (a directory is made in its place)",
+        ));
     }
     let me = rustix::process::geteuid().as_raw();
     if meta.uid() != me {
-        return Err(unsafe_because(format!(
-            "is owned by user {}, not by this user ({me})",
-            meta.uid()
-        )));
+        return Err(unsafe_because(
+            format!("is owned by user {}, not by this user ({me})", meta.uid()),
+            if entry {
+                "remove it (Airlock makes or fetches it again)"
+            } else {
+                "use a directory this user owns"
+            },
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_because(format!(
-            "is writable by its group or others (mode {:o})",
-            meta.mode() & 0o777
-        )));
+        return Err(unsafe_because(
+            format!(
+                "is writable by its group or others (mode {:o})",
+                meta.mode() & 0o777
+            ),
+            if entry {
+                "remove it (Airlock makes or fetches it again)"
+            } else {
+                "make it a directory only you can write (`chmod 700`) and remove entries you \
+                 did not write"
+            },
+        ));
     }
     Ok(())
 }
