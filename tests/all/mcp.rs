@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::support::mcp::{
     Client, HttpServer, RawHttp, Watching, call_with, connect, connect_2026, connect_noting,
-    connect_with, deps, discovering, events, http_client, policy, policy_spinning, serve_http,
-    serve_http_command, serve_http_with, wait_for_changes, wait_for_note,
+    connect_with, deps, discovering, events, http_client, http_command, policy, policy_spinning,
+    serve_http, serve_http_command, serve_http_with, wait_for_changes, wait_for_note,
 };
 use crate::support::{airlock_command, guest, host};
 
@@ -1089,13 +1089,9 @@ fn serve_with_descriptors(data: &Path, store: &Path, soft: u64, hard: u64) -> Ht
         guest("stateful")
     );
     std::fs::write(&policy, text).unwrap();
-    let mut command = airlock_command(
+    let mut command = http_command(
+        "127.0.0.1:0",
         &[
-            "mcp",
-            "--transport",
-            "http",
-            "--listen",
-            "127.0.0.1:0",
             "--config",
             policy.to_str().unwrap(),
             "--store",

@@ -262,9 +262,14 @@ pub fn serve_http_env(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
 /// `airlock mcp --transport http --listen ADDR` with `args`, and `env`
 /// set for the server.
 pub fn serve_http_at(listen: &str, args: &[&str], env: &[(&str, &str)]) -> HttpServer {
+    serve_http_command(http_command(listen, args, env))
+}
+
+/// The command [`serve_http_at`] starts, not yet started.
+pub fn http_command(listen: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
     let mut all = vec!["mcp", "--transport", "http", "--listen", listen];
     all.extend_from_slice(args);
-    serve_http_command(airlock_command(&all, env))
+    airlock_command(&all, env)
 }
 
 /// `command` (an `airlock mcp --transport http`), started, once it says
