@@ -17,7 +17,7 @@ use crate::support::mcp::{
     connect_with, deps, discovering, events, http_client, http_command, policy, policy_spinning,
     serve_http, serve_http_command, serve_http_with, wait_for_changes, wait_for_note,
 };
-use crate::support::{airlock_command, guest, host};
+use crate::support::{Gate, airlock_command, guest, host};
 
 /// `airlock mcp`'s arguments for the tools of `config`, on session `id` in
 /// the SQLite file `db`.
@@ -1181,6 +1181,109 @@ async fn connections_leave_the_descriptors_calls_need() {
     );
     assert_eq!(increment(&client, 3).await, 1);
     assert!(!server.exited());
+}
+
+/// A stopping HTTP server (SIGTERM, as Ctrl-C) takes no new connection,
+/// but answers the requests it is serving: a call running when the signal
+/// came is answered and committed, then the server ends (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_answers_the_calls_it_is_running() {
+    let gate = Gate::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("airlock.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[tool]]\npath = {:?}\nhttp = [\"http://127.0.0.1:{}\"]\n\
+             limits = {{ timeout_ms = 60000 }}\n",
+            guest("http_fetch"),
+            gate.served.addr.port()
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("stopping.db");
+    let mut server = serve_http(policy.to_str().unwrap(), store.to_str().unwrap());
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let client = RawHttp::new(&server.url).initialize().await;
+    let fetch = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "fetch", "arguments": {"url": format!("http://{}/held", gate.served.addr)}}});
+    let running = tokio::spawn({
+        let client = client.clone();
+        async move { answer_of(client.post(fetch).await.unwrap()).await }
+    });
+    gate.wait_for(1).await;
+
+    signal(server.pid(), libc::SIGTERM);
+    let said = wait_for_note(&mut server.notes, "stopping:").await;
+    assert!(said.contains("answering the requests under way"), "{said}");
+    // It takes no new connection meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&address).is_ok() {
+        assert!(Instant::now() < deadline, "it still takes connections");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.open.send_replace(true);
+    let answer = running.await.unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["body"], "through",
+        "{answer}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.ended() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0), "{status}");
+    // The call was committed.
+    let listed = airlock_command(
+        &[
+            "sessions",
+            "list",
+            "--json",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .output()
+    .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let session = listed["sessions"][0]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_owned();
+    let shown = airlock_command(
+        &[
+            "sessions",
+            "show",
+            &session,
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .output()
+    .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        shown.contains("fetch") && shown.contains("through"),
+        "{shown}"
+    );
+}
+
+/// Sends `signal` to the process `pid` (one this test started).
+#[allow(unsafe_code)]
+fn signal(pid: u32, signal: i32) {
+    let pid = i32::try_from(pid).unwrap();
+    // SAFETY: kill has no memory effects; a pid that is gone is ESRCH.
+    unsafe { libc::kill(pid, signal) };
 }
 
 /// The JSON-RPC answer of a POST: its JSON body, or an event stream's last

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::mcp::RawHttp;
 use crate::support::oauth::{AuthServer, client, python, serve_authenticated};
-use crate::support::{airlock, guest, root};
+use crate::support::{Gate, airlock, guest, root};
 
 /// The policy of these tests: the stateful tools for `tools`, the probe's
 /// for `probe`, `extra` after them, and `[mcp.auth]` for `audience`.
@@ -385,43 +385,6 @@ async fn two_users_cannot_reach_each_others_sessions() {
     ]);
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(!shown.contains("by bob"), "{shown}");
-}
-
-/// A gate for calls of the fetch tool: each request to `/held` waits until
-/// the test opens the gate; the test waits until as many as it expects
-/// have arrived.
-struct Gate {
-    served: crate::support::Served,
-    arrived: std::sync::Arc<tokio::sync::Semaphore>,
-    open: tokio::sync::watch::Sender<bool>,
-}
-
-impl Gate {
-    async fn start() -> Self {
-        let arrived = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-        let (open, opened) = tokio::sync::watch::channel(false);
-        let counted = std::sync::Arc::clone(&arrived);
-        let served = crate::support::serve(move |_request| {
-            let (counted, mut opened) = (std::sync::Arc::clone(&counted), opened.clone());
-            async move {
-                counted.add_permits(1);
-                let _ = opened.wait_for(|open| *open).await;
-                Ok(hyper::Response::new(http_body_util::Full::new(
-                    bytes::Bytes::from_static(b"through"),
-                )))
-            }
-        })
-        .await;
-        Self {
-            served,
-            arrived,
-            open,
-        }
-    }
-
-    async fn wait_for(&self, count: u32) {
-        let _ = self.arrived.acquire_many(count).await.unwrap();
-    }
 }
 
 /// Per-user limits under load: while ann holds her two concurrent calls,

@@ -377,15 +377,56 @@ async fn serve_http(
     // connection's task, spawned from a worker, starts on that worker, and
     // no other thread is woken for it. rmcp's own client opens a connection
     // for every request.
-    let accepting = accept(listener, tls, service, within_descriptors(connections));
-    let _accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
+    let most = within_descriptors(connections);
+    let open = Arc::new(tokio::sync::Semaphore::new(most));
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    let accepting = accept(listener, tls, service, Arc::clone(&open), most, draining);
+    let accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
     // Ends the server on Ctrl-C or SIGTERM, or at once if neither can be
     // listened for.
     if let Ok(stopped) = stopping {
         stopped.await;
     }
+    // No connection is taken from here on; each open one ends once the
+    // request it is serving has its answer (an idle one at once), and
+    // rmcp's sessions end, and their event streams with them.
+    drop(accepting);
+    drain.send_replace(true);
     stop.cancel();
+    drained(&open, most).await;
     Ok(())
+}
+
+/// How long a stopping HTTP server waits for the requests it is serving.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until every connection of `open` (`most` places) has ended, for
+/// at most [`DRAIN`], or until the command is asked to stop again.
+async fn drained(open: &tokio::sync::Semaphore, most: usize) {
+    let all = u32::try_from(most).unwrap_or(u32::MAX);
+    if open.available_permits() >= most {
+        return;
+    }
+    print_note(&format!(
+        "stopping: answering the requests under way first (at most {} s; Ctrl-C again ends \
+         at once)",
+        DRAIN.as_secs()
+    ));
+    let again = async {
+        match super::stop_signal() {
+            Ok(stopped) => stopped.await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        ended = tokio::time::timeout(DRAIN, open.acquire_many(all)) => {
+            if ended.is_err() {
+                let left = most.saturating_sub(open.available_permits());
+                tracing::warn!("{left} connections still had requests running after {} s: ending anyway", DRAIN.as_secs());
+            }
+        }
+        () = again => {}
+    }
 }
 
 /// Descriptors the HTTP server keeps for what is not a connection (its
@@ -469,9 +510,10 @@ async fn accept(
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     service: Arc<McpHttpService>,
+    open: Arc<tokio::sync::Semaphore>,
     most: usize,
+    draining: tokio::sync::watch::Receiver<bool>,
 ) {
-    let open = Arc::new(tokio::sync::Semaphore::new(most));
     // When the operator was last told the server is full: at most once a
     // minute, however many connections wait.
     let mut told: Option<std::time::Instant> = None;
@@ -511,12 +553,13 @@ async fn accept(
         }
         let service = Arc::clone(&service);
         let tls = tls.clone();
+        let draining = draining.clone();
         tokio::spawn(async move {
             let _place = place;
             match tls {
-                None => serve_connection(stream, service).await,
+                None => serve_connection(stream, service, draining).await,
                 Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE, tls.accept(stream)).await {
-                    Ok(Ok(stream)) => serve_connection(stream, service).await,
+                    Ok(Ok(stream)) => serve_connection(stream, service, draining).await,
                     Ok(Err(e)) => tracing::debug!(error = %e, "a TLS handshake failed"),
                     Err(_) => tracing::debug!("a TLS handshake took too long"),
                 },
@@ -525,9 +568,13 @@ async fn accept(
     }
 }
 
-/// Serves MCP requests on one connection until it ends.
-async fn serve_connection<S>(stream: S, service: Arc<McpHttpService>)
-where
+/// Serves MCP requests on one connection until it ends, or, once
+/// `draining` turns true, until the request it is serving has its answer.
+async fn serve_connection<S>(
+    stream: S,
+    service: Arc<McpHttpService>,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let handler = hyper::service::service_fn(move |request: hyper::Request<_>| {
@@ -557,12 +604,19 @@ where
     // nothing (its body's is the library's, `McpHttpService::handle`).
     let limit = read_deadline();
     let io = wasmtime_wasi_http::io::TokioIo::new(WriteDeadline::new(stream, limit));
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
+    let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limit)
-        .serve_connection(io, handler)
-        .await
-    {
+        .serve_connection(io, handler);
+    tokio::pin!(connection);
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        () = async { drop(draining.wait_for(|draining| *draining).await) } => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = served {
         let error = airlock::text::error_chain(&e);
         tracing::debug!(%error, "an MCP connection ended");
     }

@@ -488,3 +488,42 @@ with open(report, "w") as f:
         max_rss_bytes: report["max_rss_kb"].as_u64().unwrap_or(u64::MAX) * 1024,
     }
 }
+
+/// A gate for calls of the fetch tool: each request to `/held` waits until
+/// the test opens the gate; the test waits until as many as it expects
+/// have arrived.
+pub struct Gate {
+    pub served: Served,
+    arrived: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Sent `true`, it lets every request through, held or to come.
+    pub open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    pub async fn start() -> Self {
+        let arrived = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let (open, opened) = tokio::sync::watch::channel(false);
+        let counted = std::sync::Arc::clone(&arrived);
+        let served = serve(move |_request| {
+            let (counted, mut opened) = (std::sync::Arc::clone(&counted), opened.clone());
+            async move {
+                counted.add_permits(1);
+                let _ = opened.wait_for(|open| *open).await;
+                Ok(hyper::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from_static(b"through"),
+                )))
+            }
+        })
+        .await;
+        Self {
+            served,
+            arrived,
+            open,
+        }
+    }
+
+    /// Waits until `count` requests have arrived.
+    pub async fn wait_for(&self, count: u32) {
+        let _ = self.arrived.acquire_many(count).await.unwrap();
+    }
+}
