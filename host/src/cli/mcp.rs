@@ -381,7 +381,7 @@ async fn serve_http(
     let open = Arc::new(tokio::sync::Semaphore::new(most));
     let (drain, draining) = tokio::sync::watch::channel(false);
     let accepting = accept(listener, tls, service, Arc::clone(&open), most, draining);
-    let accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
+    let mut accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
     // Ends the server on Ctrl-C or SIGTERM, or at once if neither can be
     // listened for.
     if let Ok(stopped) = stopping {
@@ -390,7 +390,11 @@ async fn serve_http(
     // No connection is taken from here on; each open one ends once the
     // request it is serving has its answer (an idle one at once), and
     // rmcp's sessions end, and their event streams with them.
-    drop(accepting);
+    if let Some(task) = accepting.0.take() {
+        // Ended, with the place it held for the next connection.
+        task.abort();
+        let _ = task.await;
+    }
     drain.send_replace(true);
     stop.cancel();
     drained(&open, most).await;
