@@ -426,7 +426,10 @@ async fn drained(open: &tokio::sync::Semaphore, most: usize) {
         ended = tokio::time::timeout(DRAIN, open.acquire_many(all)) => {
             if ended.is_err() {
                 let left = most.saturating_sub(open.available_permits());
-                tracing::warn!("{left} connections still had requests running after {} s: ending anyway", DRAIN.as_secs());
+                tracing::warn!(
+                    "{left} connections still had requests running after {} s: ending anyway",
+                    DRAIN.as_secs()
+                );
             }
         }
         () = again => {}
