@@ -691,28 +691,24 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
 }
 
 /// Whether WebAssembly text `bytes` is a core module: its first form,
-/// past white space and comments, is `(module`.
-fn wat_module(mut bytes: &[u8]) -> bool {
-    loop {
-        bytes = bytes.trim_ascii_start();
-        if let Some(rest) = bytes.strip_prefix(b";;") {
-            // A line comment, to the line's end.
-            let end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
-            bytes = &rest[end..];
-        } else if let Some(rest) = bytes.strip_prefix(b"(;") {
-            // A block comment (nesting is rare enough to stop at).
-            match rest.windows(2).position(|w| w == b";)") {
-                Some(end) => bytes = &rest[end + 2..],
-                None => return false,
-            }
-        } else {
-            break;
-        }
-    }
-    bytes.strip_prefix(b"(module").is_some_and(|rest| {
-        rest.first()
-            .is_none_or(|b| b.is_ascii_whitespace() || *b == b')')
-    })
+/// past white space and comments (read by `wat`'s own lexer), is
+/// `(module`.
+fn wat_module(bytes: &[u8]) -> bool {
+    use wast::lexer::{Lexer, TokenKind};
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
+    let lexer = Lexer::new(text);
+    let mut tokens = lexer.iter(0).map_while(Result::ok).filter(|t| {
+        !matches!(
+            t.kind,
+            TokenKind::Whitespace | TokenKind::LineComment | TokenKind::BlockComment
+        )
+    });
+    let (Some(open), Some(word)) = (tokens.next(), tokens.next()) else {
+        return false;
+    };
+    open.kind == TokenKind::LParen && word.kind == TokenKind::Keyword && word.src(text) == "module"
 }
 
 /// Checks what an Airlock tool's `describe` gave: names, sizes, schemas.
