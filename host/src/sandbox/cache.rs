@@ -43,11 +43,15 @@ pub struct UnsafeCache {
 /// directory).
 pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache> {
     use std::os::unix::fs::MetadataExt;
+    /// The fix for any entry at fault: it can be made again.
+    const REMOVE: &str = "remove it (Airlock makes or fetches it again)";
     let unsafe_because = |problem: String, fix: &'static str| UnsafeCache {
         path: path.to_path_buf(),
         problem,
         fix,
     };
+    // For an entry, [`REMOVE`]; for a directory, `fix`.
+    let mend = |fix| if entry { REMOVE } else { fix };
     let meta = match fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -59,10 +63,7 @@ pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache>
         }
     };
     if entry && !meta.file_type().is_file() {
-        return Err(unsafe_because(
-            "is not a regular file".into(),
-            "remove it (Airlock makes or fetches it again)",
-        ));
+        return Err(unsafe_because("is not a regular file".into(), REMOVE));
     }
     if !entry && !meta.file_type().is_dir() {
         return Err(unsafe_because(
@@ -74,11 +75,7 @@ pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache>
     if meta.uid() != me {
         return Err(unsafe_because(
             format!("is owned by user {}, not by this user ({me})", meta.uid()),
-            if entry {
-                "remove it (Airlock makes or fetches it again)"
-            } else {
-                "use a directory this user owns"
-            },
+            mend("use a directory this user owns"),
         ));
     }
     if meta.mode() & 0o022 != 0 {
@@ -87,12 +84,10 @@ pub(crate) fn check_private(path: &Path, entry: bool) -> Result<(), UnsafeCache>
                 "is writable by its group or others (mode {:o})",
                 meta.mode() & 0o777
             ),
-            if entry {
-                "remove it (Airlock makes or fetches it again)"
-            } else {
+            mend(
                 "make it a directory only you can write (`chmod 700`) and remove entries you \
-                 did not write"
-            },
+                 did not write",
+            ),
         ));
     }
     Ok(())
