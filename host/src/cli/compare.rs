@@ -171,13 +171,23 @@ impl Compared {
     }
 }
 
-/// A replay's failure when no session is named and the store at
-/// `location` does not exist yet: there is nothing to replay.
-pub(super) fn no_store_to_replay(location: &str) -> Failure {
-    Failure::input(
-        "no_calls",
-        format!("there is no session to replay: the store {location} does not exist yet"),
-    )
+/// The store `flags` name, to replay `sessions` (all, when none is
+/// named) of `owner` from: a replay writes nothing, so a store that does
+/// not exist yet is not made, and there is nothing to replay.
+pub(super) async fn store_to_replay(
+    flags: &super::StoreFlags,
+    sessions: &[String],
+    owner: Option<&str>,
+) -> Result<Arc<dyn SessionStore>, Failure> {
+    let named = sessions.first().map(String::as_str);
+    flags
+        .open_to_read(named, owner, |location| {
+            Failure::input(
+                "no_calls",
+                format!("there is no session to replay: the store {location} does not exist yet"),
+            )
+        })
+        .await
 }
 
 /// The sessions `selection` names, with their owners.

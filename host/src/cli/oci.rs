@@ -464,14 +464,7 @@ async fn replay_moved(
         return Ok(0);
     }
     let owner = args.store.owner()?;
-    let store = args
-        .store
-        .open_to_read(
-            sessions.first().map(String::as_str),
-            owner,
-            super::compare::no_store_to_replay,
-        )
-        .await?;
+    let store = super::compare::store_to_replay(&args.store, sessions, owner).await?;
     let selection = Selection {
         sessions,
         since: args.since.as_deref(),

@@ -75,12 +75,7 @@ async fn replay(args: &ReplayArgs) -> Result<ReplaySummary, Failure> {
     let host = Arc::new(candidate_host(args, &candidates).await?);
     let tools: BTreeSet<String> = candidates.iter().map(|(name, _)| name.clone()).collect();
     let owner = args.store.owner()?;
-    // Replaying writes nothing: a store not made yet is not made.
-    let named = args.sessions.first().map(String::as_str);
-    let store = args
-        .store
-        .open_to_read(named, owner, super::compare::no_store_to_replay)
-        .await?;
+    let store = super::compare::store_to_replay(&args.store, &args.sessions, owner).await?;
     let selection = Selection {
         sessions: &args.sessions,
         since: args.since.as_deref(),
