@@ -1152,7 +1152,7 @@ fn sigterm_stops_a_run_and_a_server_as_ctrl_c_does() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    signal(run.id(), libc::SIGTERM);
+    crate::support::signal(run.id(), libc::SIGTERM);
     let ended = run.wait_with_output().unwrap();
     assert_eq!(ended.status.code(), Some(130), "{}", stderr(&ended));
     let shown = airlock(&[
@@ -1169,7 +1169,7 @@ fn sigterm_stops_a_run_and_a_server_as_ctrl_c_does() {
 
     let mut server =
         crate::support::mcp::serve_http(path(&policy), path(&dir.path().join("served.db")));
-    signal(server.pid(), libc::SIGTERM);
+    crate::support::signal(server.pid(), libc::SIGTERM);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let status = loop {
         if let Some(status) = server.ended() {
@@ -1182,14 +1182,6 @@ fn sigterm_stops_a_run_and_a_server_as_ctrl_c_does() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0), "{status}");
-}
-
-/// Sends `signal` to the process `pid` (one this test started).
-#[allow(unsafe_code)]
-fn signal(pid: u32, signal: i32) {
-    let pid = i32::try_from(pid).unwrap();
-    // SAFETY: kill has no memory effects; a pid that is gone is ESRCH.
-    unsafe { libc::kill(pid, signal) };
 }
 
 #[test]

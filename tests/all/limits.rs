@@ -753,15 +753,6 @@ async fn tables_count_against_the_memory_limit() {
     assert_host_still_serves(&host, &mut ctx, &before).await;
 }
 
-/// Sends `signal` to each of `pids` (processes this test started).
-#[allow(unsafe_code)]
-fn signal_all(pids: &[i32], signal: i32) {
-    for &pid in pids {
-        // SAFETY: kill has no memory effects; a pid that is gone is ESRCH.
-        unsafe { libc::kill(pid, signal) };
-    }
-}
-
 /// `airlock inspect ARGS` with `env`, on an empty compile cache of its own.
 fn inspect_uncached(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let cache = tempfile::tempdir().unwrap();
@@ -857,18 +848,22 @@ fn compiling_a_good_component_on_a_busy_machine_is_not_refused() {
         let tasks = format!("/proc/{pid}/task");
         let mut slices = 0u32;
         while let Ok(threads) = std::fs::read_dir(&tasks) {
-            let compilers: Vec<i32> = threads
+            let compilers: Vec<u32> = threads
                 .flatten()
                 .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
                 .flat_map(|list| {
                     list.split_whitespace()
                         .filter_map(|c| c.parse().ok())
-                        .collect::<Vec<i32>>()
+                        .collect::<Vec<u32>>()
                 })
                 .collect();
-            signal_all(&compilers, libc::SIGSTOP);
+            compilers
+                .iter()
+                .for_each(|&pid| crate::support::signal(pid, libc::SIGSTOP));
             std::thread::sleep(Duration::from_millis(90));
-            signal_all(&compilers, libc::SIGCONT);
+            compilers
+                .iter()
+                .for_each(|&pid| crate::support::signal(pid, libc::SIGCONT));
             std::thread::sleep(Duration::from_millis(30));
             slices += u32::from(!compilers.is_empty());
         }

@@ -1217,7 +1217,7 @@ async fn a_stopping_server_answers_the_calls_it_is_running() {
     });
     gate.wait_for(1).await;
 
-    signal(server.pid(), libc::SIGTERM);
+    crate::support::signal(server.pid(), libc::SIGTERM);
     let said = wait_for_note(&mut server.notes, "stopping:").await;
     assert!(said.contains("answering the requests under way"), "{said}");
     // It takes no new connection meanwhile.
@@ -1276,14 +1276,6 @@ async fn a_stopping_server_answers_the_calls_it_is_running() {
         shown.contains("fetch") && shown.contains("through"),
         "{shown}"
     );
-}
-
-/// Sends `signal` to the process `pid` (one this test started).
-#[allow(unsafe_code)]
-fn signal(pid: u32, signal: i32) {
-    let pid = i32::try_from(pid).unwrap();
-    // SAFETY: kill has no memory effects; a pid that is gone is ESRCH.
-    unsafe { libc::kill(pid, signal) };
 }
 
 /// The JSON-RPC answer of a POST: its JSON body, or an event stream's last

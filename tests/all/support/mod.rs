@@ -527,3 +527,14 @@ impl Gate {
         let _ = self.arrived.acquire_many(count).await.unwrap();
     }
 }
+
+/// Sends `signal` to the process `pid` (one the test started); one that is
+/// gone already is no error.
+#[allow(unsafe_code)]
+pub fn signal(pid: u32, signal: i32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill has no memory effects; a pid that is gone is ESRCH.
+    unsafe { libc::kill(pid, signal) };
+}
