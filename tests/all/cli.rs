@@ -1170,17 +1170,7 @@ fn sigterm_stops_a_run_and_a_server_as_ctrl_c_does() {
     let mut server =
         crate::support::mcp::serve_http(path(&policy), path(&dir.path().join("served.db")));
     crate::support::signal(server.pid(), libc::SIGTERM);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = server.ended() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server did not end"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = server.ended_within(std::time::Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{status}");
 }
 

@@ -1232,14 +1232,7 @@ async fn a_stopping_server_answers_the_calls_it_is_running() {
         answer["result"]["structuredContent"]["body"], "through",
         "{answer}"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = server.ended() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the server did not end");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = server.ended_within(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{status}");
     // The call was committed.
     let listed = airlock_command(

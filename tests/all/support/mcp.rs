@@ -216,8 +216,23 @@ impl HttpServer {
     }
 
     /// How it ended, once it has (and is reaped).
-    pub fn ended(&mut self) -> Option<std::process::ExitStatus> {
+    fn ended(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// How it ended, waiting for that at most `within` (a failure past it).
+    pub fn ended_within(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.ended() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not end within {within:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Its process id.
