@@ -838,7 +838,9 @@ pub struct CallState {
     /// (`None`: neither, or no directory granted).
     pub(crate) files: Option<FileWatch>,
     /// What it may still write into its granted directories.
-    pub(crate) writes: grants::WriteBudget,
+    /// What it may still write into its granted directories (`None`: it
+    /// is granted none it may write to, and so made no budget).
+    pub(crate) writes: Option<grants::WriteBudget>,
 }
 
 impl std::fmt::Debug for CallState {
@@ -899,7 +901,11 @@ impl CallState {
             source: Arc::new(source),
         })?;
         let refusals = Refusals::default();
-        let writes = grants::WriteBudget::new(limits.max_write_bytes, refusals.clone());
+        let writes = grants
+            .dirs
+            .iter()
+            .any(|d| d.mode() == crate::policy::grants::DirMode::Rw)
+            .then(|| grants::WriteBudget::new(limits.max_write_bytes, refusals.clone()));
         // What the host holds for the guest is bounded like its memory:
         // this many resources at once, each buffer capped so that together
         // they fit the memory limit.

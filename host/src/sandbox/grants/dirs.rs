@@ -8,7 +8,8 @@
 //! [`WriteBudget`] before they are made: the bytes of each write (through
 //! `write` or a file's output stream, which is wrapped as it is opened),
 //! what `set-size` grows a file by, and a disk block for each file,
-//! directory or link it may make.
+//! directory or link it may make. A call granted no writable directory
+//! has no budget, and pays nothing for one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,10 +176,21 @@ fn budgeted(
     state: &mut CallState,
     opened: FsResult<Resource<DynOutputStream>>,
 ) -> FsResult<Resource<DynOutputStream>> {
+    let Some(budget) = state.writes.clone() else {
+        return opened;
+    };
     let file = state.table.delete(opened?)?;
-    let budget = state.writes.clone();
     let stream: DynOutputStream = Box::new(Budgeted { file, budget });
     Ok(state.table.push(stream)?)
+}
+
+/// Takes `bytes` from the call's budget, if it has one (a call granted
+/// no writable directory writes nothing).
+fn take(state: &CallState, bytes: u64) -> FsResult<()> {
+    state
+        .writes
+        .as_ref()
+        .map_or(Ok(()), |b| b.take_for_fs(bytes))
 }
 
 type Store<'a> = StoreContextMut<'a, CallState>;
@@ -202,7 +214,7 @@ async fn within_budget<T>(
     bytes: u64,
     write: impl AsyncFnOnce(&mut WasiFilesystemCtxView<'_>) -> FsResult<T>,
 ) -> Answer<T> {
-    let taken = state.writes.take_for_fs(bytes);
+    let taken = take(state, bytes);
     let mut view = state.filesystem();
     let done = match taken {
         Ok(()) => write(&mut view).await,
@@ -283,7 +295,7 @@ fn shadow(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 let place = touch(&mut store, rep, &path, follows(path_flags), true).await;
                 let state = store.data_mut();
                 if oflags.contains(OpenFlags::CREATE)
-                    && let Err(e) = state.writes.take_for_fs(ENTRY_BYTES)
+                    && let Err(e) = take(state, ENTRY_BYTES)
                 {
                     return settle(&mut state.filesystem(), Err(e));
                 }
