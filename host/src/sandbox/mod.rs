@@ -837,7 +837,6 @@ pub struct CallState {
     /// What it finds in its granted directories, recorded or played back
     /// (`None`: neither, or no directory granted).
     pub(crate) files: Option<FileWatch>,
-    /// What it may still write into its granted directories.
     /// What it may still write into its granted directories (`None`: it
     /// is granted none it may write to, and so made no budget).
     pub(crate) writes: Option<grants::WriteBudget>,
