@@ -406,6 +406,115 @@ async fn tasks_over_stateless_http_are_found_through_the_store() {
     client.cancel().await.unwrap();
 }
 
+/// A policy serving `http_fetch`, allowed to reach `gate`, each call a
+/// task at once.
+fn gated_fetch(gate: &crate::support::Gate) -> String {
+    format!(
+        "[mcp.tasks]\nafter_ms = 0\npoll_ms = 50\n\n[[tool]]\npath = {:?}\n\
+         http = [\"http://127.0.0.1:{}\"]\nlimits = {{ timeout_ms = 60000 }}\n",
+        guest("http_fetch"),
+        gate.served.addr.port()
+    )
+}
+
+/// `fetch`'s arguments: a request `gate` holds until it opens.
+fn held(gate: &crate::support::Gate) -> Value {
+    json!({ "url": format!("http://{}/held", gate.served.addr) })
+}
+
+/// A stopping HTTP server finishes the calls no request waits for: a
+/// task's call, still running when SIGTERM came and no connection open,
+/// runs to its end and is committed before the server ends (exit 0), and
+/// the next server answers the task `completed` with the call's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_finishes_its_tasks_first() {
+    let gate = crate::support::Gate::start().await;
+    let desk = Desk::new(&gated_fetch(&gate));
+    let (policy, db) = (desk.policy(), desk.db());
+    let mut server = crate::support::mcp::serve_http(policy, db);
+    let client = over_http(&server.url).await;
+    let CallToolResponse::Task(fetching) = call_on(&client, "team", "fetch", held(&gate)).await
+    else {
+        panic!("fetch is not a task")
+    };
+    let fetching = fetching.task.task_id;
+    gate.wait_for(1).await;
+    // No request waits for the call now.
+    client.cancel().await.unwrap();
+
+    crate::support::signal(server.pid(), libc::SIGTERM);
+    let said = crate::support::mcp::wait_for_note(&mut server.notes, "stopping:").await;
+    assert!(said.contains("finishing the calls under way"), "{said}");
+    assert!(!server.exited(), "it ended with the call running");
+    gate.open.send_replace(true);
+    let status = server.ended_within(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{status}");
+
+    let server = crate::support::mcp::serve_http(policy, db);
+    let client = over_http(&server.url).await;
+    let task = get(&client, &fetching).await;
+    assert_eq!(task.task.status(), TaskStatus::Completed, "{task:?}");
+    assert_eq!(result_of(&task)["structuredContent"]["body"], "through");
+    client.cancel().await.unwrap();
+}
+
+/// Over stdio, a client that goes away (closes the server's stdin) with a
+/// task running leaves it to run to its end: the server ends (exit 0) once
+/// it is committed, and the next server answers it `completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_over_stdio_leaves_its_tasks_to_finish() {
+    let gate = crate::support::Gate::start().await;
+    let desk = Desk::new(&gated_fetch(&gate));
+    let args = desk.args(desk.db());
+    // The server's pipes are the test's: closing stdin is all the client
+    // does as it goes.
+    let mut all = vec!["mcp"];
+    all.extend_from_slice(&args);
+    let mut child = tokio::process::Command::from(airlock_command(&all, &[]))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let stderr = child.stderr.take().unwrap();
+    let (notes, mut noted) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = notes.send(line);
+        }
+    });
+    let client = TaskClient::TASKS
+        .serve_with_lifecycle((stdout, stdin), discovering())
+        .await
+        .expect("discover");
+    let fetching = task_of(&client, "fetch", held(&gate)).await;
+    gate.wait_for(1).await;
+    client.cancel().await.unwrap();
+
+    let said = crate::support::mcp::wait_for_note(&mut noted, "went away").await;
+    assert!(said.contains("finishing the calls under way"), "{said}");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "it ended with the call running"
+    );
+    gate.open.send_replace(true);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the server ends once its task has")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+
+    let (client, _) = start(TaskClient::TASKS, &args).await;
+    let task = get(&client, &fetching).await;
+    assert_eq!(task.task.status(), TaskStatus::Completed, "{task:?}");
+    assert_eq!(result_of(&task)["structuredContent"]["body"], "through");
+    client.cancel().await.unwrap();
+}
+
 /// Task `id` once it waits on a question: the questions, by key.
 async fn waiting(client: &Client, id: &str) -> rmcp::model::InputRequests {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -275,7 +275,7 @@ async fn serve_stdio(
         session.location()
     ));
     note_withheld(&host);
-    let server = McpServer::new(tools, session, None);
+    let server = McpServer::new(Arc::clone(&tools), session, None);
     let Some(session) = server.session() else {
         return Ok(());
     };
@@ -296,6 +296,27 @@ async fn serve_stdio(
             format!("MCP initialization failed: {e}"),
         )),
     };
+    // The client's requests were cancelled as it went; its tasks run on,
+    // and are committed, for their outcome to be found later.
+    if tools.running() > 0 {
+        print_note(&format!(
+            "the client went away: finishing the calls under way first (at most {} s)",
+            DRAIN.as_secs()
+        ));
+        if tokio::time::timeout(DRAIN, tools.calls_ended())
+            .await
+            .is_err()
+        {
+            // The session stays leased to a call still running: left as
+            // a crash leaves it, which a resume answers interrupted.
+            tracing::warn!(
+                "{} calls were still running after {} s: ending anyway",
+                tools.running(),
+                DRAIN.as_secs()
+            );
+            return result;
+        }
+    }
     if let Err(e) = session.lock().await.release().await {
         tracing::warn!(error = %e, "cannot release the session");
     }
@@ -360,7 +381,7 @@ async fn serve_http(
     let stop = config.cancellation_token.clone();
     let count = host.tool_names().len();
     let service = Arc::new(McpHttpService::new(
-        tools,
+        Arc::clone(&tools),
         opener,
         config,
         args.idle_timeout.unwrap_or(KEEP_ALIVE),
@@ -389,7 +410,9 @@ async fn serve_http(
     }
     // No connection is taken from here on; each open one ends once the
     // request it is serving has its answer (an idle one at once), and
-    // rmcp's sessions end, and their event streams with them.
+    // rmcp's sessions end, and their event streams with them. The calls
+    // no request waits for (tasks, and those whose client went away) run
+    // to their end and are committed.
     if let Some(task) = accepting.0.take() {
         // Ended, with the place it held for the next connection.
         task.abort();
@@ -397,23 +420,25 @@ async fn serve_http(
     }
     drain.send_replace(true);
     stop.cancel();
-    drained(&open, most).await;
+    drained(&open, most, &tools).await;
     Ok(())
 }
 
-/// How long a stopping HTTP server waits for the requests it is serving.
+/// How long a stopping server waits for the requests it is serving and
+/// the calls it runs (over stdio, once its client went away).
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Waits until every connection of `open` (`most` places) has ended, for
-/// at most [`DRAIN`], or until the command is asked to stop again.
-async fn drained(open: &tokio::sync::Semaphore, most: usize) {
+/// Waits until every connection of `open` (`most` places) has ended and
+/// no call runs on `tools`, for at most [`DRAIN`], or until the command
+/// is asked to stop again.
+async fn drained(open: &tokio::sync::Semaphore, most: usize, tools: &ToolSet) {
     let all = u32::try_from(most).unwrap_or(u32::MAX);
-    if open.available_permits() >= most {
+    if open.available_permits() >= most && tools.running() == 0 {
         return;
     }
     print_note(&format!(
-        "stopping: answering the requests under way first (at most {} s; Ctrl-C again ends \
-         at once)",
+        "stopping: answering the requests and finishing the calls under way first (at most {} \
+         s; Ctrl-C again ends at once)",
         DRAIN.as_secs()
     ));
     let again = async {
@@ -422,12 +447,19 @@ async fn drained(open: &tokio::sync::Semaphore, most: usize) {
             Err(_) => std::future::pending().await,
         }
     };
+    let ended = async {
+        // Held by nobody once every connection has ended.
+        let _all = open.acquire_many(all).await;
+        tools.calls_ended().await;
+    };
     tokio::select! {
-        ended = tokio::time::timeout(DRAIN, open.acquire_many(all)) => {
+        ended = tokio::time::timeout(DRAIN, ended) => {
             if ended.is_err() {
                 let left = most.saturating_sub(open.available_permits());
                 tracing::warn!(
-                    "{left} connections still had requests running after {} s: ending anyway",
+                    "{left} connections still had requests running, and {} calls were still \
+                     running, after {} s: ending anyway",
+                    tools.running(),
                     DRAIN.as_secs()
                 );
             }

@@ -1,7 +1,9 @@
 //! What one user may use of a server at once (`[mcp.limits]`): tool calls
 //! running, calls started in the last minute, MCP sessions open. Each is
 //! counted per user id, in this process: a server of many hosts limits
-//! each host's share.
+//! each host's share. Beside them, what runs on a server's tools for all
+//! users together ([`ToolSet::running`](super::ToolSet::running)), for a
+//! server that stops to wait for.
 //!
 //! A call or session holds a permit while it runs or lives; dropping the
 //! permit gives its place back. A refused call has not started, so
@@ -191,6 +193,58 @@ impl UserLimiter {
     }
 }
 
+/// The work running on a server's tools in this process, for all users
+/// together (calls, tasks, calls whose client went away, reads, prompts,
+/// completions), counted so that a stopping server can wait for it to
+/// end. Cost: a lock at each start and end, and a wake only when someone
+/// waits.
+#[derive(Debug)]
+pub(super) struct Running(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Default for Running {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
+
+impl Running {
+    /// Counts one more piece of work until the guard is dropped.
+    pub(super) fn start(&self) -> Busy {
+        // Nobody waits for a count to grow.
+        self.0.send_if_modified(|n| {
+            *n += 1;
+            false
+        });
+        Busy(Arc::clone(&self.0))
+    }
+
+    /// How many run now.
+    pub(super) fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits until none runs: at once when none does; work that starts
+    /// meanwhile is waited for too.
+    pub(super) async fn ended(&self) {
+        let mut count = self.0.subscribe();
+        // The sender lives as long as `self`: never an error.
+        let _ = count.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One piece of work counted in [`Running`] while it is held.
+#[derive(Debug)]
+pub(super) struct Busy(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.send_if_modified(|n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +297,25 @@ mod tests {
 
     fn refused_text(limiter: &Arc<UserLimiter>) -> String {
         limiter.start_call("ann").unwrap_err().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_stopping_server_waits_for_the_work_running() {
+        let running = Running::default();
+        // Nothing runs: no wait.
+        running.ended().await;
+        let (first, second) = (running.start(), running.start());
+        assert_eq!(running.count(), 2);
+        let mut ended = std::pin::pin!(running.ended());
+        assert!(futures::poll!(ended.as_mut()).is_pending());
+        drop(first);
+        assert!(futures::poll!(ended.as_mut()).is_pending());
+        // Work that starts while it waits is waited for too.
+        let third = running.start();
+        drop(second);
+        assert!(futures::poll!(ended.as_mut()).is_pending());
+        drop(third);
+        assert_eq!(running.count(), 0);
+        ended.await;
     }
 }

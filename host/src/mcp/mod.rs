@@ -144,6 +144,8 @@ pub struct ToolSet {
     state_key: StateKey,
     /// The seconds of the calls that relay what they report.
     seconds: relay::Seconds,
+    /// What runs on these tools.
+    running: limits::Running,
 }
 
 /// How a server serves, beside its tools: what [`ToolSet::with`] takes.
@@ -172,7 +174,24 @@ impl ToolSet {
             tasks: tasks::Tasks::new(serving.tasks),
             state_key: serving.state_key.unwrap_or_else(StateKey::random),
             seconds: relay::Seconds::default(),
+            running: limits::Running::default(),
         })
+    }
+
+    /// How many calls run on these tools now, in this process (with the
+    /// resource reads, prompts and completions): those answered in their
+    /// request, and those no request waits for (tasks, and calls whose
+    /// client went away, which run to their end).
+    pub fn running(&self) -> usize {
+        self.running.count()
+    }
+
+    /// Waits until no call runs on these tools ([`running`](Self::running)
+    /// is 0): at once when none does; a call that starts meanwhile is
+    /// waited for too. What a stopping server waits for beside its open
+    /// connections, since a task goes on with no connection open.
+    pub async fn calls_ended(&self) {
+        self.running.ended().await;
     }
 
     /// The host serving now. A call keeps the host it started with.
@@ -539,17 +558,20 @@ impl McpServer {
     }
 
     /// Room for one more call of the caller's (a tool call, or a read, a
-    /// prompt or a completion): `None` when nothing is counted; why not,
-    /// past one of the user's limits.
-    fn permit(&self, caller: Option<&Caller>) -> Result<Option<limits::Permit>, String> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(None);
+    /// prompt or a completion), held while it runs; why not, past one of
+    /// the user's limits.
+    fn permit(&self, caller: Option<&Caller>) -> Result<Room, String> {
+        let limit = match &self.limiter {
+            None => None,
+            Some(limiter) => {
+                let user = self.user(caller).unwrap_or_default();
+                Some(limiter.start_call(&user).map_err(|e| e.to_string())?)
+            }
         };
-        let user = self.user(caller).unwrap_or_default();
-        limiter
-            .start_call(&user)
-            .map(Some)
-            .map_err(|e| e.to_string())
+        Ok(Room {
+            _limit: limit,
+            _busy: self.tools.running.start(),
+        })
     }
 
     /// The user whose sessions `caller` works on: its token's, else the
@@ -768,6 +790,14 @@ impl Working {
             tracing::warn!(error = %e, "cannot release a session");
         }
     }
+}
+
+/// A call's place while it runs (a tool call, or a read, a prompt or a
+/// completion): in its user's count with `[mcp.limits]`, and among the
+/// work a stopping server waits for ([`ToolSet::running`]).
+struct Room {
+    _limit: Option<limits::Permit>,
+    _busy: limits::Busy,
 }
 
 /// Who answers a call's questions over MCP: the client's user, through
