@@ -478,15 +478,7 @@ async fn a_client_gone_over_stdio_leaves_its_tasks_to_finish() {
         .spawn()
         .unwrap();
     let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
-    let stderr = child.stderr.take().unwrap();
-    let (notes, mut noted) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = notes.send(line);
-        }
-    });
+    let mut noted = crate::support::mcp::notes_of(child.stderr.take().unwrap());
     let client = TaskClient::TASKS
         .serve_with_lifecycle((stdout, stdin), discovering())
         .await

@@ -88,16 +88,23 @@ pub async fn connect_noting<H: rmcp::ClientHandler>(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("airlock mcp starts");
+    let noted = notes_of(stderr.expect("stderr is piped"));
+    (handler.serve(transport).await.expect("initialize"), noted)
+}
+
+/// A server's notes (`stderr`, its stderr), line by line as they come.
+pub fn notes_of(
+    stderr: tokio::process::ChildStderr,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let (notes, noted) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         use tokio::io::AsyncBufReadExt;
-        let Some(stderr) = stderr else { return };
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let _ = notes.send(line);
         }
     });
-    (handler.serve(transport).await.expect("initialize"), noted)
+    noted
 }
 
 /// Waits (up to 60 s) for a note containing `needle`; the note.
