@@ -173,19 +173,33 @@ impl Bench {
     /// A host with `files` loaded, each preparing `prepared` instances
     /// ahead of demand (0: every call instantiates).
     pub(crate) async fn host_preparing(&self, files: &[PathBuf], prepared: usize) -> Host {
-        let mut host = Host::builder()
-            .cache(CompileCache::in_dir(&self.cache))
-            .max_concurrent_calls(128)
-            .limits(airlock::Limits {
-                prepared_instances: prepared,
-                ..airlock::Limits::default()
-            })
-            .build()
-            .unwrap();
-        for f in files {
-            host.load(f).await.unwrap();
+        self.loading(files, prepared).await
+    }
+
+    /// What makes [`Bench::host_preparing`]'s host, owning all it needs:
+    /// to be run on another runtime, whose cores the threads the host
+    /// starts (the one its stores are dropped on among them) then share.
+    pub(crate) fn loading(
+        &self,
+        files: &[PathBuf],
+        prepared: usize,
+    ) -> impl Future<Output = Host> + Send + 'static {
+        let (cache, files) = (self.cache.clone(), files.to_vec());
+        async move {
+            let mut host = Host::builder()
+                .cache(CompileCache::in_dir(&cache))
+                .max_concurrent_calls(128)
+                .limits(airlock::Limits {
+                    prepared_instances: prepared,
+                    ..airlock::Limits::default()
+                })
+                .build()
+                .unwrap();
+            for f in &files {
+                host.load(f).await.unwrap();
+            }
+            host
         }
-        host
     }
 }
 
