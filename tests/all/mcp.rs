@@ -1075,6 +1075,84 @@ async fn an_http_server_serves_at_most_max_connections_and_the_next_once_one_clo
     assert_eq!(served, 1);
 }
 
+/// One peer cannot take the places of every other: past `[mcp]
+/// max_connections_per_peer`, a peer's next connection is closed as soon
+/// as it is accepted, unanswered, though the server has room; another
+/// peer (127.0.0.2) is served meanwhile; and the first is served again
+/// once one of its connections has closed. The server names the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_cannot_take_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = stateful_policy_with_mcp(
+        dir.path(),
+        "max_connections = 8\nmax_connections_per_peer = 2",
+    );
+    let db = dir.path().join("peers.db");
+    let mut server = serve_http(&policy, db.to_str().unwrap());
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let here = [127, 0, 0, 1];
+    // Two connections that send nothing take 127.0.0.1's places (the
+    // listener hands connections over in the order they came).
+    let first = std::net::TcpStream::connect(&address).unwrap();
+    let _second = std::net::TcpStream::connect(&address).unwrap();
+    assert_eq!(initialize_from(here, &address).await, None);
+    let said = wait_for_note(&mut server.notes, "max_connections_per_peer").await;
+    assert!(said.contains("127.0.0.1"), "{said}");
+    assert_eq!(
+        initialize_from([127, 0, 0, 2], &address).await.as_deref(),
+        Some("HTTP/1.1 200 OK")
+    );
+    drop(first);
+    // Served once the server has seen `first` close.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match initialize_from(here, &address).await {
+            Some(status) => break assert_eq!(status, "HTTP/1.1 200 OK"),
+            None => assert!(
+                Instant::now() < deadline,
+                "a place given back is never taken again"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// POSTs an MCP `initialize` from `local` (a loopback address) to the
+/// server at `address`, on a connection of its own: the answer's status
+/// line, or `None` when the server closed the connection unanswered.
+async fn initialize_from(local: [u8; 4], address: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind((std::net::Ipv4Addr::from(local), 0).into())
+        .unwrap();
+    let mut stream = socket.connect(address.parse().unwrap()).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut answer = Vec::new();
+    let exchange = async {
+        stream.write_all(request.as_bytes()).await?;
+        stream.read_to_end(&mut answer).await
+    };
+    // A refused connection reads as closed, or reset (what it was sent
+    // unread); an answered one ends, its connection closed after it.
+    // Either way, what was read is the answer.
+    let _read = tokio::time::timeout(Duration::from_secs(60), exchange)
+        .await
+        .expect("the server answers or closes the connection");
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().map(str::to_owned)
+}
+
 /// `airlock mcp --transport http` serving the hostile tools, `data` at
 /// `/data`, its sessions in `store`, started with a limit of `soft` open
 /// descriptors (`hard` at most).

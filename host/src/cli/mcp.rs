@@ -6,8 +6,9 @@
 //! missing). Over HTTP, each MCP session gets its own Airlock session, and
 //! a request may name one in `_meta` (`airlock/session`).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -223,7 +224,10 @@ pub async fn run(args: McpArgs) -> ExitCode {
                     limits: loaded.mcp.limits,
                     max_sessions: loaded.mcp.max_sessions,
                 };
-                let connections = loaded.mcp.max_connections;
+                let connections = ConnectionLimits {
+                    most: loaded.mcp.max_connections,
+                    per_peer: loaded.mcp.max_connections_per_peer,
+                };
                 serve_http(&args, tls, connections, tools, &retention, access).await
             }
         };
@@ -328,7 +332,7 @@ async fn serve_stdio(
 async fn serve_http(
     args: &McpArgs,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    connections: usize,
+    connections: ConnectionLimits,
     tools: Arc<ToolSet>,
     retention: &Retention,
     access: Access,
@@ -398,10 +402,16 @@ async fn serve_http(
     // connection's task, spawned from a worker, starts on that worker, and
     // no other thread is woken for it. rmcp's own client opens a connection
     // for every request.
-    let most = within_descriptors(connections);
+    let most = within_descriptors(connections.most);
     let open = Arc::new(tokio::sync::Semaphore::new(most));
+    let peers = Arc::new(Peers::new(connections.per_peer.min(most)));
     let (drain, draining) = tokio::sync::watch::channel(false);
-    let accepting = accept(listener, tls, service, Arc::clone(&open), most, draining);
+    let places = Places {
+        open: Arc::clone(&open),
+        most,
+        peers,
+    };
+    let accepting = accept(listener, tls, service, places, draining);
     let mut accepting = AbortOnDrop(Some(tokio::spawn(accepting)));
     // Ends the server on Ctrl-C or SIGTERM, or at once if neither can be
     // listened for.
@@ -498,11 +508,110 @@ fn within_descriptors(most: usize) -> usize {
     fit
 }
 
+/// The policy's bounds on the HTTP server's connections: `[mcp]
+/// max_connections` and `max_connections_per_peer`.
+#[derive(Debug, Clone, Copy)]
+struct ConnectionLimits {
+    most: usize,
+    per_peer: usize,
+}
+
+/// The places the HTTP server has for connections: `most` in all (`open`
+/// holds those left), and `peers`' for each peer.
+struct Places {
+    open: Arc<tokio::sync::Semaphore>,
+    most: usize,
+    peers: Arc<Peers>,
+}
+
+/// The connections open from each peer, at most `most` a peer. A peer is
+/// an IPv4 address, or an IPv6 address's /64: one machine is commonly
+/// given a whole /64, and would otherwise be a peer per address it
+/// chose. Cost: a lock and a hash lookup when a connection is accepted
+/// and when it closes; an entry only for a peer with connections open.
+#[derive(Debug)]
+struct Peers {
+    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+    most: usize,
+}
+
+/// A connection's place among its peer's, given back when dropped.
+struct PeerPlace {
+    peers: Arc<Peers>,
+    peer: IpAddr,
+}
+
+impl Peers {
+    fn new(most: usize) -> Self {
+        Self {
+            open: std::sync::Mutex::default(),
+            most,
+        }
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A place for a connection from `address`, or, when its peer has
+    /// `most` open, the peer refused.
+    fn admit(self: &Arc<Self>, address: IpAddr) -> Result<PeerPlace, IpAddr> {
+        let peer = peer_of(address);
+        let mut open = self.open();
+        let count = open.entry(peer).or_insert(0);
+        if *count >= self.most {
+            return Err(peer);
+        }
+        *count += 1;
+        Ok(PeerPlace {
+            peers: Arc::clone(self),
+            peer,
+        })
+    }
+}
+
+impl Drop for PeerPlace {
+    fn drop(&mut self) {
+        let mut open = self.peers.open();
+        if let Some(count) = open.get_mut(&self.peer) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// The peer `address` is counted under: an IPv4 address (one an IPv6
+/// socket sees as IPv4-mapped too), or an IPv6 address's /64.
+fn peer_of(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let [a, b, c, d, ..] = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+/// How `peer` is named to the operator: an IPv6 peer as its /64.
+fn peer_name(peer: IpAddr) -> String {
+    match peer {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("{v6}/64"),
+    }
+}
+
 /// How long the HTTP server waits after failing to accept a connection.
 const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The least time between two warnings that the HTTP server has as many
-/// connections open as it serves.
+/// connections open as it serves (in all, or from one peer).
 const FULL_TOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a client has to finish its TLS handshake.
@@ -541,21 +650,25 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Fa
 
 /// Accepts MCP connections on `listener` and serves each in a task of its
 /// own (over TLS when `tls` is given: a client that does not finish its
-/// handshake in [`TLS_HANDSHAKE`] is dropped), until aborted. While `most`
-/// are open, the next waits in the listener's queue until one closes (an
-/// idle one closes after
-/// [`READ_DEADLINE`](airlock::mcp::http::READ_DEADLINE)).
+/// handshake in [`TLS_HANDSHAKE`] is dropped), until aborted. While
+/// `places.most` are open, the next waits in the listener's queue until
+/// one closes (an idle one closes after
+/// [`READ_DEADLINE`](airlock::mcp::http::READ_DEADLINE)); one from a peer
+/// that has as many open as `places.peers` allows is closed once accepted
+/// (before any TLS handshake), so the rest of the places stay for other
+/// peers.
 async fn accept(
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     service: Arc<McpHttpService>,
-    open: Arc<tokio::sync::Semaphore>,
-    most: usize,
+    places: Places,
     draining: tokio::sync::watch::Receiver<bool>,
 ) {
-    // When the operator was last told the server is full: at most once a
-    // minute, however many connections wait.
+    let Places { open, most, peers } = places;
+    // When the operator was last told the server is full, or a peer was
+    // refused: at most once a minute each, however many connections wait.
     let mut told: Option<std::time::Instant> = None;
+    let mut told_peer: Option<std::time::Instant> = None;
     loop {
         let place = match Arc::clone(&open).try_acquire_owned() {
             Ok(place) => place,
@@ -574,13 +687,30 @@ async fn accept(
                 }
             }
         };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, address) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors, say: the error repeats until
                 // connections close, so pause rather than spin on it.
                 tracing::warn!(error = %e, "cannot accept a connection");
                 tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let peer_place = match peers.admit(address.ip()) {
+            Ok(place) => place,
+            Err(peer) => {
+                if told_peer.is_none_or(|at| at.elapsed() >= FULL_TOLD_EVERY) {
+                    told_peer = Some(std::time::Instant::now());
+                    tracing::warn!(
+                        "{} MCP connections from {} are open, the most this server serves from \
+                         one peer ([mcp] max_connections_per_peer): more from it are closed \
+                         until one ends",
+                        peers.most,
+                        peer_name(peer)
+                    );
+                }
+                // Closed now: its place is the next connection's.
                 continue;
             }
         };
@@ -594,7 +724,7 @@ async fn accept(
         let tls = tls.clone();
         let draining = draining.clone();
         tokio::spawn(async move {
-            let _place = place;
+            let _places = (place, peer_place);
             match tls {
                 None => serve_connection(stream, service, draining).await,
                 Some(tls) => match tokio::time::timeout(TLS_HANDSHAKE, tls.accept(stream)).await {
@@ -1025,5 +1155,29 @@ mod tests {
                 (Line::Whole, "xyz".to_owned()),
             ]
         );
+    }
+
+    /// A peer is an IPv4 address (mapped into IPv6 or not) or an IPv6
+    /// /64; each has at most `most` places, and a place given back is the
+    /// next connection's. A peer with none open holds no entry.
+    #[test]
+    fn each_peer_has_its_own_places() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert_eq!(peer_of(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
+        assert_eq!(peer_of(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(peer_name(ip("2001:db8:1:2::")), "2001:db8:1:2::/64");
+        let peers = Arc::new(Peers::new(2));
+        let first = peers.admit(ip("10.0.0.1")).unwrap();
+        let _second = peers.admit(ip("::ffff:10.0.0.1")).unwrap();
+        assert_eq!(peers.admit(ip("10.0.0.1")).err(), Some(ip("10.0.0.1")));
+        let _other = peers.admit(ip("10.0.0.2")).unwrap();
+        let _a = peers.admit(ip("2001:db8:1:2::1")).unwrap();
+        let _b = peers.admit(ip("2001:db8:1:2::2")).unwrap();
+        assert!(peers.admit(ip("2001:db8:1:2::3")).is_err());
+        assert!(peers.admit(ip("2001:db8:1:3::1")).is_ok());
+        drop(first);
+        let _again = peers.admit(ip("10.0.0.1")).unwrap();
+        drop((_second, _again));
+        assert!(!peers.open().contains_key(&ip("10.0.0.1")));
     }
 }

@@ -2,7 +2,7 @@
 //! server that admits an HTTP request (`[mcp.auth]`, [`AuthSettings`]),
 //! what one user may use at once (`[mcp.limits]`, [`UserLimits`]), how
 //! many MCP sessions and connections an HTTP server holds (`[mcp]
-//! max_sessions`, `max_connections`) and when a call becomes a task
+//! max_sessions`, `max_connections`, `max_connections_per_peer`) and when a call becomes a task
 //! (`[mcp.tasks]`, [`TaskSettings`]).
 //! Data only: validating tokens and counting calls are `crate::mcp`'s.
 
@@ -50,6 +50,16 @@ pub const DEFAULT_MAX_SESSIONS: usize = 1024;
 /// process's file descriptor limit: about 160 MiB.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
+/// The most connections an HTTP server serves at once from one peer (an
+/// IPv4 address, or an IPv6 address's /64, what one machine is given),
+/// unless the policy says (`[mcp] max_connections_per_peer`): past it, a
+/// new one from that peer is closed as soon as it is accepted, so one
+/// client that opens connection after connection (or leaks them) cannot
+/// take all of [`DEFAULT_MAX_CONNECTIONS`] and keep every other client
+/// waiting. A server behind a reverse proxy sees every client as the
+/// proxy's address: raise it there to the proxy's connections.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 256;
+
 /// The policy's `[mcp]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpSettings {
@@ -63,6 +73,9 @@ pub struct McpSettings {
     /// The most connections an HTTP server serves at once
     /// ([`DEFAULT_MAX_CONNECTIONS`] unless told).
     pub max_connections: usize,
+    /// The most connections an HTTP server serves at once from one peer
+    /// ([`DEFAULT_MAX_CONNECTIONS_PER_PEER`] unless told).
+    pub max_connections_per_peer: usize,
     /// When a call becomes a task, and how long one is kept.
     pub tasks: TaskSettings,
     /// The environment variable holding the key that seals a 2026-07-28
@@ -78,6 +91,7 @@ impl Default for McpSettings {
             limits: UserLimits::default(),
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             tasks: TaskSettings::default(),
             state_key_env: None,
         }
@@ -188,6 +202,7 @@ pub(crate) struct McpFile {
     state_key_env: Option<String>,
     max_sessions: Option<usize>,
     max_connections: Option<usize>,
+    max_connections_per_peer: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -272,6 +287,7 @@ impl McpFile {
         for (key, value) in [
             ("max_sessions", self.max_sessions),
             ("max_connections", self.max_connections),
+            ("max_connections_per_peer", self.max_connections_per_peer),
         ] {
             if value == Some(0) {
                 return Err(format!("[mcp] {key} must be at least 1"));
@@ -281,6 +297,9 @@ impl McpFile {
             auth,
             max_sessions: self.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            max_connections_per_peer: self
+                .max_connections_per_peer
+                .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_PEER),
             limits: UserLimits {
                 concurrent_calls: limits.concurrent_calls,
                 calls_per_minute: limits.calls_per_minute,
@@ -441,6 +460,17 @@ mod tests {
         let ok = settings("[limits]\nconcurrent_calls = 2\n").unwrap();
         assert_eq!(ok.limits.concurrent_calls, Some(2));
         assert_eq!(ok.auth, None);
+        assert_eq!(
+            ok.max_connections_per_peer,
+            DEFAULT_MAX_CONNECTIONS_PER_PEER
+        );
+        let err = settings("max_connections_per_peer = 0\n").unwrap_err();
+        assert!(
+            err.contains("[mcp] max_connections_per_peer must be at least 1"),
+            "{err}"
+        );
+        let per_peer = settings("max_connections_per_peer = 3\n").unwrap();
+        assert_eq!(per_peer.max_connections_per_peer, 3);
 
         let introspection = |extra: &str| {
             settings(&format!(

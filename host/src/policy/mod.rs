@@ -82,8 +82,8 @@ pub use keys::PublicKey;
 pub use limits::Limits;
 use limits::LimitsConfig;
 pub use mcp::{
-    AuthSettings, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, McpSettings, TaskSettings,
-    UserLimits,
+    AuthSettings, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_SESSIONS,
+    McpSettings, TaskSettings, UserLimits,
 };
 use oci::{OciFile, VerifyFile};
 pub use oci::{OciSettings, OciTool, Resolved};
