@@ -614,6 +614,23 @@ const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 /// connections open as it serves (in all, or from one peer).
 const FULL_TOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// When a warning was last given, so that it is given at most once every
+/// [`FULL_TOLD_EVERY`].
+#[derive(Default)]
+struct Told(Option<std::time::Instant>);
+
+impl Told {
+    /// Whether the warning is to be given now (and, if so, counted as
+    /// given).
+    fn due(&mut self) -> bool {
+        if self.0.is_some_and(|at| at.elapsed() < FULL_TOLD_EVERY) {
+            return false;
+        }
+        self.0 = Some(std::time::Instant::now());
+        true
+    }
+}
+
 /// How long a client has to finish its TLS handshake.
 const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -665,16 +682,14 @@ async fn accept(
     draining: tokio::sync::watch::Receiver<bool>,
 ) {
     let Places { open, most, peers } = places;
-    // When the operator was last told the server is full, or a peer was
-    // refused: at most once a minute each, however many connections wait.
-    let mut told: Option<std::time::Instant> = None;
-    let mut told_peer: Option<std::time::Instant> = None;
+    // The operator is told the server is full, or a peer was refused, at
+    // most once a minute each, however many connections wait.
+    let (mut full, mut refused) = (Told::default(), Told::default());
     loop {
         let place = match Arc::clone(&open).try_acquire_owned() {
             Ok(place) => place,
             Err(_) => {
-                if told.is_none_or(|at| at.elapsed() >= FULL_TOLD_EVERY) {
-                    told = Some(std::time::Instant::now());
+                if full.due() {
                     tracing::warn!(
                         "{most} MCP connections are open, the most this server serves \
                          ([mcp] max_connections): new ones wait until one closes"
@@ -700,8 +715,7 @@ async fn accept(
         let peer_place = match peers.admit(address.ip()) {
             Ok(place) => place,
             Err(peer) => {
-                if told_peer.is_none_or(|at| at.elapsed() >= FULL_TOLD_EVERY) {
-                    told_peer = Some(std::time::Instant::now());
+                if refused.due() {
                     tracing::warn!(
                         "{} MCP connections from {} are open, the most this server serves from \
                          one peer ([mcp] max_connections_per_peer): more from it are closed \

@@ -2,8 +2,8 @@
 //! server that admits an HTTP request (`[mcp.auth]`, [`AuthSettings`]),
 //! what one user may use at once (`[mcp.limits]`, [`UserLimits`]), how
 //! many MCP sessions and connections an HTTP server holds (`[mcp]
-//! max_sessions`, `max_connections`, `max_connections_per_peer`) and when a call becomes a task
-//! (`[mcp.tasks]`, [`TaskSettings`]).
+//! max_sessions`, `max_connections`, `max_connections_per_peer`) and
+//! when a call becomes a task (`[mcp.tasks]`, [`TaskSettings`]).
 //! Data only: validating tokens and counting calls are `crate::mcp`'s.
 
 use std::time::Duration;
