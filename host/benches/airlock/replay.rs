@@ -199,6 +199,43 @@ async fn fresh_on(on: &OnCores, host: &Arc<Host>, cores: usize, calls: usize) ->
         .await
 }
 
+/// The time `rounds` rounds of arithmetic on one register take, from
+/// `cores` tasks on `on` (`cores` cores): what the machine gives work that
+/// touches no memory and shares nothing, not even an allocator.
+async fn spin_on(on: &OnCores, cores: usize, rounds: u64) -> Duration {
+    on.run(async move {
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..cores as u64)
+            .map(|task| {
+                tokio::spawn(async move {
+                    // xorshift64: a dependent chain the compiler cannot fold.
+                    let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15_u64 ^ task);
+                    for _ in 0..rounds / cores as u64 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                    }
+                    std::hint::black_box(x);
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        started.elapsed()
+    })
+    .await
+}
+
+/// Rounds of [`spin_on`] that take one core about as long as `took`, a
+/// run of the replay on one core.
+async fn spin_rounds(on: &OnCores, took: Duration) -> u64 {
+    let probe = 10_000_000;
+    let probed = spin_on(on, 1, probe).await;
+    let rounds = took.as_secs_f64() / probed.as_secs_f64().max(1e-9) * probe as f64;
+    rounds.clamp(1.0, 1e11) as u64
+}
+
 pub(crate) async fn run(b: &Bench, out: &mut String) {
     writeln!(
         out,
@@ -309,7 +346,18 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                     async || fresh_on(&two, on_two, 2, calls).await,
                 )
                 .await;
-            scaling = Some((replay, bare, calls));
+            // The same on work that shares nothing at all, as long as a
+            // one-core replay run: how far these cores scale anything.
+            let rounds = spin_rounds(&one, replay.a() * calls as u32).await;
+            let spin = b
+                .paired(
+                    "arithmetic alone 1 → 2 cores",
+                    pairs,
+                    async || spin_on(&one, 1, rounds).await,
+                    async || spin_on(&two, 2, rounds).await,
+                )
+                .await;
+            scaling = Some((replay, bare, spin, calls));
         }
     }
     writeln!(
@@ -318,16 +366,19 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
          |---|---|---|---|---|---|---|---|---|\n{rows}"
     )
     .unwrap();
-    if let Some((replay, bare, calls)) = scaling {
+    if let Some((replay, bare, spin, calls)) = scaling {
         writeln!(
             out,
             "Rust replay of a session of {calls} calls, one core (one call at a time) → two (two at once): \
              throughput {} — target at least 1.8×: {}. \
              For what these two cores give calls that share nothing, bare `Host::call`s measured the same way \
-             (one task on one core → two tasks on two): {}.\n",
+             (one task on one core → two tasks on two): {}; and for what they give work that \
+             touches no memory and shares nothing (a register's arithmetic, as long as a one-core \
+             replay run, one thread → two): {}.\n",
             replay.cell(),
             replay.at_least(1.8),
             bare.cell(),
+            spin.cell(),
         )
         .unwrap();
     }
