@@ -300,11 +300,7 @@ async fn out_of_file_descriptors_the_http_server_waits_and_serves_again() {
         .status()
         .expect("prlimit (util-linux) runs");
     assert!(lowered.success());
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     let held: Vec<std::net::TcpStream> = (0..32)
         .map(|_| std::net::TcpStream::connect(&address).unwrap())
         .collect();
@@ -1041,11 +1037,7 @@ async fn an_http_server_serves_at_most_max_connections_and_the_next_once_one_clo
     let policy = stateful_policy_with_mcp(dir.path(), "max_connections = 2");
     let db = dir.path().join("held.db");
     let server = serve_http(&policy, db.to_str().unwrap());
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     // Each request on a connection of its own, which then closes.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let once = |url: String| async move {
@@ -1089,11 +1081,7 @@ async fn one_peer_cannot_take_every_connection() {
     );
     let db = dir.path().join("peers.db");
     let mut server = serve_http(&policy, db.to_str().unwrap());
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     let here = [127, 0, 0, 1];
     // Two connections that send nothing take 127.0.0.1's places (the
     // listener hands connections over in the order they came).
@@ -1236,11 +1224,7 @@ async fn connections_leave_the_descriptors_calls_need() {
         "{said}"
     );
     let client = RawHttp::new(&server.url).initialize().await;
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     let _idle: Vec<std::net::TcpStream> = (0..300)
         .map(|_| std::net::TcpStream::connect(&address).unwrap())
         .collect();
@@ -1281,11 +1265,7 @@ async fn a_stopping_server_answers_the_calls_it_is_running() {
     .unwrap();
     let store = dir.path().join("stopping.db");
     let mut server = serve_http(policy.to_str().unwrap(), store.to_str().unwrap());
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     let client = RawHttp::new(&server.url).initialize().await;
     let fetch = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "fetch", "arguments": {"url": format!("http://{}/held", gate.served.addr)}}});
@@ -1507,11 +1487,7 @@ async fn connections_that_send_no_request_in_time_are_closed_over_http() {
             ("RUST_LOG", "debug"),
         ],
     );
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     let connect = || {
         let stream = std::net::TcpStream::connect(&address).unwrap();
         // A server that never closes fails the test, not hangs it.
@@ -2076,11 +2052,7 @@ async fn a_connection_that_calls_nothing_leaves_no_session() {
     // HTTP: a connection that closes, one that sends garbage, a client
     // that initializes and lists.
     let server = serve_http(&config, db.to_str().unwrap());
-    let address = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let address = server.address();
     drop(tokio::net::TcpStream::connect(&address).await.unwrap());
     let mut garbage = tokio::net::TcpStream::connect(&address).await.unwrap();
     garbage.write_all(b"not http at all\r\n\r\n").await.unwrap();

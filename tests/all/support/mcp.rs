@@ -242,6 +242,14 @@ impl HttpServer {
         }
     }
 
+    /// `127.0.0.1:PORT`: where to open a connection of one's own.
+    pub fn address(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_owned()
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
