@@ -74,23 +74,32 @@ async fn replayed(
 /// Per call: `calls` fresh calls of `increment`, from `tasks` tasks at
 /// once (with two, what two cores give calls that need no journal).
 async fn fresh(host: &Arc<Host>, tasks: usize, calls: usize) -> Duration {
+    let took = at_once(tasks, |_| {
+        let host = Arc::clone(host);
+        async move {
+            let mut ctx = RunContext::default();
+            let call = ToolCall::new("increment", r#"{"name":"n"}"#);
+            for _ in 0..calls / tasks {
+                host.call(&mut ctx, &call).await.unwrap();
+            }
+        }
+    })
+    .await;
+    took / calls as u32
+}
+
+/// The time `tasks` tasks take, each `task(i)` spawned at once and all
+/// awaited.
+async fn at_once<F>(tasks: usize, task: impl Fn(usize) -> F) -> Duration
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let started = Instant::now();
-    let tasks: Vec<_> = (0..tasks)
-        .map(|_| {
-            let host = Arc::clone(host);
-            tokio::spawn(async move {
-                let mut ctx = RunContext::default();
-                let call = ToolCall::new("increment", r#"{"name":"n"}"#);
-                for _ in 0..calls / tasks {
-                    host.call(&mut ctx, &call).await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
+    let spawned: Vec<_> = (0..tasks).map(|i| tokio::spawn(task(i))).collect();
+    for spawned in spawned {
+        spawned.await.unwrap();
     }
-    started.elapsed() / calls as u32
+    started.elapsed()
 }
 
 /// Per call: `calls` calls of `increment` made as the replayed session's
@@ -203,27 +212,16 @@ async fn fresh_on(on: &OnCores, host: &Arc<Host>, cores: usize, calls: usize) ->
 /// `cores` tasks on `on` (`cores` cores): what the machine gives work that
 /// touches no memory and shares nothing, not even an allocator.
 async fn spin_on(on: &OnCores, cores: usize, rounds: u64) -> Duration {
-    on.run(async move {
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..cores as u64)
-            .map(|task| {
-                tokio::spawn(async move {
-                    // xorshift64: a dependent chain the compiler cannot fold.
-                    let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15_u64 ^ task);
-                    for _ in 0..rounds / cores as u64 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                    }
-                    std::hint::black_box(x);
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
+    on.run(at_once(cores, move |task| async move {
+        // xorshift64: a dependent chain the compiler cannot fold.
+        let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15_u64 ^ task as u64);
+        for _ in 0..rounds / cores as u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
         }
-        started.elapsed()
-    })
+        std::hint::black_box(x);
+    }))
     .await
 }
 
