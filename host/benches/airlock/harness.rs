@@ -125,9 +125,7 @@ impl Bench {
                 }
             }
             let (ta, tb) = (quantile(&ta, 0.5), quantile(&tb, 0.5));
-            measured.a.push(ta);
-            measured.b.push(tb);
-            measured.ratios.push(ta / tb);
+            measured.push(Duration::from_secs_f64(ta), Duration::from_secs_f64(tb));
         }
         self.keep(name, measured)
     }
@@ -135,7 +133,7 @@ impl Bench {
     /// `measured` kept under `name` with the pairs of the earlier passes;
     /// all of them so far (the reporting pass keeps the ratio for the next
     /// run's comparison).
-    fn keep(&self, name: &str, measured: Paired) -> Paired {
+    pub(crate) fn keep(&self, name: &str, measured: Paired) -> Paired {
         let all = {
             let mut samples = self.samples.lock().unwrap();
             let all = samples.entry(name.to_owned()).or_default();
@@ -256,16 +254,7 @@ where
         ratios: Vec::with_capacity(pairs),
     };
     for i in 0..pairs {
-        let (ta, tb) = if i % 2 == 0 {
-            let ta = a().await;
-            (ta, b().await)
-        } else {
-            let tb = b().await;
-            (a().await, tb)
-        };
-        result.a.push(ta.as_secs_f64());
-        result.b.push(tb.as_secs_f64());
-        result.ratios.push(ratio(ta, tb));
+        result.push_pair(i % 2 == 0, a(), b()).await;
     }
     result
 }
@@ -279,6 +268,31 @@ pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
 }
 
 impl Paired {
+    /// One pair: side a took `a`, side b `b`.
+    pub(crate) fn push(&mut self, a: Duration, b: Duration) {
+        self.a.push(a.as_secs_f64());
+        self.b.push(b.as_secs_f64());
+        self.ratios.push(ratio(a, b));
+    }
+
+    /// One pair of `a` and `b`, run one after the other, `a` first when
+    /// `a_first`: each side's future does its work when awaited.
+    pub(crate) async fn push_pair(
+        &mut self,
+        a_first: bool,
+        a: impl Future<Output = Duration>,
+        b: impl Future<Output = Duration>,
+    ) {
+        let (ta, tb) = if a_first {
+            let ta = a.await;
+            (ta, b.await)
+        } else {
+            let tb = b.await;
+            (a.await, tb)
+        };
+        self.push(ta, tb);
+    }
+
     pub(crate) fn a(&self) -> Duration {
         Duration::from_secs_f64(quantile(&self.a, 0.5))
     }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Bench, Pinned, component, root};
+use crate::harness::{Bench, Paired, Pinned, component, root};
 use airlock::agent::replay::Replay;
 use airlock::context::ContextRules;
 use airlock::session::{Durability, SessionStore};
@@ -225,11 +225,31 @@ async fn spin_on(on: &OnCores, cores: usize, rounds: u64) -> Duration {
     .await
 }
 
-/// Rounds of [`spin_on`] that take one core about as long as `took`, a
+/// As [`spin_on`], on four registers at once: independent chains, which
+/// keep more of a core's execution units busy, as compiled code does.
+async fn chains_on(on: &OnCores, cores: usize, rounds: u64) -> Duration {
+    on.run(at_once(cores, move |task| async move {
+        let (mut a, mut b, mut c, mut d) = std::hint::black_box((task as u64, 2_u64, 3_u64, 4_u64));
+        for i in 0..rounds / cores as u64 {
+            a = a.wrapping_mul(3).wrapping_add(i);
+            b = b.wrapping_mul(5) ^ i;
+            c = c.rotate_left(3) ^ i;
+            d = d.wrapping_add(i) ^ (d >> 3);
+        }
+        std::hint::black_box(a ^ b ^ c ^ d);
+    }))
+    .await
+}
+
+/// Rounds of `spin` that take one core about as long as `took`, a
 /// run of the replay on one core.
-async fn spin_rounds(on: &OnCores, took: Duration) -> u64 {
+async fn spin_rounds(
+    on: &OnCores,
+    spin: impl AsyncFn(&OnCores, usize, u64) -> Duration,
+    took: Duration,
+) -> u64 {
     let probe = 10_000_000;
-    let probed = spin_on(on, 1, probe).await;
+    let probed = spin(on, 1, probe).await;
     let rounds = took.as_secs_f64() / probed.as_secs_f64().max(1e-9) * probe as f64;
     rounds.clamp(1.0, 1e11) as u64
 }
@@ -328,34 +348,49 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                 hosts.push(host);
             }
             let (on_one, on_two) = (&hosts[0], &hosts[1]);
-            let replay = b
-                .paired(
-                    "Rust replay 1 → 2 cores",
-                    pairs,
-                    async || replayed_on(&one, &store, on_one, id, 1, calls).await,
-                    async || replayed_on(&two, &store, on_two, id, 2, calls).await,
+            // The arithmetic as long as a one-core replay run.
+            let one_core = replayed_on(&one, &store, on_one, id, 1, calls).await;
+            let run = one_core * calls as u32;
+            let rounds = spin_rounds(&one, spin_on, run).await;
+            let chained = spin_rounds(&one, chains_on, run).await;
+            // A round is one pair of each, the order turning each round:
+            // what the machine gives two cores changes from minute to
+            // minute (its second core is shared with what else runs
+            // there), so the controls are measured in the same seconds as
+            // the replay, not in a stretch of their own.
+            let mut measured: [Paired; 4] = Default::default();
+            for round in 0..pairs.div_ceil(b.passes) {
+                let first = round % 2 == 0;
+                let [replay, bare, spin, chains] = &mut measured;
+                replay
+                    .push_pair(
+                        first,
+                        replayed_on(&one, &store, on_one, id, 1, calls),
+                        replayed_on(&two, &store, on_two, id, 2, calls),
+                    )
+                    .await;
+                bare.push_pair(
+                    first,
+                    fresh_on(&one, on_one, 1, calls),
+                    fresh_on(&two, on_two, 2, calls),
                 )
                 .await;
-            let bare = b
-                .paired(
-                    "Rust bare calls 1 → 2 cores",
-                    pairs,
-                    async || fresh_on(&one, on_one, 1, calls).await,
-                    async || fresh_on(&two, on_two, 2, calls).await,
-                )
-                .await;
-            // The same on work that shares nothing at all, as long as a
-            // one-core replay run: how far these cores scale anything.
-            let rounds = spin_rounds(&one, replay.a() * calls as u32).await;
-            let spin = b
-                .paired(
-                    "arithmetic alone 1 → 2 cores",
-                    pairs,
-                    async || spin_on(&one, 1, rounds).await,
-                    async || spin_on(&two, 2, rounds).await,
-                )
-                .await;
-            scaling = Some((replay, bare, spin, calls));
+                spin.push_pair(first, spin_on(&one, 1, rounds), spin_on(&two, 2, rounds))
+                    .await;
+                chains
+                    .push_pair(
+                        first,
+                        chains_on(&one, 1, chained),
+                        chains_on(&two, 2, chained),
+                    )
+                    .await;
+            }
+            let [replay, bare, spin, chains] = measured;
+            let replay = b.keep("Rust replay 1 → 2 cores", replay);
+            let bare = b.keep("Rust bare calls 1 → 2 cores", bare);
+            let spin = b.keep("arithmetic alone 1 → 2 cores", spin);
+            let chains = b.keep("arithmetic on four registers 1 → 2 cores", chains);
+            scaling = Some((replay, bare, spin, chains, calls));
         }
     }
     writeln!(
@@ -364,7 +399,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
          |---|---|---|---|---|---|---|---|---|\n{rows}"
     )
     .unwrap();
-    if let Some((replay, bare, spin, calls)) = scaling {
+    if let Some((replay, bare, spin, chains, calls)) = scaling {
         writeln!(
             out,
             "Rust replay of a session of {calls} calls, one core (one call at a time) → two (two at once): \
@@ -372,11 +407,14 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
              For what these two cores give calls that share nothing, bare `Host::call`s measured the same way \
              (one task on one core → two tasks on two): {}; and for what they give work that \
              touches no memory and shares nothing (a register's arithmetic, as long as a one-core \
-             replay run, one thread → two): {}.\n",
+             replay run, one thread → two): {}; {} on four registers at once (independent \
+             chains, which keep more of a core busy, as compiled code does). Each round takes one \
+             pair of each, so all four are measured in the same seconds.\n",
             replay.cell(),
             replay.at_least(1.8),
             bare.cell(),
             spin.cell(),
+            chains.cell(),
         )
         .unwrap();
     }
