@@ -241,6 +241,12 @@ async fn chains_on(on: &OnCores, cores: usize, rounds: u64) -> Duration {
     .await
 }
 
+/// One pair of `measure(cores)`: on one core and on two, one core first
+/// when `first`.
+async fn one_then_two(paired: &mut Paired, first: bool, measure: impl AsyncFn(usize) -> Duration) {
+    paired.push_pair(first, measure(1), measure(2)).await;
+}
+
 /// Rounds of `spin` that take one core about as long as `took`, a
 /// run of the replay on one core.
 async fn spin_rounds(
@@ -347,43 +353,39 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                 fresh_on(on, &host, cores, calls).await;
                 hosts.push(host);
             }
-            let (on_one, on_two) = (&hosts[0], &hosts[1]);
+            // Side `n` (1 or 2): its runtime, on `n` cores, and its host.
+            let sides = [(&one, &hosts[0]), (&two, &hosts[1])];
             // The arithmetic as long as a one-core replay run.
-            let one_core = replayed_on(&one, &store, on_one, id, 1, calls).await;
+            let one_core = replayed_on(&one, &store, &hosts[0], id, 1, calls).await;
             let run = one_core * calls as u32;
             let rounds = spin_rounds(&one, spin_on, run).await;
             let chained = spin_rounds(&one, chains_on, run).await;
             // A round is one pair of each, the order turning each round:
             // what the machine gives two cores changes from minute to
-            // minute (its second core is shared with what else runs
-            // there), so the controls are measured in the same seconds as
+            // minute, so the controls are measured in the same seconds as
             // the replay, not in a stretch of their own.
             let mut measured: [Paired; 4] = Default::default();
             for round in 0..pairs.div_ceil(b.passes) {
                 let first = round % 2 == 0;
                 let [replay, bare, spin, chains] = &mut measured;
-                replay
-                    .push_pair(
-                        first,
-                        replayed_on(&one, &store, on_one, id, 1, calls),
-                        replayed_on(&two, &store, on_two, id, 2, calls),
-                    )
-                    .await;
-                bare.push_pair(
-                    first,
-                    fresh_on(&one, on_one, 1, calls),
-                    fresh_on(&two, on_two, 2, calls),
-                )
+                one_then_two(replay, first, async |n| {
+                    let (on, host) = sides[n - 1];
+                    replayed_on(on, &store, host, id, n, calls).await
+                })
                 .await;
-                spin.push_pair(first, spin_on(&one, 1, rounds), spin_on(&two, 2, rounds))
-                    .await;
-                chains
-                    .push_pair(
-                        first,
-                        chains_on(&one, 1, chained),
-                        chains_on(&two, 2, chained),
-                    )
-                    .await;
+                one_then_two(bare, first, async |n| {
+                    let (on, host) = sides[n - 1];
+                    fresh_on(on, host, n, calls).await
+                })
+                .await;
+                one_then_two(spin, first, async |n| {
+                    spin_on(sides[n - 1].0, n, rounds).await
+                })
+                .await;
+                one_then_two(chains, first, async |n| {
+                    chains_on(sides[n - 1].0, n, chained).await
+                })
+                .await;
             }
             let [replay, bare, spin, chains] = measured;
             let replay = b.keep("Rust replay 1 → 2 cores", replay);
