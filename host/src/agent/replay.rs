@@ -18,7 +18,9 @@
 //! not yet answered), so memory is bounded by the deps, three pages and
 //! the calls read ahead (a page's, and at most 32 more), not by the
 //! journal's size. Calls run on `parallel` worker tasks; they
-//! are reported in the journal's order.
+//! are reported in the journal's order. Replays of several sessions run
+//! together within one [`CallBudget`] ([`Session::replay_within`]) run no
+//! more calls at once than it holds.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -26,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::FutureExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use serde::Serialize;
@@ -210,6 +212,20 @@ const AHEAD: usize = 32;
 /// Workers past it would only wait.
 pub const MAX_PARALLEL: usize = AHEAD + PAGE as usize / 2;
 
+/// Calls at once shared by replays that run together
+/// ([`Session::replay_within`]), so that replaying several sessions at a
+/// time runs no more calls at once than one replay would. Cloned, it is
+/// the same budget.
+#[derive(Debug, Clone)]
+pub struct CallBudget(Arc<Semaphore>);
+
+impl CallBudget {
+    /// A budget of `calls` at once (at least 1).
+    pub fn new(calls: usize) -> Self {
+        Self(Arc::new(Semaphore::new(calls.max(1))))
+    }
+}
+
 impl Session {
     /// Replays the calls of `replay.tools` in session `replay.session_id`
     /// against `host`'s components of those tools (see the module
@@ -231,6 +247,23 @@ impl Session {
         store: &dyn SessionStore,
         host: &Arc<Host>,
         replay: Replay<'_>,
+        each: impl FnMut(Replayed),
+    ) -> Result<ReplaySummary, ReplayError> {
+        let budget = CallBudget::new(replay.parallel.clamp(1, MAX_PARALLEL));
+        Self::replay_within(store, host, replay, &budget, each).await
+    }
+
+    /// [`Session::replay`], each call run only while it holds a place of
+    /// `budget`: replays of several sessions run together (each with
+    /// `replay.parallel` workers, and its own reader and fold) run no more
+    /// calls at once than `budget` holds, and a session's calls take the
+    /// places another's do not. Cost: a semaphore's permit taken and given
+    /// back per call.
+    pub async fn replay_within(
+        store: &dyn SessionStore,
+        host: &Arc<Host>,
+        replay: Replay<'_>,
+        budget: &CallBudget,
         mut each: impl FnMut(Replayed),
     ) -> Result<ReplaySummary, ReplayError> {
         let page = |after, limit| Page {
@@ -249,7 +282,8 @@ impl Session {
         // calls stop.
         let mut workers = JoinSet::new();
         for _ in 0..replay.parallel.clamp(1, MAX_PARALLEL) {
-            workers.spawn(work(Arc::clone(host), Arc::clone(&shared)));
+            let budget = Arc::clone(&budget.0);
+            workers.spawn(work(Arc::clone(host), Arc::clone(&shared), budget));
         }
         let mut report = Report {
             waiting: VecDeque::new(),
@@ -443,9 +477,10 @@ impl State {
     }
 }
 
-/// A worker: runs the queued calls one at a time, waiting only when none
-/// is queued, until the queue closes.
-async fn work(host: Arc<Host>, shared: Arc<Shared>) {
+/// A worker: runs the queued calls one at a time, each while it holds a
+/// place of `budget`, waiting only when none is queued (or for a place),
+/// until the queue closes.
+async fn work(host: Arc<Host>, shared: Arc<Shared>, budget: Arc<Semaphore>) {
     loop {
         let queued = shared.queued.notified();
         tokio::pin!(queued);
@@ -462,6 +497,8 @@ async fn work(host: Arc<Host>, shared: Arc<Shared>) {
             queued.await;
             continue;
         };
+        // Never closed: the place is always had.
+        let _place = budget.acquire().await.ok();
         let verdict = match AssertUnwindSafe(run(&host, job)).catch_unwind().await {
             Ok(verdict) => verdict,
             Err(_) => {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use airlock::Host;
-use airlock::agent::replay::{Ended, Replay, ReplaySummary, Replayed, Verdict};
+use airlock::agent::replay::{CallBudget, Ended, Replay, ReplaySummary, Replayed, Verdict};
 use airlock::session::{Session, SessionStore};
 
 use super::terminal::{counted, field};
@@ -67,7 +67,19 @@ pub(super) fn empty_host(policy: Option<&airlock::policy::Policy>) -> Result<Hos
     Ok(builder.build()?)
 }
 
-/// Replays `tools` in each of `sessions` against `host`.
+/// The most sessions a replay reads and folds at once. A session's
+/// reader and fold are one task's work each, so a replay of many short
+/// sessions one at a time keeps about one core busy whatever its
+/// `parallel`; several at once (all their calls within one budget of
+/// `parallel`) keep the cores busy. Each holds what one session's replay
+/// holds (three pages of its journal, the calls read ahead and up to
+/// [`MAX_SHOWN`] calls that differ), so this bounds the replay's memory.
+const SESSIONS_AT_ONCE: usize = 4;
+
+/// Replays `tools` in each of `sessions` against `host`: up to
+/// [`SESSIONS_AT_ONCE`] sessions at a time (no more than `parallel`),
+/// at most `parallel` calls at once in all, reported in `sessions`'
+/// order. The first session that cannot be replayed ends it.
 pub(super) async fn compare(
     store: &dyn SessionStore,
     host: &Arc<Host>,
@@ -75,26 +87,36 @@ pub(super) async fn compare(
     sessions: &[(Option<String>, String)],
     parallel: usize,
 ) -> Result<Compared, Failure> {
+    use futures::StreamExt;
+    let budget = CallBudget::new(parallel);
+    let budget = &budget;
+    let at_once = parallel.clamp(1, SESSIONS_AT_ONCE);
+    let mut replays = futures::stream::iter(sessions)
+        .map(|(user, session_id)| async move {
+            let replay = Replay {
+                owner: user.as_deref(),
+                session_id,
+                tools,
+                parallel,
+            };
+            let mut part = Compared::default();
+            let summary =
+                Session::replay_within(store, host, replay, budget, |call| part.take(call)).await;
+            (user, session_id, summary, part)
+        })
+        .buffered(at_once);
     let mut compared = Compared::default();
-    for (user, session_id) in sessions {
-        let replay = Replay {
-            owner: user.as_deref(),
-            session_id,
-            tools,
-            parallel,
-        };
-        let summary = Session::replay(store, host, replay, |call| compared.take(call))
-            .await
-            .map_err(|e| match e {
-                airlock::agent::replay::ReplayError::Store(e) => {
-                    let whose = super::whose(user.as_deref());
-                    let mut failure = Failure::from(e);
-                    failure.message =
-                        format!("{} ({whose}) in {}", failure.message, store.location());
-                    failure
-                }
-                other => Failure::input("session_damaged", other.to_string()),
-            })?;
+    while let Some((user, session_id, summary, part)) = replays.next().await {
+        let summary = summary.map_err(|e| match e {
+            airlock::agent::replay::ReplayError::Store(e) => {
+                let whose = super::whose(user.as_deref());
+                let mut failure = Failure::from(e);
+                failure.message = format!("{} ({whose}) in {}", failure.message, store.location());
+                failure
+            }
+            other => Failure::input("session_damaged", other.to_string()),
+        })?;
+        compared.add(part);
         compared.total.add(&summary);
         compared
             .per_session
@@ -116,6 +138,19 @@ impl Compared {
         } else {
             self.not_shown += 1;
         }
+    }
+
+    /// Adds what a later session's replay found (its calls counted and
+    /// kept by [`Compared::take`]), keeping the first [`MAX_SHOWN`] of
+    /// all.
+    fn add(&mut self, later: Compared) {
+        for (tool, n) in later.seen {
+            *self.seen.entry(tool).or_default() += n;
+        }
+        let room = MAX_SHOWN.saturating_sub(self.reported.len());
+        let kept = later.reported.len().min(room);
+        self.not_shown += (later.reported.len() - kept) as u64 + later.not_shown;
+        self.reported.extend(later.reported.into_iter().take(kept));
     }
 
     /// How many calls differ from their journal or fail.
@@ -390,11 +425,14 @@ mod tests {
     use airlock::journal::CallStatus;
 
     /// A replay where every call differs (a new version that changes every
-    /// result): the report keeps the first [`MAX_SHOWN`] whole and counts
-    /// the rest, in text and JSON; every call is counted by tool.
+    /// result), its calls in two sessions: the report keeps the first
+    /// [`MAX_SHOWN`] of all whole and counts the rest, in text and JSON;
+    /// every call is counted by tool.
     #[test]
     fn a_report_shows_a_bounded_number_of_calls_and_counts_the_rest() {
         let mut compared = Compared::default();
+        // Each session's replay is counted apart, then added in order.
+        let (mut first, mut second) = (Compared::default(), Compared::default());
         let end = |n: u64| Ended {
             status: CallStatus::Completed,
             result: json!({"n": n}),
@@ -407,7 +445,8 @@ mod tests {
                 replayed: end(seq + 1),
             };
             compared.total.count(&verdict);
-            compared.take(Replayed {
+            let part = if seq < 600 { &mut first } else { &mut second };
+            part.take(Replayed {
                 session_id: "s".into(),
                 seq,
                 call_id: format!("c{seq}"),
@@ -416,7 +455,7 @@ mod tests {
                 verdict,
             });
         }
-        compared.take(Replayed {
+        second.take(Replayed {
             session_id: "s".into(),
             seq: calls,
             call_id: "same".into(),
@@ -424,6 +463,8 @@ mod tests {
             arguments: json!({}),
             verdict: Verdict::Same,
         });
+        compared.add(first);
+        compared.add(second);
         assert_eq!(compared.seen["stamp"], calls + 1);
         assert_eq!(compared.differ(), calls);
         let report = compared.json("store");

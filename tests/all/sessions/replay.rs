@@ -539,6 +539,87 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
     assert_eq!(said.matches("the limit is 8").count(), 3, "{said}");
 }
 
+/// Many sessions replayed at once (`--parallel` above 1 replays several
+/// together) report exactly what one at a time reports: the same calls,
+/// in the sessions' order and each session's journal order, the same
+/// summaries. The sessions are of different lengths, the longest first,
+/// so that sessions replayed together end out of order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_replayed_together_report_as_one_at_a_time() {
+    use crate::support::{airlock, guest};
+    let db = TestStore::new(Backend::Sqlite, "many").await;
+    let (v1, v2) = (
+        guest("stamp").display().to_string(),
+        guest("stamp_v2").display().to_string(),
+    );
+    let sessions = 6;
+    for s in 0..sessions {
+        let session = format!("s{s}");
+        // v2 writes a label in lower case: each upper-case label differs.
+        for c in 0..(2 * (sessions - s)) {
+            let label = if c % 2 == 0 {
+                format!("L{s}-{c}")
+            } else {
+                format!("x{c}")
+            };
+            let args = json!({ "label": label }).to_string();
+            let out = airlock(&[
+                "call",
+                &v1,
+                "stamp",
+                &args,
+                "--session",
+                &session,
+                "--store",
+                &db.spec,
+            ]);
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    }
+    let tool = format!("stamp={v2}");
+    let report = |parallel: &str| {
+        let out = airlock(&[
+            "replay",
+            "--store",
+            &db.spec,
+            "--tool",
+            &tool,
+            "--parallel",
+            parallel,
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        stdout_json(&out)
+    };
+    let alone = report("1");
+    let calls = alone["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 21, "{alone}");
+    assert_eq!(alone["summary"]["different"], 21);
+    assert_eq!(alone["summary"]["same"], 21);
+    // Grouped by session, in the order the sessions are listed, and each
+    // session's calls in its journal's order.
+    let listed: Vec<&Value> = alone["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["session_id"])
+        .collect();
+    assert_eq!(listed.len(), sessions);
+    let places: Vec<(usize, u64)> = calls
+        .iter()
+        .map(|c| {
+            let at = listed.iter().position(|s| **s == c["session_id"]).unwrap();
+            (at, c["seq"].as_u64().unwrap())
+        })
+        .collect();
+    let mut sorted = places.clone();
+    sorted.sort();
+    assert_eq!(places, sorted, "{alone}");
+    for parallel in ["2", "4", "96"] {
+        assert_eq!(report(parallel), alone, "--parallel {parallel}");
+    }
+}
+
 /// A tool granted environment variables whose policy says `record = true`
 /// keeps with each call the values it was given (an unset one as unset;
 /// one whose name looks secret not at all), and a replay gives it those, whatever the host's are now: its calls
