@@ -241,6 +241,58 @@ async fn chains_on(on: &OnCores, cores: usize, rounds: u64) -> Duration {
     .await
 }
 
+/// How many short sessions the many-session replay reads, and the calls
+/// each holds: what `airlock replay --since 7d` finds after a week of
+/// short runs.
+const SHORT_SESSIONS: usize = 400;
+const SHORT_CALLS: usize = 25;
+
+/// `SHORT_SESSIONS` sessions of `SHORT_CALLS` calls of `increment` in a
+/// store of their own at `db` (made unless it holds them).
+async fn short_sessions(db: &std::path::Path, host: &Host, sessions: usize) {
+    let store: Arc<dyn SessionStore> =
+        Arc::new(SqliteStore::open_with(db, Durability::Never).unwrap());
+    for n in 0..sessions {
+        made(&store, host, &format!("short-{n}"), SHORT_CALLS).await;
+    }
+}
+
+/// Per call (of `calls`): `airlock replay` (the release binary, as run by
+/// hand) over every session in `db`, against `wasm`, `cores` calls at once,
+/// the process confined to the first `cores` cores. Includes the
+/// process's start and the component's load from the compile cache.
+fn replay_command(
+    db: &std::path::Path,
+    wasm: &std::path::Path,
+    cores: usize,
+    calls: usize,
+) -> Duration {
+    let (db, wasm) = (db.to_owned(), wasm.to_owned());
+    // A child inherits the thread's cores.
+    std::thread::spawn(move || {
+        let _pinned = Pinned::to_first(cores);
+        let started = Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .arg("replay")
+            .arg("--store")
+            .arg(&db)
+            .arg("--tool")
+            .arg(format!("increment={}", wasm.display()))
+            .args(["--parallel", &cores.to_string()])
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        took / calls as u32
+    })
+    .join()
+    .unwrap()
+}
+
 /// One pair of `measure(cores)`: on one core and on two, one core first
 /// when `first`.
 async fn one_then_two(paired: &mut Paired, first: bool, measure: impl AsyncFn(usize) -> Duration) {
@@ -364,10 +416,17 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             // what the machine gives two cores changes from minute to
             // minute, so the controls are measured in the same seconds as
             // the replay, not in a stretch of their own.
-            let mut measured: [Paired; 4] = Default::default();
+            // Many short sessions, replayed by the command.
+            let short = dir.path().join("short.db");
+            let sessions = if b.quick { 40 } else { SHORT_SESSIONS };
+            short_sessions(&short, &host, sessions).await;
+            let wasm = component(file);
+            let short_calls = sessions * SHORT_CALLS;
+            replay_command(&short, &wasm, 1, short_calls);
+            let mut measured: [Paired; 5] = Default::default();
             for round in 0..pairs.div_ceil(b.passes) {
                 let first = round % 2 == 0;
-                let [replay, bare, spin, chains] = &mut measured;
+                let [replay, bare, spin, chains, many] = &mut measured;
                 one_then_two(replay, first, async |n| {
                     let (on, host) = sides[n - 1];
                     replayed_on(on, &store, host, id, n, calls).await
@@ -386,13 +445,18 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
                     chains_on(sides[n - 1].0, n, chained).await
                 })
                 .await;
+                one_then_two(many, first, async |n| {
+                    replay_command(&short, &wasm, n, short_calls)
+                })
+                .await;
             }
-            let [replay, bare, spin, chains] = measured;
+            let [replay, bare, spin, chains, many] = measured;
             let replay = b.keep("Rust replay 1 → 2 cores", replay);
             let bare = b.keep("Rust bare calls 1 → 2 cores", bare);
             let spin = b.keep("arithmetic alone 1 → 2 cores", spin);
             let chains = b.keep("arithmetic on four registers 1 → 2 cores", chains);
-            scaling = Some((replay, bare, spin, chains, calls));
+            let many = b.keep("airlock replay, many short sessions, 1 → 2 cores", many);
+            scaling = Some((replay, bare, spin, chains, calls, (many, sessions)));
         }
     }
     writeln!(
@@ -401,7 +465,7 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
          |---|---|---|---|---|---|---|---|---|\n{rows}"
     )
     .unwrap();
-    if let Some((replay, bare, spin, chains, calls)) = scaling {
+    if let Some((replay, bare, spin, chains, calls, (many, sessions))) = scaling {
         writeln!(
             out,
             "Rust replay of a session of {calls} calls, one core (one call at a time) → two (two at once): \
@@ -410,13 +474,19 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
              (one task on one core → two tasks on two): {}; and for what they give work that \
              touches no memory and shares nothing (a register's arithmetic, as long as a one-core \
              replay run, one thread → two): {}; {} on four registers at once (independent \
-             chains, which keep more of a core busy, as compiled code does). Each round takes one \
-             pair of each, so all four are measured in the same seconds.\n",
+             chains, which keep more of a core busy, as compiled code does). \
+             `airlock replay` over {sessions} sessions of {SHORT_CALLS} calls each (the command \
+             as run by hand, its process confined to one core with `--parallel 1` → two cores \
+             with `--parallel 2`, its start included; it reads and folds several sessions at \
+             once): {} — target at least 1.8×: {}. Each round takes one pair of each, so all \
+             five are measured in the same seconds.\n",
             replay.cell(),
             replay.at_least(1.8),
             bare.cell(),
             spin.cell(),
             chains.cell(),
+            many.cell(),
+            many.at_least(1.8),
         )
         .unwrap();
     }

@@ -237,7 +237,9 @@ impl Session {
     /// the workers do not wait for a read; one sandboxed call per
     /// replayed call, on `replay.parallel` worker tasks spawned once,
     /// which take the calls as pages are folded and wait only when none
-    /// is left (no wait at a page's end, and no thread woken per call);
+    /// is left (no wait at a page's end, and no thread woken per call;
+    /// each call takes and gives back a permit of a semaphore of
+    /// `replay.parallel`, which it never waits for here);
     /// a copy of the deps per call of the tools that is followed by ops,
     /// for at most 32 calls read ahead of the first not yet reported and
     /// one page's (at most 64). A component that reads neither clocks nor
