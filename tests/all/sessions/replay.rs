@@ -542,8 +542,8 @@ async fn the_replay_command_reports_what_differs_and_refuses_bad_input() {
 /// Many sessions replayed at once (`--parallel` above 1 replays several
 /// together) report exactly what one at a time reports: the same calls,
 /// in the sessions' order and each session's journal order, the same
-/// summaries. The sessions are of different lengths, the longest first,
-/// so that sessions replayed together end out of order.
+/// summaries. The sessions are of different lengths (2 to 12 calls), so
+/// that sessions replayed together end out of order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_replayed_together_report_as_one_at_a_time() {
     use crate::support::{airlock, guest};
