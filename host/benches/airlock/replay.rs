@@ -412,17 +412,18 @@ pub(crate) async fn run(b: &Bench, out: &mut String) {
             let run = one_core * calls as u32;
             let rounds = spin_rounds(&one, spin_on, run).await;
             let chained = spin_rounds(&one, chains_on, run).await;
-            // A round is one pair of each, the order turning each round:
-            // what the machine gives two cores changes from minute to
-            // minute, so the controls are measured in the same seconds as
-            // the replay, not in a stretch of their own.
-            // Many short sessions, replayed by the command.
+            // Many short sessions, replayed by the command (once first,
+            // so that its component is in the compile cache).
             let short = dir.path().join("short.db");
             let sessions = if b.quick { 40 } else { SHORT_SESSIONS };
             short_sessions(&short, &host, sessions).await;
             let wasm = component(file);
             let short_calls = sessions * SHORT_CALLS;
             replay_command(&short, &wasm, 1, short_calls);
+            // A round is one pair of each, the order turning each round:
+            // what the machine gives two cores changes from minute to
+            // minute, so the controls are measured in the same seconds as
+            // the replay, not in a stretch of their own.
             let mut measured: [Paired; 5] = Default::default();
             for round in 0..pairs.div_ceil(b.passes) {
                 let first = round % 2 == 0;

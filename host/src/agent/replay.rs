@@ -220,9 +220,11 @@ pub const MAX_PARALLEL: usize = AHEAD + PAGE as usize / 2;
 pub struct CallBudget(Arc<Semaphore>);
 
 impl CallBudget {
-    /// A budget of `calls` at once (at least 1).
+    /// A budget of `calls` at once: at least 1, and at most
+    /// [`MAX_PARALLEL`] (the most a replay holds at once; a larger number
+    /// gives as many).
     pub fn new(calls: usize) -> Self {
-        Self(Arc::new(Semaphore::new(calls.max(1))))
+        Self(Arc::new(Semaphore::new(calls.clamp(1, MAX_PARALLEL))))
     }
 }
 
@@ -251,7 +253,7 @@ impl Session {
         replay: Replay<'_>,
         each: impl FnMut(Replayed),
     ) -> Result<ReplaySummary, ReplayError> {
-        let budget = CallBudget::new(replay.parallel.clamp(1, MAX_PARALLEL));
+        let budget = CallBudget::new(replay.parallel);
         Self::replay_within(store, host, replay, &budget, each).await
     }
 

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use airlock::Host;
-use airlock::agent::replay::{
-    CallBudget, Ended, MAX_PARALLEL, Replay, ReplaySummary, Replayed, Verdict,
-};
+use airlock::agent::replay::{CallBudget, Ended, Replay, ReplaySummary, Replayed, Verdict};
 use airlock::session::{Session, SessionStore};
 
 use super::terminal::{counted, field};
@@ -80,8 +78,8 @@ const SESSIONS_AT_ONCE: usize = 4;
 
 /// Replays `tools` in each of `sessions` against `host`: up to
 /// [`SESSIONS_AT_ONCE`] sessions at a time (no more than `parallel`),
-/// at most `parallel` calls at once in all (and at most
-/// [`MAX_PARALLEL`], as for one session), reported in `sessions`' order.
+/// at most `parallel` calls at once in all (as [`CallBudget::new`]
+/// bounds them), reported in `sessions`' order.
 /// The first session that cannot be replayed ends it.
 pub(super) async fn compare(
     store: &dyn SessionStore,
@@ -91,10 +89,7 @@ pub(super) async fn compare(
     parallel: usize,
 ) -> Result<Compared, Failure> {
     use futures::StreamExt;
-    // As for one session: past MAX_PARALLEL, calls would only wait.
-    let parallel = parallel.clamp(1, MAX_PARALLEL);
-    let budget = CallBudget::new(parallel);
-    let budget = &budget;
+    let budget = &CallBudget::new(parallel);
     let at_once = parallel.clamp(1, SESSIONS_AT_ONCE);
     let mut replays = futures::stream::iter(sessions)
         .map(|(user, session_id)| async move {
