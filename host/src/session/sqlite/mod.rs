@@ -125,6 +125,60 @@ pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     /// Appends, batched ([`commit`]).
     committer: Arc<Committer>,
+    /// Connections that only read journals, beside the one above.
+    readers: Arc<Readers>,
+}
+
+/// Connections that read journals ([`SqliteStore::read_span`]) beside the
+/// store's own, so that reads of several sessions at once (a replay of
+/// many, several resumes) run at once instead of one after another on the
+/// store's connection, and never wait for a batch being committed. In WAL
+/// mode each sees what was committed when its read began. Opened as
+/// needed; at most [`Readers::KEPT`] are kept between reads.
+#[derive(Debug, Default)]
+struct Readers {
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    /// How many idle readers are kept (a few pages of cache each).
+    const KEPT: usize = 4;
+
+    /// An idle reader, or a new one on `path`.
+    fn take(&self, path: &Path) -> rusqlite::Result<Connection> {
+        let idle = self.idle().pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => {
+                let conn = Connection::open_with_flags(
+                    path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                conn.busy_timeout(BUSY_TIMEOUT)?;
+                conn.set_db_config(
+                    rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+                    true,
+                )?;
+                Ok(conn)
+            }
+        }
+    }
+
+    /// Gives `conn` back, unless enough are kept. (One whose read failed
+    /// is dropped instead: its transaction rolls back.)
+    fn give(&self, conn: Connection) {
+        let mut idle = self.idle();
+        if idle.len() < Self::KEPT {
+            idle.push(conn);
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        // Nothing is left half-done under this lock.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl SqliteStore {
@@ -189,6 +243,7 @@ impl SqliteStore {
             )),
             connection,
             path,
+            readers: Arc::default(),
         };
         store.prepare().map_err(|e| failure(&location, e))?;
         Ok(store)
@@ -290,10 +345,13 @@ impl SqliteStore {
     ) -> BoxFuture<'static, Result<StoredSession, StoreError>> {
         let owner = owner_key(owner);
         let session_id = session_id.to_owned();
-        self.run(move |conn| {
+        let (readers, path) = (Arc::clone(&self.readers), self.path.clone());
+        self.run_on(move || {
+            let mut conn = readers.take(&path)?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
             let session = read_session(&tx, &owner, &session_id, span)?;
             tx.commit()?;
+            readers.give(conn);
             Ok(session)
         })
     }
@@ -305,9 +363,18 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> Result<T, Failure> + Send + 'static,
     {
         let connection = Arc::clone(&self.connection);
+        self.run_on(move || work(&mut lock(&connection)))
+    }
+
+    /// Runs `work` on a blocking thread.
+    fn run_on<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, Failure> + Send + 'static,
+    {
         let location = self.location();
         Box::pin(async move {
-            let task = tokio::task::spawn_blocking(move || work(&mut lock(&connection)));
+            let task = tokio::task::spawn_blocking(work);
             let failed = |message: String| StoreError::Backend {
                 location: location.clone(),
                 message,
