@@ -194,12 +194,11 @@ pub enum ReplayError {
 
 /// How many records a page of the journal holds at most: the page being
 /// folded, the next one (read, waiting for the fold) and the one after
-/// (being read) are what a replay holds of the journal.
+/// (being read) are what a replay holds of the journal. A session of up
+/// to about 30 calls (four records each, through `airlock call` or MCP)
+/// is one page: a replay of many short sessions (what `--since 7d`
+/// finds) reads each once.
 const PAGE: u64 = 128;
-
-/// How many records the first page holds; each page after holds twice
-/// the last, up to [`PAGE`].
-const FIRST_PAGE: u64 = 16;
 
 /// How many calls may be read ahead of the first call not yet reported
 /// (queued, running, or done and waiting for an earlier one): with a
@@ -234,8 +233,8 @@ impl Session {
     /// documentation), handing each to `each` in the journal's order.
     /// `host`'s context rules scrub the replayed ops as the journal's were.
     ///
-    /// Cost: one read per page of the journal (16 records, then twice as
-    /// many each page up to 128), the reader a page ahead of the fold so
+    /// Cost: one read per page of the journal (128 records; a page with
+    /// fewer is the last), the reader a page ahead of the fold so
     /// the workers do not wait for a read; one sandboxed call per
     /// replayed call, on `replay.parallel` worker tasks spawned once,
     /// which take the calls as pages are folded and wait only when none
@@ -294,28 +293,33 @@ impl Session {
             summary: ReplaySummary::default(),
             each: &mut each,
         };
-        let first = store.read_page(page(0, FIRST_PAGE)).await?;
+        let first = store.read_page(page(0, PAGE)).await?;
         let mut follow = Follow::new(&first.header, replay.tools);
         // The reader reads on from there, a page ahead of the fold (one
-        // waits in `pages`), each page twice the last up to `PAGE`: the
-        // workers start before a whole page is read. It stops after the
-        // empty page that ends the journal, after an error, or once the
-        // fold is gone.
+        // waits in `pages`). It stops after a page with fewer records than it asked for (the
+        // journal held no more when it was read), after an error, or once
+        // the fold is gone; the fold takes the end of `pages` for the
+        // journal's end.
         let (pages, read) = tokio::sync::mpsc::channel(1);
         let after = first.records.last().map(|r| r.seq);
-        let reader = async {
-            let (Some(mut after), mut limit) = (after, FIRST_PAGE * 2) else {
+        let more = first.records.len() as u64 >= PAGE;
+        // Moved in: `pages` is dropped when the reader ends.
+        let reader = async move {
+            let (Some(mut after), true) = (after, more) else {
                 return;
             };
             loop {
-                let next = store.read_page(page(after, limit)).await;
-                let last = next.as_ref().ok().and_then(|r| r.records.last());
-                let last = last.map(|r| r.seq);
+                let next = store.read_page(page(after, PAGE)).await;
+                let records = next.as_ref().map_or(&[][..], |r| &r.records[..]);
+                let last = records.last().map(|r| r.seq);
+                let full = records.len() as u64 >= PAGE;
                 if pages.send(next).await.is_err() {
                     return;
                 }
-                let Some(last) = last else { return };
-                (after, limit) = (last, (limit * 2).min(PAGE));
+                let (Some(last), true) = (last, full) else {
+                    return;
+                };
+                after = last;
             }
         };
         let fold = async {
@@ -342,7 +346,7 @@ impl Session {
                 // This page's calls run, and are reported, while the
                 // reader reads on.
                 report.until(&shared, AHEAD).await;
-                // The reader ends only after the journal's end or an
+                // The reader ends after the journal's last page or an
                 // error, each sent.
                 records = match read.recv().await {
                     Some(next) => next?.records,

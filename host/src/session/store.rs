@@ -368,7 +368,9 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
 
     /// The session's header and at most `page.limit` of its records after
     /// record `page.after`, in order: a journal too long to read whole,
-    /// read a page at a time (an export).
+    /// read a page at a time (an export, a replay). Fewer than
+    /// `page.limit` only when the journal held no more when it was read:
+    /// a replay reads no further.
     fn read_page<'a>(&'a self, page: Page<'a>) -> Reply<'a, StoredSession>;
 
     /// The owner's sessions, most recently updated first.

@@ -1150,4 +1150,30 @@ async fn a_journal_of_many_pages_replays_whole_and_in_order() {
         other => panic!("{other:?}"),
     }
     assert!(reported.iter().all(|&at| at < seq), "{reported:?}");
+
+    // A page with fewer records than asked for is the journal's last, so
+    // a journal that ends exactly at a page's end (128, 256 records) is
+    // read on to the empty page after it, and one that ends a record
+    // before or after is read no further: each replays every call it
+    // holds whole, and ends.
+    for cut in [127, 128, 129, 255, 256, 257] {
+        let id = format!("cut-{cut}");
+        made_of(&store, &id, serde_json::to_value(&records[..cut]).unwrap()).await;
+        let last = records[cut - 1].seq;
+        let replaying = replayed(&store, host().await, &id, &["increment"]);
+        let (_, cut_calls) = tokio::time::timeout(std::time::Duration::from_secs(60), replaying)
+            .await
+            .unwrap_or_else(|_| panic!("the replay of {id} did not end"));
+        // A call whose output is the journal's last record lost its ops
+        // to the cut; the calls before it are whole.
+        let whole: Vec<_> = cut_calls.iter().filter(|c| c.seq < last).collect();
+        let expected: Vec<_> = calls.iter().filter(|c| c.seq < last).collect();
+        assert_eq!(whole.len(), expected.len(), "{id}");
+        for (got, want) in whole.iter().zip(&expected) {
+            assert_eq!((got.seq, &got.verdict), (want.seq, &want.verdict), "{id}");
+        }
+        // After them, at most the call cut after its output and the one
+        // cut before it.
+        assert!(cut_calls.len() <= expected.len() + 2, "{id}: {cut_calls:?}");
+    }
 }
